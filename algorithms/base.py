@@ -1,0 +1,188 @@
+"""The one interface every algorithm implements, and the pieces they all share.
+
+An algorithm is built from (policy, reference policy, task, config) and exposes ``step(prompts)``,
+one training step returning a flat dict of metrics in the shared vocabulary:
+
+    reward/mean reward/std loss loss/policy loss/value kl clipfrac entropy grad_norm
+    advantage/mean advantage/std tokens/generated completions truncated
+    time/generate time/score time/logprobs time/update
+
+Every step is numbered the same way: 1 generate, 2 score, 3 reference/old log-probs,
+4 advantages, 5 update(s), 6 metrics. The training loop, evaluation, checkpoints and memory
+measurement live in the harness (benchmarks/harness.py), never here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field, fields
+from typing import Any, Optional
+
+import torch
+
+from algorithms import rollout as rollout_lib
+
+
+@dataclass
+class AlgoConfig:
+    """Settings every algorithm has. Subclasses add their own fields, each with a one-line doc."""
+
+    learning_rate: Optional[float] = field(default=None, metadata={"help": "AdamW learning rate (default: the task's recommended rate)"})
+    prompts_per_step: int = field(default=4, metadata={"help": "prompts sampled per training step"})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "clip the gradient's global norm to this (0: off)"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
+
+    def validate(self) -> None:
+        """Raise ValueError naming the field for impossible settings."""
+        if self.learning_rate is None or self.learning_rate <= 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if self.prompts_per_step < 1:
+            raise ValueError(f"prompts_per_step must be >= 1, got {self.prompts_per_step}")
+        if self.max_grad_norm < 0:
+            raise ValueError(f"max_grad_norm must be >= 0, got {self.max_grad_norm}")
+
+    def completions_per_step(self) -> int:
+        """Completions generated per step: the unit of the matrix's sample budget."""
+        return self.prompts_per_step
+
+
+def config_fields(config_cls) -> dict[str, Any]:
+    return {f.name: f for f in fields(config_cls)}
+
+
+class PhaseTimer:
+    """Wall-clock per named phase; synchronises CUDA so asynchronous kernels are counted where they run."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.totals: dict[str, float] = defaultdict(float)
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            self.totals[phase] += time.perf_counter() - start
+
+    def pop(self) -> dict[str, float]:
+        out = {f"time/{k}": v for k, v in self.totals.items()}
+        self.totals.clear()
+        return out
+
+
+@dataclass
+class Sampling:
+    """How completions are sampled: identical for every algorithm on a task."""
+
+    max_new_tokens: int
+    temperature: float = 1.0
+    group_size: int = 1
+
+
+class Algorithm:
+    """Base class: owns the optimizer, the timer, the sampling RNG and the shared step pieces."""
+
+    name = "base"
+    Config = AlgoConfig
+
+    def __init__(self, policy, ref_policy, task, config: AlgoConfig, sampling: Sampling, *, seed: int = 0, precision: str = "fp32"):
+        config.validate()
+        self.policy, self.ref_policy, self.task, self.config = policy, ref_policy, task, config
+        self.tokenizer = task.tokenizer
+        self.sampling = sampling
+        self.device = next(policy.parameters()).device
+        self.timer = PhaseTimer(self.device)
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.precision = precision
+        self.optimizer = self.make_optimizer(policy.parameters(), config.learning_rate)
+
+    # --- the interface ---------------------------------------------------------------------------
+    @classmethod
+    def needs_reference(cls, config) -> bool:
+        """Whether a frozen reference policy must be loaded for this config."""
+        return getattr(config, "beta", 0.0) > 0
+
+    def step(self, prompts: list[str]) -> dict[str, float]:
+        raise NotImplementedError
+
+    def trainable_modules(self) -> list[torch.nn.Module]:
+        """Every module the optimizers update (the critic too), for memory accounting and checkpoints."""
+        return [self.policy]
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.optimizer]
+
+    def state_dict(self) -> dict:
+        return {
+            "optimizers": [o.state_dict() for o in self.optimizers()],
+            "modules": [m.state_dict() for m in self.trainable_modules()[1:]],  # the policy is saved by the harness
+            "generator": self.generator.get_state(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        for opt, s in zip(self.optimizers(), state["optimizers"]):
+            opt.load_state_dict(s)
+        for module, s in zip(self.trainable_modules()[1:], state["modules"]):
+            module.load_state_dict(s)
+        self.generator.set_state(state["generator"])
+
+    # --- shared pieces of a step -----------------------------------------------------------------
+    def make_optimizer(self, params, lr: float) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(params, lr=lr, weight_decay=self.config.weight_decay)
+
+    def autocast(self):
+        """bf16 autocast for forward passes when the run asked for it; fp32 otherwise."""
+        if self.precision == "bf16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def generate(self, prompts: list[str], group_size: Optional[int] = None) -> rollout_lib.Rollout:
+        with self.timer("generate"), self.autocast():
+            return rollout_lib.generate(
+                self.policy, self.tokenizer, prompts, group_size or self.sampling.group_size,
+                max_new_tokens=self.sampling.max_new_tokens, temperature=self.sampling.temperature,
+                generator=self.generator,
+            )
+
+    def score(self, rollout: rollout_lib.Rollout) -> torch.Tensor:
+        with self.timer("score"):
+            rewards = self.task.score(rollout.prompts, rollout.completions)
+        return torch.tensor(rewards, dtype=torch.float32, device=self.device)  # (B,)
+
+    def logps(self, model, rollout: rollout_lib.Rollout, *, with_entropy: bool = False):
+        with self.autocast():
+            return rollout_lib.rollout_logps(model, rollout, temperature=self.sampling.temperature, with_entropy=with_entropy)
+
+    @torch.no_grad()
+    def frozen_logps(self, model, rollout: rollout_lib.Rollout) -> torch.Tensor:
+        with self.timer("logprobs"):
+            return self.logps(model, rollout)
+
+    def update(self, loss: torch.Tensor, optimizer: Optional[torch.optim.Optimizer] = None, params=None) -> float:
+        """Backward, clip, step. Returns the pre-clip global gradient norm."""
+        optimizer = optimizer or self.optimizer
+        params = list(params if params is not None else self.policy.parameters())
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.config.max_grad_norm > 0:
+            norm = torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm)
+        else:
+            norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params if p.grad is not None]))
+        optimizer.step()
+        return float(norm)
+
+    def rollout_metrics(self, rollout: rollout_lib.Rollout, rewards: torch.Tensor) -> dict[str, float]:
+        return {
+            "reward/mean": rewards.mean().item(),
+            "reward/std": rewards.std().item() if rewards.numel() > 1 else 0.0,
+            "tokens/generated": float(rollout.tokens_generated),
+            "completions": float(rollout.num_completions),
+            "truncated": float(rollout.truncated.sum()),
+        }

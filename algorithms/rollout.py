@@ -1,0 +1,237 @@
+"""Shared sampling and per-token log-probs: the parts that must be identical for a fair comparison.
+
+Mask convention (stated once, used by every loss): a completion's mask is 1 on its tokens up to and
+including the first EOS, and 0 on everything after it. A completion with no EOS within
+``max_new_tokens`` is *truncated*; it keeps mask 1 on all its tokens unless the caller masks it out
+(DAPO's overlong filtering, ``Rollout.loss_mask(mask_truncated=True)``).
+
+Sampling encodes each distinct prompt once and shares its KV cache across the G completions of its
+group (``DynamicCache.batch_repeat_interleave``), then decodes token by token and stops as soon as
+every sequence has ended. Log-probs are computed from logits divided by the sampling temperature,
+as TRL does, so that old/ref/current log-probs all describe the distribution that was sampled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache
+
+
+@dataclass
+class Rollout:
+    """G completions for each of n prompts, ordered group by group (B = n * G)."""
+
+    prompts: list[str]  # (B,) each prompt repeated G times
+    completions: list[str]  # (B,) text before the first EOS (special tokens kept)
+    prompt_ids: torch.Tensor  # (B, P) left-padded
+    prompt_mask: torch.Tensor  # (B, P)
+    completion_ids: torch.Tensor  # (B, T) right-padded with pad_token_id
+    completion_mask: torch.Tensor  # (B, T) the mask convention above
+    truncated: torch.Tensor  # (B,) bool: no EOS within max_new_tokens
+    group_size: int
+
+    @property
+    def num_completions(self) -> int:
+        return self.completion_ids.size(0)
+
+    @property
+    def tokens_generated(self) -> int:
+        return int(self.completion_mask.sum())
+
+    def loss_mask(self, mask_truncated: bool = False) -> torch.Tensor:
+        """Mask for the loss; with ``mask_truncated`` a truncated completion contributes nothing."""
+        if not mask_truncated:
+            return self.completion_mask
+        return self.completion_mask * (~self.truncated).unsqueeze(-1).to(self.completion_mask.dtype)
+
+    def select(self, index: torch.Tensor) -> "Rollout":
+        """Sub-batch for minibatching (index into the B completions)."""
+        idx = index.tolist()
+        return Rollout(
+            prompts=[self.prompts[i] for i in idx],
+            completions=[self.completions[i] for i in idx],
+            prompt_ids=self.prompt_ids[index],
+            prompt_mask=self.prompt_mask[index],
+            completion_ids=self.completion_ids[index],
+            completion_mask=self.completion_mask[index],
+            truncated=self.truncated[index],
+            group_size=self.group_size,
+        )
+
+
+def eos_token_ids(model, tokenizer) -> list[int]:
+    """Every id that ends a completion: the tokenizer's EOS and the model's generation_config EOS ids."""
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if gen_eos is not None:
+        ids.update(int(i) for i in (gen_eos if isinstance(gen_eos, Iterable) else [gen_eos]))
+    if not ids:
+        raise ValueError("the tokenizer has no EOS token: completions could never end")
+    return sorted(ids)
+
+
+def completion_mask_from_ids(completion_ids: torch.Tensor, eos_ids: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, T) ids -> (mask up to and including the first EOS, truncated flags (B,))."""
+    is_eos = torch.isin(completion_ids, torch.tensor(list(eos_ids), device=completion_ids.device))
+    has_eos = is_eos.any(dim=1)
+    first_eos = torch.where(has_eos, is_eos.int().argmax(dim=1), completion_ids.size(1))  # (B,)
+    positions = torch.arange(completion_ids.size(1), device=completion_ids.device)
+    mask = (positions.unsqueeze(0) <= first_eos.unsqueeze(1)).long()
+    return mask, ~has_eos
+
+
+def _positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that skip left padding (what HF generate computes)."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def tokenize_prompts(tokenizer, prompts: Sequence[str], device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded prompt ids and mask. Prompts arrive fully formatted (chat template already applied)."""
+    saved_side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    try:
+        enc = tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
+    finally:
+        tokenizer.padding_side = saved_side
+    return enc["input_ids"].to(device), enc["attention_mask"].to(device)
+
+
+@torch.no_grad()
+def generate(
+    model,
+    tokenizer,
+    prompts: Sequence[str],
+    group_size: int,
+    *,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    generator: Optional[torch.Generator] = None,
+) -> Rollout:
+    """Sample ``group_size`` completions for every prompt (temperature 0 means greedy)."""
+    device = next(model.parameters()).device
+    eos_ids = eos_token_ids(model, tokenizer)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
+    unique_ids, unique_mask = tokenize_prompts(tokenizer, prompts, device)  # (n, P)
+
+    was_training = model.training
+    model.eval()  # no dropout while sampling
+    cache = DynamicCache()
+    out = model(
+        input_ids=unique_ids,
+        attention_mask=unique_mask,
+        position_ids=_positions(unique_mask),
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    # Prefill once per prompt, then fan the cache out to the G members of its group.
+    cache = out.past_key_values
+    cache.batch_repeat_interleave(group_size)
+    next_logits = out.logits[:, -1, :].float().repeat_interleave(group_size, dim=0)  # (B, V)
+    attention = unique_mask.repeat_interleave(group_size, dim=0)  # (B, P)
+    next_position = _positions(attention)[:, -1:] + 1  # (B, 1)
+    batch = attention.size(0)
+
+    eos_tensor = torch.tensor(eos_ids, device=device)
+    finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    tokens = []
+    for step in range(max_new_tokens):
+        if temperature > 0:
+            probs = torch.softmax(next_logits / temperature, dim=-1)
+            token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+        else:
+            token = next_logits.argmax(dim=-1)
+        token = torch.where(finished, torch.full_like(token, pad_id), token)
+        tokens.append(token)
+        finished |= torch.isin(token, eos_tensor)
+        if step == max_new_tokens - 1 or bool(finished.all()):
+            break
+        attention = torch.cat([attention, attention.new_ones(batch, 1)], dim=-1)
+        out = model(
+            input_ids=token.unsqueeze(-1),
+            attention_mask=attention,
+            position_ids=next_position,
+            past_key_values=cache,
+            use_cache=True,
+        )
+        cache = out.past_key_values
+        next_logits = out.logits[:, -1, :].float()
+        next_position = next_position + 1
+    model.train(was_training)
+
+    completion_ids = torch.stack(tokens, dim=1)  # (B, T)
+    completion_mask, truncated = completion_mask_from_ids(completion_ids, eos_ids)
+    completion_ids = torch.where(completion_mask.bool(), completion_ids, torch.full_like(completion_ids, pad_id))
+    # The text is everything before the first EOS, special tokens kept, so a reward sees what was sampled.
+    lengths = (completion_mask.sum(1) - (~truncated).long()).tolist()
+    texts = [tokenizer.decode(row[:n], skip_special_tokens=False) for row, n in zip(completion_ids.tolist(), lengths)]
+    return Rollout(
+        prompts=[p for p in prompts for _ in range(group_size)],
+        completions=texts,
+        prompt_ids=unique_ids.repeat_interleave(group_size, dim=0),
+        prompt_mask=unique_mask.repeat_interleave(group_size, dim=0),
+        completion_ids=completion_ids,
+        completion_mask=completion_mask,
+        truncated=truncated,
+        group_size=group_size,
+    )
+
+
+def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """log_softmax(logits)[..., index] without materialising the full (B, T, V) log-prob tensor twice."""
+    picked = torch.gather(logits, -1, index.unsqueeze(-1)).squeeze(-1)
+    return picked - torch.logsumexp(logits, dim=-1)
+
+
+def per_token_logps(
+    model,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+):
+    """(B, T) log pi(o_t | q, o_<t) of each completion token (logits / temperature, as sampled).
+
+    Gradients flow iff the caller is not under ``torch.no_grad()``. With ``with_entropy`` also
+    returns the (B, T) entropy of each next-token distribution (detached).
+    """
+    input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+    attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+    T = completion_ids.size(1)
+    logits = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=_positions(attention_mask),
+        logits_to_keep=T + 1,
+    ).logits  # (B, T+1, V)
+    logits = logits[:, :-1, :].float()  # position t predicts completion token t
+    if temperature > 0 and temperature != 1.0:
+        logits = logits / temperature
+    logps = selective_log_softmax(logits, completion_ids)  # (B, T)
+    if not with_entropy:
+        return logps
+    with torch.no_grad():
+        log_probs = F.log_softmax(logits, dim=-1)
+        entropy = -(log_probs.exp() * log_probs).sum(-1)  # (B, T)
+    return logps, entropy
+
+
+def rollout_logps(model, rollout: Rollout, *, temperature: float = 1.0, with_entropy: bool = False):
+    return per_token_logps(
+        model,
+        rollout.prompt_ids,
+        rollout.prompt_mask,
+        rollout.completion_ids,
+        rollout.completion_mask,
+        temperature=temperature,
+        with_entropy=with_entropy,
+    )

@@ -1,0 +1,59 @@
+"""Files that are never half-written: write to a temporary file beside the target, fsync, rename."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+
+def atomic_write(path: Path | str, write: Callable[[Path], None]) -> None:
+    """Call ``write(tmp_path)`` then rename onto ``path``: readers see the old file or the new one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path | str, text: str) -> None:
+    atomic_write(path, lambda tmp: tmp.write_text(text))
+
+
+def atomic_write_json(path: Path | str, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def append_jsonl(path: Path | str, row: dict) -> None:
+    """Append one row and flush it to disk; a crash can only cut the last line short (see read_jsonl)."""
+    with open(path, "a") as f:
+        f.write(json.dumps(row, default=str) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_jsonl(path: Path | str) -> list[dict]:
+    """Rows of a jsonl file, ignoring a last line cut short by a crash."""
+    rows = []
+    path = Path(path)
+    if not path.exists():
+        return rows
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return rows
+
+
+def rewrite_jsonl(path: Path | str, rows: Iterable[dict]) -> None:
+    atomic_write_text(path, "".join(json.dumps(r, default=str) + "\n" for r in rows))

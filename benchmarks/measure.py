@@ -1,0 +1,88 @@
+"""Measurement shared by every run: device, library versions, memory."""
+
+from __future__ import annotations
+
+import platform
+import resource
+import sys
+from importlib import metadata
+
+import torch
+
+
+def resolve_device(name: str) -> torch.device:
+    """'auto' picks CUDA when present; asking for CUDA without it is the caller's error (ValueError)."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"--device {name} but CUDA is not available here (torch {torch.__version__}); use --device cpu or auto")
+    if name != "cpu" and not name.startswith("cuda"):
+        raise ValueError(f"unknown device {name!r}; choose auto, cpu or cuda")
+    return torch.device(name)
+
+
+def resolve_precision(name: str, device: torch.device) -> str:
+    """'auto' is bf16 autocast on a CUDA GPU that supports it, fp32 everywhere else."""
+    if name == "auto":
+        return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+    if name not in ("fp32", "bf16"):
+        raise ValueError(f"unknown precision {name!r}; choose auto, fp32 or bf16")
+    return name
+
+
+def cpu_name() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"{cpu_name()} ({torch.get_num_threads()} threads)"
+
+
+def library_versions() -> dict[str, str]:
+    versions = {"python": sys.version.split()[0]}
+    for pkg in ("torch", "transformers", "trl", "datasets", "tokenizers", "accelerate"):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = "not installed"
+    return versions
+
+
+def environment(device: torch.device) -> dict:
+    return {"device": str(device), "device_name": device_name(device), "platform": platform.platform(),
+            "versions": library_versions()}
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """CUDA: torch.cuda.max_memory_allocated. CPU: the peak RSS of this process (Linux reports KiB)."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def _tensor_bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+
+
+def training_state_bytes(modules, optimizers) -> dict[str, int]:
+    """Bytes of parameters, gradients and optimizer state of everything trained (a critic included)."""
+    params = [p for m in modules for p in m.parameters()]
+    optimizer_tensors = [v for opt in optimizers for state in opt.state.values() for v in state.values()]
+    return {
+        "param_bytes": _tensor_bytes(params),
+        "grad_bytes": _tensor_bytes(p.grad for p in params if p.grad is not None),
+        "optimizer_bytes": _tensor_bytes(optimizer_tensors),
+    }

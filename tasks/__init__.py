@@ -1,0 +1,15 @@
+"""Tasks: prompts, rewards, starting policies and evaluation. Never imports ``algorithms``."""
+
+from tasks.base import GenerationDefaults, RewardError, Task, TaskError
+from tasks.pizza import PizzaTask
+
+TASKS: dict[str, type[Task]] = {"pizza": PizzaTask}
+
+
+def make_task(name: str, **options) -> Task:
+    if name not in TASKS:
+        raise TaskError(f"unknown task {name!r}; choose from {', '.join(sorted(TASKS))}")
+    return TASKS[name](**options)
+
+
+__all__ = ["TASKS", "GenerationDefaults", "RewardError", "Task", "TaskError", "make_task"]

@@ -1,0 +1,150 @@
+"""The Task interface: prompts, a reward function, a starting policy and an evaluation.
+
+A task never imports ``algorithms``; algorithms only call the methods below (duck-typed), so a
+user's own task plugs in by subclassing ``Task``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+import torch
+
+
+class TaskError(Exception):
+    """Bad input to a task (a missing file, a malformed option): one line, exit status 2."""
+
+
+class RewardError(TaskError):
+    """A reward function raised, or returned NaN/inf or the wrong number of values."""
+
+
+@dataclass(frozen=True)
+class GenerationDefaults:
+    max_new_tokens: int
+    temperature: float = 1.0
+
+
+RewardFn = Callable[[Sequence[str], Sequence[str]], Sequence[float]]
+
+
+class Task:
+    """Subclasses set ``name``, ``generation`` and ``reward_modes`` and implement the abstract methods.
+
+    ``reward(prompts, completions)`` is the task's own reward; everyone calls ``score``, which checks
+    what the reward function returned (count, finiteness) and names the function when it misbehaves.
+    """
+
+    name: str = "task"
+    reward_modes: tuple[str, ...] = ("default",)
+    generation: GenerationDefaults
+    recommended_learning_rate: float = 1e-3  # used when a run leaves learning_rate unset
+    tokenizer = None
+
+    def __init__(self, reward_mode: Optional[str] = None, reward_fn: Optional[RewardFn] = None):
+        mode = reward_mode or self.reward_modes[0]
+        if mode not in self.reward_modes:
+            raise TaskError(f"task {self.name!r} has no reward mode {mode!r}; choose from {', '.join(self.reward_modes)}")
+        self.reward_mode = mode
+        self._custom_reward = reward_fn
+
+    # --- to implement -------------------------------------------------------------------------
+    def load_policy(self, device: torch.device):
+        """Return the starting policy (a transformers PreTrainedModel) on ``device``; sets ``self.tokenizer``."""
+        raise NotImplementedError
+
+    def train_prompts(self) -> list[str]:
+        raise NotImplementedError
+
+    def reward(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
+        raise NotImplementedError
+
+    def evaluate(self, model, *, seed: int = 0) -> dict[str, float]:
+        """Named metrics of ``model``; at least ``reward`` and ``accuracy``."""
+        raise NotImplementedError
+
+    def describe(self) -> dict:
+        """Every setting that defines the task, for config.json."""
+        return {
+            "name": self.name,
+            "reward_mode": self.reward_mode,
+            "generation": vars(self.generation).copy(),
+            "recommended_learning_rate": self.recommended_learning_rate,
+            "custom_reward_fn": getattr(self._custom_reward, "__qualname__", None),
+        }
+
+    # --- shared ---------------------------------------------------------------------------------
+    def score(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
+        fn = self._custom_reward or self.reward
+        fn_name = getattr(fn, "__qualname__", repr(fn))
+        try:
+            values = fn(prompts, completions)
+        except Exception as exc:  # a user's reward function may raise anything
+            raise RewardError(f"reward function {fn_name} raised {type(exc).__name__}: {exc}") from exc
+        try:
+            values = [float(v) for v in values]
+        except (TypeError, ValueError) as exc:
+            raise RewardError(f"reward function {fn_name} returned non-numeric values: {exc}") from exc
+        if len(values) != len(completions):
+            raise RewardError(
+                f"reward function {fn_name} returned {len(values)} values for {len(completions)} completions"
+            )
+        for i, v in enumerate(values):
+            if not math.isfinite(v):
+                raise RewardError(f"reward function {fn_name} returned {v} for completion {i} ({completions[i]!r})")
+        return values
+
+
+def sample_completions(
+    model, tokenizer, prompts: Sequence[str], *, num_samples: int, max_new_tokens: int, temperature: float,
+    seed: int, batch_size: int = 256,
+) -> list[list[str]]:
+    """``num_samples`` completions per prompt with plain ancestral sampling (no top-k / top-p), seeded.
+
+    Returns one list per prompt of the text before the first EOS, the same convention as training
+    rollouts. Runs under a forked RNG so evaluating never shifts a training run's random stream.
+    """
+    device = next(model.parameters()).device
+    eos = tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    was_training = model.training
+    model.eval()
+    results: list[list[str]] = []
+    saved_side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    devices = [device] if device.type == "cuda" else []
+    try:
+        with torch.random.fork_rng(devices=devices), torch.no_grad():
+            torch.manual_seed(seed)
+            for prompt in prompts:
+                texts: list[str] = []
+                while len(texts) < num_samples:
+                    n = min(batch_size, num_samples - len(texts))
+                    enc = tokenizer([prompt] * n, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+                    out = model.generate(
+                        **enc, do_sample=temperature > 0, temperature=temperature if temperature > 0 else None,
+                        top_k=0, top_p=1.0, max_new_tokens=max_new_tokens, pad_token_id=pad, eos_token_id=eos,
+                    )
+                    for row in out[:, enc["input_ids"].size(1):].tolist():
+                        cut = row.index(eos) if eos in row else len(row)
+                        texts.append(tokenizer.decode(row[:cut], skip_special_tokens=False))
+                results.append(texts)
+    finally:
+        tokenizer.padding_side = saved_side
+        model.train(was_training)
+    return results
+
+
+def load_pretrained(path: str, device=None):
+    """(model, tokenizer) from a Hugging Face id or local directory, or one clear TaskError."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path)
+    except (OSError, ValueError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TaskError(f"cannot load a causal LM from {path!r}: {first_line}") from exc
+    return (model.to(device) if device is not None else model), tokenizer

@@ -1,0 +1,105 @@
+"""Tiny from-scratch causal LMs for the toy tasks: a real character-level ``PreTrainedTokenizerFast``
+and a small ``LlamaForCausalLM``, pretrained deterministically and cached outside the repository.
+
+Both are ordinary Hugging Face objects (``save_pretrained`` / ``from_pretrained``), so every
+algorithm, and TRL, sees them exactly as it would see a hub model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+SPECIAL_TOKENS = ("<pad>", "<eos>", "<unk>")
+
+
+def cache_root() -> Path:
+    """Where pretrained task models live: $GRPO_BENCH_CACHE, else ~/.cache/grpo-bench."""
+    return Path(os.environ.get("GRPO_BENCH_CACHE", Path.home() / ".cache" / "grpo-bench"))
+
+
+def char_tokenizer(alphabet: Sequence[str]) -> PreTrainedTokenizerFast:
+    """One token per character (or per listed symbol), plus <pad>, <eos> and <unk>."""
+    vocab = {tok: i for i, tok in enumerate(list(SPECIAL_TOKENS) + list(alphabet))}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    backend.decoder = decoders.Fuse()  # characters join back with no separator
+    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+
+
+def tiny_llama(tokenizer, *, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4, max_positions: int = 64, seed: int = 0) -> LlamaForCausalLM:
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 4,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        max_position_embeddings=max_positions,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.bos_token_id = None
+    return model
+
+
+def pretrain(model, tokenizer, texts: Sequence[str], *, steps: int, batch_size: int, lr: float, seed: int) -> list[float]:
+    """Next-token pretraining on ``texts`` (each followed by EOS). Deterministic for a seed on CPU."""
+    rng = torch.Generator().manual_seed(seed)
+    encoded = tokenizer([t + tokenizer.eos_token for t in texts], padding=True, return_tensors="pt", add_special_tokens=False)
+    ids, mask = encoded["input_ids"], encoded["attention_mask"]
+    labels = ids.masked_fill(mask == 0, -100)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 50) * max(0.05, 1 - s / steps))
+    model.train()
+    losses = []
+    for _ in range(steps):
+        idx = torch.randint(0, ids.size(0), (batch_size,), generator=rng)
+        loss = model(input_ids=ids[idx], attention_mask=mask[idx], labels=labels[idx]).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+        losses.append(loss.item())
+    model.eval()
+    return losses
+
+
+def cached_model(kind: str, recipe: dict, build: Callable[[], tuple]) -> tuple:
+    """Load the (model, tokenizer) that ``recipe`` describes from the cache, or build and cache it.
+
+    The cache key is a hash of the recipe, so changing any pretraining setting builds a new model;
+    the directory is written under a temporary name and renamed, so a killed build leaves nothing
+    half-written behind.
+    """
+    key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
+    target = cache_root() / f"{kind}-{key}"
+    if not (target / "config.json").exists():
+        model, tokenizer = build()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{kind}-", dir=target.parent))
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        (staging / "recipe.json").write_text(json.dumps(recipe, indent=2, sort_keys=True))
+        try:
+            os.replace(staging, target)
+        except OSError:  # another process won the race: keep its copy
+            shutil.rmtree(staging, ignore_errors=True)
+    model = LlamaForCausalLM.from_pretrained(target)
+    tokenizer = AutoTokenizer.from_pretrained(target)
+    return model, tokenizer
