@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 import torch
+import torch.nn.functional as F
 
 GRPO_LEVELS = ("token", "sequence")
 ADVANTAGE_SCALES = ("group", "batch", "none")
@@ -205,3 +206,25 @@ def masked_mean_per_sequence(values: torch.Tensor, mask: torch.Tensor) -> torch.
     """(B, T) -> (B,): mean over each completion's active tokens."""
     mask = mask.to(values.dtype)
     return (values * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+
+
+# --------------------------------------------------------------------------------------------
+# DPO (Rafailov et al. 2023, Eq. 7)
+# --------------------------------------------------------------------------------------------
+
+
+def dpo_loss(
+    policy_chosen_logps: torch.Tensor,
+    policy_rejected_logps: torch.Tensor,
+    ref_chosen_logps: torch.Tensor,
+    ref_rejected_logps: torch.Tensor,
+    beta: float = 0.1,
+) -> torch.Tensor:
+    """DPO sigmoid loss (Rafailov et al. 2023, Eq. 7), mean over pairs:
+
+        L = -log sigma( beta * [ (log pi(y_w|x) - log pi_ref(y_w|x)) - (log pi(y_l|x) - log pi_ref(y_l|x)) ] )
+
+    All inputs are (B,) *sequence* log-probs (sums over completion tokens). Returns a scalar.
+    """
+    logits = (policy_chosen_logps - ref_chosen_logps) - (policy_rejected_logps - ref_rejected_logps)  # (B,)
+    return -F.logsigmoid(beta * logits).mean()
