@@ -1,0 +1,365 @@
+"""``grpo-bench report DIR``: a matrix directory's cells as tidy tables, markdown and plots.
+
+Writes under DIR:
+    tables/cells.csv   one row per cell (complete, failed or missing), every measured number
+    tables/evals.csv   accuracy and reward before, during and after training (long format)
+    tables/steps.csv   every training step's metrics (long format: one row per cell and step)
+    tables/summary.csv / summary.md   per task and variant: mean and 95% t-interval over seeds
+    plots/*.png        reward vs samples and vs wall-clock, accuracy, memory, time, GRPO KL and clip fraction
+    README.md          the tables and plots; also a section of results/README.md when DIR is under results/
+
+Over a partial directory it says which cells are missing and reports the rest; failed cells are
+listed with their error and left out of the means.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+
+from benchmarks.harness import UsageError
+from benchmarks.io import atomic_write, atomic_write_text, read_jsonl
+from benchmarks.readme import update_section
+
+CELL_KEYS = ["task", "variant", "algo", "seed"]
+# (column, heading, format, scale) of the summary table, in order.
+SUMMARY_COLUMNS = [
+    ("accuracy_before", "accuracy before", "{:.3f}", 1.0),
+    ("accuracy_after", "accuracy after", "{:.3f}", 1.0),
+    ("reward_before", "reward before", "{:.3f}", 1.0),
+    ("reward_after", "reward after", "{:.3f}", 1.0),
+    ("peak_memory_bytes", "peak memory (MiB)", "{:.0f}", 2.0**-20),
+    ("training_state_bytes", "params+grads+optim (MiB)", "{:.2f}", 2.0**-20),
+    ("time_per_step_s", "time/step (ms)", "{:.1f}", 1e3),
+    ("wall_clock_s", "training time (s)", "{:.1f}", 1.0),
+    ("tokens_per_second", "generated tokens/s", "{:.0f}", 1.0),
+]
+
+
+def t_interval(values) -> tuple[float, float]:
+    """Mean and the half-width of its 95% Student-t confidence interval (nan half-width for n < 2)."""
+    from scipy import stats
+
+    x = pd.Series(values, dtype=float).dropna()
+    n = len(x)
+    if n == 0:
+        return math.nan, math.nan
+    if n == 1:
+        return float(x.iloc[0]), math.nan
+    return float(x.mean()), float(stats.t.ppf(0.975, n - 1) * x.std(ddof=1) / math.sqrt(n))
+
+
+def _t_band(values) -> tuple[float, float]:
+    mean, half = t_interval(values)
+    half = 0.0 if math.isnan(half) else half
+    return mean - half, mean + half
+
+
+# ------------------------------------------------------------------------------------------------
+# Collecting the cells
+# ------------------------------------------------------------------------------------------------
+
+
+def _read_json(path: Path) -> Optional[dict]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _planned_cells(out: Path) -> tuple[dict, list[dict]]:
+    meta = _read_json(out / "matrix.json")
+    if meta:
+        return meta, meta.get("cells", [])
+    # No plan (cells copied around, or runs of `grpo-bench run`): whatever cell directories are there.
+    cells = []
+    for marker in sorted({p.parent for p in out.rglob("cell.json")} | {p.parent for p in out.rglob("summary.json")}):
+        spec = _read_json(marker / "cell.json") or {}
+        summary = _read_json(marker / "summary.json") or {}
+        cells.append({
+            "dir": str(marker.relative_to(out)), "task_label": spec.get("task_label", summary.get("task")),
+            "task": spec.get("task", summary.get("task")), "variant": spec.get("variant", summary.get("algo")),
+            "algo": spec.get("algo", summary.get("algo")), "seed": spec.get("seed", summary.get("seed")),
+            "steps": spec.get("steps", summary.get("steps")), "budget": spec.get("budget"),
+            "completions_per_step": spec.get("completions_per_step"),
+        })
+    return {}, cells
+
+
+def collect(out: Path) -> dict:
+    """Read every cell of DIR into three tidy frames (cells, evals, steps) plus the matrix's metadata."""
+    out = Path(out)
+    if not out.is_dir():
+        raise UsageError(f"no such directory: {out}")
+    meta, planned = _planned_cells(out)
+    if not planned:
+        raise UsageError(f"nothing to report in {out}: no matrix.json and no cell summaries "
+                         f"(run: grpo-bench matrix FILE --out {out})")
+    cell_rows, eval_rows, step_rows = [], [], []
+    for spec in planned:
+        cell_dir = out / spec["dir"]
+        keys = {"task": spec["task_label"], "variant": spec["variant"], "algo": spec["algo"], "seed": spec["seed"]}
+        summary = _read_json(cell_dir / "summary.json")
+        metrics = read_jsonl(cell_dir / "metrics.jsonl")
+        row = {**keys, "task_name": spec["task"], "steps_planned": spec.get("steps"), "budget": spec.get("budget"),
+               "completions_per_step": spec.get("completions_per_step"), "dir": spec["dir"]}
+        if summary is None:
+            row["status"] = "missing" if not metrics else f"unfinished ({len(metrics)} of {spec.get('steps')} steps)"
+            cell_rows.append(row)
+            continue
+        row.update(_flatten_summary(summary))
+        cell_rows.append(row)
+        if summary.get("status") != "complete":
+            continue
+        cps = spec.get("completions_per_step") or (summary["completions_generated"] / max(summary["steps"], 1))
+        samples, samples_at = 0.0, {0: 0.0}
+        for r in metrics:  # "completions" is per step; "samples" counts them up (what the budget counts)
+            samples += r.get("completions", cps)
+            samples_at[r["step"]] = samples
+            step_rows.append({**keys, **r, "samples": samples})
+        evals = [(0, 0.0, "before", {k[: -len("_before")]: v for k, v in summary.items() if k.endswith("_before")})]
+        evals += [(r["step"], r["time/wall"], "during", {k[len("eval/"):]: v for k, v in r.items() if k.startswith("eval/")})
+                  for r in metrics if any(k.startswith("eval/") for k in r)]
+        evals.append((summary["steps"], summary["wall_clock_s"], "after",
+                      {k[: -len("_after")]: v for k, v in summary.items() if k.endswith("_after")}))
+        for step, wall, phase, values in evals:
+            eval_rows.append({**keys, "step": step, "samples": samples_at.get(step, step * cps), "time/wall": wall, "phase": phase, **values})
+    return {"meta": meta, "cells": pd.DataFrame(cell_rows), "evals": pd.DataFrame(eval_rows), "steps": pd.DataFrame(step_rows)}
+
+
+def _flatten_summary(s: dict) -> dict:
+    row = {k: v for k, v in s.items() if not isinstance(v, (dict, list)) and k not in CELL_KEYS}
+    row.update({f"time_{phase}_s": v for phase, v in (s.get("phase_seconds") or {}).items()})
+    row.update({f"version_{lib}": v for lib, v in (s.get("versions") or {}).items()})
+    if "param_bytes" in s:
+        row["training_state_bytes"] = s["param_bytes"] + s.get("grad_bytes", 0) + s.get("optimizer_bytes", 0)
+    return row
+
+
+# ------------------------------------------------------------------------------------------------
+# Tables
+# ------------------------------------------------------------------------------------------------
+
+
+def summarize(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per (task, variant): mean and 95% t-interval half-width over the complete seeds of each column."""
+    rows = []
+    for (task, variant), group in cells.groupby(["task", "variant"], sort=False):
+        done = group[group["status"] == "complete"]
+        row = {"task": task, "variant": variant, "algo": group["algo"].iloc[0], "seeds_complete": len(done),
+               "seeds_planned": len(group), "failed": int((group["status"] == "failed").sum()),
+               "budget": group["budget"].iloc[0],
+               "completions_used": done["completions_generated"].mean() if "completions_generated" in done else math.nan,
+               "steps": group["steps_planned"].iloc[0]}
+        for column, _, _, _ in SUMMARY_COLUMNS:
+            mean, half = t_interval(done[column]) if column in done else (math.nan, math.nan)
+            row[f"{column}_mean"], row[f"{column}_ci95"] = mean, half
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _pm(mean: float, half: float, fmt: str, scale: float) -> str:
+    if math.isnan(mean):
+        return "-"
+    text = fmt.format(mean * scale)
+    return text if math.isnan(half) else f"{text} ± {fmt.format(half * scale)}"
+
+
+def markdown_table(headers: list[str], rows: list[list]) -> str:
+    def cell(v):
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def summary_markdown(summary: pd.DataFrame) -> str:
+    headers = ["task", "variant", "seeds", "steps x completions"] + [h for _, h, _, _ in SUMMARY_COLUMNS]
+    rows = []
+    for _, r in summary.iterrows():
+        seeds = f"{r['seeds_complete']}/{r['seeds_planned']}" + (f" ({r['failed']} failed)" if r["failed"] else "")
+        used = "-" if pd.isna(r["completions_used"]) else f"{r['completions_used']:.0f}"
+        rows.append([r["task"], r["variant"], seeds, f"{r['steps']} = {used}"]
+                    + [_pm(r[f"{c}_mean"], r[f"{c}_ci95"], fmt, scale) for c, _, fmt, scale in SUMMARY_COLUMNS])
+    return markdown_table(headers, rows)
+
+
+# ------------------------------------------------------------------------------------------------
+# Plots
+# ------------------------------------------------------------------------------------------------
+
+
+def _save(grid, path: Path, title: str) -> None:
+    grid.figure.suptitle(title, y=1.02)
+    atomic_write(path, lambda tmp: grid.figure.savefig(tmp, dpi=110, bbox_inches="tight", format="png"))
+    import matplotlib.pyplot as plt
+
+    plt.close(grid.figure)
+
+
+def plots(data: dict, out: Path) -> list[tuple[str, str]]:
+    """Write the PNGs; returns [(file name, caption)] for the ones there was data for."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid", context="paper")
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    steps, evals, cells = data["steps"], data["evals"], data["cells"]
+    band = {"errorbar": _t_band}
+    if not steps.empty and "reward/mean" in steps:
+        steps = steps.sort_values(CELL_KEYS + ["step"]).copy()
+        # Per-step rewards of a small batch are noisy: a trailing mean over ~5% of the run.
+        steps["reward (smoothed)"] = steps.groupby(["task", "variant", "seed"], sort=False)["reward/mean"].transform(
+            lambda s: s.rolling(max(1, len(s) // 20), min_periods=1).mean())
+        g = sns.relplot(data=steps, x="samples", y="reward (smoothed)", hue="variant", col="task", kind="line",
+                        facet_kws={"sharex": False, "sharey": False}, height=3.2, **band)
+        g.set_axis_labels("generated completions (training samples)", "training reward")
+        _save(g, out / "reward_vs_samples.png", "Training reward vs samples (mean over seeds, 95% t-interval)")
+        written.append(("reward_vs_samples.png", "training reward vs generated completions"))
+        # Seeds do not share wall-clock instants: average within 40 time bins per task and variant.
+        steps["wall-clock (s)"] = steps.groupby(["task", "variant"])["time/wall"].transform(
+            lambda s: ((s / max(s.max(), 1e-9) * 40).clip(upper=39.999).astype(int) + 0.5) * max(s.max(), 1e-9) / 40)
+        g = sns.relplot(data=steps, x="wall-clock (s)", y="reward (smoothed)", hue="variant", col="task", kind="line",
+                        facet_kws={"sharex": False, "sharey": False}, height=3.2, **band)
+        g.set_axis_labels("training wall-clock (s)", "training reward")
+        _save(g, out / "reward_vs_wallclock.png", "Training reward vs wall-clock (binned, 95% t-interval)")
+        written.append(("reward_vs_wallclock.png", "training reward vs training wall-clock"))
+    if not evals.empty and "accuracy" in evals:
+        g = sns.relplot(data=evals, x="samples", y="accuracy", hue="variant", col="task", kind="line", marker="o",
+                        facet_kws={"sharex": False}, height=3.2, **band)
+        g.set_axis_labels("generated completions (training samples)", "evaluation accuracy")
+        _save(g, out / "accuracy_vs_samples.png", "Evaluation accuracy before, during and after training")
+        written.append(("accuracy_vs_samples.png", "evaluation accuracy vs generated completions"))
+    done = cells[cells["status"] == "complete"].copy() if "status" in cells else cells.iloc[:0]
+    if not done.empty:
+        done["peak memory (MiB)"] = done["peak_memory_bytes"] / 2**20
+        done["time per step (ms)"] = done["time_per_step_s"] * 1e3
+        done["final accuracy"] = done["accuracy_after"]
+        for column, name, title in [
+            ("final accuracy", "final_accuracy.png", "Final accuracy"),
+            ("peak memory (MiB)", "peak_memory.png", f"Peak memory ({done['peak_memory_kind'].iloc[0]})"),
+            ("time per step (ms)", "time_per_step.png", "Training time per step"),
+        ]:
+            g = sns.catplot(data=done, x="variant", y=column, col="task", kind="bar", height=3.4, aspect=1.3,
+                            hue="variant", legend=False, sharey=column != "final accuracy", **band)
+            g.set_xticklabels(rotation=35, ha="right")
+            _save(g, out / name, f"{title} (mean over seeds, 95% t-interval)")
+            written.append((name, title.lower()))
+    grpo = steps[steps["algo"] == "grpo"] if not steps.empty else steps
+    for column, name in [("kl", "grpo_kl.png"), ("clipfrac", "grpo_clipfrac.png")]:
+        if not grpo.empty and column in grpo and grpo[column].notna().any():
+            g = sns.relplot(data=grpo, x="step", y=column, hue="variant", col="task", kind="line",
+                            facet_kws={"sharex": False, "sharey": False}, height=3.2, **band)
+            _save(g, out / name, f"GRPO variants: {column} per step (95% t-interval)")
+            written.append((name, f"GRPO variants: {column} per step"))
+    return written
+
+
+# ------------------------------------------------------------------------------------------------
+# Markdown and the command
+# ------------------------------------------------------------------------------------------------
+
+
+def render(data: dict, summary: pd.DataFrame, images: list[tuple[str, str]], prefix: str, source: str) -> str:
+    """The report as markdown; ``prefix`` is the path from the README holding it to DIR."""
+    meta, cells = data["meta"], data["cells"]
+    done = cells[cells["status"] == "complete"] if "status" in cells else cells.iloc[:0]
+    lines = [f"### Matrix `{meta.get('name', Path(source).name)}`" + (f": {meta['description']}" if meta.get("description") else "")]
+    if not done.empty:
+        first = done.iloc[0]
+        versions = ", ".join(f"{lib} {first.get('version_' + lib)}" for lib in ("torch", "transformers", "trl")
+                             if isinstance(first.get("version_" + lib), str))
+        lines.append(f"Device: {first.get('device_name')} ({first.get('precision')}); {versions}.")
+    budgets = cells.drop_duplicates("task")[["task", "budget"]].dropna()
+    if not budgets.empty:
+        lines.append("Budget: " + ", ".join(f"{int(b)} generated completions per cell on {t}" for t, b in budgets.values)
+                     + "; each variant runs budget // (its completions per step) steps, shown in the table as steps = completions used.")
+    sessions = meta.get("sessions", [])
+    if sessions:
+        lines.append(f"Matrix wall-clock: {sum(s['elapsed_s'] for s in sessions):.0f} s over {len(sessions)} session(s)"
+                     + (f"; training alone {done['wall_clock_s'].sum():.0f} s, the rest is process start-up and evaluation."
+                        if not done.empty else "."))
+    counts = cells["status"].value_counts() if "status" in cells else {}
+    lines.append(f"Cells: {len(cells)} planned, " + ", ".join(f"{n} {s}" for s, n in counts.items()) + ".")
+    lines += ["", "Mean ± 95% confidence interval over seeds (Student t); failed and missing cells are left out of the means.",
+              "", summary_markdown(summary)]
+    failed = cells[cells["status"] == "failed"] if "status" in cells else cells.iloc[:0]
+    if not failed.empty:
+        lines += ["", "Failed cells:", "", markdown_table(
+            ["task", "variant", "seed", "error"], [[r.task, r.variant, r.seed, r.error] for r in failed.itertuples()])]
+    missing = cells[~cells["status"].isin(["complete", "failed"])] if "status" in cells else cells
+    if not missing.empty:
+        lines += ["", f"Not run yet ({len(missing)}): " + ", ".join(f"{r.task} {r.variant} seed {r.seed} ({r.status})"
+                                                                    for r in missing.itertuples())]
+    for name, caption in images:
+        lines += ["", f"![{caption}]({prefix}plots/{name})"]
+    lines += ["", f"Tables: [{prefix}tables/summary.csv]({prefix}tables/summary.csv), "
+                  f"[{prefix}tables/cells.csv]({prefix}tables/cells.csv) (every cell), "
+                  f"[{prefix}tables/evals.csv]({prefix}tables/evals.csv), [{prefix}tables/steps.csv]({prefix}tables/steps.csv)."]
+    if meta.get("file"):
+        lines += ["", f"Regenerate: `grpo-bench matrix {meta['file']} --out {source} && grpo-bench report {source}`"]
+    return "\n".join(lines) + "\n"
+
+
+def _results_root(out: Path) -> Optional[Path]:
+    for parent in [out, *out.parents]:
+        if parent.name == "results":
+            return parent
+    return None
+
+
+def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[str] = None, plot: bool = True) -> dict:
+    out = Path(out)
+    data = collect(out)
+    summary = summarize(data["cells"])
+    tables = out / "tables"
+    for name, frame in [("cells", data["cells"]), ("evals", data["evals"]), ("steps", data["steps"]), ("summary", summary)]:
+        atomic_write_text(tables / f"{name}.csv", frame.to_csv(index=False))
+    atomic_write_text(tables / "summary.md", summary_markdown(summary) + "\n")
+    images = plots(data, out / "plots") if plot else []
+    source = str(out)
+    atomic_write_text(out / "README.md", "# grpo-bench results\n\n" + render(data, summary, images, "", source))
+    section_name = section or f"matrix-{out.name}"
+    targets = []
+    root = _results_root(out.resolve())
+    if root is not None and root != out.resolve():
+        targets.append(root / "README.md")
+    if readme:
+        targets.append(Path(readme))
+    for target in targets:
+        prefix = Path(os.path.relpath(out.resolve(), target.resolve().parent)).as_posix() + "/"
+        update_section(target, section_name, render(data, summary, images, prefix, source))
+    data["summary"] = summary
+    data["written"] = [str(out / "README.md")] + [str(t) for t in targets]
+    return data
+
+
+def cmd_report(args) -> int:
+    data = report(args.dir, readme=args.readme, section=args.section, plot=not args.no_plots)
+    cells = data["cells"]
+    counts = cells["status"].value_counts()
+    print(f"{len(cells)} cells: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    not_done = cells[cells["status"] != "complete"]
+    for r in not_done.itertuples():
+        print(f"  {r.status}: {r.task} {r.variant} seed {r.seed}" + (f": {r.error}" if r.status == "failed" else ""))
+    print(summary_markdown(data["summary"]))
+    print("wrote " + ", ".join(data["written"]) + f", {args.dir}/tables/, {args.dir}/plots/")
+    return 0
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("report", help="tables (CSV, markdown) and plots of a matrix directory")
+    p.add_argument("dir", help="a directory written by grpo-bench matrix")
+    p.add_argument("--readme", default=None, help="also update a section of this README (e.g. README.md)")
+    p.add_argument("--section", default=None, help="the README section's name (default: matrix-<dir name>)")
+    p.add_argument("--no-plots", action="store_true", help="tables and markdown only")
+    p.set_defaults(handler=cmd_report)
