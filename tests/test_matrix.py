@@ -1,0 +1,242 @@
+"""grpo-bench matrix and report: validation with line numbers, atomic files, SIGKILL then --resume, failures, partial reports."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from benchmarks.cli import main
+from benchmarks.io import atomic_write, atomic_write_json, append_jsonl, read_jsonl
+from benchmarks.matrix import line_of, parse
+
+ROOT = Path(__file__).resolve().parents[1]
+
+GOOD = """\
+seeds = [0]
+budget = 64
+
+[tasks.pizza]
+eval_samples = 16
+
+[algorithms.grpo]
+level = ["token", "sequence"]
+"""
+
+
+def _env():
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    env.setdefault("GRPO_BENCH_CACHE", "/tmp/gbcache")
+    return env
+
+
+def _matrix(args, **kw):
+    return subprocess.Popen([sys.executable, "-m", "benchmarks.cli", "matrix", *args, "--no-progress"], cwd=ROOT,
+                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+# ------------------------------------------------------------------------------------------------
+# Validation: one line naming the key and its line, exit 2, nothing run
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, line, words", [
+    ("bogus = 1\n" + GOOD, 1, ["unknown key 'bogus'"]),
+    (GOOD.replace("[tasks.pizza]", "[tasks.pizzza]"), 4, ["unknown task 'pizzza'"]),
+    (GOOD + "\n[algorithms.grpoo]\nmu = 2\n", 10, ["unknown algorithm 'grpoo'"]),
+    (GOOD + "\n[algorithms.gspo]\nalgo = \"sgd\"\n", 11, ["unknown algorithm 'sgd'"]),
+    (GOOD + "ppo_epochs = 4\n", 9, ["'ppo_epochs' is not an option of grpo"]),
+    (GOOD + "group_size = [8, 1]\n", 9, ["impossible variant grpo(level=token,group_size=1)", "group_size must be >= 2"]),
+    (GOOD + "mu = 0\n", 9, ["impossible variant", "mu must be >= 1"]),
+    (GOOD + "mu = 1.5\n", 9, ["mu of grpo must be int"]),
+    (GOOD.replace("eval_samples = 16", "eval_samples = 16\ntemperature = 2"), 6, ["unknown option 'temperature' of task pizza"]),
+    (GOOD.replace("eval_samples = 16", "reward_mode = \"dense\""), 5, ["task pizza has no reward mode 'dense'"]),
+    (GOOD.replace("budget = 64", "budget = 16"), 2, ["budget 16 completions is less than one step", "32 completions per step"]),
+    (GOOD.replace("seeds = [0]", "seeds = [0, 0]"), 1, ["seeds has duplicates"]),
+])
+def test_bad_matrix_file_is_one_line_naming_the_key_and_line(tmp_path, capsys, text, line, words):
+    path = tmp_path / "m.toml"
+    path.write_text(text)
+    assert main(["matrix", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"grpo-bench: error: {path}:{line}: "), err
+    for w in words:
+        assert w in err
+    assert not (tmp_path / "out").exists()  # rejected before anything ran
+
+
+def test_invalid_toml_and_missing_file(tmp_path, capsys):
+    path = tmp_path / "m.toml"
+    path.write_text("seeds = [0\n")
+    assert main(["matrix", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert "invalid TOML" in capsys.readouterr().err
+    assert main(["matrix", str(tmp_path / "nope.toml"), "--out", str(tmp_path / "o")]) == 2
+    assert "no such matrix file" in capsys.readouterr().err
+
+
+def test_line_of_handles_quoted_and_dotted_keys():
+    text = '# c\nseeds = [0]\n[tasks."pizza"]  # comment\n  eval_samples = 3\n[algorithms]\ngrpo.mu = 2\n'
+    assert line_of(text, ("tasks", "pizza")) == 3
+    assert line_of(text, ("tasks", "pizza"), "eval_samples") == 4
+    assert line_of(text, ("algorithms", "grpo"), "mu") == 6
+    assert line_of(text, (), "seeds") == 2
+
+
+def test_expansion_and_equal_sample_budgets(tmp_path):
+    path = tmp_path / "m.toml"
+    path.write_text(GOOD.replace("budget = 64", "budget = 200").replace("seeds = [0]", "seeds = [3, 4]")
+                    + "mu = [1, 2]\n[algorithms.small]\nalgo = \"grpo\"\ngroup_size = 2\n")
+    plan = parse(path)
+    variants = sorted({c.variant for c in plan.cells})
+    assert variants == ["grpo(level=sequence,mu=1)", "grpo(level=sequence,mu=2)", "grpo(level=token,mu=1)",
+                        "grpo(level=token,mu=2)", "small"]
+    assert len(plan.cells) == 10 and {c.seed for c in plan.cells} == {3, 4}
+    steps = {c.variant: (c.steps, c.completions_per_step) for c in plan.cells}
+    assert steps["grpo(level=token,mu=2)"] == (6, 32)  # 200 // (4 prompts x G 8); mu does not buy samples
+    assert steps["small"] == (25, 8)  # 200 // (4 x 2)
+
+
+# ------------------------------------------------------------------------------------------------
+# Atomic files
+# ------------------------------------------------------------------------------------------------
+
+
+def test_atomic_write_keeps_the_old_file_when_the_writer_dies(tmp_path):
+    path = tmp_path / "summary.json"
+    atomic_write_json(path, {"status": "complete", "x": 1})
+
+    def half_then_crash(tmp):
+        tmp.write_text('{"status": "comp')
+        raise RuntimeError("killed mid-write")
+
+    with pytest.raises(RuntimeError):
+        atomic_write(path, half_then_crash)
+    assert json.loads(path.read_text()) == {"status": "complete", "x": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]  # no temporary left behind
+
+
+def test_jsonl_reader_drops_a_line_cut_short(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    append_jsonl(path, {"step": 1})
+    append_jsonl(path, {"step": 2})
+    with open(path, "a") as f:
+        f.write('{"step": 3, "los')
+    assert read_jsonl(path) == [{"step": 1}, {"step": 2}]
+
+
+# ------------------------------------------------------------------------------------------------
+# SIGKILL mid-cell, then --resume
+# ------------------------------------------------------------------------------------------------
+
+RESUMABLE = """\
+seeds = [0, 1]
+budget = 640             # 20 GRPO steps
+checkpoint_every = 160   # every 5 steps
+device = "cpu"
+
+[tasks.pizza]
+eval_samples = 16
+
+[algorithms.grpo]
+"""
+
+
+@pytest.fixture(scope="module")
+def killed_and_resumed(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("resume")
+    path, out = tmp / "m.toml", tmp / "out"
+    path.write_text(RESUMABLE)
+    first, second = out / "pizza/grpo/seed0", out / "pizza/grpo/seed1"
+    proc = _matrix([str(path), "--out", str(out)])
+    deadline = time.time() + 120
+    while time.time() < deadline and len(read_jsonl(second / "metrics.jsonl")) < 7:  # past the step-5 checkpoint
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed_rows = len(read_jsonl(second / "metrics.jsonl"))
+    time.sleep(1.5)  # a cell that outlived its matrix would finish and write its summary now
+    info = {
+        "out": out, "first": first, "second": second, "killed_rows": killed_rows,
+        "orphan_summary": (second / "summary.json").exists(),
+        "first_summary": (first / "summary.json").read_text(),
+        "first_mtime": (first / "summary.json").stat().st_mtime_ns,
+        "checkpoints_at_kill": sorted(p.name for p in (second / "checkpoints").glob("*.pt")),
+    }
+    resumed = _matrix([str(path), "--out", str(out), "--resume"])
+    info["resume_output"], _ = resumed.communicate(timeout=180)
+    info["resume_rc"] = resumed.returncode
+    return info
+
+
+def test_sigkill_mid_cell_then_resume_skips_finished_cells_and_completes(killed_and_resumed):
+    r = killed_and_resumed
+    assert 7 <= r["killed_rows"] < 20, "the kill must land mid-cell"
+    assert not r["orphan_summary"], "the cell process must die with its matrix"
+    assert r["checkpoints_at_kill"], "the test means to exercise resuming from a checkpoint"
+    assert r["resume_rc"] == 0, r["resume_output"]
+    assert "[1/2] pizza grpo seed 0: complete, skipped" in r["resume_output"]
+    # The finished cell was not re-run: its summary is byte-for-byte the one written before the kill.
+    assert (r["first"] / "summary.json").read_text() == r["first_summary"]
+    assert (r["first"] / "summary.json").stat().st_mtime_ns == r["first_mtime"]
+    # The killed cell is complete and counted once: every step exactly once, as many samples as the budget.
+    summary = json.loads((r["second"] / "summary.json").read_text())
+    rows = read_jsonl(r["second"] / "metrics.jsonl")
+    assert summary["status"] == "complete" and summary["steps"] == 20
+    assert [row["step"] for row in rows] == list(range(1, 21))
+    assert summary["completions_generated"] == 640
+    meta = json.loads((r["out"] / "matrix.json").read_text())
+    # The killed session last recorded its first cell; the resumed one ran one cell and skipped one.
+    assert [(s["cells_run"], s["cells_skipped"]) for s in meta["sessions"]] == [(1, 0), (1, 1)]
+
+
+def test_report_on_a_partial_directory_names_what_is_missing(killed_and_resumed, tmp_path, capsys):
+    out = tmp_path / "results" / "cpu"
+    shutil.copytree(killed_and_resumed["out"], out)
+    atomic_write_json(out / "pizza/grpo/seed1/summary.json", {"status": "failed", "error": "out of memory (boom)"})
+    meta = json.loads((out / "matrix.json").read_text())
+    meta["cells"].append({**meta["cells"][0], "seed": 9, "dir": "pizza/grpo/seed9"})
+    atomic_write_json(out / "matrix.json", meta)
+    assert main(["report", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "3 cells: 1 complete, 1 failed, 1 missing" in printed
+    assert "failed: pizza grpo seed 1: out of memory (boom)" in printed and "missing: pizza grpo seed 9" in printed
+    readme = (out / "README.md").read_text()
+    assert "| pizza | grpo | 1/3 (1 failed) | 20 = 640 |" in readme
+    assert "out of memory (boom)" in readme and "pizza grpo seed 9 (missing)" in readme
+    assert (out / "plots" / "reward_vs_samples.png").stat().st_size > 1000
+    # Under results/: results/README.md gets a section whose links point into results/cpu/.
+    section = (tmp_path / "results" / "README.md").read_text()
+    assert "<!-- grpo-bench:matrix-cpu -->" in section and "](cpu/plots/final_accuracy.png)" in section
+    import pandas as pd
+
+    cells = pd.read_csv(out / "tables" / "cells.csv")
+    done = cells[cells["status"] == "complete"].iloc[0]
+    assert done["peak_memory_bytes"] > 0 and done["wall_clock_s"] > 0 and done["param_bytes"] > 0
+    evals = pd.read_csv(out / "tables" / "evals.csv")
+    assert list(evals["phase"]) == ["before", "after"] and list(evals["samples"]) == [0, 640]  # eval_every 0
+
+
+def test_report_on_an_empty_directory_is_one_line(tmp_path, capsys):
+    assert main(["report", str(tmp_path)]) == 2
+    assert "nothing to report" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "absent")]) == 2
+
+
+def test_a_failing_cell_is_recorded_and_the_matrix_goes_on(tmp_path):
+    path = tmp_path / "m.toml"
+    path.write_text(GOOD.replace("eval_samples = 16", 'eval_samples = 16\nmodel = "/nonexistent/model"')
+                    .replace('level = ["token", "sequence"]', ""))
+    out = tmp_path / "out"
+    proc = _matrix([str(path), "--out", str(out)])
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 1, output
+    summary = json.loads((out / "pizza/grpo/seed0/summary.json").read_text())
+    assert summary["status"] == "failed" and summary["returncode"] != 0
+    assert "/nonexistent/model" in summary["error"], summary["error"]
+    assert "FAILED" in output and "0 run and complete, 0 already complete, 1 failed" in output
