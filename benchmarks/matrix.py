@@ -413,7 +413,7 @@ def run_cell(cell: Cell, cell_dir: Path, *, resume: bool, timeout_s: float = 0) 
     cell_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(cell_dir / "cell.json", cell.spec())
     env = dict(os.environ)
-    root = str(Path(benchmarks.__file__).resolve().parents[1])  # the child runs this very code
+    root = str(Path(benchmarks.__file__).absolute().parents[1])  # the child runs this very code
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     log_path = cell_dir / "log.txt"
     start = time.perf_counter()
