@@ -136,6 +136,8 @@ def _flatten_summary(s: dict) -> dict:
     row = {k: v for k, v in s.items() if not isinstance(v, (dict, list)) and k not in CELL_KEYS}
     row.update({f"time_{phase}_s": v for phase, v in (s.get("phase_seconds") or {}).items()})
     row.update({f"version_{lib}": v for lib, v in (s.get("versions") or {}).items()})
+    if not s.get("tokens_generated"):
+        row["tokens_per_second"] = None
     if "param_bytes" in s:
         row["training_state_bytes"] = s["param_bytes"] + s.get("grad_bytes", 0) + s.get("optimizer_bytes", 0)
     return row
@@ -179,6 +181,22 @@ def markdown_table(headers: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
+PHASES = ["generate", "score", "logprobs", "update"]
+
+
+def phase_markdown(cells: pd.DataFrame) -> str:
+    """Mean seconds per phase over complete seeds; "other" is process start-up and evaluation."""
+    done = cells[cells["status"] == "complete"].copy()
+    if done.empty:
+        return ""
+    for phase in PHASES:
+        done[f"time_{phase}_s"] = done.get(f"time_{phase}_s", pd.Series(0.0, index=done.index)).fillna(0.0)
+    done["other"] = done["process_wall_clock_s"] - done["wall_clock_s"] if "process_wall_clock_s" in done else math.nan
+    means = done.groupby(["task", "variant"], sort=False)[[f"time_{p}_s" for p in PHASES] + ["wall_clock_s", "other"]].mean()
+    rows = [[task, variant] + [f"{v:.2f}" for v in r] for (task, variant), r in zip(means.index, means.values)]
+    return markdown_table(["task", "variant"] + PHASES + ["training total", "start-up + evaluation"], rows)
+
+
 def summary_markdown(summary: pd.DataFrame) -> str:
     headers = ["task", "variant", "seeds", "steps x completions"] + [h for _, h, _, _ in SUMMARY_COLUMNS]
     rows = []
@@ -215,28 +233,38 @@ def plots(data: dict, out: Path) -> list[tuple[str, str]]:
     written = []
     steps, evals, cells = data["steps"], data["evals"], data["cells"]
     band = {"errorbar": _t_band}
+    # One colour and one order per variant and task in every plot (the matrix file's order).
+    variants = list(dict.fromkeys(cells["variant"]))
+    palette = dict(zip(variants, sns.color_palette(n_colors=len(variants))))
+
+    def style(frame):
+        present = set(frame["variant"])
+        return {"hue": "variant", "hue_order": [v for v in variants if v in present], "palette": palette,
+                "col": "task", "col_order": [t for t in dict.fromkeys(cells["task"]) if t in set(frame["task"])], **band}
+
     if not steps.empty and "reward/mean" in steps:
         steps = steps.sort_values(CELL_KEYS + ["step"]).copy()
-        # Per-step rewards of a small batch are noisy: a trailing mean over ~5% of the run.
+        # Per-step rewards of a small batch are noisy: a trailing mean over ~10% of the run.
         steps["reward (smoothed)"] = steps.groupby(["task", "variant", "seed"], sort=False)["reward/mean"].transform(
-            lambda s: s.rolling(max(1, len(s) // 20), min_periods=1).mean())
-        g = sns.relplot(data=steps, x="samples", y="reward (smoothed)", hue="variant", col="task", kind="line",
-                        facet_kws={"sharex": False, "sharey": False}, height=3.2, **band)
+            lambda s: s.rolling(max(1, len(s) // 10), min_periods=1).mean())
+        g = sns.relplot(data=steps, x="samples", y="reward (smoothed)", kind="line",
+                        facet_kws={"sharex": False, "sharey": False}, height=3.2, **style(steps))
         g.set_axis_labels("generated completions (training samples)", "training reward")
         _save(g, out / "reward_vs_samples.png", "Training reward vs samples (mean over seeds, 95% t-interval)")
         written.append(("reward_vs_samples.png", "training reward vs generated completions"))
         # Seeds do not share wall-clock instants: average within 40 time bins per task and variant.
         steps["wall-clock (s)"] = steps.groupby(["task", "variant"])["time/wall"].transform(
             lambda s: ((s / max(s.max(), 1e-9) * 40).clip(upper=39.999).astype(int) + 0.5) * max(s.max(), 1e-9) / 40)
-        g = sns.relplot(data=steps, x="wall-clock (s)", y="reward (smoothed)", hue="variant", col="task", kind="line",
-                        facet_kws={"sharex": False, "sharey": False}, height=3.2, **band)
+        g = sns.relplot(data=steps, x="wall-clock (s)", y="reward (smoothed)", kind="line",
+                        facet_kws={"sharex": False, "sharey": False}, height=3.2, **style(steps))
         g.set_axis_labels("training wall-clock (s)", "training reward")
         _save(g, out / "reward_vs_wallclock.png", "Training reward vs wall-clock (binned, 95% t-interval)")
         written.append(("reward_vs_wallclock.png", "training reward vs training wall-clock"))
     if not evals.empty and "accuracy" in evals:
-        g = sns.relplot(data=evals, x="samples", y="accuracy", hue="variant", col="task", kind="line", marker="o",
-                        facet_kws={"sharex": False}, height=3.2, **band)
+        g = sns.relplot(data=evals, x="samples", y="accuracy", kind="line", marker="o",
+                        facet_kws={"sharex": False}, height=3.2, **style(evals))
         g.set_axis_labels("generated completions (training samples)", "evaluation accuracy")
+        g.set(ylim=(-0.02, 1.02))
         _save(g, out / "accuracy_vs_samples.png", "Evaluation accuracy before, during and after training")
         written.append(("accuracy_vs_samples.png", "evaluation accuracy vs generated completions"))
     done = cells[cells["status"] == "complete"].copy() if "status" in cells else cells.iloc[:0]
@@ -249,16 +277,19 @@ def plots(data: dict, out: Path) -> list[tuple[str, str]]:
             ("peak memory (MiB)", "peak_memory.png", f"Peak memory ({done['peak_memory_kind'].iloc[0]})"),
             ("time per step (ms)", "time_per_step.png", "Training time per step"),
         ]:
-            g = sns.catplot(data=done, x="variant", y=column, col="task", kind="bar", height=3.4, aspect=1.3,
-                            hue="variant", legend=False, sharey=column != "final accuracy", **band)
+            st = style(done)
+            g = sns.catplot(data=done, x="variant", y=column, order=st["hue_order"], kind="bar", height=3.4, aspect=1.3,
+                            legend=False, sharey=column != "final accuracy", **st)
             g.set_xticklabels(rotation=35, ha="right")
+            if column == "final accuracy":
+                g.set(ylim=(0, 1.02))
             _save(g, out / name, f"{title} (mean over seeds, 95% t-interval)")
             written.append((name, title.lower()))
     grpo = steps[steps["algo"] == "grpo"] if not steps.empty else steps
     for column, name in [("kl", "grpo_kl.png"), ("clipfrac", "grpo_clipfrac.png")]:
         if not grpo.empty and column in grpo and grpo[column].notna().any():
-            g = sns.relplot(data=grpo, x="step", y=column, hue="variant", col="task", kind="line",
-                            facet_kws={"sharex": False, "sharey": False}, height=3.2, **band)
+            g = sns.relplot(data=grpo, x="step", y=column, kind="line",
+                            facet_kws={"sharex": False, "sharey": False}, height=3.2, **style(grpo))
             _save(g, out / name, f"GRPO variants: {column} per step (95% t-interval)")
             written.append((name, f"GRPO variants: {column} per step"))
     return written
@@ -290,8 +321,13 @@ def render(data: dict, summary: pd.DataFrame, images: list[tuple[str, str]], pre
                         if not done.empty else "."))
     counts = cells["status"].value_counts() if "status" in cells else {}
     lines.append(f"Cells: {len(cells)} planned, " + ", ".join(f"{n} {s}" for s, n in counts.items()) + ".")
-    lines += ["", "Mean ± 95% confidence interval over seeds (Student t); failed and missing cells are left out of the means.",
+    lines += ["", "Mean ± 95% confidence interval over seeds (Student t); failed and missing cells are left out of the means. "
+              "On CPU, peak memory is the cell process's peak RSS, Python and torch included; "
+              "params+grads+optim counts what training adds (a critic included).",
               "", summary_markdown(summary)]
+    phases = phase_markdown(cells) if "status" in cells else ""
+    if phases:
+        lines += ["", "Wall-clock per phase (seconds per cell, mean over seeds):", "", phases]
     failed = cells[cells["status"] == "failed"] if "status" in cells else cells.iloc[:0]
     if not failed.empty:
         lines += ["", "Failed cells:", "", markdown_table(

@@ -228,15 +228,34 @@ def test_report_on_an_empty_directory_is_one_line(tmp_path, capsys):
     assert main(["report", str(tmp_path / "absent")]) == 2
 
 
-def test_a_failing_cell_is_recorded_and_the_matrix_goes_on(tmp_path):
+FAKE_CELLS = {
+    # What a cell's process may do, played by a one-line child instead of a real run (fast).
+    0: "import sys; print('RuntimeError: CUDA out of memory. Tried to allocate 2 GiB', file=sys.stderr); sys.exit(1)",
+    1: "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
+    2: ("import json, sys; open(sys.argv[1] + '/summary.json', 'w').write(json.dumps({'status': 'complete', 'steps': 2, "
+        "'accuracy_before': 0.1, 'accuracy_after': 0.9, 'reward_before': 0.4, 'reward_after': 3.6, "
+        "'completions_generated': 64, 'wall_clock_s': 1.0, 'peak_memory_bytes': 2**20}))"),
+}
+
+
+def test_failing_cells_are_recorded_and_the_matrix_goes_on(tmp_path, monkeypatch, capsys):
+    from benchmarks import matrix
+
     path = tmp_path / "m.toml"
-    path.write_text(GOOD.replace("eval_samples = 16", 'eval_samples = 16\nmodel = "/nonexistent/model"')
-                    .replace('level = ["token", "sequence"]', ""))
-    out = tmp_path / "out"
-    proc = _matrix([str(path), "--out", str(out)])
-    output, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 1, output
-    summary = json.loads((out / "pizza/grpo/seed0/summary.json").read_text())
-    assert summary["status"] == "failed" and summary["returncode"] != 0
-    assert "/nonexistent/model" in summary["error"], summary["error"]
-    assert "FAILED" in output and "0 run and complete, 0 already complete, 1 failed" in output
+    path.write_text(GOOD.replace("seeds = [0]", "seeds = [0, 1, 2]").replace('level = ["token", "sequence"]', ""))
+    plan = parse(path)
+    monkeypatch.setattr(matrix, "cell_command", lambda cell, out, resume: [sys.executable, "-c", FAKE_CELLS[cell.seed], str(out)])
+    counts = matrix.run_matrix(plan, tmp_path / "out", progress=False)
+    assert counts == {"complete": 1, "failed": 2, "skipped": 0}
+    summaries = [json.loads((tmp_path / "out" / c.relpath / "summary.json").read_text()) for c in plan.cells]
+    assert [s["status"] for s in summaries] == ["failed", "failed", "complete"]
+    assert summaries[0]["error"] == "RuntimeError: CUDA out of memory. Tried to allocate 2 GiB" and summaries[0]["returncode"] == 1
+    assert summaries[1]["error"] == "killed by SIGKILL (out of memory?)" and summaries[1]["returncode"] == -9
+    assert summaries[2]["process_wall_clock_s"] > 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "[1/3] pizza grpo seed 0: FAILED: RuntimeError: CUDA out of memory. Tried to allocate 2 GiB"
+    assert lines[2].startswith("[3/3] pizza grpo seed 2: accuracy 0.100 -> 0.900")
+    # --resume re-runs the failed cells only.
+    monkeypatch.setitem(FAKE_CELLS, 0, FAKE_CELLS[2])
+    counts = matrix.run_matrix(plan, tmp_path / "out", resume=True, progress=False)
+    assert counts == {"complete": 1, "failed": 1, "skipped": 1}
