@@ -105,8 +105,12 @@ def line_of(text: str, table: tuple[str, ...], key: Optional[str] = None) -> int
                     return n
             continue
         assign = _ASSIGN.match(line)
-        if assign and key is not None and current + _dotted(assign.group(1)) == table + (key,):
-            return n
+        if assign and key is not None:
+            path = current + _dotted(assign.group(1))
+            if path == table + (key,):
+                return n
+            if (table + (key,))[: len(path)] == path:  # an inline table holding the key: `grpo = { mu = 0 }`
+                header_line = header_line or n
     return header_line
 
 

@@ -86,6 +86,7 @@ def test_line_of_handles_quoted_and_dotted_keys():
     assert line_of(text, ("tasks", "pizza"), "eval_samples") == 4
     assert line_of(text, ("algorithms", "grpo"), "mu") == 6
     assert line_of(text, (), "seeds") == 2
+    assert line_of(text + "inline = { mu = 0 }\n", ("algorithms", "inline"), "mu") == 7
 
 
 def test_expansion_and_equal_sample_budgets(tmp_path):
