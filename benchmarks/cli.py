@@ -186,6 +186,9 @@ EXTRA_COMMANDS: list[str] = []
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # "Loading weights" bars would bury our own progress and errors
     try:
         parser, _ = build_parser()
         args = parser.parse_args(argv)
