@@ -19,6 +19,12 @@ def add_parser(subparsers) -> None:
     mu1.add_argument("--readme", default="README.md", help="README whose 'mu1' section is regenerated ('' : none)")
     mu1.set_defaults(handler=lambda a: _lazy("benchmarks.mu1_check", "cmd_check_mu1")(a))
 
+    train = which.add_parser("trl-train", help="TRL's GRPOTrainer and ours trained on pizza with matched settings")
+    train.add_argument("--steps", type=int, default=50, help="training steps per run")
+    train.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 for each implementation")
+    train.add_argument("--out", default="results/trl_train", help="directory for report.md, results.json, rewards.png")
+    train.set_defaults(handler=lambda a: _lazy("benchmarks.trl_train", "cmd_check_trl_train")(a))
+
 
 def _lazy(module: str, name: str):
     """Import a check only when it runs: TRL takes seconds to import and `grpo-bench run` never needs it."""
