@@ -78,8 +78,9 @@ def _same_logits(a, b, input_ids: torch.Tensor) -> bool:
     return torch.equal(a(input_ids=input_ids).logits, b(input_ids=input_ids).logits)
 
 
-def convert_and_cache(target: Path, gguf: Path) -> None:
-    model, tokenizer = load_gguf(gguf)
+def convert_and_cache(target: Path, gguf: Path, loaded: Optional[tuple] = None) -> None:
+    """Write the dequantised weights of ``gguf`` (or of its already ``loaded`` (model, tokenizer)) to ``target``."""
+    model, tokenizer = loaded or load_gguf(gguf)
     plain = unquantized_copy(model)
     probe = tokenizer("The cat sat on the mat.", return_tensors="pt")["input_ids"]
     if not _same_logits(model.eval(), plain, probe):
