@@ -135,3 +135,17 @@ def test_gguf_converts_to_safetensors_with_identical_logits(tmp_path):
         cached, original = model(input_ids=ids).logits, gguf_model.eval()(input_ids=ids).logits
     assert torch.isfinite(cached).all()
     assert torch.equal(cached, original)
+
+
+def test_standard_error_is_over_questions():
+    mean, se = gsm8k.mean_and_se([1.0, 0.0, 0.5, 0.5])  # sample var = 1/6, se = sqrt(1/6 / 4)
+    assert mean == 0.5 and se == pytest.approx((1 / 24) ** 0.5)
+
+
+def test_before_after_table_pairs_metrics_with_their_errors():
+    from benchmarks.evaluate import before_after_table
+
+    table = before_after_table({"accuracy_before": 0.1, "accuracy_se_before": 0.02, "accuracy_after": 0.25,
+                                "accuracy_se_after": 0.03, "format_before": 0.0, "format_after": 0.05, "steps": 30})
+    assert "| accuracy | 0.100 ± 0.020 | 0.250 ± 0.030 |" in table and "| format | 0.000 | 0.050 |" in table
+    assert "steps" not in table
