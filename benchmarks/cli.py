@@ -70,7 +70,12 @@ TASK_OPTION_HELP = {
     "reward_mode": "the task's reward mode",
     "eval_samples": "completions sampled for evaluation",
     "model": "a Hugging Face model id or local directory to start from",
-    "data": "a local jsonl/parquet file, or a hub dataset name",
+    "data": "a local jsonl/parquet file or folder, or a hub dataset name",
+    "eval_questions": "evaluate on the first N test questions (the same N before and after)",
+    "eval_k": "completions sampled per evaluation question",
+    "eval_temperature": "sampling temperature of evaluation (0: greedy)",
+    "eval_max_new_tokens": "completion length cap in evaluation",
+    "eval_batch": "evaluation prompts per generate call",
 }
 
 
@@ -89,6 +94,11 @@ def _add_run_options(parser: argparse.ArgumentParser) -> tuple[dict, dict]:
         group = parser.add_argument_group(f"{name} options")
         _add_dataclass_options(group, cls.Config, algo_owners, name)
 
+    return algo_owners, add_task_options(parser)
+
+
+def add_task_options(parser: argparse.ArgumentParser) -> dict[str, set]:
+    """A flag for every task constructor argument; returns {option: tasks that take it}."""
     task_owners: dict[str, set] = {}
     task_group = parser.add_argument_group("task options")
     for name, cls in sorted(TASKS.items()):
@@ -99,7 +109,20 @@ def _add_run_options(parser: argparse.ArgumentParser) -> tuple[dict, dict]:
                 kind = type(default) if isinstance(default, (int, float)) and not isinstance(default, bool) else str
                 task_group.add_argument(_flag(pname), dest=pname, type=kind, default=None,
                                         help=f"{TASK_OPTION_HELP.get(pname, pname)} (default: {default})")
-    return algo_owners, task_owners
+    return task_owners
+
+
+def task_options(args: argparse.Namespace, task_owners: dict) -> dict:
+    """The task options given on the command line, refusing those that belong to another task."""
+    params = _task_parameters(TASKS[args.task])
+    options = {}
+    for key, value in vars(args).items():
+        if value is None or key not in task_owners:
+            continue
+        if key not in params:
+            raise UsageError(f"{_flag(key)} is an option of task {', '.join(sorted(task_owners[key]))}, not of {args.task}")
+        options[key] = value
+    return options
 
 
 def load_reward_fn(spec: str) -> Callable:
@@ -182,10 +205,13 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict]:
 
 
 # Subcommands defined in their own modules: each exposes add_parser(subparsers) that sets `handler`.
-EXTRA_COMMANDS: list[str] = ["benchmarks.matrix", "benchmarks.report"]
+EXTRA_COMMANDS: list[str] = ["benchmarks.evaluate", "benchmarks.checks", "benchmarks.matrix", "benchmarks.report"]
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # "Loading weights" bars would bury our own progress and errors
     try:
         parser, _ = build_parser()
         args = parser.parse_args(argv)

@@ -1,0 +1,168 @@
+"""``grpo-bench check trl-train``: TRL's GRPOTrainer and ours trained side by side on pizza.
+
+Matched settings (``matched_settings``): the task's pretrained model, G, prompts per step, completion
+length, temperature (no top-k / top-p), AdamW learning rate with a constant schedule, gradient clipping,
+beta, mu, loss type, epsilon, advantage scaling, and no bf16 / no KL bias correction on TRL's side.
+Both are evaluated by the same ``task.evaluate``, and both rewards see the completion text up to the first
+EOS with special tokens kept (the suite's convention; TRL's own ``completions`` text drops special tokens,
+so the TRL reward decodes TRL's ``completion_ids`` instead).
+
+Each (implementation, seed) runs in a fresh process, so the CPU peak RSS (or CUDA peak allocation) of
+one run is not the high-water mark of another. Time per step is the training loop's wall time / steps
+(TRL: ``trainer.train()`` with evaluation and saving off; ours: the harness's step times).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.harness import UsageError
+from benchmarks.io import atomic_write_json, atomic_write_text, read_jsonl
+
+TASK = "pizza"
+MATCHED = {"group_size": 8, "prompts_per_step": 4, "learning_rate": 5e-5, "beta": 0.04, "mu": 1, "loss_type": "grpo",
+           "epsilon": 0.2, "scale_rewards": "group", "max_grad_norm": 1.0, "max_new_tokens": 12, "temperature": 1.0}
+
+
+def run_ours(steps: int, seed: int, out: str) -> dict:
+    from algorithms.grpo import GRPOConfig
+    from benchmarks.harness import RunConfig, run
+
+    m = MATCHED
+    rc = RunConfig(task=TASK, algo="grpo", steps=steps, seed=seed, out=out, eval_every=0, checkpoint_every=0,
+                   max_new_tokens=m["max_new_tokens"], temperature=m["temperature"], precision="fp32")
+    config = GRPOConfig(group_size=m["group_size"], prompts_per_step=m["prompts_per_step"], learning_rate=m["learning_rate"],
+                        beta=m["beta"], mu=m["mu"], loss_type=m["loss_type"], epsilon=m["epsilon"],
+                        scale_rewards=m["scale_rewards"], max_grad_norm=m["max_grad_norm"])
+    summary = run(rc, config, {}, progress=False)
+    return {
+        "impl": "grpo-bench", "seed": seed, "accuracy_before": summary["accuracy_before"],
+        "accuracy_after": summary["accuracy_after"], "time_per_step_s": summary["time_per_step_s"],
+        "peak_memory_bytes": summary["peak_memory_bytes"], "peak_memory_kind": summary["peak_memory_kind"],
+        "rewards": [r["reward/mean"] for r in read_jsonl(Path(out) / "metrics.jsonl")],
+    }
+
+
+def run_trl(steps: int, seed: int, out: str) -> dict:
+    import torch
+    from datasets import Dataset
+    from transformers.trainer_callback import PrinterCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from benchmarks import measure
+    from benchmarks.trl_check import _silence
+    from tasks import make_task
+
+    _silence()
+    m = MATCHED
+    device = measure.resolve_device("auto")
+    task = make_task(TASK)
+    torch.manual_seed(seed)
+    model = task.load_policy(device)
+    tokenizer = task.tokenizer
+    eos = tokenizer.eos_token_id
+
+    def task_reward(prompts, completions, completion_ids, **kwargs):
+        texts = [tokenizer.decode(ids[: ids.index(eos)] if eos in ids else ids, skip_special_tokens=False)
+                 for ids in map(list, completion_ids)]
+        return task.score(prompts, texts)
+
+    before = task.evaluate(model, seed=seed)
+    args = GRPOConfig(
+        output_dir=out, seed=seed, max_steps=steps, per_device_train_batch_size=m["group_size"] * m["prompts_per_step"],
+        num_generations=m["group_size"], gradient_accumulation_steps=1, steps_per_generation=1,
+        max_completion_length=m["max_new_tokens"], temperature=m["temperature"], top_k=0, top_p=1.0,
+        learning_rate=m["learning_rate"], lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
+        max_grad_norm=m["max_grad_norm"], beta=m["beta"], num_iterations=m["mu"], loss_type=m["loss_type"],
+        epsilon=m["epsilon"], scale_rewards=m["scale_rewards"], use_bias_correction_kl=False, bf16=False,
+        use_cpu=device.type == "cpu", report_to="none", save_strategy="no", logging_steps=1, disable_tqdm=True,
+    )
+    prompts = task.train_prompts()
+    dataset = Dataset.from_dict({"prompt": [prompts[i % len(prompts)] for i in range(steps * m["prompts_per_step"])]})
+    trainer = GRPOTrainer(model=model, reward_funcs=task_reward, args=args, train_dataset=dataset, processing_class=tokenizer)
+    trainer.remove_callback(PrinterCallback)  # it prints every step's log dict when tqdm is off
+    measure.reset_peak_memory(device)
+    start = time.perf_counter()
+    trainer.train()
+    elapsed = time.perf_counter() - start
+    after = task.evaluate(model, seed=seed)
+    return {
+        "impl": "TRL GRPOTrainer", "seed": seed, "accuracy_before": before["accuracy"], "accuracy_after": after["accuracy"],
+        "time_per_step_s": elapsed / steps, "peak_memory_bytes": measure.peak_memory_bytes(device),
+        "peak_memory_kind": "cuda_max_memory_allocated" if device.type == "cuda" else "process_peak_rss",
+        "rewards": [h["reward"] for h in trainer.state.log_history if "reward" in h],
+    }
+
+
+def _isolated(fn, *args) -> dict:
+    """Run one training in a fresh process so its peak memory is its own."""
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+        return pool.submit(fn, *args).result()
+
+
+def report(runs: list[dict], steps: int, seeds: int) -> str:
+    import statistics
+
+    lines = [
+        f"# TRL GRPOTrainer vs grpo-bench GRPO on {TASK}, end to end",
+        "",
+        f"Generated by `grpo-bench check trl-train --steps {steps} --seeds {seeds}`. Matched settings: "
+        + ", ".join(f"{k}={v}" for k, v in MATCHED.items()) + " (AdamW, constant learning rate, fp32). Plot: `rewards.png`.",
+        "",
+        "| implementation | seed | accuracy before | accuracy after | final reward (mean of last 5 steps) | time/step (s) | peak memory (MiB) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        tail = r["rewards"][-5:]
+        lines.append(f"| {r['impl']} | {r['seed']} | {r['accuracy_before']:.3f} | {r['accuracy_after']:.3f} | "
+                     f"{sum(tail) / max(len(tail), 1):.3f} | {r['time_per_step_s']:.3f} | {r['peak_memory_bytes'] / 2**20:.0f} |")
+    for impl in dict.fromkeys(r["impl"] for r in runs):
+        mine = [r for r in runs if r["impl"] == impl]
+        acc = [r["accuracy_after"] for r in mine]
+        spread = f" ± {statistics.stdev(acc):.3f}" if len(acc) > 1 else ""
+        lines.append(f"| **{impl} mean** | {len(mine)} seeds | | {statistics.mean(acc):.3f}{spread} | | "
+                     f"{statistics.mean(r['time_per_step_s'] for r in mine):.3f} | "
+                     f"{statistics.mean(r['peak_memory_bytes'] for r in mine) / 2**20:.0f} |")
+    lines += ["", f"Peak memory is {runs[0]['peak_memory_kind']} of each run's own process.", ""]
+    return "\n".join(lines)
+
+
+def plot(runs: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    import seaborn as sns
+
+    frame = pd.DataFrame([{"implementation": r["impl"], "seed": r["seed"], "step": i + 1, "reward": v}
+                          for r in runs for i, v in enumerate(r["rewards"])])
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    sns.lineplot(data=frame, x="step", y="reward", hue="implementation", errorbar="sd", ax=ax)
+    ax.set_title(f"{TASK}: mean training reward per step (band: ±1 sd over seeds)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def cmd_check_trl_train(args) -> int:
+    if args.steps < 1 or args.seeds < 1:
+        raise UsageError("--steps and --seeds must be >= 1")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    runs = []
+    with tempfile.TemporaryDirectory() as run_dirs:  # the table and plot keep what matters; run dirs are scratch
+        for seed in range(args.seeds):
+            for name, fn in (("grpo-bench", run_ours), ("trl", run_trl)):
+                print(f"{name} seed {seed}: {args.steps} steps", flush=True)
+                runs.append(_isolated(fn, args.steps, seed, str(Path(run_dirs) / f"{name}-seed{seed}")))
+    atomic_write_json(out / "results.json", {"matched": MATCHED, "steps": args.steps, "runs": runs})
+    atomic_write_text(out / "report.md", report(runs, args.steps, args.seeds))
+    plot(runs, out / "rewards.png")
+    print(report(runs, args.steps, args.seeds))
+    return 0

@@ -1,0 +1,23 @@
+"""grpo-bench check trl-train: argument checks (fast) and a one-step end-to-end run (slow)."""
+
+import json
+
+import pytest
+
+from benchmarks.cli import main
+
+
+@pytest.mark.parametrize("argv", [["--steps", "0"], ["--seeds", "0"]])
+def test_bad_counts_are_one_line_exit_2(argv, capsys):
+    assert main(["check", "trl-train", *argv]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_one_step_one_seed_writes_both_implementations(tmp_path):
+    assert main(["check", "trl-train", "--steps", "2", "--seeds", "1", "--out", str(tmp_path)]) == 0
+    runs = json.loads((tmp_path / "results.json").read_text())["runs"]
+    assert [r["impl"] for r in runs] == ["grpo-bench", "TRL GRPOTrainer"]
+    assert all(len(r["rewards"]) == 2 and r["peak_memory_bytes"] > 0 for r in runs)
+    assert runs[0]["accuracy_before"] == runs[1]["accuracy_before"]  # same model, same evaluation seed
+    assert (tmp_path / "rewards.png").stat().st_size > 0
