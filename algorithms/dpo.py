@@ -14,7 +14,7 @@ from typing import Optional
 import torch
 
 from algorithms.base import Algorithm, AlgoConfig
-from algorithms.losses import dpo_loss, k3_kl, masked_mean_per_sequence, sequence_logps
+from algorithms.losses import dpo_loss, masked_mean_per_sequence, sequence_logps
 from algorithms.rollout import rollout_from_text
 
 
@@ -75,7 +75,9 @@ class DPO(Algorithm):
             "loss": loss.item(),
             "loss/policy": loss.item(),
             "grad_norm": grad_norm,
-            "kl": masked_mean_per_sequence(k3_kl(logps.detach(), ref_logps), mask).mean().item(),
+            # No "kl": the pairs are not samples of the current policy, so k3 on them estimates nothing.
+            "dpo/chosen_logratio": (seq[:n] - ref_seq[:n]).mean().item(),
+            "dpo/rejected_logratio": (seq[n:] - ref_seq[n:]).mean().item(),
             "entropy": masked_mean_per_sequence(entropy, mask).mean().item(),
             "dpo/margin": margin.mean().item(),
             "dpo/accuracy": (margin > 0).float().mean().item(),
