@@ -187,7 +187,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict]:
 
 
 # Subcommands defined in their own modules: each exposes add_parser(subparsers) that sets `handler`.
-EXTRA_COMMANDS: list[str] = []
+EXTRA_COMMANDS: list[str] = ["benchmarks.ablation"]
 
 
 def main(argv: Optional[list[str]] = None) -> int:
