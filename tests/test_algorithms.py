@@ -194,3 +194,14 @@ def test_cli_refuses_options_of_other_algorithms_and_tasks(capsys, tmp_path, arg
     assert main(["run", *argv, "--steps", "1", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
+
+
+def test_reinforce_moving_average_baseline():
+    from algorithms.reinforce import REINFORCE, REINFORCEConfig
+
+    state = SimpleNamespace(config=REINFORCEConfig(baseline_decay=0.9), baseline=None)
+    assert REINFORCE._baseline(state, torch.tensor([0.0, 2.0])) == 1.0  # the first batch centres on itself
+    assert REINFORCE._baseline(state, torch.tensor([3.0, 3.0])) == 1.0  # later ones see only the past
+    assert state.baseline == pytest.approx(0.9 * 1.0 + 0.1 * 3.0)
+    none = SimpleNamespace(config=REINFORCEConfig(baseline="none"), baseline=None)
+    assert REINFORCE._baseline(none, torch.tensor([5.0])) == 0.0
