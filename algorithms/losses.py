@@ -228,3 +228,134 @@ def dpo_loss(
     """
     logits = (policy_chosen_logps - ref_chosen_logps) - (policy_rejected_logps - ref_rejected_logps)  # (B,)
     return -F.logsigmoid(beta * logits).mean()
+
+
+# --------------------------------------------------------------------------------------------
+# REINFORCE (Williams 1992) with a baseline
+# --------------------------------------------------------------------------------------------
+
+
+def sequence_logps(logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) per-token log-probs -> (B,) log pi(o|q) = sum_t log pi(o_t | q, o_<t) over active tokens."""
+    return (logps * mask.to(logps.dtype)).sum(-1)
+
+
+def reinforce_loss(
+    logps: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    ref_logps: Optional[torch.Tensor] = None,
+    beta: float = 0.0,
+) -> torch.Tensor:
+    """REINFORCE with a baseline (Williams 1992; Ahmadian et al. 2024 for LLMs), to be minimised:
+
+        L = -1/B sum_i (r_i - b) * log pi(o_i|q_i)  +  beta * 1/B sum_i sum_t KL_k3[pi || pi_ref]_{i,t}
+
+    with log pi(o_i|q_i) the *sequence* log-prob (sum over the completion's active tokens) and
+    ``advantages`` = r_i - b already computed (b: a moving average of rewards, or 0).
+
+    Args:
+        logps: (B, T) per-token log-probs under the current policy (carries the gradient).
+        advantages: (B,) r_i - b, no gradient.
+        mask: (B, T) the mask convention.
+        ref_logps: (B, T) reference log-probs; needed when beta > 0.
+        beta: weight of the k3 KL penalty, summed over each completion's tokens like the log-prob.
+    Returns:
+        scalar loss tensor.
+    """
+    if beta < 0:
+        raise ValueError("beta must be >= 0")
+    loss = -(advantages * sequence_logps(logps, mask)).mean()
+    if beta != 0.0:
+        if ref_logps is None:
+            raise ValueError("beta > 0 needs ref_logps")
+        loss = loss + beta * sequence_logps(k3_kl(logps, ref_logps), mask).mean()
+    return loss
+
+
+# --------------------------------------------------------------------------------------------
+# PPO with a critic (Schulman et al. 2017; the RLHF recipe of Ziegler et al. 2019, Ouyang et al. 2022)
+# --------------------------------------------------------------------------------------------
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over all active tokens of the batch."""
+    mask = mask.to(values.dtype)
+    return (values * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """(x - mean) / sqrt(var + eps) over the active tokens (PPO's advantage whitening); 0 on padding.
+
+    The variance is the unbiased one over active tokens, as TRL's ``masked_whiten``.
+    """
+    mask = mask.to(values.dtype)
+    mean = masked_mean(values, mask)
+    n = mask.sum()
+    var = (((values - mean) ** 2) * mask).sum() / (n - 1).clamp(min=1.0)
+    return (values - mean) * torch.rsqrt(var + eps) * mask
+
+
+def gae(
+    rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0, lam: float = 0.95
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation (Schulman et al. 2016, Eq. 16) over completion tokens:
+
+        delta_t = r_t + gamma * V(s_{t+1}) - V(s_t)          V(s_{T_i}) = 0 after the last active token
+        A_t     = sum_{l >= 0} (gamma * lam)^l * delta_{t+l}  (computed backwards: A_t = delta_t + gamma lam A_{t+1})
+        R_t     = A_t + V(s_t)                                 the value targets ("returns")
+
+    Args:
+        rewards: (B, T) per-token rewards (the RLHF recipe: -kl_coef * KL_t, plus the score on the last token).
+        values: (B, T) V(s_t), the critic's value of the state before token t.
+        mask: (B, T) the mask convention; both outputs are 0 on padding.
+    Returns:
+        (advantages, returns), each (B, T), no gradient.
+    """
+    mask = mask.to(values.dtype)
+    rewards, values = (rewards * mask).detach(), (values * mask).detach()
+    advantages = torch.zeros_like(values)
+    running = torch.zeros_like(values[:, 0])  # (B,)
+    T = values.size(1)
+    for t in reversed(range(T)):
+        next_value = values[:, t + 1] if t + 1 < T else torch.zeros_like(running)
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        running = delta + gamma * lam * running
+        advantages[:, t] = running
+    advantages = advantages * mask  # padding past the end carries nothing back: rewards and values are 0 there
+    return advantages, (advantages + values) * mask
+
+
+def ppo_policy_loss(
+    logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, epsilon: float = 0.2
+) -> torch.Tensor:
+    """PPO's clipped surrogate (Schulman et al. 2017, Eq. 7), per token, to be minimised:
+
+        L = mean_{active i,t} max( -A_{i,t} r_{i,t},  -A_{i,t} clip(r_{i,t}, 1-eps, 1+eps) ),
+        r_{i,t} = exp(log pi(o_t) - log pi_old(o_t))
+
+    ``advantages`` is (B, T), one per token (GAE), unlike GRPO's one per completion.
+    """
+    ratio = torch.exp(logps - old_logps)
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1 - epsilon, 1 + epsilon)
+    return masked_mean(torch.max(unclipped, clipped), mask)
+
+
+def ppo_value_loss(
+    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, clip: float = 0.2
+) -> torch.Tensor:
+    """PPO's clipped value loss (as in OpenAI baselines and TRL's PPOTrainer), to be minimised:
+
+        V_clip = V_old + clip(V - V_old, -c, c)
+        L_V    = 1/2 * mean_{active i,t} max( (V - R)^2, (V_clip - R)^2 )
+    """
+    clipped = old_values + torch.clamp(values - old_values, -clip, clip)
+    return 0.5 * masked_mean(torch.max((values - returns) ** 2, (clipped - returns) ** 2), mask)
+
+
+def ppo_clip_fraction(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, epsilon: float = 0.2) -> torch.Tensor:
+    """Share of active tokens where the clipped term is the one ``ppo_policy_loss`` keeps (TRL's pg_clipfrac)."""
+    ratio = torch.exp(logps.detach() - old_logps)
+    clipped = -advantages * torch.clamp(ratio, 1 - epsilon, 1 + epsilon) > -advantages * ratio
+    return masked_mean(clipped.to(logps.dtype), mask)

@@ -235,3 +235,30 @@ def rollout_logps(model, rollout: Rollout, *, temperature: float = 1.0, with_ent
         temperature=temperature,
         with_entropy=with_entropy,
     )
+
+
+def rollout_from_text(tokenizer, prompts: Sequence[str], completions: Sequence[str], device) -> Rollout:
+    """A Rollout of given (prompt, completion) texts, each completion closed with EOS: offline data
+    (DPO's preference pairs) gets the same masks and log-prob code as sampled completions."""
+    prompt_ids, prompt_mask = tokenize_prompts(tokenizer, prompts, device)
+    eos = tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    rows = [ids + [eos] for ids in tokenizer(list(completions), add_special_tokens=False)["input_ids"]]
+    T = max(len(r) for r in rows)
+    completion_ids = torch.tensor([r + [pad] * (T - len(r)) for r in rows], device=device)
+    completion_mask = torch.tensor([[1] * len(r) + [0] * (T - len(r)) for r in rows], device=device)
+    return Rollout(
+        prompts=list(prompts), completions=list(completions), prompt_ids=prompt_ids, prompt_mask=prompt_mask,
+        completion_ids=completion_ids, completion_mask=completion_mask,
+        truncated=torch.zeros(len(rows), dtype=torch.bool, device=device), group_size=1,
+    )
+
+
+def sequence_inputs(rollout: Rollout) -> dict[str, torch.Tensor]:
+    """Model inputs for prompt + completion (what ``per_token_logps`` feeds the policy), for other heads (PPO's critic)."""
+    attention_mask = torch.cat([rollout.prompt_mask, rollout.completion_mask], dim=1)
+    return {
+        "input_ids": torch.cat([rollout.prompt_ids, rollout.completion_ids], dim=1),
+        "attention_mask": attention_mask,
+        "position_ids": _positions(attention_mask),
+    }

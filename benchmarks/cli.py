@@ -17,7 +17,8 @@ import typing
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from algorithms import ALGORITHMS
+from algorithms import ALGORITHMS, AlgoConfig
+from algorithms.base import config_fields
 from benchmarks.harness import RunConfig, TrainingFailed, UsageError
 from tasks import TASKS, TaskError
 
@@ -46,12 +47,16 @@ def _add_dataclass_options(group, cls, seen: dict[str, set], owner_name: str, sk
         if f.name in skip:
             continue
         seen.setdefault(f.name, set()).add(owner_name)
-        if len(seen[f.name]) > 1:
-            continue  # already added by another algorithm
-        kind = _field_type(f, cls)
         doc = f.metadata.get("help", "")
         default = f.default if f.default is not dataclasses.MISSING else None
         help_text = f"{doc} (default: {default})" if doc else f"default: {default}"
+        if len(seen[f.name]) > 1:  # added by another algorithm: say what it means, and its default, for this one
+            action = group._option_string_actions[_flag(f.name)]
+            if f.name not in config_fields(AlgoConfig) and owner_name not in (action.help or ""):
+                first = "" if "[" in (action.help or "") else f"[{sorted(seen[f.name] - {owner_name})[0]}] "
+                action.help = f"{first}{action.help} | [{owner_name}] {help_text}"
+            continue
+        kind = _field_type(f, cls)
         if kind is bool:
             group.add_argument(_flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         else:
@@ -205,7 +210,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict]:
 
 
 # Subcommands defined in their own modules: each exposes add_parser(subparsers) that sets `handler`.
-EXTRA_COMMANDS: list[str] = ["benchmarks.evaluate", "benchmarks.checks", "benchmarks.matrix", "benchmarks.report"]
+EXTRA_COMMANDS: list[str] = [
+    "benchmarks.evaluate", "benchmarks.checks", "benchmarks.matrix", "benchmarks.report", "benchmarks.ablation",
+]
 
 
 def main(argv: Optional[list[str]] = None) -> int:

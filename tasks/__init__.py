@@ -1,10 +1,11 @@
 """Tasks: prompts, rewards, starting policies and evaluation. Never imports ``algorithms``."""
 
 from tasks.base import GenerationDefaults, RewardError, Task, TaskError
+from tasks.bandit import BanditTask
 from tasks.gsm8k import GSM8KTask
 from tasks.pizza import PizzaTask
 
-TASKS: dict[str, type[Task]] = {"gsm8k": GSM8KTask, "pizza": PizzaTask}
+TASKS: dict[str, type[Task]] = {"pizza": PizzaTask, "bandit": BanditTask, "gsm8k": GSM8KTask}
 
 
 def make_task(name: str, **options) -> Task:

@@ -7,6 +7,7 @@ user's own task plugs in by subclassing ``Task``.
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
@@ -42,6 +43,7 @@ class Task:
     generation: GenerationDefaults
     recommended_learning_rate: float = 1e-3  # used when a run leaves learning_rate unset
     tokenizer = None
+    preference_labelling = "completions of the starting policy paired at random; the higher task reward is chosen; ties dropped"
 
     def __init__(self, reward_mode: Optional[str] = None, reward_fn: Optional[RewardFn] = None):
         mode = reward_mode or self.reward_modes[0]
@@ -73,7 +75,46 @@ class Task:
             "generation": vars(self.generation).copy(),
             "recommended_learning_rate": self.recommended_learning_rate,
             "custom_reward_fn": getattr(self._custom_reward, "__qualname__", None),
+            "preference_pairs": self.preference_labelling,
         }
+
+    def preference_pairs(self, policy, n_pairs: int, *, seed: int = 0, max_rounds: int = 16) -> dict:
+        """Up to ``n_pairs`` (prompt, chosen, rejected) triples for DPO, from ``policy``'s own completions.
+
+        Each round samples an even number of completions per training prompt, shuffles them, pairs
+        neighbours and keeps the pairs whose rewards (``score``) differ, the higher one chosen. Returns
+        {"prompts", "chosen", "rejected": lists, "samples": completions drawn, "ties_dropped": int,
+        "labelled_by": str}.
+        """
+        prompts = self.train_prompts()
+        per_prompt = 2 * max(1, math.ceil(n_pairs / len(prompts)))
+        rng = random.Random(seed)
+        out: dict = {"prompts": [], "chosen": [], "rejected": [], "samples": 0, "ties_dropped": 0,
+                     "labelled_by": self.preference_labelling}
+        for round_ in range(max_rounds):
+            groups = sample_completions(
+                policy, self.tokenizer, prompts, num_samples=per_prompt, max_new_tokens=self.generation.max_new_tokens,
+                temperature=self.generation.temperature, seed=seed + round_,
+            )
+            for prompt, texts in zip(prompts, groups):
+                rng.shuffle(texts)
+                rewards = self.score([prompt] * len(texts), texts)
+                out["samples"] += len(texts)
+                for i in range(0, len(texts) - 1, 2):
+                    (ra, a), (rb, b) = (rewards[i], texts[i]), (rewards[i + 1], texts[i + 1])
+                    if ra == rb:
+                        out["ties_dropped"] += 1
+                        continue
+                    out["prompts"].append(prompt)
+                    out["chosen"].append(a if ra > rb else b)
+                    out["rejected"].append(b if ra > rb else a)
+            if len(out["chosen"]) >= n_pairs:
+                break
+        if not out["chosen"]:
+            raise TaskError(f"task {self.name!r}: no preference pairs: all {out['samples']} sampled completions tied in reward")
+        for key in ("prompts", "chosen", "rejected"):
+            del out[key][n_pairs:]
+        return out
 
     # --- shared ---------------------------------------------------------------------------------
     def score(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:

@@ -1,0 +1,144 @@
+"""PPO with a critic: the classic RLHF recipe (Schulman et al. 2017; Ziegler et al. 2019; Ouyang et al. 2022).
+
+A value model of the policy's architecture -- a deep copy of the policy's transformer body with a
+fresh scalar head -- predicts a value per completion token. The task's score arrives on the final
+token; every token also pays -kl_coef * (log pi_old - log pi_ref), the k1 KL estimate, as TRL's
+PPOTrainer does. GAE(gamma, lambda) turns these into per-token advantages (whitened over the batch)
+and value targets; then several epochs of minibatch updates: the clipped policy objective steps the
+policy's optimizer, the clipped value loss steps the critic's own optimizer, so the critic learns
+only from the value loss and the policy only from the policy loss.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+from torch import nn
+
+from algorithms.base import Algorithm, AlgoConfig
+from algorithms.losses import (
+    gae, k3_kl, masked_mean, masked_mean_per_sequence, masked_whiten, ppo_clip_fraction, ppo_policy_loss, ppo_value_loss,
+)
+from algorithms.rollout import Rollout, sequence_inputs
+
+
+@dataclass
+class PPOConfig(AlgoConfig):
+    samples_per_prompt: int = field(default=4, metadata={"help": "completions sampled per prompt"})
+    # 2 x 2 rather than TRL's 4 x 1: as many updates per batch as 4 epochs of one, twice the policy refreshes per pass.
+    epochs: int = field(default=2, metadata={"help": "passes over each batch (TRL: num_ppo_epochs 4)"})
+    minibatches: int = field(default=2, metadata={"help": "minibatches per epoch; must divide the batch"})
+    epsilon: float = field(default=0.2, metadata={"help": "policy clip range 1 +/- epsilon (PPO: 0.2)"})
+    value_clip: float = field(default=0.2, metadata={"help": "value clip range around the old values (TRL: 0.2)"})
+    gamma: float = field(default=1.0, metadata={"help": "discount over completion tokens (RLHF: 1.0)"})
+    lam: float = field(default=0.95, metadata={"help": "GAE lambda (TRL: 0.95)"})
+    kl_coef: float = field(default=0.05, metadata={"help": "per-token KL penalty in the reward (TRL: 0.05; 0 skips the reference)"})
+    whiten_advantages: bool = field(default=True, metadata={"help": "standardise advantages over the batch's tokens"})
+    critic_learning_rate: Optional[float] = field(default=None, metadata={"help": "the critic's AdamW rate (default: 10x the policy's: its head starts from zero)"})
+
+    def validate(self) -> None:
+        super().validate()
+        for name in ("samples_per_prompt", "epochs", "minibatches"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.completions_per_step() % self.minibatches:
+            raise ValueError(f"minibatches={self.minibatches} must divide the batch of {self.completions_per_step()} completions")
+        for name in ("epsilon", "value_clip", "gamma", "lam", "kl_coef"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.critic_learning_rate is not None and self.critic_learning_rate <= 0:
+            raise ValueError(f"critic_learning_rate must be > 0, got {self.critic_learning_rate}")
+
+    def completions_per_step(self) -> int:
+        return self.prompts_per_step * self.samples_per_prompt
+
+
+class ValueModel(nn.Module):
+    """The critic: a copy of the policy's transformer body (initialised from the policy's weights) and a
+    fresh scalar head, zero-initialised so that the first values are 0 rather than noise."""
+
+    def __init__(self, policy):
+        super().__init__()
+        self.body = copy.deepcopy(getattr(policy, policy.base_model_prefix))  # e.g. LlamaModel, without lm_head
+        self.body.requires_grad_(True)
+        self.head = nn.Linear(policy.config.hidden_size, 1)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, rollout: Rollout) -> torch.Tensor:
+        """(B, T) V(s_t): the value of the state *before* completion token t, read where its logits are."""
+        hidden = self.body(**sequence_inputs(rollout)).last_hidden_state  # (B, P+T, H)
+        T = rollout.completion_ids.size(1)
+        return self.head(hidden[:, -T - 1:-1]).squeeze(-1).float()  # (B, T)
+
+
+class PPO(Algorithm):
+    name = "ppo"
+    Config = PPOConfig
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.critic = ValueModel(self.policy).to(self.device)
+        self.critic_optimizer = self.make_optimizer(
+            self.critic.parameters(), self.config.critic_learning_rate or 10 * self.config.learning_rate)
+
+    @classmethod
+    def needs_reference(cls, config) -> bool:
+        return config.kl_coef > 0
+
+    def trainable_modules(self) -> list[nn.Module]:
+        return [self.policy, self.critic]
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.optimizer, self.critic_optimizer]
+
+    def step(self, prompts: list[str]) -> dict[str, float]:
+        c: PPOConfig = self.config
+        rollout = self.generate(prompts, c.samples_per_prompt)  # 1 generate
+        scores = self.score(rollout)  # 2 score
+        mask = rollout.completion_mask.float()
+        old_logps = self.frozen_logps(self.policy, rollout)  # 3 old/ref log-probs and old values
+        ref_logps = self.frozen_logps(self.ref_policy, rollout) if c.kl_coef > 0 else old_logps
+        with torch.no_grad(), self.timer("logprobs"), self.autocast():
+            old_values = self.critic(rollout) * mask
+
+        kl = (old_logps - ref_logps) * mask  # 4 advantages: KL-penalised token rewards, the score on the last token
+        rewards = -c.kl_coef * kl
+        last = mask.sum(1).long() - 1  # (B,)
+        rewards[torch.arange(rewards.size(0), device=self.device), last] += scores
+        advantages, returns = gae(rewards, old_values, mask, c.gamma, c.lam)
+        if c.whiten_advantages:
+            advantages = masked_whiten(advantages, mask)
+
+        batch, size = mask.size(0), mask.size(0) // c.minibatches
+        sums = {"loss/policy": 0.0, "loss/value": 0.0, "clipfrac": 0.0, "grad_norm": 0.0, "entropy": 0.0}
+        for _ in range(c.epochs):  # 5 epochs x minibatches
+            order = torch.randperm(batch, generator=self.generator, device=self.device)
+            for idx in order.split(size):
+                mb, mb_mask = rollout.select(idx), mask[idx]
+                with self.timer("update"):
+                    logps, entropy = self.logps(self.policy, mb, with_entropy=True)
+                    policy_loss = ppo_policy_loss(logps, old_logps[idx], advantages[idx], mb_mask, c.epsilon)
+                    sums["grad_norm"] += self.update(policy_loss)
+                    with self.autocast():
+                        values = self.critic(mb)
+                    value_loss = ppo_value_loss(values, old_values[idx], returns[idx], mb_mask, c.value_clip)
+                    self.update(value_loss, self.critic_optimizer, self.critic.parameters())
+                sums["loss/policy"] += policy_loss.item()
+                sums["loss/value"] += value_loss.item()
+                sums["clipfrac"] += ppo_clip_fraction(logps, old_logps[idx], advantages[idx], mb_mask, c.epsilon).item()
+                sums["entropy"] += masked_mean(entropy, mb_mask).item()
+
+        updates = c.epochs * c.minibatches  # 6 metrics
+        metrics = {k: v / updates for k, v in sums.items()}
+        metrics["loss"] = metrics["loss/policy"] + metrics["loss/value"]
+        metrics["kl"] = masked_mean_per_sequence(k3_kl(old_logps, ref_logps), mask).mean().item()  # k3, as the others report
+        metrics.update(self.rollout_metrics(rollout, scores))
+        metrics["advantage/mean"] = masked_mean(advantages, mask).item()
+        metrics["advantage/std"] = advantages[mask.bool()].std().item()
+        metrics["value/mean"] = masked_mean(old_values, mask).item()
+        metrics.update(self.timer.pop())
+        return metrics

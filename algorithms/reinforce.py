@@ -1,0 +1,94 @@
+"""REINFORCE with a baseline (Williams 1992; Ahmadian et al. 2024, "Back to Basics", for LLMs).
+
+No critic, no groups, no clipping: every completion's sequence log-prob is pushed up in proportion to
+its reward minus a baseline. The baseline is a moving average of past batches' mean reward (option:
+none, plain REINFORCE). An optional k3 KL penalty keeps the policy near the reference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+
+from algorithms.base import Algorithm, AlgoConfig
+from algorithms.losses import k3_kl, masked_mean_per_sequence, reinforce_loss
+
+BASELINES = ("moving_average", "none")
+
+
+@dataclass
+class REINFORCEConfig(AlgoConfig):
+    samples_per_prompt: int = field(default=4, metadata={"help": "completions sampled per prompt (each scored on its own)"})
+    baseline: str = field(default="moving_average", metadata={"help": "b in (r - b): moving average of rewards, or none", "choices": BASELINES})
+    baseline_decay: float = field(default=0.9, metadata={"help": "b <- decay * b + (1 - decay) * mean(r) after every batch"})
+    beta: float = field(default=0.0, metadata={"help": "k3 KL penalty weight to the reference, per sequence (0 skips the reference)"})
+
+    def validate(self) -> None:
+        super().validate()
+        if self.samples_per_prompt < 1:
+            raise ValueError(f"samples_per_prompt must be >= 1, got {self.samples_per_prompt}")
+        if self.baseline not in BASELINES:
+            raise ValueError(f"unknown baseline {self.baseline!r}; choose from {', '.join(BASELINES)}")
+        if not 0 <= self.baseline_decay < 1:
+            raise ValueError(f"baseline_decay must be in [0, 1), got {self.baseline_decay}")
+        if self.beta < 0:
+            raise ValueError(f"beta must be >= 0, got {self.beta}")
+
+    def completions_per_step(self) -> int:
+        return self.prompts_per_step * self.samples_per_prompt
+
+
+class REINFORCE(Algorithm):
+    name = "reinforce"
+    Config = REINFORCEConfig
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.baseline: Optional[float] = None  # set from the first batch, so its advantages are centred
+
+    def step(self, prompts: list[str]) -> dict[str, float]:
+        c: REINFORCEConfig = self.config
+        rollout = self.generate(prompts, c.samples_per_prompt)  # 1 generate
+        rewards = self.score(rollout)  # 2 score
+        mask = rollout.completion_mask
+        ref_logps = self.frozen_logps(self.ref_policy, rollout) if c.beta > 0 else None  # 3 ref log-probs
+        advantages = rewards - self._baseline(rewards)  # 4 advantages
+
+        with self.timer("update"):  # 5 one update
+            logps, entropy = self.logps(self.policy, rollout, with_entropy=True)
+            loss = reinforce_loss(logps, advantages, mask, ref_logps, beta=c.beta)
+            grad_norm = self.update(loss)
+
+        kl = k3_kl(logps.detach(), ref_logps) if ref_logps is not None else torch.zeros_like(logps)  # 6 metrics
+        metrics = {
+            "loss": loss.item(),
+            "loss/policy": loss.item(),
+            "grad_norm": grad_norm,
+            "kl": masked_mean_per_sequence(kl, mask).mean().item(),
+            "entropy": masked_mean_per_sequence(entropy, mask).mean().item(),
+            "baseline": self.baseline if self.baseline is not None else 0.0,
+            **self.rollout_metrics(rollout, rewards),
+            "advantage/mean": advantages.mean().item(),
+            "advantage/std": advantages.std().item() if advantages.numel() > 1 else 0.0,
+        }
+        metrics.update(self.timer.pop())
+        return metrics
+
+    def _baseline(self, rewards: torch.Tensor) -> float:
+        """The baseline for this batch (from earlier batches only, except the first), then fold this batch in."""
+        if self.config.baseline == "none":
+            return 0.0
+        mean = rewards.mean().item()
+        current = mean if self.baseline is None else self.baseline
+        decay = self.config.baseline_decay
+        self.baseline = decay * current + (1 - decay) * mean
+        return current
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "baseline": self.baseline}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.baseline = state["baseline"]

@@ -1,0 +1,145 @@
+"""The seed notebook's group-size ablation: GRPO on the toy bandit with G = 2, 4, 8, 16.
+
+Every (G, seed) cell is an ordinary harness run (its own run directory under OUT/runs) with the
+bandit's exact evaluation every ``--eval-every`` steps, so each curve point is the policy's exact
+expected true reward and accuracy, not a sample. The prompts per step stay fixed, so a larger G
+also means more completions per step, as in the notebook; the table reports completions per step.
+
+    python -m benchmarks.ablation --out results/ablation          (or: grpo-bench ablation ...)
+
+writes OUT/curves.csv (step, G, seed, metrics), OUT/group_size.md (mean over seeds at a few steps)
+and OUT/group_size.png (mean curves with min-max bands over seeds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+
+from algorithms.grpo import GRPOConfig
+from benchmarks.harness import RunConfig, UsageError, run
+from benchmarks.io import atomic_write_text, read_jsonl
+
+METRICS = ("true_reward", "accuracy", "rm_reward")
+
+
+def run_cell(out: Path, group_size: int, seed: int, steps: int, eval_every: int, reward_mode: str, device: str) -> pd.DataFrame:
+    rc = RunConfig(task="bandit", algo="grpo", steps=steps, seed=seed, device=device, out=str(out),
+                   eval_every=eval_every, checkpoint_every=0)
+    summary = run(rc, GRPOConfig(group_size=group_size), {"reward_mode": reward_mode}, progress=False)
+    points = [{"step": 0, **{m: summary[f"{m}_before"] for m in METRICS}}]
+    points += [{"step": r["step"], **{m: r[f"eval/{m}"] for m in METRICS}} for r in read_jsonl(out / "metrics.jsonl") if f"eval/{METRICS[0]}" in r]
+    points.append({"step": steps, **{m: summary[f"{m}_after"] for m in METRICS}})
+    frame = pd.DataFrame(points)
+    frame["G"], frame["seed"] = group_size, seed
+    frame["completions_per_step"] = summary["config"]["completions_per_step"]
+    frame["wall_clock_s"] = summary["wall_clock_s"]
+    return frame
+
+
+def table(curves: pd.DataFrame, steps: list[int]) -> str:
+    """Markdown: mean true reward / accuracy over seeds at the given steps, one row per G."""
+    mean = curves.groupby(["G", "step"])[list(METRICS)].mean()
+    lines = ["| G | completions/step | " + " | ".join(f"true reward @ {s}" for s in steps) + " | accuracy @ "
+             + f"{steps[-1]} | seeds |", "|" + "---|" * (len(steps) + 4)]
+    for g, group in curves.groupby("G"):
+        cells = [f"{mean.loc[(g, s), 'true_reward']:.3f}" for s in steps]
+        lines.append(f"| {g} | {int(group['completions_per_step'].iloc[0])} | " + " | ".join(cells)
+                     + f" | {mean.loc[(g, steps[-1]), 'accuracy']:.3f} | {group['seed'].nunique()} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(curves: pd.DataFrame, optimum: float, rm_optimum: float, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, metric in zip(axes, ("true_reward", "accuracy")):
+        for g, group in curves.groupby("G"):
+            stats = group.groupby("step")[metric].agg(["mean", "min", "max"])
+            ax.plot(stats.index, stats["mean"], label=f"G = {g}")
+            ax.fill_between(stats.index, stats["min"], stats["max"], alpha=0.2)
+        if metric == "true_reward":
+            ax.axhline(optimum, color="grey", linestyle="--", linewidth=1, label="optimal policy")
+            ax.axhline(rm_optimum, color="grey", linestyle=":", linewidth=1, label="the RM's best actions")
+        ax.set_xlabel("step")
+        ax.set_ylabel(metric.replace("_", " "))
+    axes[0].legend()
+    fig.suptitle("GRPO on the toy bandit: group size G (mean over seeds, band = min..max)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main_args(args) -> int:
+    from tasks import make_task
+
+    if any(g < 2 for g in args.group_sizes):
+        raise UsageError(f"--group-sizes must all be >= 2 (group-relative advantages), got {args.group_sizes}")
+    if args.steps < 1 or args.eval_every < 1:
+        raise UsageError("--steps and --eval-every must be >= 1")
+    out = Path(args.out)
+    frames = []
+    for g in args.group_sizes:
+        for seed in args.seeds:
+            frame = run_cell(out / "runs" / f"G{g}-seed{seed}", g, seed, args.steps, args.eval_every, args.reward_mode, args.device)
+            frames.append(frame)
+            last = frame.iloc[-1]
+            print(f"G = {g:2d} seed {seed}: true reward {frame['true_reward'].iloc[0]:.3f} -> {last['true_reward']:.3f}, "
+                  f"accuracy {frame['accuracy'].iloc[0]:.3f} -> {last['accuracy']:.3f}, {last['wall_clock_s']:.1f} s", flush=True)
+    curves = pd.concat(frames, ignore_index=True)
+    atomic_write_text(out / "curves.csv", curves.to_csv(index=False))
+    marks = sorted({s for s in (0, args.steps // 4, args.steps // 2, args.steps) if s in set(curves["step"])})
+    task = make_task("bandit", reward_mode=args.reward_mode)
+    optimum = task.prefs.max(dim=1).values.mean().item()
+    rm_optimum = task.prefs.gather(1, task.rm.argmax(dim=1, keepdim=True)).mean().item()  # where reward hacking leads
+    body = (f"GRPO on the bandit (reward mode `{args.reward_mode}`), {args.steps} steps, seeds {args.seeds}; mean exact "
+            f"true reward over seeds (optimal policy: {optimum:.3f}; always taking the RM's best action: {rm_optimum:.3f}).\n\n" + table(curves, marks)
+            + f"\nRegenerate: `grpo-bench ablation --out {args.out} --steps {args.steps} --eval-every {args.eval_every} "
+            f"--seeds {' '.join(map(str, args.seeds))} --group-sizes {' '.join(map(str, args.group_sizes))} "
+            f"--reward-mode {args.reward_mode}`\n")
+    atomic_write_text(out / "group_size.md", body)
+    plot(curves, optimum, rm_optimum, out / "group_size.png")
+    print(body)
+    print(f"wrote {out / 'curves.csv'}, {out / 'group_size.md'}, {out / 'group_size.png'}")
+    return 0
+
+
+def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--out", default="results/ablation", help="output directory (default: results/ablation)")
+    parser.add_argument("--group-sizes", type=int, nargs="+", default=[2, 4, 8, 16], help="values of G (default: 2 4 8 16)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (default: 0 1 2)")
+    parser.add_argument("--steps", type=int, default=200, help="GRPO steps per run (default: 200)")
+    parser.add_argument("--eval-every", type=int, default=10, help="exact evaluation every N steps (default: 10)")
+    parser.add_argument("--reward-mode", default="rm", choices=("rm", "verifiable"), help="the bandit's reward (default: rm)")
+    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    parser.set_defaults(handler=main_args)
+    return parser
+
+
+def add_parser(subparsers) -> None:
+    """``grpo-bench ablation``: register through benchmarks.cli.EXTRA_COMMANDS."""
+    configure(subparsers.add_parser("ablation", help="GRPO group-size ablation on the toy bandit (G = 2, 4, 8, 16)"))
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    from benchmarks.cli import OneLineParser, PROG
+
+    parser = configure(OneLineParser(prog="python -m benchmarks.ablation", description=__doc__.splitlines()[0]))
+    try:
+        args = parser.parse_args(argv)
+        return args.handler(args)
+    except UsageError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
