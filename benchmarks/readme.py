@@ -29,3 +29,46 @@ def read_section(path: Path | str, name: str) -> str | None:
     start, end = _markers(name)
     match = re.search(re.escape(start) + r"\n(.*?)\n" + re.escape(end), Path(path).read_text(), re.DOTALL)
     return match.group(1) if match else None
+
+
+# Sections of the top-level README that quote a results/ report whole, in README order:
+# (section name, report file, heading). Reports are written by their own commands; this only copies.
+REPORT_SECTIONS = (
+    ("trl-check", "results/trl_check/report.md", "GRPO and DPO losses against TRL"),
+    ("trl-train", "results/trl_train/report.md", "TRL's GRPOTrainer and ours, end to end on pizza"),
+    ("ablation", "results/ablation/report.md", "Group-size ablation on the bandit"),
+    ("perf", "results/perf/report.md", "Performance against TRL"),
+)
+
+
+def _quote_report(report: Path, heading: str) -> str:
+    """The report with its own title replaced by ``heading``, sub-headings demoted, links made repo-relative."""
+    lines = report.read_text().splitlines()
+    if lines and lines[0].startswith("# "):
+        lines = lines[1:]
+    base = report.parent.as_posix()
+    body = []
+    for line in lines:
+        if line.startswith("#"):
+            line = "##" + line
+        line = re.sub(r"(!?\[[^\]]*\]\()(?!https?:|/|results/)([^)]+\))", rf"\g<1>{base}/\g<2>", line)
+        line = re.sub(r"`([\w.-]+\.(?:png|csv|json|md))`", rf"`{base}/\g<1>`", line)
+        body.append(line)
+    return f"### {heading}\n" + "\n".join(body).rstrip()
+
+
+def cmd_readme(args) -> int:
+    for name, path, heading in REPORT_SECTIONS:
+        report = Path(path)
+        if report.exists():
+            update_section(args.readme, name, _quote_report(report, heading))
+            print(f"{args.readme}: section {name} <- {path}")
+        else:
+            print(f"{args.readme}: section {name} left as it is ({path} not written yet)")
+    return 0
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("readme", help="copy the latest results/ reports into the README's generated sections")
+    p.add_argument("--readme", default="README.md", help="README to update")
+    p.set_defaults(handler=cmd_readme)
