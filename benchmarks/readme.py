@@ -34,9 +34,10 @@ def read_section(path: Path | str, name: str) -> str | None:
 # Sections of the top-level README that quote a results/ report whole, in README order:
 # (section name, report file, heading). Reports are written by their own commands; this only copies.
 REPORT_SECTIONS = (
+    ("mu1", "results/mu1/report.md", "Why a GRPO loss reads 0 at mu = 1"),
     ("trl-check", "results/trl_check/report.md", "GRPO and DPO losses against TRL"),
     ("trl-train", "results/trl_train/report.md", "TRL's GRPOTrainer and ours, end to end on pizza"),
-    ("ablation", "results/ablation/report.md", "Group-size ablation on the bandit"),
+    ("ablation", "results/ablation/group_size.md", "Group-size ablation on the bandit"),
     ("perf", "results/perf/report.md", "Performance against TRL"),
 )
 
@@ -54,7 +55,11 @@ def _quote_report(report: Path, heading: str) -> str:
         line = re.sub(r"(!?\[[^\]]*\]\()(?!https?:|/|results/)([^)]+\))", rf"\g<1>{base}/\g<2>", line)
         line = re.sub(r"`([\w.-]+\.(?:png|csv|json|md))`", rf"`{base}/\g<1>`", line)
         body.append(line)
-    return f"### {heading}\n" + "\n".join(body).rstrip()
+    text = "\n".join(body).rstrip()
+    for png in sorted(report.parent.glob("*.png")):
+        if f"]({base}/{png.name})" not in text:
+            text += f"\n\n![{png.stem}]({base}/{png.name})"
+    return f"### {heading}\n" + text
 
 
 def cmd_readme(args) -> int:
