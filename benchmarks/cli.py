@@ -182,7 +182,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict]:
 
 
 # Subcommands defined in their own modules: each exposes add_parser(subparsers) that sets `handler`.
-EXTRA_COMMANDS: list[str] = []
+EXTRA_COMMANDS: list[str] = ["benchmarks.perf"]
 
 
 def main(argv: Optional[list[str]] = None) -> int:
