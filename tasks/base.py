@@ -148,3 +148,59 @@ def load_pretrained(path: str, device=None):
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise TaskError(f"cannot load a causal LM from {path!r}: {first_line}") from exc
     return (model.to(device) if device is not None else model), tokenizer
+
+
+@dataclass
+class Samples:
+    """``k`` completions per prompt, in prompt order: texts before the first EOS, and truncation flags."""
+
+    texts: list[list[str]]
+    truncated: list[list[bool]]  # no EOS within max_new_tokens
+    tokens: int  # completion tokens generated, EOS included
+
+
+def sample_batched(
+    model, tokenizer, prompts: Sequence[str], *, k: int, max_new_tokens: int, temperature: float, seed: int,
+    prompts_per_batch: int = 16, eos_token_ids: Optional[Sequence[int]] = None,
+) -> Samples:
+    """``sample_completions`` for many distinct prompts at once (a real model's evaluation).
+
+    ``prompts_per_batch`` prompts x ``k`` samples go through one left-padded ``generate`` call, which
+    stops as soon as every row has ended; prompts are batched in the given order, so for a seed the
+    samples are reproducible. Same sampling (no top-k / top-p) and forked RNG as ``sample_completions``.
+    """
+    device = next(model.parameters()).device
+    eos = list(eos_token_ids or model.generation_config.eos_token_id or [tokenizer.eos_token_id])
+    eos = eos if isinstance(eos, list) else [eos]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
+    was_training = model.training
+    model.eval()
+    texts: list[list[str]] = []
+    truncated: list[list[bool]] = []
+    tokens = 0
+    saved_side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    devices = [device] if device.type == "cuda" else []
+    try:
+        with torch.random.fork_rng(devices=devices), torch.no_grad():
+            torch.manual_seed(seed)
+            for start in range(0, len(prompts), prompts_per_batch):
+                chunk = list(prompts[start:start + prompts_per_batch])
+                enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+                out = model.generate(
+                    **enc, do_sample=temperature > 0, temperature=temperature if temperature > 0 else None,
+                    top_k=0, top_p=1.0, max_new_tokens=max_new_tokens, pad_token_id=pad, eos_token_id=eos,
+                    num_return_sequences=k,
+                )  # (len(chunk) * k, P + T), grouped prompt by prompt
+                for i, row in enumerate(out[:, enc["input_ids"].size(1):].tolist()):
+                    cut = next((j for j, t in enumerate(row) if t in eos), None)
+                    if i % k == 0:
+                        texts.append([])
+                        truncated.append([])
+                    texts[-1].append(tokenizer.decode(row[:cut], skip_special_tokens=False))
+                    truncated[-1].append(cut is None)
+                    tokens += len(row) if cut is None else cut + 1
+    finally:
+        tokenizer.padding_side = saved_side
+        model.train(was_training)
+    return Samples(texts, truncated, tokens)
