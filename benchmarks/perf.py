@@ -601,8 +601,12 @@ def run_bench(args) -> dict:
         "comparisons": [],
     }
     log(f"matmul 2048: {report['matmul_gflops']['fp32']:.0f} GFLOP/s fp32, {report['matmul_gflops']['bf16']:.0f} bf16")
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise UsageError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     for name in names:
         w = WORKLOADS[name]
+        if args.max_new_tokens:
+            w = dataclasses.replace(w, max_new_tokens=args.max_new_tokens)
         result = compare(w, pairs=args.pairs, seed=args.seed, device=str(device),
                          trl_gradient_checkpointing=checkpointing, log=log)
         if args.memory_steps > 0:
@@ -642,6 +646,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--scaling-steps", type=int, default=2, help="timed steps per scaling point (0: skip)")
     p.add_argument("--trl-gradient-checkpointing", action=argparse.BooleanOptionalAction, default=True,
                    help="TRL's gradient checkpointing (TRL's GRPOConfig default: on)")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="override every workload's completion cap (quick runs)")
     p.add_argument("--seed", type=int, default=0, help="seed of both sides and of the prompt draws")
     p.add_argument("--device", default="cpu", help="cpu, cuda or auto (cuda results go to results/gpu)")
     p.add_argument("--out", default=None, help="output folder (default: results/perf, or results/gpu on CUDA)")
@@ -657,8 +662,9 @@ def add_parser(subparsers) -> None:
 
 def _given_flags(args) -> list[str]:
     flags = []
-    for key in ("workloads", "pairs", "memory_steps", "bf16_steps", "scaling_steps", "seed", "device"):
-        flags += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
+    for key in ("workloads", "pairs", "max_new_tokens", "memory_steps", "bf16_steps", "scaling_steps", "seed", "device"):
+        if getattr(args, key) is not None:
+            flags += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
     if not args.trl_gradient_checkpointing:
         flags.append("--no-trl-gradient-checkpointing")
     return flags
