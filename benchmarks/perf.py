@@ -274,6 +274,14 @@ def same_batch_check(trl: Trl, prompts: list[str]) -> dict[str, float]:
         truncated=torch.zeros(mask.size(0), dtype=torch.bool), group_size=w.group_size,
     )
     advantages = group_advantages(torch.tensor(trl.last_rewards), w.group_size, "group")
+    advantage_source = "task rewards"
+    adv_diff = float((advantages - inputs["advantages"]).abs().max())
+    if not advantages.abs().gt(0).any():
+        # Every group scored alike (common for a 135M model on GSM8K): both losses would be 0 whatever their
+        # formulas. Give both the same non-zero advantages so the comparison, and the update, mean something.
+        advantages = torch.tensor([1.0, -1.0]).repeat(mask.size(0) // 2 + 1)[: mask.size(0)]
+        inputs = {**inputs, "advantages": advantages.clone()}
+        advantage_source = "synthetic +1/-1 (all rewards of every group were equal)"
     loss_kwargs = dict(level="token", loss_type=w.loss_type, epsilon=0.2, epsilon_high=None, beta=w.beta,
                        max_completion_length=w.max_new_tokens, kl_bias_correction=False)
 
@@ -290,7 +298,7 @@ def same_batch_check(trl: Trl, prompts: list[str]) -> dict[str, float]:
     old = inputs.get("old_per_token_logps")
     ours1, trl1, logps1, ref1 = both_losses(old, inputs)
     out = {"loss_ours_sampled": ours1, "loss_trl_sampled": trl1, "abs_diff_sampled": abs(ours1 - trl1),
-           "max_abs_diff_advantages": float((advantages - inputs["advantages"]).abs().max())}
+           "max_abs_diff_advantages": adv_diff, "advantages": advantage_source}
     if w.beta > 0:
         out["max_abs_diff_ref_logps"] = float(((ref1 - inputs["ref_per_token_logps"]) * mask).abs().max())
     if old is not None:
