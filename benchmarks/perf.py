@@ -20,7 +20,8 @@ generates and scores one batch, then both losses are computed on it (TRL's ``com
 ``rollout_logps`` + ``grpo_loss`` with our own advantages and reference log-probs), once as sampled and once after
 one TRL update with the sampling log-probs as the old ones (so the ratio and KL terms are not trivially 1 and 0).
 
-Headroom. The update's FLOP rate (6 x parameters x token positions processed, per update) and generation's
+Headroom. The update's FLOP rate (6 x parameters x token positions each side's forward actually processes:
+TRL every prompt + completion row, ours each prompt once plus the completions) and generation's
 tokens/s are put beside this machine's measured 2048x2048 matmul throughput in fp32 and bf16.
 """
 
@@ -105,9 +106,9 @@ class Ours:
         generate = self.algo.generate
 
         def generate_and_count(prompts, group_size=None):
-            # B x (P + T): the positions one update forward processes, for the FLOP estimate.
+            # Positions one update forward processes, for the FLOP estimate: each prompt once, then B x T.
             rollout = generate(prompts, group_size)
-            self.positions = rollout.prompt_ids.numel() + rollout.completion_ids.numel()
+            self.positions = rollout.prompt_ids[:: rollout.group_size].numel() + rollout.completion_ids.numel()
             return rollout
 
         self.algo.generate = generate_and_count
@@ -197,7 +198,7 @@ class Trl:
         original = t._generate_and_score_completions
 
         def generate_and_score(inputs):
-            out = original(inputs)
+            out = original(inputs)  # TRL's forward runs every prompt + completion row: B x (P + T) positions
             self.positions = out["prompt_ids"].numel() + out["completion_ids"].numel()
             return out
 
@@ -291,12 +292,16 @@ def same_batch_check(trl: Trl, prompts: list[str]) -> dict[str, float]:
             logps = rollout_logps(model, rollout, temperature=temperature)
             ref = rollout_logps(t.ref_model, rollout, temperature=temperature) if w.beta > 0 else None
         ours = grpo_loss(logps, old, ref, advantages, mask, **loss_kwargs)
+        if inputs_for_trl is None:
+            return float(ours), None, logps, ref
         with torch.no_grad():
             theirs = t.compute_loss(model, inputs_for_trl)
         return float(ours), float(theirs), logps, ref
 
     old = inputs.get("old_per_token_logps")
     ours1, trl1, logps1, ref1 = both_losses(old, inputs)
+    # bf16 as a bf16 run would have it: current, old and reference log-probs all under autocast.
+    bf16_1, _, logps1_bf16, _ = both_losses(None, None, precision="bf16")
     out = {"loss_ours_sampled": ours1, "loss_trl_sampled": trl1, "abs_diff_sampled": abs(ours1 - trl1),
            "max_abs_diff_advantages": adv_diff, "advantages": advantage_source}
     if w.beta > 0:
@@ -309,9 +314,11 @@ def same_batch_check(trl: Trl, prompts: list[str]) -> dict[str, float]:
     trl.optimizer_step()
     old2 = logps1 if old is None else old
     ours2, trl2, _, _ = both_losses(old2, {**inputs, "old_per_token_logps": old2})
-    bf16, _, _, _ = both_losses(old2, {**inputs, "old_per_token_logps": old2}, precision="bf16")
+    bf16_2, _, _, _ = both_losses(logps1_bf16, None, precision="bf16")
     out.update({"loss_ours_updated": ours2, "loss_trl_updated": trl2, "abs_diff_updated": abs(ours2 - trl2),
-                "loss_ours_updated_bf16": bf16, "abs_diff_bf16_vs_fp32": abs(bf16 - ours2)})
+                "loss_ours_updated_bf16": bf16_2, "abs_diff_bf16_vs_fp32": abs(bf16_2 - ours2),
+                "abs_diff_bf16_vs_fp32_sampled": abs(bf16_1 - ours1),
+                "max_abs_diff_logps_bf16_vs_fp32": float(((logps1_bf16 - logps1) * mask).abs().max())})
     out["max_abs_diff"] = max(out["abs_diff_sampled"], out["abs_diff_updated"], out["max_abs_diff_advantages"])
     return out
 
@@ -489,6 +496,12 @@ def _fmt_bytes(n: Optional[float]) -> str:
     return "n/a" if n is None else f"{n / 2**30:.2f} GiB"
 
 
+def _fmt_mem(probe: Optional[dict]) -> str:
+    if not probe:
+        return "n/a"
+    return f"{_fmt_bytes(probe['peak_bytes'])} ({_fmt_bytes(probe['rss_after_imports_bytes'])} after imports)"
+
+
 def render_markdown(report: dict) -> str:
     env = report["environment"]
     lines = [
@@ -497,7 +510,7 @@ def render_markdown(report: dict) -> str:
         f"{report['matmul_gflops']['fp32']:.0f} GFLOP/s fp32, {report['matmul_gflops']['bf16']:.0f} GFLOP/s bf16.",
         "",
         "| workload | params | G | new tokens | mu | ours s/step | TRL s/step | TRL/ours min / median / max | "
-        "peak mem ours | peak mem TRL | same-batch loss diff |",
+        "peak memory ours | peak memory TRL | same-batch loss abs diff |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["comparisons"]:
@@ -506,11 +519,11 @@ def render_markdown(report: dict) -> str:
             f"| {w['name']} | {r['parameters'] / 1e6:.2f}M | {w['group_size']} | {w['max_new_tokens']} | {w['mu']} | "
             f"{r['ours']['median']['time/step']:.3f} | {r['trl']['median']['time/step']:.3f} | "
             f"{ratio['min']:.2f} / **{ratio['median']:.2f}** / {ratio['max']:.2f} | "
-            f"{_fmt_bytes(mem.get('ours', {}).get('peak_bytes'))} | {_fmt_bytes(mem.get('trl', {}).get('peak_bytes'))} | "
+            f"{_fmt_mem(mem.get('ours'))} | {_fmt_mem(mem.get('trl'))} | "
             f"{r['same_batch']['max_abs_diff']:.1e} |"
         )
     lines += ["", "Median seconds per phase (generate / score / ref+old log-probs / update / other), generation "
-              "throughput and the update's FLOP rate (6 x params x positions):", "",
+              "throughput and the update's FLOP rate (6 x params x positions actually processed):", "",
               "| workload | side | generate | score | logprobs | update | other | tokens generated | gen tok/s | "
               "gen GFLOP/s | update GFLOP/s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["comparisons"]:
@@ -522,15 +535,18 @@ def render_markdown(report: dict) -> str:
                 f"{rates['generation_gflops']:.1f} | {rates['update_gflops']:.1f} |"
             )
     if report.get("bf16"):
-        lines += ["", "bf16 autocast (ours), step time beside fp32 and its effect on the loss of the same batch:", "",
-                  "| workload | fp32 s/step | bf16 s/step | speed-up | loss fp32 | loss bf16 | abs diff |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += ["", "bf16 autocast (ours), step time beside fp32, and its effect on the same batch after one update "
+                  "(current, old and reference log-probs all in bf16):", "",
+                  "| workload | fp32 s/step | bf16 s/step | speed-up | loss fp32 | loss bf16 | abs diff | "
+                  "max abs log-prob diff |", "|---|---|---|---|---|---|---|---|"]
         checks = {r["workload"]["name"]: r["same_batch"] for r in report["comparisons"]}
+        nan = float("nan")
         for b in report["bf16"]:
             c = checks.get(b["workload"], {})
             lines.append(f"| {b['workload']} | {b['median_s']['fp32']:.3f} | {b['median_s']['bf16']:.3f} | "
-                         f"{b['speedup']:.2f}x | {c.get('loss_ours_updated', float('nan')):.6g} | "
-                         f"{c.get('loss_ours_updated_bf16', float('nan')):.6g} | {c.get('abs_diff_bf16_vs_fp32', float('nan')):.1e} |")
+                         f"{b['speedup']:.2f}x | {c.get('loss_ours_updated', nan):.6g} | "
+                         f"{c.get('loss_ours_updated_bf16', nan):.6g} | {c.get('abs_diff_bf16_vs_fp32', nan):.1e} | "
+                         f"{c.get('max_abs_diff_logps_bf16_vs_fp32', nan):.1e} |")
     if report.get("scaling"):
         lines += ["", "Scaling (ours): median seconds per step as the work grows; plot `scaling.png`.", "",
                   "| task | params | G | max new tokens | tokens generated | s/step |", "|---|---|---|---|---|---|"]

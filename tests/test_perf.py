@@ -1,7 +1,5 @@
 """grpo-bench bench grpo-vs-trl: same loss as TRL on the same batch, and the shared-prompt log-probs."""
 
-import json
-
 import pytest
 import torch
 
@@ -57,3 +55,35 @@ def test_unknown_workload_is_one_line(run_cli):
 def test_too_few_pairs_is_refused(run_cli):
     code, _, err = run_cli("bench", "grpo-vs-trl", "--workloads", "pizza-mu1", "--pairs", "2")
     assert code == 2 and "--pairs must be >= 5" in err
+
+
+@pytest.mark.parametrize("beta, mu", [(0.0, 1), (0.04, 1), (0.0, 2), (0.04, 2)])
+def test_no_reference_or_old_pass_unless_needed(pizza, beta, mu):
+    """Reference log-probs only when beta > 0; no extra forward for old log-probs at mu = 1."""
+    from algorithms.grpo import GRPOConfig
+    from benchmarks.harness import RunConfig, build
+
+    rc = RunConfig(task="pizza", algo="grpo", device="cpu", precision="fp32", out="/dev/null")
+    _, policy, algo, _ = build(rc, GRPOConfig(beta=beta, mu=mu, prompts_per_step=1), {}, pizza)
+    sampling, calls, ref_calls = [False], [], []
+    generate = algo.generate
+
+    def tracked_generate(*args, **kwargs):
+        sampling[0] = True
+        try:
+            return generate(*args, **kwargs)
+        finally:
+            sampling[0] = False
+
+    algo.generate = tracked_generate
+    policy.register_forward_hook(
+        lambda *_: calls.append("sample" if sampling[0] else "grad" if torch.is_grad_enabled() else "no_grad"))
+    if algo.ref_policy is not None:
+        algo.ref_policy.register_forward_hook(lambda *_: ref_calls.append(1))
+    metrics = algo.step(pizza.train_prompts()[:1])
+    assert (algo.ref_policy is not None) == (beta > 0)
+    # Each log-prob pass is two calls (the group's prompt once, then its completions).
+    assert calls.count("grad") == 2 * mu
+    assert calls.count("no_grad") == (2 if mu > 1 else 0)
+    assert len(ref_calls) == (2 if beta > 0 else 0)
+    assert ("time/logprobs" in metrics) == (beta > 0 or mu > 1)
