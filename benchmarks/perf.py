@@ -499,7 +499,7 @@ def _fmt_bytes(n: Optional[float]) -> str:
 def _fmt_mem(probe: Optional[dict]) -> str:
     if not probe:
         return "n/a"
-    return f"{_fmt_bytes(probe['peak_bytes'])} ({_fmt_bytes(probe['rss_after_imports_bytes'])} after imports)"
+    return f"{_fmt_bytes(probe['peak_bytes'])} ({_fmt_bytes(probe['rss_after_imports_bytes'])} at start)"
 
 
 def render_markdown(report: dict) -> str:
