@@ -14,7 +14,7 @@ elsewhere, notably gradient checkpointing (on in TRL's GRPOConfig; ``--trl-gradi
 
 How. After a warm-up pair, pairs alternate A B A B in one process, each side drawing the same prompt. The ratio
 is TRL's step time over ours per pair (min/median/max). Peak memory is measured honestly per side: each side runs
-in its own fresh subprocess (warm-up + steps) and reports its process's peak RSS (VmHWM, which unlike
+in its own fresh subprocess (steps enough for two optimizer updates) and reports its process's peak RSS (VmHWM, which unlike
 ru_maxrss does not inherit the parent's peak across fork + exec; on CUDA ``max_memory_allocated``); the probe imports only what its side needs. Same loss on the same batch: TRL
 generates and scores one batch, then both losses are computed on it (TRL's ``compute_loss`` and ours:
 ``rollout_logps`` + ``grpo_loss`` with our own advantages and reference log-probs), once as sampled and once after
@@ -438,9 +438,9 @@ def _probe_main(argv: list[str]) -> None:
     rss_built = _rss_bytes()
     rng = random.Random(int(seed))
     prompts = runner.task.train_prompts()
-    for _ in range(int(steps) + 1):
+    for _ in range(int(steps)):
         runner.step(rng.choices(prompts, k=1))
-    print(json.dumps({"side": side, "workload": name, "steps": int(steps) + 1,
+    print(json.dumps({"side": side, "workload": name, "steps": int(steps),
                       "peak_bytes": measure.peak_memory_bytes(dev),
                       "kind": "cuda_max_memory_allocated" if dev.type == "cuda" else "process_peak_rss",
                       "rss_after_imports_bytes": rss_import, "rss_after_build_bytes": rss_built}))
@@ -468,16 +468,16 @@ def scaling(tasks: list[str], *, steps: int, seed: int, device: str, log=print) 
         ours = Ours(base, seed=seed, device=device)
         rng = random.Random(seed)
         prompts = ours.task.train_prompts()
+        ours.step(rng.choices(prompts, k=1))  # warm-up
         for group, length in configs:
             # One policy serves every point: only the sampling shape changes between points.
             ours.algo.config.group_size = group
             ours.algo.sampling.max_new_tokens = length
             times, tokens = [], []
-            for i in range(steps + 1):
+            for _ in range(steps):
                 m = ours.step(rng.choices(prompts, k=1))
-                if i:
-                    times.append(m["time/step"])
-                    tokens.append(m["tokens/generated"])
+                times.append(m["time/step"])
+                tokens.append(m["tokens/generated"])
             row = {"task": task_name, "parameters": _param_count(ours.policy), "group_size": group,
                    "max_new_tokens": length, "median_s": statistics.median(times),
                    "tokens_generated": statistics.median(tokens)}
@@ -588,7 +588,8 @@ def plot_scaling(rows: list[dict], path: Path) -> None:
 # The command
 # --------------------------------------------------------------------------------------------
 
-MEMORY_METHOD = ("each side alone in a fresh subprocess (warm-up + the given steps), peak resident set size of "
+MEMORY_METHOD = ("each side alone in a fresh subprocess, run for two optimizer updates (the second with AdamW's "
+                 "state allocated), peak resident set size of "
                  "that process (Linux VmHWM; CUDA: max_memory_allocated); the probe imports only its side's "
                  "libraries.")
 
@@ -627,21 +628,23 @@ def run_bench(args) -> dict:
     log(f"matmul 2048: {report['matmul_gflops']['fp32']:.0f} GFLOP/s fp32, {report['matmul_gflops']['bf16']:.0f} bf16")
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise UsageError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    for name in names:
-        w = WORKLOADS[name]
-        if args.max_new_tokens:
-            w = dataclasses.replace(w, max_new_tokens=args.max_new_tokens)
+    workloads = [dataclasses.replace(WORKLOADS[n], max_new_tokens=args.max_new_tokens or WORKLOADS[n].max_new_tokens)
+                 for n in names]
+    for w in workloads:
+        name = w.name
         result = compare(w, pairs=args.pairs, seed=args.seed, device=str(device),
                          trl_gradient_checkpointing=checkpointing, log=log)
-        if args.memory_steps > 0:
-            result["memory"] = {side: probe_memory(w, side, steps=args.memory_steps, seed=args.seed, device=str(device),
+        if args.memory:
+            # Enough steps for two optimizer updates: the second runs with AdamW's state already allocated.
+            steps = -(-2 // w.mu)
+            result["memory"] = {side: probe_memory(w, side, steps=steps, seed=args.seed, device=str(device),
                                                    trl_gradient_checkpointing=checkpointing) for side in ("ours", "trl")}
         report["comparisons"].append(result)
         log(f"{name}: TRL/ours median {result['ratio']['median']:.2f} (min {result['ratio']['min']:.2f}, max "
             f"{result['ratio']['max']:.2f}); same-batch loss diff {result['same_batch']['max_abs_diff']:.1e}")
     if args.bf16_steps > 0:
-        report["bf16"] = [bf16_speed(WORKLOADS[n], steps=args.bf16_steps, seed=args.seed, device=str(device))
-                          for n in names if WORKLOADS[n].mu == 1]
+        report["bf16"] = [bf16_speed(w, steps=args.bf16_steps, seed=args.seed, device=str(device))
+                          for w in workloads if w.mu == 1]
     tasks = sorted({WORKLOADS[n].task for n in names})
     if args.scaling_steps > 0:
         report["scaling"] = scaling(tasks, steps=args.scaling_steps, seed=args.seed, device=str(device), log=log)
@@ -665,9 +668,10 @@ def add_parser(subparsers) -> None:
                    help=f"comma-separated, from: {', '.join(WORKLOADS)} (default: all)")
     p.add_argument("--pairs", type=int, default=5, help="timed A/B pairs per workload after one warm-up pair (>= 5)")
     p.add_argument("--allow-few-pairs", action="store_true", help=argparse.SUPPRESS)  # for quick tests
-    p.add_argument("--memory-steps", type=int, default=1, help="steps after a warm-up in each memory probe (0: skip)")
-    p.add_argument("--bf16-steps", type=int, default=3, help="timed steps of our bf16-autocast step (0: skip)")
-    p.add_argument("--scaling-steps", type=int, default=2, help="timed steps per scaling point (0: skip)")
+    p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=True,
+                   help="measure each side's peak memory in its own subprocess (two optimizer updates)")
+    p.add_argument("--bf16-steps", type=int, default=2, help="timed steps of our bf16-autocast step (0: skip)")
+    p.add_argument("--scaling-steps", type=int, default=1, help="timed steps per scaling point, after one warm-up (0: skip)")
     p.add_argument("--trl-gradient-checkpointing", action=argparse.BooleanOptionalAction, default=True,
                    help="TRL's gradient checkpointing (TRL's GRPOConfig default: on)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="override every workload's completion cap (quick runs)")
@@ -686,9 +690,11 @@ def add_parser(subparsers) -> None:
 
 def _given_flags(args) -> list[str]:
     flags = []
-    for key in ("workloads", "pairs", "max_new_tokens", "memory_steps", "bf16_steps", "scaling_steps", "seed", "device"):
+    for key in ("workloads", "pairs", "max_new_tokens", "bf16_steps", "scaling_steps", "seed", "device"):
         if getattr(args, key) is not None:
             flags += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
+    if not args.memory:
+        flags.append("--no-memory")
     if not args.trl_gradient_checkpointing:
         flags.append("--no-trl-gradient-checkpointing")
     return flags
