@@ -562,6 +562,7 @@ def plot_scaling(rows: list[dict], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for task_name in sorted({r["task"] for r in rows}):
@@ -572,9 +573,11 @@ def plot_scaling(rows: list[dict], path: Path) -> None:
             if len(pts) < 2:
                 continue
             ax.plot([r["tokens_generated"] for r in pts], [r["median_s"] for r in pts], marker="o",
-                    label=f"{task_name}: vary {'G' if vary == 'group_size' else 'length'} ({fixed_key}={base})")
+                    label=f"{task_name} ({pts[0]['parameters'] / 1e6:.2f}M params): vary "
+                          f"{'G' if vary == 'group_size' else 'length'} ({fixed_key}={base})")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel("completion tokens generated per step")
     ax.set_ylabel("seconds per GRPO step (ours)")
     ax.legend(fontsize=7)
