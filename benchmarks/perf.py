@@ -33,7 +33,6 @@ import dataclasses
 import json
 import os
 import random
-import resource
 import statistics
 import subprocess
 import sys
@@ -90,8 +89,6 @@ def _rss_bytes() -> int:
 class Ours:
     """This suite's GRPO, built by the harness as ``grpo-bench run`` builds it."""
 
-    label = "ours"
-
     def __init__(self, w: Workload, *, seed: int, device: str, precision: str = "fp32", task=None):
         from algorithms.grpo import GRPOConfig
         from benchmarks.harness import RunConfig, build
@@ -125,8 +122,6 @@ class Ours:
 
 class Trl:
     """TRL's GRPOTrainer on the same task, model, reward and settings; driven like Trainer's inner loop."""
-
-    label = "trl"
 
     def __init__(self, w: Workload, *, seed: int, device: str, task=None, gradient_checkpointing: bool = True):
         from datasets import Dataset
