@@ -7,8 +7,10 @@ including the first EOS, and 0 on everything after it. A completion with no EOS 
 
 Sampling encodes each distinct prompt once and shares its KV cache across the G completions of its
 group (``DynamicCache.batch_repeat_interleave``), then decodes token by token and stops as soon as
-every sequence has ended. Log-probs are computed from logits divided by the sampling temperature,
-as TRL does, so that old/ref/current log-probs all describe the distribution that was sampled.
+every sequence has ended. Log-probs encode each prompt once too (``per_token_logps``'s
+``group_size``): the G identical prompts of a group are not run G times, in the update's forward and
+backward as well. Log-probs are computed from logits divided by the sampling temperature, as TRL
+does, so that old/ref/current log-probs all describe the distribution that was sampled.
 """
 
 from __future__ import annotations
@@ -189,6 +191,45 @@ def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor) -> torch.Te
     return picked - torch.logsumexp(logits, dim=-1)
 
 
+def _shared_prompt(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_size: int) -> bool:
+    """Whether every group of ``group_size`` consecutive rows holds one prompt (as a Rollout does)."""
+    if group_size < 2 or prompt_ids.size(0) % group_size:
+        return False
+    ids = prompt_ids.view(-1, group_size, prompt_ids.size(1))
+    mask = prompt_mask.view(-1, group_size, prompt_mask.size(1))
+    return bool((ids == ids[:, :1]).all() and (mask == mask[:, :1]).all())
+
+
+def _completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask, group_size: int) -> torch.Tensor:
+    """(B, T, V) logits predicting each completion token: position t predicts completion token t.
+
+    With ``group_size`` > 1 the G identical prompts of a group go through the model once: the prompt's
+    KV cache (still in the autograd graph) is repeated G times and the completions attend to it, as in
+    sampling. The result is the same function of the weights as one forward of each full sequence, and
+    its gradient is the same sum over the G completions; only the floating-point order differs (~1e-6),
+    while the prompt's share of the compute falls by a factor G.
+    """
+    attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+    positions = _positions(attention_mask)
+    P, T = prompt_ids.size(1), completion_ids.size(1)
+    if group_size < 2:
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
+                       logits_to_keep=T + 1).logits  # (B, T+1, V)
+        return logits[:, :-1, :]
+    unique_ids, unique_mask = prompt_ids[::group_size], prompt_mask[::group_size]  # (n, P)
+    prefill = model(input_ids=unique_ids, attention_mask=unique_mask, position_ids=_positions(unique_mask),
+                    past_key_values=DynamicCache(), use_cache=True, logits_to_keep=1)
+    cache = prefill.past_key_values
+    cache.batch_repeat_interleave(group_size)
+    first = prefill.logits[:, -1:, :].repeat_interleave(group_size, dim=0)  # (B, 1, V) predicts token 0
+    if T == 1:
+        return first
+    rest = model(input_ids=completion_ids[:, :-1], attention_mask=attention_mask[:, :-1],
+                 position_ids=positions[:, P:-1], past_key_values=cache, use_cache=True).logits  # (B, T-1, V)
+    return torch.cat([first, rest], dim=1)
+
+
 def per_token_logps(
     model,
     prompt_ids: torch.Tensor,
@@ -198,22 +239,16 @@ def per_token_logps(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    group_size: int = 1,
 ):
     """(B, T) log pi(o_t | q, o_<t) of each completion token (logits / temperature, as sampled).
 
     Gradients flow iff the caller is not under ``torch.no_grad()``. With ``with_entropy`` also
-    returns the (B, T) entropy of each next-token distribution (detached).
+    returns the (B, T) entropy of each next-token distribution (detached). With ``group_size`` G > 1
+    and rows grouped by prompt (G consecutive rows share one prompt), each prompt is encoded once.
     """
-    input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
-    attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
-    T = completion_ids.size(1)
-    logits = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=_positions(attention_mask),
-        logits_to_keep=T + 1,
-    ).logits  # (B, T+1, V)
-    logits = logits[:, :-1, :].float()  # position t predicts completion token t
+    shared = group_size if _shared_prompt(prompt_ids, prompt_mask, group_size) else 1
+    logits = _completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask, shared).float()
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
     logps = selective_log_softmax(logits, completion_ids)  # (B, T)
@@ -234,6 +269,7 @@ def rollout_logps(model, rollout: Rollout, *, temperature: float = 1.0, with_ent
         rollout.completion_mask,
         temperature=temperature,
         with_entropy=with_entropy,
+        group_size=rollout.group_size,
     )
 
 

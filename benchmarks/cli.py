@@ -211,7 +211,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict]:
 
 # Subcommands defined in their own modules: each exposes add_parser(subparsers) that sets `handler`.
 EXTRA_COMMANDS: list[str] = [
-    "benchmarks.evaluate", "benchmarks.checks", "benchmarks.matrix", "benchmarks.report", "benchmarks.ablation", "benchmarks.readme",
+    "benchmarks.evaluate", "benchmarks.checks", "benchmarks.matrix", "benchmarks.report", "benchmarks.ablation",
+    "benchmarks.readme", "benchmarks.perf",
 ]
 
 

@@ -67,10 +67,21 @@ def reset_peak_memory(device: torch.device) -> None:
 
 
 def peak_memory_bytes(device: torch.device) -> int:
-    """CUDA: torch.cuda.max_memory_allocated. CPU: the peak RSS of this process (Linux reports KiB)."""
+    """CUDA: torch.cuda.max_memory_allocated. CPU: the peak RSS of this process.
+
+    On Linux this is VmHWM from /proc/self/status, not getrusage's ru_maxrss: ru_maxrss survives
+    fork + exec, so a subprocess started by a large parent would report the parent's peak.
+    """
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except OSError:
+        pass
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
 
 
 def _tensor_bytes(tensors) -> int:

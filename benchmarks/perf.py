@@ -1,0 +1,703 @@
+"""``grpo-bench bench grpo-vs-trl``: one GRPO training step of this suite against TRL's GRPOTrainer.
+
+What is timed. One *step* is one generation batch (one prompt x G completions) and ``mu`` optimizer
+updates on it, the whole of it: generation, scoring, reference/old log-probs, and the update(s).
+    ours  ``GRPO.step(prompts)`` (algorithms/grpo.py), built by the harness exactly as ``grpo-bench run`` builds it.
+    TRL   ``mu`` turns of transformers' Trainer inner loop on ``GRPOTrainer``: ``training_step`` (which runs TRL's
+          ``_prepare_inputs``: generate, score, old/ref log-probs, advantages; then its loss, forward and backward),
+          then gradient clipping, ``optimizer.step()``, ``lr_scheduler.step()`` and ``zero_grad()``, as
+          ``Trainer.train`` does. ``train()``'s one-off setup (dataloaders, callbacks) is left out, in TRL's favour.
+Identical settings on both sides: the same starting weights, G, max new tokens, temperature (plain ancestral
+sampling: no top-k/top-p), AdamW with the same lr and a constant schedule, grad clip 1.0, beta, loss_type, epsilon,
+mu, fp32, the paper's KL term (TRL's ``use_bias_correction_kl`` off), and the same reward (``task.score`` of the text before the first EOS). TRL keeps its own defaults
+elsewhere, notably gradient checkpointing (on in TRL's GRPOConfig; ``--trl-gradient-checkpointing`` turns it off).
+
+How. After a warm-up pair, pairs alternate A B A B in one process, each side drawing the same prompt. The ratio
+is TRL's step time over ours per pair (min/median/max). Peak memory is measured honestly per side: each side runs
+in its own fresh subprocess (steps enough for two optimizer updates) and reports its process's peak RSS (VmHWM, which unlike
+ru_maxrss does not inherit the parent's peak across fork + exec; on CUDA ``max_memory_allocated``); the probe imports only what its side needs. Same loss on the same batch: TRL
+generates and scores one batch, then both losses are computed on it (TRL's ``compute_loss`` and ours:
+``rollout_logps`` + ``grpo_loss`` with our own advantages and reference log-probs), once as sampled and once after
+one TRL update with the sampling log-probs as the old ones (so the ratio and KL terms are not trivially 1 and 0).
+
+Headroom. The update's FLOP rate (6 x parameters x token positions each side's forward actually processes:
+TRL every prompt + completion row, ours each prompt once plus the completions) and generation's
+tokens/s are put beside this machine's measured 2048x2048 matmul throughput in fp32 and bf16.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from benchmarks import measure
+from benchmarks.harness import UsageError
+
+PHASES = ("generate", "score", "logprobs", "update", "other")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One comparison: a task's starting policy and prompts, and the GRPO settings both sides use."""
+
+    name: str
+    task: str
+    group_size: int
+    max_new_tokens: int
+    mu: int
+    temperature: Optional[float] = None  # None: the task's sampling temperature
+    learning_rate: Optional[float] = None  # None: the task's recommended rate
+    beta: float = 0.04  # the paper's KL weight, so the reference pass is part of the step
+    loss_type: str = "grpo"
+
+
+WORKLOADS = {
+    w.name: w
+    for w in (
+        Workload("pizza-mu1", "pizza", group_size=8, max_new_tokens=12, mu=1),
+        Workload("pizza-mu2", "pizza", group_size=8, max_new_tokens=12, mu=2),
+        Workload("gsm8k-mu1", "gsm8k", group_size=4, max_new_tokens=128, mu=1),
+        Workload("gsm8k-mu2", "gsm8k", group_size=4, max_new_tokens=128, mu=2),
+    )
+}
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+# --------------------------------------------------------------------------------------------
+# The two sides. Each exposes step(prompts) -> {"time/step", "time/<phase>", "loss", "tokens/..."}.
+# --------------------------------------------------------------------------------------------
+
+
+class Ours:
+    """This suite's GRPO, built by the harness as ``grpo-bench run`` builds it."""
+
+    def __init__(self, w: Workload, *, seed: int, device: str, precision: str = "fp32", task=None):
+        from algorithms.grpo import GRPOConfig
+        from benchmarks.harness import RunConfig, build
+
+        rc = RunConfig(task=w.task, algo="grpo", seed=seed, device=device, precision=precision,
+                       max_new_tokens=w.max_new_tokens, temperature=w.temperature)
+        config = GRPOConfig(group_size=w.group_size, mu=w.mu, beta=w.beta, loss_type=w.loss_type,
+                            learning_rate=w.learning_rate, prompts_per_step=1)
+        self.task, self.policy, self.algo, _ = build(rc, config, {}, task)
+        self.workload = w
+        self.positions = 0
+        generate = self.algo.generate
+
+        def generate_and_count(prompts, group_size=None):
+            # Positions one update forward processes, for the FLOP estimate: each prompt once, then B x T.
+            rollout = generate(prompts, group_size)
+            self.positions = rollout.prompt_ids[:: rollout.group_size].numel() + rollout.completion_ids.numel()
+            return rollout
+
+        self.algo.generate = generate_and_count
+
+    def step(self, prompts: list[str]) -> dict[str, float]:
+        start = time.perf_counter()
+        metrics = self.algo.step(prompts)
+        total = time.perf_counter() - start
+        phases = {p: metrics.get(f"time/{p}", 0.0) for p in PHASES[:-1]}
+        return {"time/step": total, **{f"time/{p}": v for p, v in phases.items()},
+                "time/other": total - sum(phases.values()), "loss": metrics["loss"],
+                "tokens/generated": metrics["tokens/generated"], "tokens/processed": float(self.positions)}
+
+
+class Trl:
+    """TRL's GRPOTrainer on the same task, model, reward and settings; driven like Trainer's inner loop."""
+
+    def __init__(self, w: Workload, *, seed: int, device: str, task=None, gradient_checkpointing: bool = True):
+        from datasets import Dataset
+        from trl import GRPOConfig as TrlConfig, GRPOTrainer
+
+        from tasks import make_task
+
+        self.workload = w
+        self.task = task or make_task(w.task)
+        dev = measure.resolve_device(device)
+        policy = self.task.load_policy(dev)
+        self.tokenizer = self.task.tokenizer
+        self.eos = _eos_ids(policy, self.tokenizer)
+        lr = w.learning_rate or self.task.recommended_learning_rate
+        temperature = self.task.generation.temperature if w.temperature is None else w.temperature
+        args = TrlConfig(
+            output_dir=str(Path(os.environ.get("TMPDIR", "/tmp")) / "grpo-bench-trl"), report_to="none",
+            save_strategy="no", logging_steps=10**9, seed=seed, use_cpu=dev.type == "cpu", bf16=False,
+            per_device_train_batch_size=w.group_size, num_generations=w.group_size,
+            max_completion_length=w.max_new_tokens, temperature=temperature, top_k=0, top_p=1.0,
+            learning_rate=lr, lr_scheduler_type="constant", optim="adamw_torch", weight_decay=0.0,
+            max_grad_norm=1.0, beta=w.beta, loss_type=w.loss_type, num_iterations=w.mu, epsilon=0.2,
+            scale_rewards="group", disable_dropout=True, pad_to_multiple_of=None,
+            use_bias_correction_kl=False,  # TRL 1.16 defaults to True; the paper (and our default) has no ratio on KL
+            gradient_checkpointing=gradient_checkpointing,
+        )
+        dataset = Dataset.from_dict({"prompt": self.task.train_prompts()[:1]})
+        self.trainer = GRPOTrainer(model=policy, reward_funcs=[self._reward], args=args, train_dataset=dataset,
+                                   processing_class=self.tokenizer)
+        self.trainer.create_optimizer_and_scheduler(num_training_steps=10**6)
+        self.trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train's loop, which we drive by hand
+        self.model = self.trainer.model
+        self.times: dict[str, float] = defaultdict(float)
+        self.last_rewards: list[float] = []
+        self.last_texts: list[str] = []
+        self.tokens = 0
+        self.positions = 0
+        self._time_methods()
+
+    def _reward(self, prompts, completions, completion_ids, **_):
+        # Score the same text our rollout scores: everything before the first EOS, special tokens kept.
+        texts = [self.tokenizer.decode(_before_eos(ids, self.eos), skip_special_tokens=False) for ids in completion_ids]
+        self.last_texts, self.last_rewards = texts, self.task.score(prompts, texts)
+        self.tokens += sum(len(ids) for ids in completion_ids)
+        return self.last_rewards
+
+    def _time_methods(self) -> None:
+        """Wrap TRL's phase methods on this instance with timers (the methods themselves are unchanged)."""
+        t = self.trainer
+
+        def timed(name, phase):
+            method = getattr(t, name)
+
+            def wrapper(*args, **kwargs):
+                key = phase(args, kwargs) if callable(phase) else phase
+                start = time.perf_counter()
+                try:
+                    return method(*args, **kwargs)
+                finally:
+                    if key:
+                        self.times[key] += time.perf_counter() - start
+
+            setattr(t, name, wrapper)
+
+        timed("_generate", "generate")
+        timed("_calculate_rewards", "score")
+        timed("_get_per_token_logps_and_entropies", lambda a, k: None if torch.is_grad_enabled() else "logprobs")
+        timed("_prepare_inputs", "prepare")
+        original = t._generate_and_score_completions
+
+        def generate_and_score(inputs):
+            out = original(inputs)  # TRL's forward runs every prompt + completion row: B x (P + T) positions
+            self.positions = out["prompt_ids"].numel() + out["completion_ids"].numel()
+            return out
+
+        t._generate_and_score_completions = generate_and_score
+
+    def optimizer_step(self) -> None:
+        t = self.trainer
+        t._clip_grad_norm(self.model)
+        t.optimizer.step()
+        t.lr_scheduler.step()
+        self.model.zero_grad()
+        t.state.global_step += 1
+
+    def step(self, prompts: list[str]) -> dict[str, float]:
+        batch = [{"prompt": p} for p in prompts for _ in range(self.workload.group_size)]
+        self.times.clear()
+        self.tokens = 0
+        losses = []
+        start = time.perf_counter()
+        for _ in range(self.workload.mu):  # one generation batch, reused for mu updates (num_iterations)
+            losses.append(float(self.trainer.training_step(self.model, batch, None)))
+            self.optimizer_step()
+        total = time.perf_counter() - start
+        gen, score, logps = (self.times[k] for k in ("generate", "score", "logprobs"))
+        prepare = self.times["prepare"]
+        return {"time/step": total, "time/generate": gen, "time/score": score, "time/logprobs": logps,
+                "time/update": total - prepare, "time/other": prepare - gen - score - logps,
+                "loss": sum(losses) / len(losses), "tokens/generated": float(self.tokens),
+                "tokens/processed": float(self.positions)}
+
+
+def _eos_ids(model, tokenizer) -> list[int]:
+    from algorithms.rollout import eos_token_ids
+
+    return eos_token_ids(model, tokenizer)
+
+
+def _before_eos(ids, eos) -> list[int]:
+    ids = list(ids)
+    for i, tok in enumerate(ids):
+        if tok in eos:
+            return ids[:i]
+    return ids
+
+
+# --------------------------------------------------------------------------------------------
+# Same loss on the same batch
+# --------------------------------------------------------------------------------------------
+
+
+def same_batch_check(trl: Trl, prompts: list[str]) -> dict[str, float]:
+    """TRL samples and scores one batch; both losses are computed on it, before and after one TRL update.
+
+    Our side recomputes everything it owns: per-token log-probs (``rollout_logps``), reference log-probs,
+    group advantages from the rewards, and ``grpo_loss``. TRL's batch shuffling is turned off for this one
+    batch (the order does not change the loss) so that completions stay grouped by prompt.
+    """
+    from unittest import mock
+
+    from algorithms.losses import group_advantages, grpo_loss
+    from algorithms.rollout import Rollout, rollout_logps
+
+    w, t, model = trl.workload, trl.trainer, trl.model
+    temperature = t.temperature
+    batch = [{"prompt": p} for p in prompts for _ in range(w.group_size)]
+    model.train()
+    t._buffered_inputs = None  # force a fresh generation batch
+    with mock.patch("trl.trainer.grpo_trainer.shuffle_sequence_dict", lambda d: d):
+        inputs = t._prepare_inputs(batch)
+    mask = inputs["completion_mask"]
+    rollout = Rollout(
+        prompts=[b["prompt"] for b in batch], completions=trl.last_texts, prompt_ids=inputs["prompt_ids"],
+        prompt_mask=inputs["prompt_mask"], completion_ids=inputs["completion_ids"], completion_mask=mask,
+        truncated=torch.zeros(mask.size(0), dtype=torch.bool), group_size=w.group_size,
+    )
+    advantages = group_advantages(torch.tensor(trl.last_rewards), w.group_size, "group")
+    advantage_source = "task rewards"
+    adv_diff = float((advantages - inputs["advantages"]).abs().max())
+    if not advantages.abs().gt(0).any():
+        # Every group scored alike (common for a 135M model on GSM8K): both losses would be 0 whatever their
+        # formulas. Give both the same non-zero advantages so the comparison, and the update, mean something.
+        advantages = torch.tensor([1.0, -1.0]).repeat(mask.size(0) // 2 + 1)[: mask.size(0)]
+        inputs = {**inputs, "advantages": advantages.clone()}
+        advantage_source = "synthetic +1/-1 (all rewards of every group were equal)"
+    loss_kwargs = dict(level="token", loss_type=w.loss_type, epsilon=0.2, epsilon_high=None, beta=w.beta,
+                       max_completion_length=w.max_new_tokens, kl_bias_correction=False)
+
+    def both_losses(old, inputs_for_trl, precision="fp32"):
+        autocast = torch.autocast(model.device.type, dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
+        with torch.no_grad(), autocast:
+            logps = rollout_logps(model, rollout, temperature=temperature)
+            ref = rollout_logps(t.ref_model, rollout, temperature=temperature) if w.beta > 0 else None
+        ours = grpo_loss(logps, old, ref, advantages, mask, **loss_kwargs)
+        if inputs_for_trl is None:
+            return float(ours), None, logps, ref
+        with torch.no_grad():
+            theirs = t.compute_loss(model, inputs_for_trl)
+        return float(ours), float(theirs), logps, ref
+
+    old = inputs.get("old_per_token_logps")
+    ours1, trl1, logps1, ref1 = both_losses(old, inputs)
+    # bf16 as a bf16 run would have it: current, old and reference log-probs all under autocast.
+    bf16_1, _, logps1_bf16, _ = both_losses(None, None, precision="bf16")
+    out = {"loss_ours_sampled": ours1, "loss_trl_sampled": trl1, "abs_diff_sampled": abs(ours1 - trl1),
+           "max_abs_diff_advantages": adv_diff, "advantages": advantage_source}
+    if w.beta > 0:
+        out["max_abs_diff_ref_logps"] = float(((ref1 - inputs["ref_per_token_logps"]) * mask).abs().max())
+    if old is not None:
+        out["max_abs_diff_old_logps"] = float(((logps1 - old) * mask).abs().max())
+
+    # One TRL update on this batch; then the ratio (old = as sampled) and the KL are no longer trivial.
+    t.compute_loss(model, inputs).backward()
+    trl.optimizer_step()
+    old2 = logps1 if old is None else old
+    ours2, trl2, _, _ = both_losses(old2, {**inputs, "old_per_token_logps": old2})
+    bf16_2, _, _, _ = both_losses(logps1_bf16, None, precision="bf16")
+    out.update({"loss_ours_updated": ours2, "loss_trl_updated": trl2, "abs_diff_updated": abs(ours2 - trl2),
+                "loss_ours_updated_bf16": bf16_2, "abs_diff_bf16_vs_fp32": abs(bf16_2 - ours2),
+                "abs_diff_bf16_vs_fp32_sampled": abs(bf16_1 - ours1),
+                "max_abs_diff_logps_bf16_vs_fp32": float(((logps1_bf16 - logps1) * mask).abs().max())})
+    out["max_abs_diff"] = max(out["abs_diff_sampled"], out["abs_diff_updated"], out["max_abs_diff_advantages"])
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Measurements
+# --------------------------------------------------------------------------------------------
+
+
+def matmul_gflops(dtype: torch.dtype, n: int = 2048, reps: int = 5, device: str = "cpu") -> float:
+    """Best-of-``reps`` throughput of one n x n matmul (2 n^3 FLOPs), in GFLOP/s."""
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    a @ b
+    best = float("inf")
+    for _ in range(reps):
+        if a.is_cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        a @ b
+        if a.is_cuda:
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best / 1e9
+
+
+def _param_count(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def _median_phases(rows: list[dict]) -> dict[str, float]:
+    return {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+
+
+def _rates(row: dict, params: int, mu: int) -> dict[str, float]:
+    gen = row["time/generate"]
+    update = row["time/update"]
+    update_flops = 6 * params * row["tokens/processed"] * mu
+    return {
+        "generation_tokens_per_s": row["tokens/generated"] / gen if gen > 0 else float("nan"),
+        "generation_gflops": 2 * params * row["tokens/generated"] / gen / 1e9 if gen > 0 else float("nan"),
+        "update_gflops": update_flops / update / 1e9 if update > 0 else float("nan"),
+    }
+
+
+def compare(w: Workload, *, pairs: int, seed: int, device: str, trl_gradient_checkpointing: bool,
+            log=print) -> dict:
+    """Warm-up pair, then ``pairs`` alternating A B pairs on the same prompts; then the same-batch loss check."""
+    ours = Ours(w, seed=seed, device=device)
+    trl = Trl(w, seed=seed, device=device, task=ours.task, gradient_checkpointing=trl_gradient_checkpointing)
+    prompt_rng = random.Random(seed)
+    prompts = ours.task.train_prompts()
+    rows: dict[str, list[dict]] = {"ours": [], "trl": []}
+    for i in range(pairs + 1):
+        chosen = prompt_rng.choices(prompts, k=1)
+        a = ours.step(chosen)
+        b = trl.step(chosen)
+        if i == 0:
+            log(f"  {w.name}: warm-up ours {a['time/step']:.2f} s, trl {b['time/step']:.2f} s")
+            continue
+        rows["ours"].append(a)
+        rows["trl"].append(b)
+        log(f"  {w.name} pair {i}/{pairs}: ours {a['time/step']:.2f} s, trl {b['time/step']:.2f} s, "
+            f"ratio {b['time/step'] / a['time/step']:.2f}")
+    ratios = [b["time/step"] / a["time/step"] for a, b in zip(rows["ours"], rows["trl"])]
+    params = _param_count(ours.policy)
+    check = same_batch_check(trl, prompt_rng.choices(prompts, k=1))
+    result = {
+        "workload": dataclasses.asdict(w),
+        "parameters": params,
+        "pairs": pairs,
+        "ratio": {"min": min(ratios), "median": statistics.median(ratios), "max": max(ratios), "all": ratios},
+        "same_batch": check,
+    }
+    for side in ("ours", "trl"):
+        med = _median_phases(rows[side])
+        result[side] = {"median": med, "rates": _rates(med, params, w.mu), "steps": rows[side]}
+    return result
+
+
+def bf16_speed(w: Workload, *, steps: int, seed: int, device: str) -> dict:
+    """Our step in bf16 autocast beside fp32, same prompts, alternating after a warm-up."""
+    fp32 = Ours(w, seed=seed, device=device, precision="fp32")
+    bf16 = Ours(w, seed=seed, device=device, precision="bf16", task=fp32.task)
+    rng = random.Random(seed)
+    prompts = fp32.task.train_prompts()
+    times = {"fp32": [], "bf16": []}
+    for i in range(steps + 1):
+        chosen = rng.choices(prompts, k=1)
+        a, b = fp32.step(chosen), bf16.step(chosen)
+        if i:
+            times["fp32"].append(a["time/step"])
+            times["bf16"].append(b["time/step"])
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"workload": w.name, "steps": steps, "median_s": med, "speedup": med["fp32"] / med["bf16"], "all": times}
+
+
+def probe_memory(w: Workload, side: str, *, steps: int, seed: int, device: str, trl_gradient_checkpointing: bool) -> dict:
+    """Run one side alone in a fresh subprocess; its peak RSS (or CUDA peak) is that side's alone."""
+    cmd = [sys.executable, "-m", "benchmarks.perf", "probe", side, w.name, str(steps), str(seed), device,
+           "1" if trl_gradient_checkpointing else "0"]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
+    if done.returncode != 0:
+        tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(f"memory probe {side}/{w.name} failed: {tail[0]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _probe_main(argv: list[str]) -> None:
+    side, name, steps, seed, device, checkpointing = argv
+    rss_import = _rss_bytes()
+    w = WORKLOADS[name]
+    dev = measure.resolve_device(device)
+    measure.reset_peak_memory(dev)
+    runner = (Ours(w, seed=int(seed), device=device) if side == "ours" else
+              Trl(w, seed=int(seed), device=device, gradient_checkpointing=checkpointing == "1"))
+    rss_built = _rss_bytes()
+    rng = random.Random(int(seed))
+    prompts = runner.task.train_prompts()
+    for _ in range(int(steps)):
+        runner.step(rng.choices(prompts, k=1))
+    print(json.dumps({"side": side, "workload": name, "steps": int(steps),
+                      "peak_bytes": measure.peak_memory_bytes(dev),
+                      "kind": "cuda_max_memory_allocated" if dev.type == "cuda" else "process_peak_rss",
+                      "rss_after_imports_bytes": rss_import, "rss_after_build_bytes": rss_built}))
+
+
+# --------------------------------------------------------------------------------------------
+# Scaling: our step as G, completion length and model size grow
+# --------------------------------------------------------------------------------------------
+
+SCALING = {
+    # task: (base workload, group sizes at the base length, lengths at the base group size)
+    "pizza": ("pizza-mu1", (4, 8, 16, 32), (12,)),
+    "gsm8k": ("gsm8k-mu1", (2, 4, 8), (32, 64, 128)),
+}
+
+
+def scaling(tasks: list[str], *, steps: int, seed: int, device: str, log=print) -> list[dict]:
+    rows = []
+    for task_name in tasks:
+        base_name, groups, lengths = SCALING[task_name]
+        base = WORKLOADS[base_name]
+        base_len = 64 if task_name == "gsm8k" else base.max_new_tokens
+        base_group = 4
+        configs = [(g, base_len) for g in groups] + [(base_group, n) for n in lengths if n != base_len]
+        ours = Ours(base, seed=seed, device=device)
+        rng = random.Random(seed)
+        prompts = ours.task.train_prompts()
+        ours.step(rng.choices(prompts, k=1))  # warm-up
+        for group, length in configs:
+            # One policy serves every point: only the sampling shape changes between points.
+            ours.algo.config.group_size = group
+            ours.algo.sampling.max_new_tokens = length
+            times, tokens = [], []
+            for _ in range(steps):
+                m = ours.step(rng.choices(prompts, k=1))
+                times.append(m["time/step"])
+                tokens.append(m["tokens/generated"])
+            row = {"task": task_name, "parameters": _param_count(ours.policy), "group_size": group,
+                   "max_new_tokens": length, "median_s": statistics.median(times),
+                   "tokens_generated": statistics.median(tokens)}
+            rows.append(row)
+            log(f"  scaling {task_name} G={group} len={length}: {row['median_s']:.2f} s/step, "
+                f"{row['tokens_generated']:.0f} tokens")
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# Report
+# --------------------------------------------------------------------------------------------
+
+
+def _fmt_bytes(n: Optional[float]) -> str:
+    return "n/a" if n is None else f"{n / 2**30:.2f} GiB"
+
+
+def _fmt_mem(probe: Optional[dict]) -> str:
+    if not probe:
+        return "n/a"
+    return f"{_fmt_bytes(probe['peak_bytes'])} ({_fmt_bytes(probe['rss_after_imports_bytes'])} at start)"
+
+
+def render_markdown(report: dict) -> str:
+    env = report["environment"]
+    lines = [
+        f"GRPO step, this suite vs TRL {env['versions'].get('trl')} `GRPOTrainer`, on {env['device_name']} "
+        f"(torch {env['versions']['torch']}, {report['threads']} threads). Matmul 2048x2048: "
+        f"{report['matmul_gflops']['fp32']:.0f} GFLOP/s fp32, {report['matmul_gflops']['bf16']:.0f} GFLOP/s bf16.",
+        "",
+        "| workload | params | G | new tokens | mu | ours s/step | TRL s/step | TRL/ours min / median / max | "
+        "peak memory ours | peak memory TRL | same-batch loss abs diff |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report["comparisons"]:
+        w, ratio, mem = r["workload"], r["ratio"], r.get("memory", {})
+        lines.append(
+            f"| {w['name']} | {r['parameters'] / 1e6:.2f}M | {w['group_size']} | {w['max_new_tokens']} | {w['mu']} | "
+            f"{r['ours']['median']['time/step']:.3f} | {r['trl']['median']['time/step']:.3f} | "
+            f"{ratio['min']:.2f} / **{ratio['median']:.2f}** / {ratio['max']:.2f} | "
+            f"{_fmt_mem(mem.get('ours'))} | {_fmt_mem(mem.get('trl'))} | "
+            f"{r['same_batch']['max_abs_diff']:.1e} |"
+        )
+    lines += ["", "Median seconds per phase (generate / score / ref+old log-probs / update / other), generation "
+              "throughput and the update's FLOP rate (6 x params x positions actually processed):", "",
+              "| workload | side | generate | score | logprobs | update | other | tokens generated | gen tok/s | "
+              "gen GFLOP/s | update GFLOP/s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in report["comparisons"]:
+        for side in ("ours", "trl"):
+            m, rates = r[side]["median"], r[side]["rates"]
+            lines.append(
+                f"| {r['workload']['name']} | {side} | " + " | ".join(f"{m[f'time/{p}']:.3f}" for p in PHASES)
+                + f" | {m['tokens/generated']:.0f} | {rates['generation_tokens_per_s']:.0f} | "
+                f"{rates['generation_gflops']:.1f} | {rates['update_gflops']:.1f} |"
+            )
+    if report.get("bf16"):
+        lines += ["", "bf16 autocast (ours), step time beside fp32, and its effect on the same batch after one update "
+                  "(current, old and reference log-probs all in bf16):", "",
+                  "| workload | fp32 s/step | bf16 s/step | speed-up | loss fp32 | loss bf16 | abs diff | "
+                  "max abs log-prob diff |", "|---|---|---|---|---|---|---|---|"]
+        checks = {r["workload"]["name"]: r["same_batch"] for r in report["comparisons"]}
+        nan = float("nan")
+        for b in report["bf16"]:
+            c = checks.get(b["workload"], {})
+            lines.append(f"| {b['workload']} | {b['median_s']['fp32']:.3f} | {b['median_s']['bf16']:.3f} | "
+                         f"{b['speedup']:.2f}x | {c.get('loss_ours_updated', nan):.6g} | "
+                         f"{c.get('loss_ours_updated_bf16', nan):.6g} | {c.get('abs_diff_bf16_vs_fp32', nan):.1e} | "
+                         f"{c.get('max_abs_diff_logps_bf16_vs_fp32', nan):.1e} |")
+    if report.get("scaling"):
+        lines += ["", "Scaling (ours): median seconds per step as the work grows; plot `scaling.png`.", "",
+                  "| task | params | G | max new tokens | tokens generated | s/step |", "|---|---|---|---|---|---|"]
+        for s in report["scaling"]:
+            lines.append(f"| {s['task']} | {s['parameters'] / 1e6:.2f}M | {s['group_size']} | {s['max_new_tokens']} | "
+                         f"{s['tokens_generated']:.0f} | {s['median_s']:.3f} |")
+    lines += ["", f"Memory: {report['memory_method']}", "", f"Regenerate: `{report['command']}`"]
+    return "\n".join(lines)
+
+
+def plot_scaling(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for task_name in sorted({r["task"] for r in rows}):
+        for vary, fixed_key in (("group_size", "max_new_tokens"), ("max_new_tokens", "group_size")):
+            pts = [r for r in rows if r["task"] == task_name]
+            base = statistics.mode(r[fixed_key] for r in pts)
+            pts = sorted((r for r in pts if r[fixed_key] == base), key=lambda r: r[vary])
+            if len(pts) < 2:
+                continue
+            ax.plot([r["tokens_generated"] for r in pts], [r["median_s"] for r in pts], marker="o",
+                    label=f"{task_name} ({pts[0]['parameters'] / 1e6:.2f}M params): vary "
+                          f"{'G' if vary == 'group_size' else 'length'} ({fixed_key}={base})")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_xlabel("completion tokens generated per step")
+    ax.set_ylabel("seconds per GRPO step (ours)")
+    ax.legend(fontsize=7)
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------------------------
+# The command
+# --------------------------------------------------------------------------------------------
+
+MEMORY_METHOD = ("each side alone in a fresh subprocess, run for two optimizer updates (the second with AdamW's "
+                 "state allocated), peak resident set size of "
+                 "that process (Linux VmHWM; CUDA: max_memory_allocated); the probe imports only its side's "
+                 "libraries.")
+
+
+def run_bench(args) -> dict:
+    from benchmarks.io import atomic_write_json, atomic_write_text
+    from benchmarks.readme import update_section
+
+    names = [n.strip() for n in args.workloads.split(",") if n.strip()]
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        raise UsageError(f"unknown workload {unknown[0]!r}; choose from {', '.join(WORKLOADS)}")
+    if args.pairs < 5 and not args.allow_few_pairs:
+        raise UsageError(f"--pairs must be >= 5 for a min/median/max ratio, got {args.pairs}")
+    if args.pairs < 1:
+        raise UsageError(f"--pairs must be >= 1, got {args.pairs}")
+    try:
+        device = measure.resolve_device(args.device)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    out = Path(args.out or ("results/gpu" if device.type == "cuda" else "results/perf"))
+    out.mkdir(parents=True, exist_ok=True)
+    checkpointing = args.trl_gradient_checkpointing
+    log = print
+    started = time.perf_counter()
+    report = {
+        "command": "grpo-bench bench grpo-vs-trl " + " ".join(args.argv),
+        "environment": measure.environment(device),
+        "threads": torch.get_num_threads(),
+        "trl_gradient_checkpointing": checkpointing,
+        "memory_method": MEMORY_METHOD,
+        "matmul_gflops": {"fp32": matmul_gflops(torch.float32, device=device.type),
+                          "bf16": matmul_gflops(torch.bfloat16, device=device.type)},
+        "comparisons": [],
+    }
+    log(f"matmul 2048: {report['matmul_gflops']['fp32']:.0f} GFLOP/s fp32, {report['matmul_gflops']['bf16']:.0f} bf16")
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise UsageError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    workloads = [dataclasses.replace(WORKLOADS[n], max_new_tokens=args.max_new_tokens or WORKLOADS[n].max_new_tokens)
+                 for n in names]
+    for w in workloads:
+        name = w.name
+        result = compare(w, pairs=args.pairs, seed=args.seed, device=str(device),
+                         trl_gradient_checkpointing=checkpointing, log=log)
+        if args.memory:
+            # Enough steps for two optimizer updates: the second runs with AdamW's state already allocated.
+            steps = -(-2 // w.mu)
+            result["memory"] = {side: probe_memory(w, side, steps=steps, seed=args.seed, device=str(device),
+                                                   trl_gradient_checkpointing=checkpointing) for side in ("ours", "trl")}
+        report["comparisons"].append(result)
+        log(f"{name}: TRL/ours median {result['ratio']['median']:.2f} (min {result['ratio']['min']:.2f}, max "
+            f"{result['ratio']['max']:.2f}); same-batch loss diff {result['same_batch']['max_abs_diff']:.1e}")
+    if args.bf16_steps > 0:
+        report["bf16"] = [bf16_speed(w, steps=args.bf16_steps, seed=args.seed, device=str(device))
+                          for w in workloads if w.mu == 1]
+    tasks = sorted({WORKLOADS[n].task for n in names})
+    if args.scaling_steps > 0:
+        report["scaling"] = scaling(tasks, steps=args.scaling_steps, seed=args.seed, device=str(device), log=log)
+        plot_scaling(report["scaling"], out / "scaling.png")
+    report["wall_clock_s"] = time.perf_counter() - started
+    markdown = render_markdown(report)
+    atomic_write_json(out / "perf.json", report)
+    atomic_write_text(out / "perf.md", "# GRPO step: this suite vs TRL\n\n" + markdown + "\n")
+    if args.readme:
+        update_section(args.readme, "perf", markdown)
+    log(f"wrote {out}/perf.md, perf.json" + (", scaling.png" if report.get("scaling") else "")
+        + f" in {report['wall_clock_s']:.0f} s")
+    return report
+
+
+def add_parser(subparsers) -> None:
+    bench = subparsers.add_parser("bench", help="performance benchmarks")
+    sub = bench.add_subparsers(dest="bench_command", required=True, parser_class=type(bench))
+    p = sub.add_parser("grpo-vs-trl", help="time one GRPO step of this suite against TRL's GRPOTrainer")
+    p.add_argument("--workloads", default=",".join(WORKLOADS),
+                   help=f"comma-separated, from: {', '.join(WORKLOADS)} (default: all)")
+    p.add_argument("--pairs", type=int, default=5, help="timed A/B pairs per workload after one warm-up pair (>= 5)")
+    p.add_argument("--allow-few-pairs", action="store_true", help=argparse.SUPPRESS)  # for quick tests
+    p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=True,
+                   help="measure each side's peak memory in its own subprocess (two optimizer updates)")
+    p.add_argument("--bf16-steps", type=int, default=2, help="timed steps of our bf16-autocast step (0: skip)")
+    p.add_argument("--scaling-steps", type=int, default=1, help="timed steps per scaling point, after one warm-up (0: skip)")
+    p.add_argument("--trl-gradient-checkpointing", action=argparse.BooleanOptionalAction, default=True,
+                   help="TRL's gradient checkpointing (TRL's GRPOConfig default: on)")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="override every workload's completion cap (quick runs)")
+    p.add_argument("--seed", type=int, default=0, help="seed of both sides and of the prompt draws")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or auto (cuda results go to results/gpu)")
+    p.add_argument("--out", default=None, help="output folder (default: results/perf, or results/gpu on CUDA)")
+    p.add_argument("--readme", default="README.md", help="README whose 'perf' section is regenerated ('' to skip)")
+
+    def handler(args) -> int:
+        args.argv = _given_flags(args)
+        run_bench(args)
+        return 0
+
+    p.set_defaults(handler=handler)
+
+
+def _given_flags(args) -> list[str]:
+    flags = []
+    for key in ("workloads", "pairs", "max_new_tokens", "bf16_steps", "scaling_steps", "seed", "device"):
+        if getattr(args, key) is not None:
+            flags += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
+    if not args.memory:
+        flags.append("--no-memory")
+    if not args.trl_gradient_checkpointing:
+        flags.append("--no-trl-gradient-checkpointing")
+    return flags
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "probe":
+        _probe_main(sys.argv[2:])

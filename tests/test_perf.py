@@ -1,0 +1,89 @@
+"""grpo-bench bench grpo-vs-trl: same loss as TRL on the same batch, and the shared-prompt log-probs."""
+
+import pytest
+import torch
+
+from algorithms.rollout import generate, per_token_logps
+from benchmarks.perf import WORKLOADS, Trl, same_batch_check
+from tasks import make_task
+
+
+@pytest.fixture(scope="module")
+def pizza():
+    return make_task("pizza")
+
+
+@pytest.mark.parametrize("name", ["pizza-mu1", "pizza-mu2"])
+def test_same_batch_loss_matches_trl(pizza, name):
+    torch.manual_seed(0)
+    trl = Trl(WORKLOADS[name], seed=0, device="cpu", task=pizza)
+    check = same_batch_check(trl, pizza.train_prompts()[:1])
+    # The check is only worth something if the loss is not trivially 0 (ratio 1, zero KL) after TRL's update.
+    assert abs(check["loss_trl_updated"]) > 1e-4
+    assert check["abs_diff_sampled"] <= 1e-6
+    assert check["abs_diff_updated"] <= 1e-6
+    assert check["max_abs_diff_advantages"] <= 1e-6
+    assert check["max_abs_diff_ref_logps"] <= 1e-5
+
+
+def test_shared_prompt_logps_equal_full_forward(pizza):
+    """Encoding a group's prompt once gives the full forward's log-probs and gradient (fp rounding aside)."""
+    model = pizza.load_policy(torch.device("cpu"))
+    rollout = generate(model, pizza.tokenizer, pizza.train_prompts()[:1], 8, max_new_tokens=12, temperature=1.0,
+                       generator=torch.Generator().manual_seed(0))
+    model.train()
+    results = []
+    for group_size in (1, 8):
+        model.zero_grad()
+        logps = per_token_logps(model, rollout.prompt_ids, rollout.prompt_mask, rollout.completion_ids,
+                                rollout.completion_mask, temperature=0.7, group_size=group_size)
+        (logps * rollout.completion_mask).sum().backward()
+        grads = torch.cat([p.grad.flatten() for p in model.parameters()])
+        results.append((logps.detach(), grads))
+    (full, g_full), (shared, g_shared) = results
+    mask = rollout.completion_mask.bool()
+    assert (full - shared)[mask].abs().max() < 1e-5
+    assert ((g_full - g_shared).norm() / g_full.norm()) < 1e-5
+
+
+def test_unknown_workload_is_one_line(run_cli):
+    code, out, err = run_cli("bench", "grpo-vs-trl", "--workloads", "nope")
+    assert code == 2
+    assert "unknown workload 'nope'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_too_few_pairs_is_refused(run_cli):
+    code, _, err = run_cli("bench", "grpo-vs-trl", "--workloads", "pizza-mu1", "--pairs", "2")
+    assert code == 2 and "--pairs must be >= 5" in err
+
+
+@pytest.mark.parametrize("beta, mu", [(0.0, 1), (0.04, 1), (0.0, 2), (0.04, 2)])
+def test_no_reference_or_old_pass_unless_needed(pizza, beta, mu):
+    """Reference log-probs only when beta > 0; no extra forward for old log-probs at mu = 1."""
+    from algorithms.grpo import GRPOConfig
+    from benchmarks.harness import RunConfig, build
+
+    rc = RunConfig(task="pizza", algo="grpo", device="cpu", precision="fp32", out="/dev/null")
+    _, policy, algo, _ = build(rc, GRPOConfig(beta=beta, mu=mu, prompts_per_step=1), {}, pizza)
+    sampling, calls, ref_calls = [False], [], []
+    generate = algo.generate
+
+    def tracked_generate(*args, **kwargs):
+        sampling[0] = True
+        try:
+            return generate(*args, **kwargs)
+        finally:
+            sampling[0] = False
+
+    algo.generate = tracked_generate
+    policy.register_forward_hook(
+        lambda *_: calls.append("sample" if sampling[0] else "grad" if torch.is_grad_enabled() else "no_grad"))
+    if algo.ref_policy is not None:
+        algo.ref_policy.register_forward_hook(lambda *_: ref_calls.append(1))
+    metrics = algo.step(pizza.train_prompts()[:1])
+    assert (algo.ref_policy is not None) == (beta > 0)
+    # Each log-prob pass is two calls (the group's prompt once, then its completions).
+    assert calls.count("grad") == 2 * mu
+    assert calls.count("no_grad") == (2 if mu > 1 else 0)
+    assert len(ref_calls) == (2 if beta > 0 else 0)
+    assert ("time/logprobs" in metrics) == (beta > 0 or mu > 1)
