@@ -38,7 +38,6 @@ REPORT_SECTIONS = (
     ("trl-check", "results/trl_check/report.md", "GRPO and DPO losses against TRL"),
     ("trl-train", "results/trl_train/report.md", "TRL's GRPOTrainer and ours, end to end on pizza"),
     ("ablation", "results/ablation/group_size.md", "Group-size ablation on the bandit"),
-    ("perf", "results/perf/report.md", "Performance against TRL"),
 )
 
 
