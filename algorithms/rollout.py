@@ -6,7 +6,7 @@ including the first EOS, and 0 on everything after it. A completion with no EOS 
 (DAPO's overlong filtering, ``Rollout.loss_mask(mask_truncated=True)``).
 
 Sampling encodes each distinct prompt once and shares its KV cache across the G completions of its
-group (``DynamicCache.batch_repeat_interleave``), then decodes token by token and stops as soon as
+group (copied into a preallocated ``StaticCache``), then decodes token by token and stops as soon as
 every sequence has ended. Log-probs encode each prompt once too (``per_token_logps``'s
 ``group_size``): the G identical prompts of a group are not run G times, in the update's forward and
 backward as well. Log-probs are computed from logits divided by the sampling temperature, as TRL
@@ -20,7 +20,8 @@ from typing import Iterable, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
-from transformers import DynamicCache
+from transformers import DynamicCache, StaticCache
+from transformers.cache_utils import StaticLayer
 
 
 @dataclass
@@ -104,6 +105,42 @@ def tokenize_prompts(tokenizer, prompts: Sequence[str], device) -> tuple[torch.T
     return enc["input_ids"].to(device), enc["attention_mask"].to(device)
 
 
+def sample_categorical(probs: torch.Tensor, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    """One index per row of ``probs`` (B, V), drawn by inverting the row's CDF with one uniform number.
+
+    Exact ancestral sampling like ``torch.multinomial``, which instead draws one exponential number per
+    vocabulary entry: 6.3M draws per step at 128 rows x 49k tokens, 110 ms on a 2-core CPU (this:
+    5 ms), half as long as the model's own matmuls. A token's interval in the float32 running sum is
+    its probability to within one rounding of that sum (6e-8), far below any sampling noise.
+    """
+    cdf = probs.float().cumsum(dim=-1)  # (B, V)
+    u = torch.rand(probs.size(0), 1, generator=generator, device=probs.device) * cdf[:, -1:]
+    # right=True: a token with zero probability has an empty interval [cdf[i-1], cdf[i]) and is never drawn.
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=probs.size(-1) - 1)
+
+
+def _fan_out(model, prefilled: DynamicCache, group_size: int, max_length: int):
+    """The prefilled cache repeated G times, in a preallocated StaticCache when the model allows it.
+
+    A DynamicCache concatenates every layer's keys and values at each decoding step, which on CPU
+    cost more than the matmuls at 32+ rows and 256 new tokens; a static one writes in place. Models
+    whose layers are not all plain full-attention ones (sliding windows, linear attention) keep the
+    dynamic cache. Either way the logits agree to float rounding.
+    """
+    try:
+        static = StaticCache(config=model.config, max_cache_len=max_length)
+    except Exception:  # configs without a text decoder's cache layout
+        static = None
+    if static is None or len(static.layers) != len(prefilled.layers) or any(
+        type(layer) is not StaticLayer for layer in static.layers
+    ):
+        prefilled.batch_repeat_interleave(group_size)
+        return prefilled
+    for layer, filled in zip(static.layers, prefilled.layers):
+        layer.update(filled.keys.repeat_interleave(group_size, dim=0), filled.values.repeat_interleave(group_size, dim=0))
+    return static
+
+
 @torch.no_grad()
 def generate(
     model,
@@ -133,8 +170,7 @@ def generate(
         logits_to_keep=1,
     )
     # Prefill once per prompt, then fan the cache out to the G members of its group.
-    cache = out.past_key_values
-    cache.batch_repeat_interleave(group_size)
+    cache = _fan_out(model, out.past_key_values, group_size, unique_ids.size(1) + max_new_tokens)
     next_logits = out.logits[:, -1, :].float().repeat_interleave(group_size, dim=0)  # (B, V)
     attention = unique_mask.repeat_interleave(group_size, dim=0)  # (B, P)
     next_position = _positions(attention)[:, -1:] + 1  # (B, 1)
@@ -145,8 +181,7 @@ def generate(
     tokens = []
     for step in range(max_new_tokens):
         if temperature > 0:
-            probs = torch.softmax(next_logits / temperature, dim=-1)
-            token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+            token = sample_categorical(torch.softmax(next_logits / temperature, dim=-1), generator)  # (B,)
         else:
             token = next_logits.argmax(dim=-1)
         token = torch.where(finished, torch.full_like(token, pad_id), token)

@@ -15,7 +15,18 @@ def add_parser(subparsers) -> None:
     mu1.add_argument("--task", default="pizza", help="task to train and roll out on")
     mu1.add_argument("--steps", type=int, default=30, help="training steps of the mu = 1, beta = 0 run")
     mu1.add_argument("--seed", type=int, default=0, help="seed")
-    mu1.add_argument("--out", default="results/mu1", help="directory for report.md, results.json, mu1.png")
+    mu1.add_argument("--out", default=None, help="directory for report.md, results.json, mu1.png (default: results/mu1, "
+                                                 "or results/mu1-TASK for another task)")
+    mu1.add_argument("--group-size", dest="group_size", type=int, default=None, help="G (default: GRPO's)")
+    mu1.add_argument("--prompts-per-step", dest="prompts_per_step", type=int, default=None, help="prompts per step (default: GRPO's)")
+    mu1.add_argument("--learning-rate", dest="learning_rate", type=float, default=None, help="(default: the task's)")
+    mu1.add_argument("--max-new-tokens", dest="max_new_tokens", type=int, default=None, help="completion length cap (default: the task's)")
+    mu1.add_argument("--eval-questions", dest="eval_questions", type=int, default=None, help="gsm8k: evaluation questions")
+    mu1.add_argument("--eval-k", dest="eval_k", type=int, default=None, help="gsm8k: samples per evaluation question")
+    mu1.add_argument("--eval-every", dest="eval_every", type=int, default=None, help="evaluate every N steps (default: steps // 6)")
+    mu1.add_argument("--mu-steps", dest="mu_steps", type=int, default=None, help="steps of the mu = 4 run (default: 5)")
+    mu1.add_argument("--metric", choices=("accuracy", "reward"), default=None,
+                     help="evaluation metric that must rise (default: accuracy; GSM8K at 135M: reward)")
     mu1.add_argument("--readme", default="README.md", help="README whose 'mu1' section is regenerated ('' : none)")
     mu1.set_defaults(handler=lambda a: _lazy("benchmarks.mu1_check", "cmd_check_mu1")(a))
 

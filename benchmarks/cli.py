@@ -81,6 +81,7 @@ TASK_OPTION_HELP = {
     "eval_temperature": "sampling temperature of evaluation (0: greedy)",
     "eval_max_new_tokens": "completion length cap in evaluation",
     "eval_batch": "evaluation prompts per generate call",
+    "think_prefill": "start the assistant's turn with '<think>' (R1-Zero's template), counted as part of the completion",
 }
 
 
@@ -111,9 +112,13 @@ def add_task_options(parser: argparse.ArgumentParser) -> dict[str, set]:
             task_owners.setdefault(pname, set()).add(name)
             if len(task_owners[pname]) == 1:
                 default = None if param.default is inspect.Parameter.empty else param.default
-                kind = type(default) if isinstance(default, (int, float)) and not isinstance(default, bool) else str
-                task_group.add_argument(_flag(pname), dest=pname, type=kind, default=None,
-                                        help=f"{TASK_OPTION_HELP.get(pname, pname)} (default: {default})")
+                help_text = f"{TASK_OPTION_HELP.get(pname, pname)} (default: {default})"
+                if isinstance(default, bool):
+                    task_group.add_argument(_flag(pname), dest=pname, action=argparse.BooleanOptionalAction,
+                                            default=None, help=help_text)
+                    continue
+                kind = type(default) if isinstance(default, (int, float)) else str
+                task_group.add_argument(_flag(pname), dest=pname, type=kind, default=None, help=help_text)
     return task_owners
 
 

@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 from benchmarks import measure
-from benchmarks.harness import UsageError
+from benchmarks.harness import UsageError, make_evaluated_task
 from benchmarks.io import atomic_write_json, atomic_write_text
 from benchmarks.readme import update_section
-from tasks import TASKS, make_task
+from tasks import TASKS
 
 # Metrics shown first, each with its standard error when the task reports one (``NAME_se``).
 LEADING = ("accuracy", "format", "reward")
@@ -86,7 +86,7 @@ def cmd_eval(args, task_owners) -> int:
         device = measure.resolve_device(args.device)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    task = make_task(args.task, **options)
+    task = make_evaluated_task(args.task, **options)
     model = task.load_policy(device)
     start = time.perf_counter()
     metrics = task.evaluate(model, seed=args.seed)

@@ -123,14 +123,29 @@ def length_decomposition(policy, rollout: Rollout, advantages: torch.Tensor, tem
 # --------------------------------------------------------------------------------------------
 
 
-def build_grpo(task: str, seed: int, steps: int, **grpo_options):
-    rc = RunConfig(task=task, algo="grpo", steps=steps, seed=seed, device="cpu", precision="fp32", out="unused")
-    return build(rc, GRPOConfig(**grpo_options), {})
+@dataclasses.dataclass
+class Setup:
+    """What the check trains on: a task with its options, and settings every GRPO build shares.
+
+    The defaults are the task's and GRPO's own; a real model (GSM8K) needs smaller groups, shorter
+    completions and a smaller evaluation to fit a CPU."""
+
+    task: str = "pizza"
+    task_options: dict = dataclasses.field(default_factory=dict)
+    max_new_tokens: Optional[int] = None
+    shared: dict = dataclasses.field(default_factory=dict)  # GRPOConfig fields: group_size, learning_rate, ...
+    metric: str = "accuracy"  # the evaluation metric that must rise (GSM8K: "reward", accuracy is ~0 at 135M)
 
 
-def train(task_name: str, steps: int, seed: int, eval_every: int = 0, **grpo_options) -> tuple[list[dict], list[dict], tuple]:
-    """Run ``steps`` GRPO steps; returns (per-step metrics, [(step, accuracy)], (task, policy, algo))."""
-    task, policy, algo, _ = build_grpo(task_name, seed, steps, **grpo_options)
+def build_grpo(setup: Setup, seed: int, steps: int, **grpo_options):
+    rc = RunConfig(task=setup.task, algo="grpo", steps=steps, seed=seed, device="cpu", precision="fp32", out="unused",
+                   max_new_tokens=setup.max_new_tokens)
+    return build(rc, GRPOConfig(**{**setup.shared, **grpo_options}), setup.task_options)
+
+
+def train(setup: Setup, steps: int, seed: int, eval_every: int = 0, **grpo_options) -> tuple[list[dict], list[dict], tuple]:
+    """Run ``steps`` GRPO steps; returns (per-step metrics, [evaluations], (task, policy, algo))."""
+    task, policy, algo, _ = build_grpo(setup, seed, steps, **grpo_options)
     prompt_rng = random.Random(seed)
     rows, evals = [], [{"step": 0, **task.evaluate(policy, seed=seed)}]
     for step in range(1, steps + 1):
@@ -141,27 +156,31 @@ def train(task_name: str, steps: int, seed: int, eval_every: int = 0, **grpo_opt
     return rows, evals, (task, policy, algo)
 
 
-def run_all(task_name: str, steps: int, seed: int, mu: int = 4, mu_steps: int = 5, progress=print) -> dict:
-    progress(f"[1/4] mu = 1, beta = 0, loss_type grpo: {steps} training steps on {task_name}")
-    rows, evals, (task, policy, algo) = train(task_name, steps, seed, eval_every=max(1, steps // 6), mu=1, beta=0.0,
-                                                loss_type="grpo")
+def run_all(setup: Setup, steps: int, seed: int, mu: int = 4, mu_steps: int = 5, eval_every: Optional[int] = None,
+            progress=print) -> dict:
+    progress(f"[1/4] mu = 1, beta = 0, loss_type grpo: {steps} training steps on {setup.task}")
+    eval_every = max(1, steps // 6) if eval_every is None else eval_every
+    rows, evals, (task, policy, algo) = train(setup, steps, seed, eval_every=eval_every, mu=1, beta=0.0, loss_type="grpo")
     with_signal = [r for r in rows if r["advantage/std"] > 0]
     training = {
         "steps": steps,
         "max_abs_loss": max(abs(r["loss/iter1"]) for r in rows),
         "steps_with_reward_variance": len(with_signal),
         "min_grad_norm_with_variance": min((r["grad_norm/iter1"] for r in with_signal), default=0.0),
+        "metric": setup.metric,
         "accuracy_before": evals[0]["accuracy"],
         "accuracy_after": evals[-1]["accuracy"],
+        "metric_before": evals[0][setup.metric],
+        "metric_after": evals[-1][setup.metric],
         "curve": [{k: r[k] for k in ("step", "loss/iter1", "grad_norm/iter1", "reward/mean", "advantage/std")} for r in rows],
-        "evals": [{"step": e["step"], "accuracy": e["accuracy"]} for e in evals],
+        "evals": [{"step": e["step"], "accuracy": e["accuracy"], "reward": e["reward"]} for e in evals],
     }
 
     progress("[2/4] REINFORCE gradient, KL term and length decomposition on fresh rollouts")
     temperature = algo.sampling.temperature
     prompts = random.Random(seed + 1).choices(task.train_prompts(), k=algo.config.prompts_per_step)
     # The initial policy (= reference) and the trained one, each on a rollout of its own.
-    _, initial, initial_algo, _ = build_grpo(task_name, seed, steps, mu=1, beta=0.0)
+    _, initial, initial_algo, _ = build_grpo(setup, seed, steps, mu=1, beta=0.0)
     initial_rollout, initial_rewards = varied_rollout(initial_algo, prompts, algo.config.group_size)
     initial_adv = group_advantages(initial_rewards, algo.config.group_size)
     trained_rollout, trained_rewards = varied_rollout(algo, prompts, algo.config.group_size)
@@ -172,7 +191,7 @@ def run_all(task_name: str, steps: int, seed: int, mu: int = 4, mu_steps: int = 
     lengths = length_decomposition(initial, initial_rollout, initial_adv, temperature, algo.sampling.max_new_tokens)
 
     progress(f"[3/4] mu = {mu}: {mu_steps} steps, loss and clip fraction per iteration")
-    mu_rows, _, _ = train(task_name, mu_steps, seed, mu=mu, beta=0.0, loss_type="grpo")
+    mu_rows, _, _ = train(setup, mu_steps, seed, mu=mu, beta=0.0, loss_type="grpo")
     multi = {
         "mu": mu,
         "steps": mu_steps,
@@ -185,13 +204,28 @@ def run_all(task_name: str, steps: int, seed: int, mu: int = 4, mu_steps: int = 
             for k in range(1, mu + 1)
         ],
     }
-    return {"task": task_name, "seed": seed, "group_size": algo.config.group_size, "training": training,
+    settings = {"task_options": setup.task_options, "max_new_tokens": algo.sampling.max_new_tokens,
+                "group_size": algo.config.group_size, "prompts_per_step": algo.config.prompts_per_step,
+                "learning_rate": algo.config.learning_rate, "eval_every": eval_every, "mu_steps": mu_steps}
+    return {"task": setup.task, "seed": seed, "group_size": algo.config.group_size, "settings": settings, "training": training,
             "reinforce": reinforce, "kl_step0": kl_step0, "kl_trained": kl_trained, "lengths": lengths, "multi": multi}
 
 
 # --------------------------------------------------------------------------------------------
 # Verdicts, report, plot
 # --------------------------------------------------------------------------------------------
+
+
+def _metric(t: dict) -> str:
+    return t.get("metric", "accuracy")
+
+
+def _metric_before(t: dict) -> float:
+    return t.get("metric_before", t["accuracy_before"])
+
+
+def _metric_after(t: dict) -> float:
+    return t.get("metric_after", t["accuracy_after"])
 
 
 def verdicts(r: dict) -> list[tuple[str, str, bool]]:
@@ -202,8 +236,8 @@ def verdicts(r: dict) -> list[tuple[str, str, bool]]:
          t["max_abs_loss"] <= ZERO_TOL),
         ("1. ... while the gradient is not 0", f"min grad norm = {t['min_grad_norm_with_variance']:.3g} over the "
          f"{t['steps_with_reward_variance']} steps with reward variance", t["min_grad_norm_with_variance"] > 0),
-        ("1. ... and accuracy rises", f"{t['accuracy_before']:.3f} -> {t['accuracy_after']:.3f}",
-         t["accuracy_after"] > t["accuracy_before"]),
+        (f"1. ... and {_metric(t)} rises", f"{_metric_before(t):.3f} -> {_metric_after(t):.3f}",
+         _metric_after(t) > _metric_before(t)),
         ("2. mu=1 gradient = REINFORCE gradient", f"max rel err {r['reinforce']['grad_rel_err']:.2e} (grad norm "
          f"{r['reinforce']['grad_norm']:.3g})", r["reinforce"]["grad_rel_err"] <= GRAD_TOL),
         ("3. beta>0: loss = 0 at step 0 (policy = reference)", f"loss {r['kl_step0']['loss']:.2e}, KL {r['kl_step0']['mean_kl']:.2e}",
@@ -230,13 +264,21 @@ def length_table(lengths: dict) -> str:
     return "\n".join(lines)
 
 
+def command_line(r: dict) -> str:
+    """The command that reproduces ``r``, with every option that differs from the defaults."""
+    parts = [f"grpo-bench check mu1 --task {r['task']} --steps {r['training']['steps']} --seed {r['seed']}"]
+    given = r.get("settings", {}).get("given", {})
+    parts += [f"--{k.replace('_', '-')} {v}" for k, v in given.items()]
+    return " ".join(parts)
+
+
 def explanation(r: dict) -> str:
     """The plain-words README section, with the numbers this run measured."""
     t, rf, k0, kt, ln, m = r["training"], r["reinforce"], r["kl_step0"], r["kl_trained"], r["lengths"], r["multi"]
     later = m["per_iteration"][1:]
     return f"""### Why the GRPO loss reads 0 at mu = 1 (and the model still learns)
 
-*Measured by `grpo-bench check mu1 --task {r['task']} --steps {t['steps']} --seed {r['seed']}`; details in `results/mu1/`.*
+*Measured by `{command_line(r)}`; details in `results/mu1/`.*
 
 With mu = 1 (one update per batch of samples, the common setting) the policy that sampled the completions *is*
 the policy being updated, so every importance ratio pi_theta / pi_theta_old equals 1. With beta = 0 and the
@@ -246,8 +288,8 @@ makes the update exactly the REINFORCE policy gradient with group-standardised a
 
 - Over {t['steps']} GRPO steps on {r['task']} (mu = 1, beta = 0, loss_type grpo) the largest |loss| was
   {t['max_abs_loss']:.1e}, the gradient norm was at least {t['min_grad_norm_with_variance']:.3g} on every step
-  whose rewards varied ({t['steps_with_reward_variance']} of {t['steps']}), and accuracy went
-  {t['accuracy_before']:.3f} -> {t['accuracy_after']:.3f}.
+  whose rewards varied ({t['steps_with_reward_variance']} of {t['steps']}), and {_metric(t)} went
+  {_metric_before(t):.3f} -> {_metric_after(t):.3f}.
 - The gradient of that zero loss equals the REINFORCE gradient to a relative error of {rf['grad_rel_err']:.1e}.
 - With beta = {BETA} the loss is beta x the mean KL to the reference: 0 at step 0, when policy and reference are
   the same weights (loss {k0['loss']:.1e}), and {kt['loss']:.6f} = {BETA} x {kt['mean_kl']:.6f} after training.
@@ -274,8 +316,7 @@ def report(r: dict) -> str:
     return "\n".join([
         f"# mu = 1 zero-loss check on {r['task']}",
         "",
-        f"Generated by `grpo-bench check mu1 --task {r['task']} --steps {r['training']['steps']} --seed {r['seed']}` "
-        f"(fp32, CPU, G = {r['group_size']}). Plot: `mu1.png`.",
+        f"Generated by `{command_line(r)}` (fp32, CPU, G = {r['group_size']}). Plot: `mu1.png`.",
         "",
         f"**{sum(ok for *_, ok in rows)}/{len(rows)} checks pass.**",
         "",
@@ -330,23 +371,60 @@ def plot(r: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def setup_from_args(args) -> tuple[Setup, dict]:
+    """The Setup the command line asks for, and the options given (for the reproducing command line)."""
+    given = {k: getattr(args, k) for k in ("group_size", "prompts_per_step", "learning_rate", "max_new_tokens",
+                                           "eval_questions", "eval_k", "eval_every", "mu_steps", "metric")
+             if getattr(args, k) is not None}
+    for name in ("group_size", "prompts_per_step", "max_new_tokens", "eval_questions", "eval_k", "mu_steps"):
+        if name in given and given[name] < (2 if name == "group_size" else 1):
+            raise UsageError(f"--{name.replace('_', '-')} must be >= {2 if name == 'group_size' else 1}, got {given[name]}")
+    if "learning_rate" in given and not given["learning_rate"] > 0:
+        raise UsageError(f"--learning-rate must be > 0, got {given['learning_rate']}")
+    task_options = {k: given[k] for k in ("eval_questions", "eval_k") if k in given}
+    if task_options and args.task != "gsm8k":
+        raise UsageError("--eval-questions and --eval-k are options of task gsm8k")
+    shared = {k: given[k] for k in ("group_size", "prompts_per_step", "learning_rate") if k in given}
+    setup = Setup(task=args.task, task_options=task_options, max_new_tokens=given.get("max_new_tokens"), shared=shared,
+                  metric=given.get("metric", "accuracy"))
+    return setup, given
+
+
 def cmd_check_mu1(args) -> int:
     from benchmarks.readme import update_section
 
     if args.steps < 1:
         raise UsageError(f"--steps must be >= 1, got {args.steps}")
+    setup, given = setup_from_args(args)
     torch.manual_seed(args.seed)
-    result = run_all(args.task, args.steps, args.seed)
-    out = Path(args.out)
+    result = run_all(setup, args.steps, args.seed, mu_steps=given.get("mu_steps", 5), eval_every=given.get("eval_every"))
+    result["settings"]["given"] = {k: v for k, v in given.items()}
+    out = Path(args.out if args.out else ("results/mu1" if args.task == "pizza" else f"results/mu1-{args.task}"))
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "results.json", result)
     atomic_write_text(out / "report.md", report(result))
     plot(result, out / "mu1.png")
+    # The plain-words section is the pizza run's; another task adds its verdict table as a section of its own.
+    section = "mu1" if args.task == "pizza" else f"mu1-{args.task}"
     if args.readme:
-        update_section(args.readme, "mu1", explanation(result))
+        update_section(args.readme, section, explanation(result) if section == "mu1" else task_section(result, out))
     rows = verdicts(result)
     for check, measured, ok in rows:
         print(f"{'ok  ' if ok else 'FAIL'} {check}: {measured}")
     failed = sum(not ok for *_, ok in rows)
-    print(f"{len(rows) - failed}/{len(rows)} checks pass -> {out}" + (f", README section 'mu1' in {args.readme}" if args.readme else ""))
+    print(f"{len(rows) - failed}/{len(rows)} checks pass -> {out}" + (f", README section {section!r} in {args.readme}" if args.readme else ""))
     return 1 if failed else 0
+
+
+def task_section(r: dict, out: Path) -> str:
+    rows = verdicts(r)
+    table = ["| check | measured | pass |", "|---|---|---|"] + [f"| {c} | {v} | {'yes' if ok else '**NO**'} |" for c, v, ok in rows]
+    return "\n".join([
+        f"#### The same checks on {r['task']}",
+        "",
+        f"Generated by `{command_line(r)}` (fp32, CPU, G = {r['group_size']}; details and plot in `{out}/`). "
+        f"**{sum(ok for *_, ok in rows)}/{len(rows)} checks pass.**",
+        "",
+        *table,
+        "",
+    ])

