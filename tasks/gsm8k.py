@@ -3,7 +3,9 @@
 The reasoning task of the seed blog "The One Big Beautiful Blog on GRPO": a chat model is asked to
 reason inside <think>...</think> and to put the final number inside <answer>...</answer>. Rewards:
 correctness 1.0 when the number in the answer tags equals the reference, plus format 0.1 per
-matched tag group (<think>...</think>, <answer>...</answer>); the task's reward is the sum.
+matched tag group (<think>...</think>, <answer>...</answer>); the task's reward is the sum. The
+assistant's turn starts with "<think>" (``think_prefill``, as in R1-Zero's template), and rewards read
+the completion with that prefilled tag in front of it.
 
 Data: a local copy (``shared/data/gsm8k/{train,test}.jsonl``, found by walking up from this package
 and from the working directory, or $GRPO_BENCH_GSM8K), any local jsonl/parquet file or directory, or
