@@ -39,14 +39,22 @@ TOKEN_WEIGHTED = ("bnpo", "dapo", "dr_grpo")
 # --------------------------------------------------------------------------------------------
 
 
-def varied_rollout(algo, prompts: list[str], group_size: int, tries: int = 20) -> tuple[Rollout, torch.Tensor]:
-    """A rollout in which some group's rewards differ (otherwise every advantage is 0 and nothing is tested)."""
+def varied_rollout(algo, prompts: list[str], group_size: int, tries: int = 20,
+                   lengths_vary: bool = False) -> tuple[Rollout, torch.Tensor]:
+    """A rollout in which some group's rewards differ (otherwise every advantage is 0 and nothing is tested).
+
+    With ``lengths_vary`` such a group must also hold completions of different lengths: when they all
+    hit the length cap, token-weighted losses (check 4) equal the grpo one and there is nothing to show."""
     for _ in range(tries):
         rollout = algo.generate(prompts, group_size)
         rewards = algo.score(rollout)
-        if (rewards.view(-1, group_size).std(dim=1) > 0).any():
+        varied = rewards.view(-1, group_size).std(dim=1) > 0
+        if lengths_vary:
+            varied &= rollout.completion_mask.sum(dim=1).view(-1, group_size).float().std(dim=1) > 0
+        if varied.any():
             return rollout, rewards
-    raise UsageError(f"{tries} rollouts gave every group identical rewards: the checks need reward variance")
+    wanted = "rewards and completion lengths both vary" if lengths_vary else "rewards vary"
+    raise UsageError(f"{tries} rollouts had no group whose {wanted}: the checks need one")
 
 
 def _flat_grad(loss: torch.Tensor, params: list[torch.Tensor]) -> torch.Tensor:
@@ -143,15 +151,18 @@ def build_grpo(setup: Setup, seed: int, steps: int, **grpo_options):
     return build(rc, GRPOConfig(**{**setup.shared, **grpo_options}), setup.task_options)
 
 
-def train(setup: Setup, steps: int, seed: int, eval_every: int = 0, **grpo_options) -> tuple[list[dict], list[dict], tuple]:
-    """Run ``steps`` GRPO steps; returns (per-step metrics, [evaluations], (task, policy, algo))."""
+def train(setup: Setup, steps: int, seed: int, eval_every: int = 0, evaluate: bool = True,
+          **grpo_options) -> tuple[list[dict], list[dict], tuple]:
+    """Run ``steps`` GRPO steps; returns (per-step metrics, [evaluations], (task, policy, algo)).
+
+    With ``evaluate`` the policy is evaluated before, every ``eval_every`` steps and after."""
     task, policy, algo, _ = build_grpo(setup, seed, steps, **grpo_options)
     prompt_rng = random.Random(seed)
-    rows, evals = [], [{"step": 0, **task.evaluate(policy, seed=seed)}]
+    rows, evals = [], [{"step": 0, **task.evaluate(policy, seed=seed)}] if evaluate else []
     for step in range(1, steps + 1):
         prompts = prompt_rng.choices(task.train_prompts(), k=algo.config.prompts_per_step)
         rows.append({"step": step, **algo.step(prompts)})
-        if step == steps or (eval_every and step % eval_every == 0):
+        if evaluate and (step == steps or (eval_every and step % eval_every == 0)):
             evals.append({"step": step, **task.evaluate(policy, seed=seed)})
     return rows, evals, (task, policy, algo)
 
@@ -181,7 +192,7 @@ def run_all(setup: Setup, steps: int, seed: int, mu: int = 4, mu_steps: int = 5,
     prompts = random.Random(seed + 1).choices(task.train_prompts(), k=algo.config.prompts_per_step)
     # The initial policy (= reference) and the trained one, each on a rollout of its own.
     _, initial, initial_algo, _ = build_grpo(setup, seed, steps, mu=1, beta=0.0)
-    initial_rollout, initial_rewards = varied_rollout(initial_algo, prompts, algo.config.group_size)
+    initial_rollout, initial_rewards = varied_rollout(initial_algo, prompts, algo.config.group_size, lengths_vary=True)
     initial_adv = group_advantages(initial_rewards, algo.config.group_size)
     trained_rollout, trained_rewards = varied_rollout(algo, prompts, algo.config.group_size)
     trained_adv = group_advantages(trained_rewards, algo.config.group_size)
@@ -191,7 +202,7 @@ def run_all(setup: Setup, steps: int, seed: int, mu: int = 4, mu_steps: int = 5,
     lengths = length_decomposition(initial, initial_rollout, initial_adv, temperature, algo.sampling.max_new_tokens)
 
     progress(f"[3/4] mu = {mu}: {mu_steps} steps, loss and clip fraction per iteration")
-    mu_rows, _, _ = train(setup, mu_steps, seed, mu=mu, beta=0.0, loss_type="grpo")
+    mu_rows, _, _ = train(setup, mu_steps, seed, evaluate=False, mu=mu, beta=0.0, loss_type="grpo")
     multi = {
         "mu": mu,
         "steps": mu_steps,
