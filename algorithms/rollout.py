@@ -134,11 +134,13 @@ def _fan_out(model, prefilled: DynamicCache, group_size: int, max_length: int, m
 
     A DynamicCache concatenates every layer's keys and values at each decoding step, which on CPU
     cost more than the matmuls at 32+ rows and 256 new tokens; a static one writes in place. Short
-    completions, and models whose layers are not all plain full-attention ones (sliding windows,
-    linear attention), keep the dynamic cache. Either way the logits agree to float rounding.
+    completions, bf16 autocast, and models whose layers are not all plain full-attention ones (sliding
+    windows, linear attention), keep the dynamic cache. Either way the logits agree to float rounding.
     """
     static = None
-    if max_new_tokens >= STATIC_CACHE_MIN_NEW_TOKENS:
+    # Under autocast, keys come out of RoPE in float32 and values in bf16, while a StaticCache holds one dtype.
+    autocast = torch.is_autocast_enabled(next(model.parameters()).device.type)
+    if max_new_tokens >= STATIC_CACHE_MIN_NEW_TOKENS and not autocast:
         try:
             static = StaticCache(config=model.config, max_cache_len=max_length)
         except Exception:  # configs without a text decoder's cache layout

@@ -63,6 +63,16 @@ def test_cache_fan_out_decodes_like_transformers_generate(max_new_tokens):
     assert rollout.completion_ids.size(0) == 9
 
 
+def test_long_completions_sample_under_bf16_autocast():
+    """bf16 autocast gives float32 keys (after RoPE) and bf16 values: generation must still run."""
+    pizza = make_task("pizza")
+    model = pizza.load_policy(torch.device("cpu"))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        rollout = generate(model, pizza.tokenizer, ["ravin likes ", "i like "], 2, max_new_tokens=STATIC_CACHE_MIN_NEW_TOKENS,
+                           temperature=1.0, generator=torch.Generator().manual_seed(0))
+    assert rollout.completion_ids.size(0) == 4 and rollout.tokens_generated > 0
+
+
 @needs_gguf
 def test_static_cache_fan_out_on_smollm2_gsm8k_prompts():
     torch.set_num_threads(1)
