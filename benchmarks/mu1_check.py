@@ -321,9 +321,17 @@ A loss curve flat at 0 is therefore not a sign that GRPO is broken; watch reward
 """
 
 
+def verdict_table(rows: list[tuple[str, str, bool]]) -> list[str]:
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")  # "|loss|" would end a markdown cell
+
+    return ["| check | measured | pass |", "|---|---|---|"] + [
+        f"| {cell(c)} | {cell(v)} | {'yes' if ok else '**NO**'} |" for c, v, ok in rows]
+
+
 def report(r: dict) -> str:
     rows = verdicts(r)
-    table = ["| check | measured | pass |", "|---|---|---|"] + [f"| {c} | {v} | {'yes' if ok else '**NO**'} |" for c, v, ok in rows]
+    table = verdict_table(rows)
     return "\n".join([
         f"# mu = 1 zero-loss check on {r['task']}",
         "",
@@ -352,9 +360,10 @@ def plot(r: dict, path: Path) -> None:
     ax.set_xlabel("step")
     ax.set_title("mu = 1: loss 0, gradient not")
     acc = ax.twinx()
-    acc.plot([e["step"] for e in t["evals"]], [e["accuracy"] for e in t["evals"]], "g^--", label="accuracy")
-    acc.set_ylabel("accuracy")
-    acc.set_ylim(0, 1)
+    metric = _metric(t)
+    acc.plot([e["step"] for e in t["evals"]], [e[metric] for e in t["evals"]], "g^--", label=f"{metric} (evaluation)")
+    acc.set_ylabel(metric)
+    acc.set_ylim(0, max(1.0 if metric == "accuracy" else 0.0, *(1.1 * e[metric] for e in t["evals"])))
     ax.legend(handles=ax.get_lines() + acc.get_lines(), loc="center right")
 
     ax = axes[1]
@@ -429,7 +438,7 @@ def cmd_check_mu1(args) -> int:
 
 def task_section(r: dict, out: Path) -> str:
     rows = verdicts(r)
-    table = ["| check | measured | pass |", "|---|---|---|"] + [f"| {c} | {v} | {'yes' if ok else '**NO**'} |" for c, v, ok in rows]
+    table = verdict_table(rows)
     return "\n".join([
         f"#### The same checks on {r['task']}",
         "",
@@ -438,4 +447,5 @@ def task_section(r: dict, out: Path) -> str:
         "",
         *table,
         "",
+        f"![mu1 checks on {r['task']}]({out.as_posix()}/mu1.png)",
     ])
