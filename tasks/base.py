@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
@@ -145,6 +146,23 @@ class Task:
         return values
 
 
+@contextmanager
+def _sampling(model, tokenizer, seed: int):
+    """Eval mode, left padding, no gradients and a forked RNG seeded with ``seed``, all undone on exit
+    (so evaluating never shifts a training run's random stream); yields the model's device."""
+    device = next(model.parameters()).device
+    was_training, saved_side = model.training, tokenizer.padding_side
+    model.eval()
+    tokenizer.padding_side = "left"
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.no_grad():
+            torch.manual_seed(seed)
+            yield device
+    finally:
+        tokenizer.padding_side = saved_side
+        model.train(was_training)
+
+
 def sample_completions(
     model, tokenizer, prompts: Sequence[str], *, num_samples: int, max_new_tokens: int, temperature: float,
     seed: int, batch_size: int = 256,
@@ -154,34 +172,23 @@ def sample_completions(
     Returns one list per prompt of the text before the first EOS, the same convention as training
     rollouts. Runs under a forked RNG so evaluating never shifts a training run's random stream.
     """
-    device = next(model.parameters()).device
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
-    was_training = model.training
-    model.eval()
     results: list[list[str]] = []
-    saved_side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
-    devices = [device] if device.type == "cuda" else []
-    try:
-        with torch.random.fork_rng(devices=devices), torch.no_grad():
-            torch.manual_seed(seed)
-            for prompt in prompts:
-                texts: list[str] = []
-                while len(texts) < num_samples:
-                    n = min(batch_size, num_samples - len(texts))
-                    enc = tokenizer([prompt] * n, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
-                    out = model.generate(
-                        **enc, do_sample=temperature > 0, temperature=temperature if temperature > 0 else None,
-                        top_k=0, top_p=1.0, max_new_tokens=max_new_tokens, pad_token_id=pad, eos_token_id=eos,
-                    )
-                    for row in out[:, enc["input_ids"].size(1):].tolist():
-                        cut = row.index(eos) if eos in row else len(row)
-                        texts.append(tokenizer.decode(row[:cut], skip_special_tokens=False))
-                results.append(texts)
-    finally:
-        tokenizer.padding_side = saved_side
-        model.train(was_training)
+    with _sampling(model, tokenizer, seed) as device:
+        for prompt in prompts:
+            texts: list[str] = []
+            while len(texts) < num_samples:
+                n = min(batch_size, num_samples - len(texts))
+                enc = tokenizer([prompt] * n, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+                out = model.generate(
+                    **enc, do_sample=temperature > 0, temperature=temperature if temperature > 0 else None,
+                    top_k=0, top_p=1.0, max_new_tokens=max_new_tokens, pad_token_id=pad, eos_token_id=eos,
+                )
+                for row in out[:, enc["input_ids"].size(1):].tolist():
+                    cut = row.index(eos) if eos in row else len(row)
+                    texts.append(tokenizer.decode(row[:cut], skip_special_tokens=False))
+            results.append(texts)
     return results
 
 
@@ -217,38 +224,27 @@ def sample_batched(
     stops as soon as every row has ended; prompts are batched in the given order, so for a seed the
     samples are reproducible. Same sampling (no top-k / top-p) and forked RNG as ``sample_completions``.
     """
-    device = next(model.parameters()).device
     eos = list(eos_token_ids or model.generation_config.eos_token_id or [tokenizer.eos_token_id])
     eos = eos if isinstance(eos, list) else [eos]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
-    was_training = model.training
-    model.eval()
     texts: list[list[str]] = []
     truncated: list[list[bool]] = []
     tokens = 0
-    saved_side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
-    devices = [device] if device.type == "cuda" else []
-    try:
-        with torch.random.fork_rng(devices=devices), torch.no_grad():
-            torch.manual_seed(seed)
-            for start in range(0, len(prompts), prompts_per_batch):
-                chunk = list(prompts[start:start + prompts_per_batch])
-                enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
-                out = model.generate(
-                    **enc, do_sample=temperature > 0, temperature=temperature if temperature > 0 else None,
-                    top_k=0, top_p=1.0, max_new_tokens=max_new_tokens, pad_token_id=pad, eos_token_id=eos,
-                    num_return_sequences=k,
-                )  # (len(chunk) * k, P + T), grouped prompt by prompt
-                for i, row in enumerate(out[:, enc["input_ids"].size(1):].tolist()):
-                    cut = next((j for j, t in enumerate(row) if t in eos), None)
-                    if i % k == 0:
-                        texts.append([])
-                        truncated.append([])
-                    texts[-1].append(tokenizer.decode(row[:cut], skip_special_tokens=False))
-                    truncated[-1].append(cut is None)
-                    tokens += len(row) if cut is None else cut + 1
-    finally:
-        tokenizer.padding_side = saved_side
-        model.train(was_training)
+    with _sampling(model, tokenizer, seed) as device:
+        for start in range(0, len(prompts), prompts_per_batch):
+            chunk = list(prompts[start:start + prompts_per_batch])
+            enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+            out = model.generate(
+                **enc, do_sample=temperature > 0, temperature=temperature if temperature > 0 else None,
+                top_k=0, top_p=1.0, max_new_tokens=max_new_tokens, pad_token_id=pad, eos_token_id=eos,
+                num_return_sequences=k,
+            )  # (len(chunk) * k, P + T), grouped prompt by prompt
+            for i, row in enumerate(out[:, enc["input_ids"].size(1):].tolist()):
+                cut = next((j for j, t in enumerate(row) if t in eos), None)
+                if i % k == 0:
+                    texts.append([])
+                    truncated.append([])
+                texts[-1].append(tokenizer.decode(row[:cut], skip_special_tokens=False))
+                truncated[-1].append(cut is None)
+                tokens += len(row) if cut is None else cut + 1
     return Samples(texts, truncated, tokens)

@@ -315,10 +315,11 @@ class GSM8KTask(Task):
         samples = self.sample(model, self.eval_prompts, k=self.eval_k, seed=seed)
         correct, form, reward, any_correct = [], [], [], []
         for prompt, texts in zip(self.eval_prompts, samples.texts):
-            texts = [self.answer_text(prompt, t) for t in texts]
-            c = [correctness_reward(t, self.answer_for(prompt)) for t in texts]
-            f = [format_reward(t) for t in texts]
+            # score() sees the completions as training does; the direct rewards read the prefilled tag too.
             r = self.score([prompt] * len(texts), texts)
+            written = [self.answer_text(prompt, t) for t in texts]
+            c = [correctness_reward(t, self.answer_for(prompt)) for t in written]
+            f = [format_reward(t) for t in written]
             correct.append(sum(c) / len(c))
             form.append(sum(f) / len(f))
             reward.append(sum(r) / len(r))
