@@ -23,6 +23,8 @@ import torch.nn.functional as F
 from transformers import DynamicCache, StaticCache
 from transformers.cache_utils import StaticLayer
 
+from algorithms import fast_llama
+
 
 @dataclass
 class Rollout:
@@ -155,6 +157,36 @@ def _fan_out(model, prefilled: DynamicCache, group_size: int, max_length: int, m
     return static
 
 
+def _prefill(model, unique_ids: torch.Tensor, unique_mask: torch.Tensor, group_size: int, max_new_tokens: int):
+    """Encode each prompt once and fan its KV cache out to the G members of its group.
+
+    Returns the first next-token logits (B, V) and ``decode(tokens (B, 1), attention (B, K), positions (B, 1))
+    -> logits (B, V)`` for the following steps. Llama-architecture models take the lean forward of
+    ``fast_llama`` (transformers' logits bit for bit, except that decoding matmuls of <= 4 rows round differently);
+    any other model runs transformers' own forward and cache.
+    """
+    positions = _positions(unique_mask)
+    capacity = unique_ids.size(1) + max_new_tokens
+    if fast_llama.supports(model):
+        cache = fast_llama.KVCache(model.config.num_hidden_layers)
+        fused = fast_llama.FusedProjections.of(model)
+        logits = fast_llama.forward(model, unique_ids, positions, unique_mask, cache, logits_to_keep=1, fused=fused)
+        cache.fan_out(group_size, capacity)
+
+        def decode(tokens, attention, next_positions):
+            return fast_llama.forward(model, tokens, next_positions, attention, cache, few_rows_fast=True, fused=fused)[:, -1, :]
+    else:
+        out = model(input_ids=unique_ids, attention_mask=unique_mask, position_ids=positions,
+                    past_key_values=DynamicCache(), use_cache=True, logits_to_keep=1)
+        logits = out.logits
+        hf_cache = _fan_out(model, out.past_key_values, group_size, capacity, max_new_tokens)
+
+        def decode(tokens, attention, next_positions):
+            return model(input_ids=tokens, attention_mask=attention, position_ids=next_positions,
+                         past_key_values=hf_cache, use_cache=True).logits[:, -1, :]
+    return logits[:, -1, :].float().repeat_interleave(group_size, dim=0), decode
+
+
 @torch.no_grad()
 def generate(
     model,
@@ -174,18 +206,7 @@ def generate(
 
     was_training = model.training
     model.eval()  # no dropout while sampling
-    cache = DynamicCache()
-    out = model(
-        input_ids=unique_ids,
-        attention_mask=unique_mask,
-        position_ids=_positions(unique_mask),
-        past_key_values=cache,
-        use_cache=True,
-        logits_to_keep=1,
-    )
-    # Prefill once per prompt, then fan the cache out to the G members of its group.
-    cache = _fan_out(model, out.past_key_values, group_size, unique_ids.size(1) + max_new_tokens, max_new_tokens)
-    next_logits = out.logits[:, -1, :].float().repeat_interleave(group_size, dim=0)  # (B, V)
+    next_logits, decode = _prefill(model, unique_ids, unique_mask, group_size, max_new_tokens)  # (B, V)
     attention = unique_mask.repeat_interleave(group_size, dim=0)  # (B, P)
     next_position = _positions(attention)[:, -1:] + 1  # (B, 1)
     batch = attention.size(0)
@@ -204,15 +225,7 @@ def generate(
         if step == max_new_tokens - 1 or bool(finished.all()):
             break
         attention = torch.cat([attention, attention.new_ones(batch, 1)], dim=-1)
-        out = model(
-            input_ids=token.unsqueeze(-1),
-            attention_mask=attention,
-            position_ids=next_position,
-            past_key_values=cache,
-            use_cache=True,
-        )
-        cache = out.past_key_values
-        next_logits = out.logits[:, -1, :].float()
+        next_logits = decode(token.unsqueeze(-1), attention, next_position).float()
         next_position = next_position + 1
     model.train(was_training)
 
@@ -256,26 +269,34 @@ def _completion_logits(model, prompt_ids, prompt_mask, completion_ids, completio
     KV cache (still in the autograd graph) is repeated G times and the completions attend to it, as in
     sampling. The result is the same function of the weights as one forward of each full sequence, and
     its gradient is the same sum over the G completions; only the floating-point order differs (~1e-6),
-    while the prompt's share of the compute falls by a factor G.
+    while the prompt's share of the compute falls by a factor G. Llama-architecture models run
+    ``fast_llama.forward``, whose logits and gradients equal transformers' bit for bit (tested).
     """
     attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
     positions = _positions(attention_mask)
     P, T = prompt_ids.size(1), completion_ids.size(1)
+    fast = fast_llama.supports(model)
+
+    def run(input_ids, mask, position_ids, cache=None, logits_to_keep=0):
+        if fast:
+            return fast_llama.forward(model, input_ids, position_ids, mask, cache, logits_to_keep=logits_to_keep)
+        return model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids, past_key_values=cache,
+                     use_cache=cache is not None, logits_to_keep=logits_to_keep).logits
+
     if group_size < 2:
-        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
-        logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
-                       logits_to_keep=T + 1).logits  # (B, T+1, V)
-        return logits[:, :-1, :]
+        logits = run(torch.cat([prompt_ids, completion_ids], dim=1), attention_mask, positions, logits_to_keep=T + 1)
+        return logits[:, :-1, :]  # (B, T, V)
     unique_ids, unique_mask = prompt_ids[::group_size], prompt_mask[::group_size]  # (n, P)
-    prefill = model(input_ids=unique_ids, attention_mask=unique_mask, position_ids=_positions(unique_mask),
-                    past_key_values=DynamicCache(), use_cache=True, logits_to_keep=1)
-    cache = prefill.past_key_values
-    cache.batch_repeat_interleave(group_size)
-    first = prefill.logits[:, -1:, :].repeat_interleave(group_size, dim=0)  # (B, 1, V) predicts token 0
+    cache = fast_llama.KVCache(model.config.num_hidden_layers) if fast else DynamicCache()
+    first = run(unique_ids, unique_mask, _positions(unique_mask), cache, logits_to_keep=1)
+    if fast:
+        cache.repeat_interleave(group_size)
+    else:
+        cache.batch_repeat_interleave(group_size)
+    first = first.repeat_interleave(group_size, dim=0)  # (B, 1, V) predicts token 0
     if T == 1:
         return first
-    rest = model(input_ids=completion_ids[:, :-1], attention_mask=attention_mask[:, :-1],
-                 position_ids=positions[:, P:-1], past_key_values=cache, use_cache=True).logits  # (B, T-1, V)
+    rest = run(completion_ids[:, :-1], attention_mask[:, :-1], positions[:, P:-1], cache)  # (B, T-1, V)
     return torch.cat([first, rest], dim=1)
 
 

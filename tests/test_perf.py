@@ -76,10 +76,11 @@ def test_no_reference_or_old_pass_unless_needed(pizza, beta, mu):
             sampling[0] = False
 
     algo.generate = tracked_generate
-    policy.register_forward_hook(
+    # The embedding runs once per forward, in transformers' forward and in fast_llama's alike.
+    policy.get_input_embeddings().register_forward_hook(
         lambda *_: calls.append("sample" if sampling[0] else "grad" if torch.is_grad_enabled() else "no_grad"))
     if algo.ref_policy is not None:
-        algo.ref_policy.register_forward_hook(lambda *_: ref_calls.append(1))
+        algo.ref_policy.get_input_embeddings().register_forward_hook(lambda *_: ref_calls.append(1))
     metrics = algo.step(pizza.train_prompts()[:1])
     assert (algo.ref_policy is not None) == (beta > 0)
     # Each log-prob pass is two calls (the group's prompt once, then its completions).

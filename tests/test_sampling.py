@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from algorithms import fast_llama
 from algorithms.rollout import INVERSE_CDF_MIN_VOCAB, STATIC_CACHE_MIN_NEW_TOKENS, generate, sample_categorical
 from benchmarks.harness import make_evaluated_task, rollout_sampler
 from tasks import make_task
@@ -53,9 +54,13 @@ def _greedy_against_transformers(model, tokenizer, prompts, group_size, max_new_
     return ours
 
 
+@pytest.mark.parametrize("fast", [True, False], ids=["fast_llama", "transformers-forward"])
 @pytest.mark.parametrize("max_new_tokens", [16, STATIC_CACHE_MIN_NEW_TOKENS])  # dynamic, then static cache
-def test_cache_fan_out_decodes_like_transformers_generate(max_new_tokens):
-    """Prompts of different lengths (left padding), a group of 3: greedy tokens equal HF's generate."""
+def test_cache_fan_out_decodes_like_transformers_generate(max_new_tokens, fast, monkeypatch):
+    """Prompts of different lengths (left padding), a group of 3: greedy tokens equal HF's generate, through
+    fast_llama's forward and (for models it does not support) transformers' own forward and caches."""
+    if not fast:
+        monkeypatch.setattr(fast_llama, "supports", lambda model: False)
     pizza = make_task("pizza")
     model = pizza.load_policy(torch.device("cpu"))
     prompts = ["ravin likes ", "i like ", "ravin "]
@@ -74,8 +79,9 @@ def test_long_completions_sample_under_bf16_autocast():
 
 
 @needs_gguf
-def test_static_cache_fan_out_on_smollm2_gsm8k_prompts():
+def test_static_cache_fan_out_on_smollm2_gsm8k_prompts(monkeypatch):
     torch.set_num_threads(1)
+    monkeypatch.setattr(fast_llama, "supports", lambda model: False)  # transformers' forward with a StaticCache
     task = make_task("gsm8k", eval_questions=2)
     model = task.load_policy(torch.device("cpu"))
     _greedy_against_transformers(model, task.tokenizer, task.eval_prompts, 2, STATIC_CACHE_MIN_NEW_TOKENS)

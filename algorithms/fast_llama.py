@@ -1,0 +1,237 @@
+"""A lean forward pass for Llama-architecture causal LMs (SmolLM2, the toy tasks' tiny models).
+
+Why it exists. Two costs dominate sampling and log-probs on a CPU, and neither is the model's arithmetic:
+  * transformers' per-call machinery (mask factories, cache classes, kwargs plumbing, output
+    dataclasses): 0.66 ms per decoding step of the 2-layer pizza model, whose matmuls take 0.13 ms;
+  * at a handful of rows, MKL's sgemm for ``x @ W.T`` runs far below memory bandwidth: SmolLM2's
+    49152 x 576 output layer takes 13.2 ms for 4 rows, 3.1 ms as ``W @ x.T`` (2 cores, fp32).
+
+What it computes. The same function as ``LlamaForCausalLM`` with sdpa attention, from the module's own
+parameters (so optimizer updates are seen and gradients reach them), op for op in transformers' order
+(embedding, RMSNorm, rotary embedding, GQA attention and masks as its sdpa integration builds them, SiLU
+MLP, tied or untied head). Logits equal transformers' exactly (tested), except in a decoding step of
+at most ``FEW_ROWS`` rows through a large matrix, which is computed as ``W @ x.T``: same products,
+another summation order, so those logits differ in the last bits (~1e-6 relative).
+
+``supports(model)`` says when it applies; everything else (other architectures, eager/flash attention,
+adapters that replace the projections, attention dropout in training, autocast) keeps transformers' forward.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+# W @ x.T beats x @ W.T up to 4 rows and loses or ties beyond (2-core EPYC, MKL, fp32: 576x1536 at 4 rows
+# 153 vs 85 us, at 8 rows 165 vs 171 us). A fixed rule, not a timing-based choice, so seeded runs repeat.
+FEW_ROWS = 4
+LARGE_WEIGHT = 1 << 18  # below this the two orders cost the same, and the toy models keep transformers' exact order
+
+
+def supports(model) -> bool:
+    """Whether ``forward`` computes this model's function: a plain transformers Llama with sdpa attention."""
+    if type(model).__name__ != "LlamaForCausalLM" or type(getattr(model, "model", None)).__name__ != "LlamaModel":
+        return False
+    if any(m._forward_hooks or m._forward_pre_hooks for m in (model, model.model)):
+        return False  # hooks on the model (a user's, accelerate's offloading) expect its forward to run
+    config = model.config
+    if getattr(config, "_attn_implementation", None) != "sdpa" or getattr(config, "hidden_act", None) != "silu":
+        return False
+    if torch.is_autocast_enabled(model.lm_head.weight.device.type):
+        return False  # autocast decides per op what runs in bf16; leave that to transformers' own forward
+    if model.training and getattr(config, "attention_dropout", 0.0):
+        return False
+    for layer in model.model.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        linears = (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)
+        if any(type(m) is not torch.nn.Linear for m in linears):  # LoRA and quantised layers wrap their own forward
+            return False
+        if type(layer.input_layernorm).__name__ != "LlamaRMSNorm":
+            return False
+    return type(model.lm_head) is torch.nn.Linear
+
+
+class KVCache:
+    """Keys and values per layer, (B, kv_heads, length, head_dim).
+
+    With ``capacity`` the tensors are preallocated and each step writes in place (decoding, no grad);
+    without, each step concatenates, which autograd can follow (log-probs with a shared prompt).
+    """
+
+    def __init__(self, num_layers: int):
+        self.keys: list[Optional[torch.Tensor]] = [None] * num_layers
+        self.values: list[Optional[torch.Tensor]] = [None] * num_layers
+        self.length = 0
+        self.capacity: Optional[int] = None
+
+    def fan_out(self, repeats: int, capacity: int) -> "KVCache":
+        """Each row's entries repeated ``repeats`` times into preallocated buffers of ``capacity`` positions
+        (a prompt's cache shared by the G completions of its group)."""
+        for i, (k, v) in enumerate(zip(self.keys, self.values)):
+            rows, heads, _, dim = k.shape
+            self.keys[i] = k.new_empty(rows * repeats, heads, capacity, dim)
+            self.values[i] = v.new_empty(rows * repeats, heads, capacity, dim)
+            self.keys[i].view(rows, repeats, heads, capacity, dim)[:, :, :, : self.length] = k[:, None]
+            self.values[i].view(rows, repeats, heads, capacity, dim)[:, :, :, : self.length] = v[:, None]
+        self.capacity = capacity
+        return self
+
+    def repeat_interleave(self, repeats: int) -> "KVCache":
+        """Each row's cache repeated ``repeats`` times (a prompt's cache fanned out to its group)."""
+        self.keys = [k.repeat_interleave(repeats, dim=0) for k in self.keys]
+        self.values = [v.repeat_interleave(repeats, dim=0) for v in self.values]
+        return self
+
+    def append(self, layer: int, keys: torch.Tensor, values: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
+        end = start + keys.size(2)
+        if self.keys[layer] is None:
+            self.keys[layer], self.values[layer] = keys, values
+        elif self.capacity is not None:
+            self.keys[layer][:, :, start:end] = keys
+            self.values[layer][:, :, start:end] = values
+            return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+        else:
+            self.keys[layer] = torch.cat([self.keys[layer], keys], dim=2)
+            self.values[layer] = torch.cat([self.values[layer], values], dim=2)
+        return self.keys[layer], self.values[layer]
+
+
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], few_rows_fast: bool) -> torch.Tensor:
+    rows = x.numel() // x.size(-1)
+    if few_rows_fast and rows <= FEW_ROWS and weight.numel() >= LARGE_WEIGHT and not torch.is_grad_enabled():
+        out = torch.mm(weight, x.reshape(rows, -1).t()).t().contiguous()
+        if bias is not None:
+            out = out + bias
+        return out.reshape(*x.shape[:-1], weight.size(0))
+    return F.linear(x, weight, bias)
+
+
+def _cat_or_none(tensors):
+    return None if all(t is None for t in tensors) else torch.cat(tensors)
+
+
+class FusedProjections:
+    """Each layer's q/k/v and gate/up weights concatenated, for decoding: one matmul instead of three and
+    two, whose outputs equal the separate ones bit for bit (the same dot products; tested). Built once
+    per ``generate`` call (the weights do not change while sampling), never under autograd, where the
+    fused input gradient would sum in another order."""
+
+    def __init__(self, model):
+        self.qkv, self.qkv_bias, self.gate_up = [], [], []
+        with torch.no_grad():
+            for layer in model.model.layers[: model.config.num_hidden_layers]:
+                attn, mlp = layer.self_attn, layer.mlp
+                projections = (attn.q_proj, attn.k_proj, attn.v_proj)
+                if sum(p.bias is None for p in projections) not in (0, 3) or mlp.gate_proj.bias is not None or mlp.up_proj.bias is not None:
+                    raise ValueError("mixed biases")
+                self.qkv.append(torch.cat([p.weight for p in projections]))
+                self.qkv_bias.append(_cat_or_none([p.bias for p in projections]))
+                self.gate_up.append(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]))
+
+    @classmethod
+    def of(cls, model) -> Optional["FusedProjections"]:
+        try:
+            return cls(model)
+        except ValueError:
+            return None
+
+
+def _rms_norm(x: torch.Tensor, norm) -> torch.Tensor:
+    dtype = x.dtype
+    x = x.to(torch.float32)
+    variance = x.pow(2).mean(-1, keepdim=True)
+    x = x * torch.rsqrt(variance + norm.variance_epsilon)
+    return norm.weight * x.to(dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _attention_mask(attention_mask: Optional[torch.Tensor], query_length: int, key_length: int):
+    """transformers' sdpa mask: None when nothing is padded and the query is one token or the whole
+    sequence (sdpa's own is_causal then), else a (B, 1, L, K) bool mask: padding and causality."""
+    if attention_mask is None or bool(attention_mask.all()):
+        if query_length == 1 or query_length == key_length:
+            return None
+    if attention_mask is None:
+        attention_mask = torch.ones(1, key_length, dtype=torch.bool)
+    kv_index = torch.arange(key_length, device=attention_mask.device)
+    q_index = torch.arange(key_length - query_length, key_length, device=attention_mask.device)
+    causal = kv_index[None, :] <= q_index[:, None]  # (L, K)
+    return attention_mask.bool()[:, None, None, :] & causal[None, None]
+
+
+def _attend(query, keys, values, mask, scaling: float, groups: int) -> torch.Tensor:
+    """(B, H, L, D) queries over (B, KVH, K, D) keys/values -> (B, L, H * D), as transformers' sdpa path."""
+    batch, heads, length, dim = query.shape
+    kwargs = {}
+    if groups > 1:
+        if mask is None:
+            kwargs["enable_gqa"] = True
+        elif length == 1:  # one query token: attend on the kv heads with the group's queries as rows
+            query = query.reshape(batch, heads // groups, groups, dim)
+        else:
+            keys = keys[:, :, None].expand(-1, -1, groups, -1, -1).reshape(batch, heads, keys.size(2), dim)
+            values = values[:, :, None].expand(-1, -1, groups, -1, -1).reshape(batch, heads, values.size(2), dim)
+    is_causal = length > 1 and mask is None
+    out = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=scaling, is_causal=is_causal, **kwargs)
+    out = out.reshape(batch, -1, length, values.size(-1)).transpose(1, 2).contiguous()
+    return out.reshape(batch, length, -1)
+
+
+def forward(model, input_ids: torch.Tensor, position_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
+            cache: Optional[KVCache] = None, logits_to_keep: int = 0, few_rows_fast: bool = False,
+            fused: Optional[FusedProjections] = None) -> torch.Tensor:
+    """Logits (B, L or logits_to_keep, V) of ``LlamaForCausalLM`` for ``input_ids`` (B, L).
+
+    ``attention_mask`` (B, cached + L) marks real tokens (left padding 0), as transformers takes it;
+    ``cache`` holds the keys/values of earlier positions and receives this call's. ``few_rows_fast``
+    (sampling only) computes matmuls of at most ``FEW_ROWS`` rows as ``W @ x.T``: faster, other rounding.
+    ``fused`` (no grad) runs each layer's concatenated q/k/v and gate/up weights.
+    """
+    body = model.model
+    config = model.config
+    batch, length = input_ids.shape
+    past = cache.length if cache is not None else 0
+    mask = _attention_mask(attention_mask, length, past + length)
+    hidden = body.embed_tokens(input_ids)
+    cos, sin = body.rotary_emb(hidden, position_ids)
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    for index, layer in enumerate(body.layers[: config.num_hidden_layers]):
+        attn, mlp = layer.self_attn, layer.mlp
+        heads, dim = config.num_attention_heads, attn.head_dim
+        x = _rms_norm(hidden, layer.input_layernorm)
+        if fused is not None:
+            qkv = _linear(x, fused.qkv[index], fused.qkv_bias[index], few_rows_fast)
+            qkv = qkv.view(batch, length, -1, dim).transpose(1, 2)  # (B, H + 2 KVH, L, D)
+            kv_heads = (qkv.size(1) - heads) // 2
+            qk, v = qkv[:, : heads + kv_heads], qkv[:, heads + kv_heads :]
+            qk = (qk * cos) + (_rotate_half(qk) * sin)  # elementwise: the same numbers as q and k apart
+            q, k = qk[:, :heads], qk[:, heads:]
+        else:
+            q = _linear(x, attn.q_proj.weight, attn.q_proj.bias, few_rows_fast).view(batch, length, -1, dim).transpose(1, 2)
+            k = _linear(x, attn.k_proj.weight, attn.k_proj.bias, few_rows_fast).view(batch, length, -1, dim).transpose(1, 2)
+            v = _linear(x, attn.v_proj.weight, attn.v_proj.bias, few_rows_fast).view(batch, length, -1, dim).transpose(1, 2)
+            q = (q * cos) + (_rotate_half(q) * sin)
+            k = (k * cos) + (_rotate_half(k) * sin)
+        if cache is not None:
+            k, v = cache.append(index, k, v, past)
+        out = _attend(q, k, v, mask, attn.scaling, attn.num_key_value_groups)
+        hidden = hidden + _linear(out, attn.o_proj.weight, attn.o_proj.bias, few_rows_fast)
+        x = _rms_norm(hidden, layer.post_attention_layernorm)
+        if fused is not None:
+            gate, up = _linear(x, fused.gate_up[index], None, few_rows_fast).chunk(2, dim=-1)
+        else:
+            gate = _linear(x, mlp.gate_proj.weight, mlp.gate_proj.bias, few_rows_fast)
+            up = _linear(x, mlp.up_proj.weight, mlp.up_proj.bias, few_rows_fast)
+        hidden = hidden + _linear(F.silu(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias, few_rows_fast)
+    if cache is not None:
+        cache.length = past + length
+    hidden = _rms_norm(hidden, body.norm)
+    if logits_to_keep:
+        hidden = hidden[:, -logits_to_keep:]
+    return _linear(hidden, model.lm_head.weight, model.lm_head.bias, few_rows_fast)

