@@ -160,10 +160,13 @@ class Algorithm:
         with self.autocast():
             return rollout_lib.rollout_logps(model, rollout, temperature=self.sampling.temperature, with_entropy=with_entropy)
 
-    @torch.no_grad()
     def frozen_logps(self, model, rollout: rollout_lib.Rollout) -> torch.Tensor:
+        """Log-probs that no gradient flows through (old, reference): computed in inference mode, returned
+        as an ordinary tensor so the loss can use them."""
         with self.timer("logprobs"):
-            return self.logps(model, rollout)
+            with torch.inference_mode():
+                logps = self.logps(model, rollout)
+            return logps.clone()
 
     def update(self, loss: torch.Tensor, optimizer: Optional[torch.optim.Optimizer] = None, params=None) -> float:
         """Backward, clip, step. Returns the pre-clip global gradient norm."""

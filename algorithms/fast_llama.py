@@ -37,6 +37,8 @@ def supports(model) -> bool:
     if any(m._forward_hooks or m._forward_pre_hooks for m in (model, model.model)):
         return False  # hooks on the model (a user's, accelerate's offloading) expect its forward to run
     config = model.config
+    if len(model.model.layers) != config.num_hidden_layers:
+        return False
     if getattr(config, "_attn_implementation", None) != "sdpa" or getattr(config, "hidden_act", None) != "silu":
         return False
     if torch.is_autocast_enabled(model.lm_head.weight.device.type):
@@ -121,7 +123,7 @@ class FusedProjections:
     def __init__(self, model):
         self.qkv, self.qkv_bias, self.gate_up = [], [], []
         with torch.no_grad():
-            for layer in model.model.layers[: model.config.num_hidden_layers]:
+            for layer in model.model.layers:
                 attn, mlp = layer.self_attn, layer.mlp
                 projections = (attn.q_proj, attn.k_proj, attn.v_proj)
                 if sum(p.bias is None for p in projections) not in (0, 3) or mlp.gate_proj.bias is not None or mlp.up_proj.bias is not None:
@@ -146,9 +148,16 @@ def _rms_norm(x: torch.Tensor, norm) -> torch.Tensor:
     return norm.weight * x.to(dtype)
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+def _rotary(cos: torch.Tensor, sin: torch.Tensor):
+    """RoPE as ``x * cos + roll(x) * signed_sin``, with the sign of rotate_half's negated half moved onto
+    sin: (-a) * b == a * (-b) exactly, so transformers' numbers, values and gradients, in 4 ops instead of 7."""
+    half = sin.size(-1) // 2
+    signed_sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+
+    def rotate(x: torch.Tensor) -> torch.Tensor:
+        return (x * cos) + (torch.roll(x, half, dims=-1) * signed_sin)
+
+    return rotate
 
 
 def _attention_mask(attention_mask: Optional[torch.Tensor], query_length: int, key_length: int):
@@ -200,8 +209,8 @@ def forward(model, input_ids: torch.Tensor, position_ids: torch.Tensor, attentio
     mask = _attention_mask(attention_mask, length, past + length)
     hidden = body.embed_tokens(input_ids)
     cos, sin = body.rotary_emb(hidden, position_ids)
-    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-    for index, layer in enumerate(body.layers[: config.num_hidden_layers]):
+    rotate = _rotary(cos.unsqueeze(1), sin.unsqueeze(1))
+    for index, layer in enumerate(body.layers):  # slicing a ModuleList builds a new one: 26 us per call
         attn, mlp = layer.self_attn, layer.mlp
         heads, dim = config.num_attention_heads, attn.head_dim
         x = _rms_norm(hidden, layer.input_layernorm)
@@ -210,14 +219,13 @@ def forward(model, input_ids: torch.Tensor, position_ids: torch.Tensor, attentio
             qkv = qkv.view(batch, length, -1, dim).transpose(1, 2)  # (B, H + 2 KVH, L, D)
             kv_heads = (qkv.size(1) - heads) // 2
             qk, v = qkv[:, : heads + kv_heads], qkv[:, heads + kv_heads :]
-            qk = (qk * cos) + (_rotate_half(qk) * sin)  # elementwise: the same numbers as q and k apart
+            qk = rotate(qk)  # elementwise: the same numbers as q and k apart
             q, k = qk[:, :heads], qk[:, heads:]
         else:
             q = _linear(x, attn.q_proj.weight, attn.q_proj.bias, few_rows_fast).view(batch, length, -1, dim).transpose(1, 2)
             k = _linear(x, attn.k_proj.weight, attn.k_proj.bias, few_rows_fast).view(batch, length, -1, dim).transpose(1, 2)
             v = _linear(x, attn.v_proj.weight, attn.v_proj.bias, few_rows_fast).view(batch, length, -1, dim).transpose(1, 2)
-            q = (q * cos) + (_rotate_half(q) * sin)
-            k = (k * cos) + (_rotate_half(k) * sin)
+            q, k = rotate(q), rotate(k)
         if cache is not None:
             k, v = cache.append(index, k, v, past)
         out = _attend(q, k, v, mask, attn.scaling, attn.num_key_value_groups)

@@ -15,6 +15,7 @@ does, so that old/ref/current log-probs all describe the distribution that was s
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
@@ -52,6 +53,11 @@ class Rollout:
         if not mask_truncated:
             return self.completion_mask
         return self.completion_mask * (~self.truncated).unsqueeze(-1).to(self.completion_mask.dtype)
+
+    def detached_copy(self) -> "Rollout":
+        """The same rollout in ordinary tensors (e.g. out of ``torch.inference_mode``)."""
+        return dataclasses.replace(self, **{f.name: getattr(self, f.name).clone() for f in dataclasses.fields(self)
+                                            if isinstance(getattr(self, f.name), torch.Tensor)})
 
     def select(self, index: torch.Tensor) -> "Rollout":
         """Sub-batch for minibatching (index into the B completions)."""
@@ -157,7 +163,7 @@ def _fan_out(model, prefilled: DynamicCache, group_size: int, max_length: int, m
     return static
 
 
-def _prefill(model, unique_ids: torch.Tensor, unique_mask: torch.Tensor, group_size: int, max_new_tokens: int):
+def _prefill(model, fast: bool, unique_ids: torch.Tensor, unique_mask: torch.Tensor, group_size: int, max_new_tokens: int):
     """Encode each prompt once and fan its KV cache out to the G members of its group.
 
     Returns the first next-token logits (B, V) and ``decode(tokens (B, 1), attention (B, K), positions (B, 1))
@@ -167,14 +173,16 @@ def _prefill(model, unique_ids: torch.Tensor, unique_mask: torch.Tensor, group_s
     """
     positions = _positions(unique_mask)
     capacity = unique_ids.size(1) + max_new_tokens
-    if fast_llama.supports(model):
+    if fast:
         cache = fast_llama.KVCache(model.config.num_hidden_layers)
         fused = fast_llama.FusedProjections.of(model)
         logits = fast_llama.forward(model, unique_ids, positions, unique_mask, cache, logits_to_keep=1, fused=fused)
         cache.fan_out(group_size, capacity)
+        padded = not bool(unique_mask.all())  # without padding no step needs a mask
 
         def decode(tokens, attention, next_positions):
-            return fast_llama.forward(model, tokens, next_positions, attention, cache, few_rows_fast=True, fused=fused)[:, -1, :]
+            return fast_llama.forward(model, tokens, next_positions, attention if padded else None, cache,
+                                      few_rows_fast=True, fused=fused)[:, -1, :]
     else:
         out = model(input_ids=unique_ids, attention_mask=unique_mask, position_ids=positions,
                     past_key_values=DynamicCache(), use_cache=True, logits_to_keep=1)
@@ -187,7 +195,6 @@ def _prefill(model, unique_ids: torch.Tensor, unique_mask: torch.Tensor, group_s
     return logits[:, -1, :].float().repeat_interleave(group_size, dim=0), decode
 
 
-@torch.no_grad()
 def generate(
     model,
     tokenizer,
@@ -199,14 +206,25 @@ def generate(
     generator: Optional[torch.Generator] = None,
 ) -> Rollout:
     """Sample ``group_size`` completions for every prompt (temperature 0 means greedy)."""
+    # inference_mode skips autograd's bookkeeping per op (13% of a pizza decoding step); its tensors
+    # cannot enter a graph later (the update's embedding saves its indices), so they leave as copies.
+    with torch.inference_mode():
+        rollout = _sample(model, tokenizer, prompts, group_size, max_new_tokens=max_new_tokens,
+                          temperature=temperature, generator=generator)
+    return rollout.detached_copy()
+
+
+def _sample(model, tokenizer, prompts, group_size, *, max_new_tokens, temperature, generator) -> Rollout:
     device = next(model.parameters()).device
     eos_ids = eos_token_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
     unique_ids, unique_mask = tokenize_prompts(tokenizer, prompts, device)  # (n, P)
 
+    fast = fast_llama.supports(model)  # its forward has no dropout (it declines models that would use any)
     was_training = model.training
-    model.eval()  # no dropout while sampling
-    next_logits, decode = _prefill(model, unique_ids, unique_mask, group_size, max_new_tokens)  # (B, V)
+    if not fast:
+        model.eval()  # no dropout while sampling
+    next_logits, decode = _prefill(model, fast, unique_ids, unique_mask, group_size, max_new_tokens)  # (B, V)
     attention = unique_mask.repeat_interleave(group_size, dim=0)  # (B, P)
     next_position = _positions(attention)[:, -1:] + 1  # (B, 1)
     batch = attention.size(0)
@@ -216,10 +234,11 @@ def generate(
     tokens = []
     for step in range(max_new_tokens):
         if temperature > 0:
-            token = sample_categorical(torch.softmax(next_logits / temperature, dim=-1), generator)  # (B,)
+            scaled = next_logits if temperature == 1.0 else next_logits / temperature
+            token = sample_categorical(torch.softmax(scaled, dim=-1), generator)  # (B,)
         else:
             token = next_logits.argmax(dim=-1)
-        token = torch.where(finished, torch.full_like(token, pad_id), token)
+        token = token.masked_fill(finished, pad_id)
         tokens.append(token)
         finished |= torch.isin(token, eos_tensor)
         if step == max_new_tokens - 1 or bool(finished.all()):
@@ -227,14 +246,15 @@ def generate(
         attention = torch.cat([attention, attention.new_ones(batch, 1)], dim=-1)
         next_logits = decode(token.unsqueeze(-1), attention, next_position).float()
         next_position = next_position + 1
-    model.train(was_training)
+    if not fast:
+        model.train(was_training)
 
     completion_ids = torch.stack(tokens, dim=1)  # (B, T)
     completion_mask, truncated = completion_mask_from_ids(completion_ids, eos_ids)
     completion_ids = torch.where(completion_mask.bool(), completion_ids, torch.full_like(completion_ids, pad_id))
     # The text is everything before the first EOS, special tokens kept, so a reward sees what was sampled.
     lengths = (completion_mask.sum(1) - (~truncated).long()).tolist()
-    texts = [tokenizer.decode(row[:n], skip_special_tokens=False) for row, n in zip(completion_ids.tolist(), lengths)]
+    texts = tokenizer.batch_decode([row[:n] for row, n in zip(completion_ids.tolist(), lengths)], skip_special_tokens=False)
     return Rollout(
         prompts=[p for p in prompts for _ in range(group_size)],
         completions=texts,
