@@ -25,6 +25,9 @@ import torch
 from algorithms import rollout as rollout_lib
 
 
+FOREACH_ADAMW_MAX_PARAMETERS = 10_000_000
+
+
 @dataclass
 class AlgoConfig:
     """Settings every algorithm has. Subclasses add their own fields, each with a one-line doc."""
@@ -135,7 +138,11 @@ class Algorithm:
 
     # --- shared pieces of a step -----------------------------------------------------------------
     def make_optimizer(self, params, lr: float) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(params, lr=lr, weight_decay=self.config.weight_decay)
+        params = list(params)
+        # Same numbers either way (tested). Small models: foreach saves the per-tensor Python loop (pizza:
+        # 0.51 -> 0.36 ms a step); large ones: its whole-model temporaries cost more (SmolLM2: 324 -> 366 ms).
+        foreach = sum(p.numel() for p in params) < FOREACH_ADAMW_MAX_PARAMETERS
+        return torch.optim.AdamW(params, lr=lr, weight_decay=self.config.weight_decay, foreach=foreach)
 
     def autocast(self):
         """bf16 autocast for forward passes when the run asked for it; fp32 otherwise."""

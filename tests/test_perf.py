@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from algorithms import rollout as rollout_lib
 from algorithms.rollout import generate, per_token_logps
 from benchmarks.perf import WORKLOADS, Trl, same_batch_check
 from tasks import make_task
@@ -26,8 +27,9 @@ def test_same_batch_loss_matches_trl(pizza, name):
     assert check["max_abs_diff_ref_logps"] <= 1e-5
 
 
-def test_shared_prompt_logps_equal_full_forward(pizza):
+def test_shared_prompt_logps_equal_full_forward(pizza, monkeypatch):
     """Encoding a group's prompt once gives the full forward's log-probs and gradient (fp rounding aside)."""
+    monkeypatch.setattr(rollout_lib, "SHARED_PROMPT_MIN_WORK", 0)  # share even for the tiny pizza model
     model = pizza.load_policy(torch.device("cpu"))
     rollout = generate(model, pizza.tokenizer, pizza.train_prompts()[:1], 8, max_new_tokens=12, temperature=1.0,
                        generator=torch.Generator().manual_seed(0))
@@ -57,9 +59,12 @@ def test_too_few_pairs_is_refused(run_cli):
     assert code == 2 and "--pairs must be >= 5" in err
 
 
+@pytest.mark.parametrize("shared", [False, True], ids=["full-sequences", "shared-prompt"])
 @pytest.mark.parametrize("beta, mu", [(0.0, 1), (0.04, 1), (0.0, 2), (0.04, 2)])
-def test_no_reference_or_old_pass_unless_needed(pizza, beta, mu):
+def test_no_reference_or_old_pass_unless_needed(pizza, beta, mu, shared, monkeypatch):
     """Reference log-probs only when beta > 0; no extra forward for old log-probs at mu = 1."""
+    if shared:
+        monkeypatch.setattr(rollout_lib, "SHARED_PROMPT_MIN_WORK", 0)
     from algorithms.grpo import GRPOConfig
     from benchmarks.harness import RunConfig, build
 
@@ -83,8 +88,47 @@ def test_no_reference_or_old_pass_unless_needed(pizza, beta, mu):
         algo.ref_policy.get_input_embeddings().register_forward_hook(lambda *_: ref_calls.append(1))
     metrics = algo.step(pizza.train_prompts()[:1])
     assert (algo.ref_policy is not None) == (beta > 0)
-    # Each log-prob pass is two calls (the group's prompt once, then its completions).
-    assert calls.count("grad") == 2 * mu
-    assert calls.count("no_grad") == (2 if mu > 1 else 0)
-    assert len(ref_calls) == (2 if beta > 0 else 0)
+    # A log-prob pass is one call (the tiny pizza model: full sequences), or two with the prompt shared
+    # (the group's prompt once, then its completions).
+    per_pass = 2 if shared else 1
+    assert calls.count("grad") == per_pass * mu
+    assert calls.count("no_grad") == (per_pass if mu > 1 else 0)
+    assert len(ref_calls) == (per_pass if beta > 0 else 0)
     assert ("time/logprobs" in metrics) == (beta > 0 or mu > 1)
+
+
+def test_prompt_sharing_is_chosen_by_the_work_it_saves():
+    """Tiny models re-encode the prompt (one call beats two); SmolLM2-sized ones encode it once per group."""
+
+    class Sized:
+        def __init__(self, parameters):
+            self._parameters = parameters
+
+        def parameters(self):
+            return iter(self._parameters)
+
+    mask = torch.ones(8, 12, dtype=torch.long)  # one 12-token prompt, G = 8
+    assert not rollout_lib._sharing_pays(Sized([torch.empty(1).expand(130_000)]), mask, 8)  # pizza: 1.1e7
+    gsm8k_mask = torch.ones(4, 150, dtype=torch.long)  # one 150-token prompt, G = 4
+    assert rollout_lib._sharing_pays(Sized([torch.empty(1).expand(134_515_008)]), gsm8k_mask, 4)  # 6e10
+    assert not rollout_lib._sharing_pays(Sized([torch.empty(1).expand(134_515_008)]), gsm8k_mask[:1], 1)
+
+
+def test_foreach_adamw_updates_equal_the_single_tensor_loop(pizza):
+    """Small models step AdamW with foreach kernels: the same parameters, bit for bit, as the per-tensor loop."""
+    from algorithms.base import FOREACH_ADAMW_MAX_PARAMETERS
+
+    models = [pizza.load_policy(torch.device("cpu")) for _ in range(2)]
+    assert sum(p.numel() for p in models[0].parameters()) < FOREACH_ADAMW_MAX_PARAMETERS
+    optimizers = [torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.01, foreach=foreach)
+                  for m, foreach in zip(models, (True, False))]
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        grads = [torch.randn(p.shape, generator=generator) for p in models[0].parameters()]
+        for model, optimizer in zip(models, optimizers):
+            for p, g in zip(model.parameters(), grads):
+                p.grad = g.clone()
+            optimizer.step()
+    for a, b in zip(models[0].parameters(), models[1].parameters()):
+        assert torch.equal(a, b)
+    assert not torch.equal(next(models[0].parameters()), next(pizza.load_policy(torch.device("cpu")).parameters()))
