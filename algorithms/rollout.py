@@ -242,7 +242,7 @@ def _sample(model, tokenizer, prompts, group_size, *, max_new_tokens, temperatur
             token = next_logits.argmax(dim=-1)
         token = token.masked_fill(finished, pad_id)
         tokens.append(token)
-        finished |= torch.isin(token, eos_tensor)
+        finished |= (token == eos_ids[0]) if len(eos_ids) == 1 else torch.isin(token, eos_tensor)
         if step == max_new_tokens - 1 or bool(finished.all()):
             break
         attention = torch.cat([attention, attention.new_ones(batch, 1)], dim=-1)
@@ -362,7 +362,8 @@ def per_token_logps(
     and rows grouped by prompt (G consecutive rows share one prompt), each prompt is encoded once
     where that saves more than it costs (``SHARED_PROMPT_MIN_WORK``).
     """
-    shared = group_size if _shared_prompt(prompt_ids, prompt_mask, group_size) and _sharing_pays(model, prompt_mask, group_size) else 1
+    sharing = group_size > 1 and _sharing_pays(model, prompt_mask, group_size)
+    shared = group_size if sharing and _shared_prompt(prompt_ids, prompt_mask, group_size) else 1
     logits = _completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask, shared).float()
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
