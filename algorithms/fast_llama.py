@@ -210,9 +210,10 @@ def forward(model, input_ids: torch.Tensor, position_ids: torch.Tensor, attentio
     hidden = body.embed_tokens(input_ids)
     cos, sin = body.rotary_emb(hidden, position_ids)
     rotate = _rotary(cos.unsqueeze(1), sin.unsqueeze(1))
+    heads = config.num_attention_heads  # read once: a config attribute goes through transformers' __getattribute__
     for index, layer in enumerate(body.layers):  # slicing a ModuleList builds a new one: 26 us per call
         attn, mlp = layer.self_attn, layer.mlp
-        heads, dim = config.num_attention_heads, attn.head_dim
+        dim = attn.head_dim
         x = _rms_norm(hidden, layer.input_layernorm)
         if fused is not None:
             qkv = _linear(x, fused.qkv[index], fused.qkv_bias[index], few_rows_fast)

@@ -65,9 +65,11 @@ class GRPO(Algorithm):
         rollout = self.generate(prompts, c.group_size)  # 1 generate
         rewards = self.score(rollout)  # 2 score
         mask = rollout.loss_mask(c.mask_truncated)
-        # 3 old/ref log-probs. At mu = 1 the sampling policy *is* the current one: old = logps.detach().
-        old_logps = self.frozen_logps(self.policy, rollout) if c.mu > 1 else None
+        # 3 reference log-probs. The old (sampling-policy) ones need no pass of their own: until the first
+        # update the policy *is* the sampling policy, so they are the first iteration's log-probs, detached
+        # (the same numbers as a separate no-grad pass, bit for bit: tested).
         ref_logps = self.frozen_logps(self.ref_policy, rollout) if c.beta > 0 else None
+        old_logps = None
         advantages = group_advantages(rewards, c.group_size, c.scale_rewards)  # 4 advantages
         if c.advantage_clip is not None:
             advantages = advantages.clamp(-c.advantage_clip, c.advantage_clip)
@@ -76,6 +78,8 @@ class GRPO(Algorithm):
         for iteration in range(1, c.mu + 1):  # 5 update(s) on the same batch
             with self.timer("update"):
                 logps, entropy = self.logps(self.policy, rollout, with_entropy=True)
+                if iteration == 1 and c.mu > 1:
+                    old_logps = logps.detach()
                 loss = grpo_loss(
                     logps, old_logps, ref_logps, advantages, mask, level=c.level, loss_type=c.loss_type,
                     epsilon=c.epsilon, epsilon_high=c.epsilon_high, beta=c.beta,

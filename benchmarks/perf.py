@@ -497,6 +497,30 @@ def _fmt_mem(probe: Optional[dict]) -> str:
     return f"{_fmt_bytes(probe['peak_bytes'])} ({_fmt_bytes(probe['rss_after_imports_bytes'])} at start)"
 
 
+TARGET_RATIO = 2.0  # the issue's bar: twice TRL's speed, no more memory, the same loss on the same batch
+SAME_LOSS_ATOL = 1e-6
+
+
+def target_verdict(report: dict) -> str:
+    """One line: on which workloads the target (median TRL/ours >= 2, peak memory <= TRL's, same loss) holds."""
+    met, missed = [], []
+    for r in report["comparisons"]:
+        mem = r.get("memory") or {}
+        reasons = []
+        if r["ratio"]["median"] < TARGET_RATIO:
+            reasons.append(f"median {r['ratio']['median']:.2f} < {TARGET_RATIO:g}")
+        if mem.get("ours") and mem.get("trl") and mem["ours"]["peak_bytes"] > mem["trl"]["peak_bytes"]:
+            reasons.append("more memory than TRL")
+        if not mem.get("ours") or not mem.get("trl"):
+            reasons.append("memory not measured")
+        if not r["same_batch"]["max_abs_diff"] <= SAME_LOSS_ATOL:
+            reasons.append(f"loss differs by {r['same_batch']['max_abs_diff']:.1e}")
+        (missed if reasons else met).append(r["workload"]["name"] + (f" ({'; '.join(reasons)})" if reasons else ""))
+    verdict = "met on every workload" if not missed else f"not met on {', '.join(missed)}"
+    return (f"**Target** (median TRL/ours >= {TARGET_RATIO:g}, peak memory no higher than TRL's, same-batch loss "
+            f"within {SAME_LOSS_ATOL:g}): {verdict}" + (f"; met on {', '.join(met)}." if met and missed else "."))
+
+
 def render_markdown(report: dict) -> str:
     env = report["environment"]
     lines = [
@@ -517,8 +541,10 @@ def render_markdown(report: dict) -> str:
             f"{_fmt_mem(mem.get('ours'))} | {_fmt_mem(mem.get('trl'))} | "
             f"{r['same_batch']['max_abs_diff']:.1e} |"
         )
-    lines += ["", "Median seconds per phase (generate / score / ref+old log-probs / update / other), generation "
-              "throughput and the update's FLOP rate (6 x params x positions actually processed):", "",
+    lines += ["", target_verdict(report)]
+    lines += ["", "Median seconds per phase (generate / score / ref+old log-probs / update / other; ours takes the "
+              "old log-probs from its first update's forward, so its logprobs column is the reference pass alone), "
+              "generation throughput and the update's FLOP rate (6 x params x positions actually processed):", "",
               "| workload | side | generate | score | logprobs | update | other | tokens generated | gen tok/s | "
               "gen GFLOP/s | update GFLOP/s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["comparisons"]:
