@@ -178,7 +178,9 @@ class Algorithm:
     def update(self, loss: torch.Tensor, optimizer: Optional[torch.optim.Optimizer] = None, params=None) -> float:
         """Backward, clip, step. Returns the pre-clip global gradient norm."""
         optimizer = optimizer or self.optimizer
-        params = list(params if params is not None else self.policy.parameters())
+        if params is None:  # the optimizer's own list: walking the module tree costs 0.1 ms per update
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+        params = list(params)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.config.max_grad_norm > 0:
