@@ -6,11 +6,12 @@ including the first EOS, and 0 on everything after it. A completion with no EOS 
 (DAPO's overlong filtering, ``Rollout.loss_mask(mask_truncated=True)``).
 
 Sampling encodes each distinct prompt once and shares its KV cache across the G completions of its
-group (copied into a preallocated ``StaticCache`` for long completions), then decodes token by token and stops as soon as
-every sequence has ended. Log-probs encode each prompt once too (``per_token_logps``'s
-``group_size``): the G identical prompts of a group are not run G times, in the update's forward and
-backward as well. Log-probs are computed from logits divided by the sampling temperature, as TRL
-does, so that old/ref/current log-probs all describe the distribution that was sampled.
+group (preallocated buffers with ``fast_llama``'s forward for Llama models; transformers' cache, static
+for long completions, otherwise), then decodes token by token and stops as soon as every sequence has
+ended. Log-probs encode each prompt once too where that saves work (``per_token_logps``'s ``group_size``,
+``SHARED_PROMPT_MIN_WORK``): the G identical prompts of a group are not run G times, in the update's
+forward and backward as well. Log-probs are computed from logits divided by the sampling temperature,
+as TRL does, so that old/ref/current log-probs all describe the distribution that was sampled.
 """
 
 from __future__ import annotations
