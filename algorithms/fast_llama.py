@@ -13,8 +13,11 @@ MLP, tied or untied head). Logits equal transformers' exactly (tested), except i
 at most ``FEW_ROWS`` rows through a large matrix, which is computed as ``W @ x.T``: same products,
 another summation order, so those logits differ in the last bits (~1e-6 relative).
 
+Under autocast the same ops take the same casts, so the numbers still equal transformers' (tested);
+decoding then runs the separate projections, whose bf16 copies autocast caches per parameter.
+
 ``supports(model)`` says when it applies; everything else (other architectures, eager/flash attention,
-adapters that replace the projections, attention dropout in training, autocast) keeps transformers' forward.
+adapters that replace the projections, attention dropout in training) keeps transformers' forward.
 """
 
 from __future__ import annotations
@@ -41,8 +44,6 @@ def supports(model) -> bool:
         return False
     if getattr(config, "_attn_implementation", None) != "sdpa" or getattr(config, "hidden_act", None) != "silu":
         return False
-    if torch.is_autocast_enabled(model.lm_head.weight.device.type):
-        return False  # autocast decides per op what runs in bf16; leave that to transformers' own forward
     if model.training and getattr(config, "attention_dropout", 0.0):
         return False
     for layer in model.model.layers:

@@ -178,7 +178,9 @@ def _prefill(model, fast: bool, unique_ids: torch.Tensor, unique_mask: torch.Ten
     capacity = unique_ids.size(1) + max_new_tokens
     if fast:
         cache = fast_llama.KVCache(model.config.num_hidden_layers)
-        fused = fast_llama.FusedProjections.of(model)
+        # Under autocast a concatenated weight (not a parameter) would be cast to bf16 at every step.
+        autocast = torch.is_autocast_enabled(unique_ids.device.type)
+        fused = None if autocast else fast_llama.FusedProjections.of(model)
         logits = fast_llama.forward(model, unique_ids, positions, unique_mask, cache, logits_to_keep=1, fused=fused)
         cache.fan_out(group_size, capacity)
         padded = not bool(unique_mask.all())  # without padding no step needs a mask

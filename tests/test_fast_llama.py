@@ -126,8 +126,6 @@ def test_few_row_decoding_on_smollm2_is_within_rounding_and_greedy_equal():
 def test_steps_aside_for_what_it_does_not_cover():
     model = _gqa_llama()
     assert fast_llama.supports(model)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert not fast_llama.supports(model)
     handle = model.register_forward_hook(lambda *_: None)
     assert not fast_llama.supports(model)  # a user's hook must still fire
     handle.remove()
@@ -141,3 +139,21 @@ def test_steps_aside_for_what_it_does_not_cover():
     layer = model.model.layers[0].self_attn
     layer.q_proj = Adapter(layer.q_proj.in_features, layer.q_proj.out_features)
     assert not fast_llama.supports(model)
+
+
+@pytest.mark.parametrize("which", ["pizza", "gqa"])
+def test_bf16_autocast_gives_transformers_numbers_too(which):
+    """Under autocast the same ops take the same casts: logits, gradients and decoding equal transformers'."""
+    model = make_task("pizza").load_policy(torch.device("cpu")) if which == "pizza" else _gqa_llama()
+    ids, mask = _padded_batch(model.config.vocab_size)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert fast_llama.supports(model)
+        model.train()
+        theirs = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask)).logits
+        ours = fast_llama.forward(model, ids, _positions(mask), mask)
+        assert ours.dtype == torch.bfloat16 and torch.equal(theirs, ours)
+        params = list(model.parameters())
+        for a, b in zip(torch.autograd.grad(theirs.float().sum(), params), torch.autograd.grad(ours.float().sum(), params)):
+            assert torch.equal(a, b)
+        model.eval()
+        _assert_decoding_matches(model, ids, mask, 2, 5, fused=None)
