@@ -92,9 +92,9 @@ class KVCache:
         if self.keys[layer] is None:
             self.keys[layer], self.values[layer] = keys, values
         elif self.capacity is not None:
-            self.keys[layer][:, :, start:end] = keys
-            self.values[layer][:, :, start:end] = values
-            return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+            self.keys[layer].narrow(2, start, end - start).copy_(keys)
+            self.values[layer].narrow(2, start, end - start).copy_(values)
+            return self.keys[layer].narrow(2, 0, end), self.values[layer].narrow(2, 0, end)
         else:
             self.keys[layer] = torch.cat([self.keys[layer], keys], dim=2)
             self.values[layer] = torch.cat([self.values[layer], values], dim=2)
@@ -143,17 +143,22 @@ class FusedProjections:
 
 def _rms_norm(x: torch.Tensor, norm) -> torch.Tensor:
     dtype = x.dtype
-    x = x.to(torch.float32)
+    if dtype != torch.float32:
+        x = x.to(torch.float32)
     variance = x.pow(2).mean(-1, keepdim=True)
     x = x * torch.rsqrt(variance + norm.variance_epsilon)
-    return norm.weight * x.to(dtype)
+    return norm.weight * (x if dtype == torch.float32 else x.to(dtype))
 
 
-def _rotary(cos: torch.Tensor, sin: torch.Tensor):
+def _signed(sin: torch.Tensor) -> torch.Tensor:
+    half = sin.size(-1) // 2
+    return torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+
+
+def _rotary(cos: torch.Tensor, signed_sin: torch.Tensor):
     """RoPE as ``x * cos + roll(x) * signed_sin``, with the sign of rotate_half's negated half moved onto
     sin: (-a) * b == a * (-b) exactly, so transformers' numbers, values and gradients, in 4 ops instead of 7."""
-    half = sin.size(-1) // 2
-    signed_sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+    half = signed_sin.size(-1) // 2
 
     def rotate(x: torch.Tensor) -> torch.Tensor:
         return (x * cos) + (torch.roll(x, half, dims=-1) * signed_sin)
@@ -189,19 +194,30 @@ def _attend(query, keys, values, mask, scaling: float, groups: int) -> torch.Ten
             values = values[:, :, None].expand(-1, -1, groups, -1, -1).reshape(batch, heads, values.size(2), dim)
     is_causal = length > 1 and mask is None
     out = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=scaling, is_causal=is_causal, **kwargs)
+    if length == 1:  # (B, heads, 1, D) and (B, 1, heads * D) are the same memory order
+        return out.reshape(batch, 1, -1)
     out = out.reshape(batch, -1, length, values.size(-1)).transpose(1, 2).contiguous()
     return out.reshape(batch, length, -1)
 
 
+def rotary_table(model, position_ids: torch.Tensor):
+    """cos and sign-folded sin for ``position_ids`` (B, L), to slice per decoding step instead of
+    recomputing them (elementwise, so a slice holds the numbers a one-step call would compute)."""
+    hidden = model.model.embed_tokens.weight.new_empty(position_ids.size(0), position_ids.size(1), 0)
+    cos, sin = model.model.rotary_emb(hidden, position_ids)
+    return cos.unsqueeze(1), _signed(sin).unsqueeze(1)  # (B, 1, L, D) each
+
+
 def forward(model, input_ids: torch.Tensor, position_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
             cache: Optional[KVCache] = None, logits_to_keep: int = 0, few_rows_fast: bool = False,
-            fused: Optional[FusedProjections] = None) -> torch.Tensor:
+            fused: Optional[FusedProjections] = None, rotary=None) -> torch.Tensor:
     """Logits (B, L or logits_to_keep, V) of ``LlamaForCausalLM`` for ``input_ids`` (B, L).
 
     ``attention_mask`` (B, cached + L) marks real tokens (left padding 0), as transformers takes it;
     ``cache`` holds the keys/values of earlier positions and receives this call's. ``few_rows_fast``
     (sampling only) computes matmuls of at most ``FEW_ROWS`` rows as ``W @ x.T``: faster, other rounding.
-    ``fused`` (no grad) runs each layer's concatenated q/k/v and gate/up weights.
+    ``fused`` (no grad) runs each layer's concatenated q/k/v and gate/up weights; ``rotary`` is this call's
+    slice of a ``rotary_table``.
     """
     body = model.model
     config = model.config
@@ -209,8 +225,10 @@ def forward(model, input_ids: torch.Tensor, position_ids: torch.Tensor, attentio
     past = cache.length if cache is not None else 0
     mask = _attention_mask(attention_mask, length, past + length)
     hidden = body.embed_tokens(input_ids)
-    cos, sin = body.rotary_emb(hidden, position_ids)
-    rotate = _rotary(cos.unsqueeze(1), sin.unsqueeze(1))
+    if rotary is None:
+        cos, sin = body.rotary_emb(hidden, position_ids)
+        rotary = cos.unsqueeze(1), _signed(sin).unsqueeze(1)
+    rotate = _rotary(*rotary)
     heads = config.num_attention_heads  # read once: a config attribute goes through transformers' __getattribute__
     for index, layer in enumerate(body.layers):  # slicing a ModuleList builds a new one: 26 us per call
         attn, mlp = layer.self_attn, layer.mlp

@@ -169,8 +169,8 @@ def _fan_out(model, prefilled: DynamicCache, group_size: int, max_length: int, m
 def _prefill(model, fast: bool, unique_ids: torch.Tensor, unique_mask: torch.Tensor, group_size: int, max_new_tokens: int):
     """Encode each prompt once and fan its KV cache out to the G members of its group.
 
-    Returns the first next-token logits (B, V) and ``decode(tokens (B, 1), attention (B, K), positions (B, 1))
-    -> logits (B, V)`` for the following steps. Llama-architecture models take the lean forward of
+    Returns the first next-token logits (B, V), ``decode(tokens (B, 1), attention (B, K) or None, positions
+    (B, 1)) -> logits (B, V)`` for the following steps (in order), and whether ``decode`` reads the attention mask. Llama-architecture models take the lean forward of
     ``fast_llama`` (transformers' logits bit for bit, except that decoding matmuls of <= 4 rows round differently);
     any other model runs transformers' own forward and cache.
     """
@@ -183,21 +183,27 @@ def _prefill(model, fast: bool, unique_ids: torch.Tensor, unique_mask: torch.Ten
         fused = None if autocast else fast_llama.FusedProjections.of(model)
         logits = fast_llama.forward(model, unique_ids, positions, unique_mask, cache, logits_to_keep=1, fused=fused)
         cache.fan_out(group_size, capacity)
-        padded = not bool(unique_mask.all())  # without padding no step needs a mask
+        uses_attention = not bool(unique_mask.all())  # without padding no step needs a mask
+        # RoPE of every position decoding can reach, computed once and sliced per step.
+        first = positions[:, -1:].repeat_interleave(group_size, dim=0) + 1
+        cos, signed_sin = fast_llama.rotary_table(model, first + torch.arange(max_new_tokens, device=first.device))
+        steps = iter(range(max_new_tokens))
 
         def decode(tokens, attention, next_positions):
-            return fast_llama.forward(model, tokens, next_positions, attention if padded else None, cache,
-                                      few_rows_fast=True, fused=fused)[:, -1, :]
+            step = next(steps)
+            return fast_llama.forward(model, tokens, next_positions, attention, cache, few_rows_fast=True, fused=fused,
+                                      rotary=(cos[:, :, step:step + 1], signed_sin[:, :, step:step + 1]))[:, -1, :]
     else:
         out = model(input_ids=unique_ids, attention_mask=unique_mask, position_ids=positions,
                     past_key_values=DynamicCache(), use_cache=True, logits_to_keep=1)
         logits = out.logits
         hf_cache = _fan_out(model, out.past_key_values, group_size, capacity, max_new_tokens)
+        uses_attention = True
 
         def decode(tokens, attention, next_positions):
             return model(input_ids=tokens, attention_mask=attention, position_ids=next_positions,
                          past_key_values=hf_cache, use_cache=True).logits[:, -1, :]
-    return logits[:, -1, :].float().repeat_interleave(group_size, dim=0), decode
+    return logits[:, -1, :].float().repeat_interleave(group_size, dim=0), decode, uses_attention
 
 
 def generate(
@@ -229,7 +235,7 @@ def _sample(model, tokenizer, prompts, group_size, *, max_new_tokens, temperatur
     was_training = model.training
     if not fast:
         model.eval()  # no dropout while sampling
-    next_logits, decode = _prefill(model, fast, unique_ids, unique_mask, group_size, max_new_tokens)  # (B, V)
+    next_logits, decode, uses_attention = _prefill(model, fast, unique_ids, unique_mask, group_size, max_new_tokens)
     attention = unique_mask.repeat_interleave(group_size, dim=0)  # (B, P)
     next_position = _positions(attention)[:, -1:] + 1  # (B, 1)
     batch = attention.size(0)
@@ -248,8 +254,9 @@ def _sample(model, tokenizer, prompts, group_size, *, max_new_tokens, temperatur
         finished |= (token == eos_ids[0]) if len(eos_ids) == 1 else torch.isin(token, eos_tensor)
         if step == max_new_tokens - 1 or bool(finished.all()):
             break
-        attention = torch.cat([attention, attention.new_ones(batch, 1)], dim=-1)
-        next_logits = decode(token.unsqueeze(-1), attention, next_position).float()
+        if uses_attention:
+            attention = torch.cat([attention, attention.new_ones(batch, 1)], dim=-1)
+        next_logits = decode(token.unsqueeze(-1), attention if uses_attention else None, next_position).float()
         next_position = next_position + 1
     if not fast:
         model.train(was_training)

@@ -75,11 +75,12 @@ def test_logits_gradients_and_decoding_equal_transformers_bit_for_bit(which):
     _assert_decoding_matches(model, ids, mask, 3, 6, fused=fast_llama.FusedProjections.of(model))
 
 
-def test_sampled_rollouts_equal_transformers_forward_at_a_seed(monkeypatch):
-    """Temperature-1 sampling through fast_llama draws exactly the tokens transformers' forward draws."""
+@pytest.mark.parametrize("prompts", [["ravin likes ", "i like "], ["ravin likes "]], ids=["padded", "one-prompt"])
+def test_sampled_rollouts_equal_transformers_forward_at_a_seed(monkeypatch, prompts):
+    """Temperature-1 sampling through fast_llama (with and without a padding mask, RoPE from a table)
+    draws exactly the tokens transformers' forward draws."""
     pizza = make_task("pizza")
     model = pizza.load_policy(torch.device("cpu"))
-    prompts = ["ravin likes ", "i like "]
 
     def sample():
         return generate(model, pizza.tokenizer, prompts, 4, max_new_tokens=12, temperature=1.0,
