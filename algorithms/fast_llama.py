@@ -81,8 +81,9 @@ class KVCache:
         self.capacity = capacity
         return self
 
-    def repeat_interleave(self, repeats: int) -> "KVCache":
-        """Each row's cache repeated ``repeats`` times (a prompt's cache fanned out to its group)."""
+    def batch_repeat_interleave(self, repeats: int) -> "KVCache":
+        """Each row's cache repeated ``repeats`` times (a prompt's cache fanned out to its group), under
+        the name transformers' DynamicCache gives it, so callers treat both caches alike."""
         self.keys = [k.repeat_interleave(repeats, dim=0) for k in self.keys]
         self.values = [v.repeat_interleave(repeats, dim=0) for v in self.values]
         return self

@@ -169,13 +169,19 @@ def _fan_out(model, prefilled: DynamicCache, group_size: int, max_length: int, m
 def _prefill(model, fast: bool, unique_ids: torch.Tensor, unique_mask: torch.Tensor, group_size: int, max_new_tokens: int):
     """Encode each prompt once and fan its KV cache out to the G members of its group.
 
-    Returns the first next-token logits (B, V), ``decode(tokens (B, 1), attention (B, K) or None, positions
-    (B, 1)) -> logits (B, V)`` for the following steps (in order), and whether ``decode`` reads the attention mask. Llama-architecture models take the lean forward of
-    ``fast_llama`` (transformers' logits bit for bit, except that decoding matmuls of <= 4 rows round differently);
-    any other model runs transformers' own forward and cache.
+    Returns the first next-token logits (B, V) and ``decode(step, tokens (B, 1)) -> logits (B, V)``, which
+    feeds the tokens sampled at ``step`` (0, 1, ...); it keeps the cache, positions and attention mask.
+    Llama-architecture models take the lean forward of ``fast_llama`` (transformers' logits bit for bit,
+    except that decoding matmuls of <= 4 rows round differently); any other model runs transformers' own
+    forward and cache.
     """
     positions = _positions(unique_mask)
-    capacity = unique_ids.size(1) + max_new_tokens
+    prompt_length = unique_ids.size(1)
+    capacity = prompt_length + max_new_tokens
+    attention = unique_mask.repeat_interleave(group_size, dim=0)  # (B, P)
+    # The whole mask up front: step s attends to the prompt and the s + 1 tokens fed so far (a slice, not a cat).
+    attention = torch.cat([attention, attention.new_ones(attention.size(0), max_new_tokens)], dim=1)  # (B, P + T)
+    first_position = positions[:, -1:].repeat_interleave(group_size, dim=0) + 1  # (B, 1)
     if fast:
         cache = fast_llama.KVCache(model.config.num_hidden_layers)
         # Under autocast a concatenated weight (not a parameter) would be cast to bf16 at every step.
@@ -183,27 +189,25 @@ def _prefill(model, fast: bool, unique_ids: torch.Tensor, unique_mask: torch.Ten
         fused = None if autocast else fast_llama.FusedProjections.of(model)
         logits = fast_llama.forward(model, unique_ids, positions, unique_mask, cache, logits_to_keep=1, fused=fused)
         cache.fan_out(group_size, capacity)
-        uses_attention = not bool(unique_mask.all())  # without padding no step needs a mask
+        padded = not bool(unique_mask.all())  # without padding no step needs a mask
         # RoPE of every position decoding can reach, computed once and sliced per step.
-        first = positions[:, -1:].repeat_interleave(group_size, dim=0) + 1
-        cos, signed_sin = fast_llama.rotary_table(model, first + torch.arange(max_new_tokens, device=first.device))
-        steps = iter(range(max_new_tokens))
+        cos, signed_sin = fast_llama.rotary_table(model, first_position + torch.arange(max_new_tokens, device=first_position.device))
 
-        def decode(tokens, attention, next_positions):
-            step = next(steps)
-            return fast_llama.forward(model, tokens, next_positions, attention, cache, few_rows_fast=True, fused=fused,
-                                      rotary=(cos[:, :, step:step + 1], signed_sin[:, :, step:step + 1]))[:, -1, :]
+        def decode(step, tokens):
+            mask = attention[:, : prompt_length + step + 1] if padded else None
+            rotary = (cos[:, :, step:step + 1], signed_sin[:, :, step:step + 1])
+            return fast_llama.forward(model, tokens, first_position + step, mask, cache, few_rows_fast=True,
+                                      fused=fused, rotary=rotary)[:, -1, :]
     else:
         out = model(input_ids=unique_ids, attention_mask=unique_mask, position_ids=positions,
                     past_key_values=DynamicCache(), use_cache=True, logits_to_keep=1)
         logits = out.logits
         hf_cache = _fan_out(model, out.past_key_values, group_size, capacity, max_new_tokens)
-        uses_attention = True
 
-        def decode(tokens, attention, next_positions):
-            return model(input_ids=tokens, attention_mask=attention, position_ids=next_positions,
-                         past_key_values=hf_cache, use_cache=True).logits[:, -1, :]
-    return logits[:, -1, :].float().repeat_interleave(group_size, dim=0), decode, uses_attention
+        def decode(step, tokens):
+            return model(input_ids=tokens, attention_mask=attention[:, : prompt_length + step + 1],
+                         position_ids=first_position + step, past_key_values=hf_cache, use_cache=True).logits[:, -1, :]
+    return logits[:, -1, :].float().repeat_interleave(group_size, dim=0), decode
 
 
 def generate(
@@ -235,10 +239,8 @@ def _sample(model, tokenizer, prompts, group_size, *, max_new_tokens, temperatur
     was_training = model.training
     if not fast:
         model.eval()  # no dropout while sampling
-    next_logits, decode, uses_attention = _prefill(model, fast, unique_ids, unique_mask, group_size, max_new_tokens)
-    attention = unique_mask.repeat_interleave(group_size, dim=0)  # (B, P)
-    next_position = _positions(attention)[:, -1:] + 1  # (B, 1)
-    batch = attention.size(0)
+    next_logits, decode = _prefill(model, fast, unique_ids, unique_mask, group_size, max_new_tokens)  # (B, V)
+    batch = next_logits.size(0)
 
     eos_tensor = torch.tensor(eos_ids, device=device)
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
@@ -254,10 +256,7 @@ def _sample(model, tokenizer, prompts, group_size, *, max_new_tokens, temperatur
         finished |= (token == eos_ids[0]) if len(eos_ids) == 1 else torch.isin(token, eos_tensor)
         if step == max_new_tokens - 1 or bool(finished.all()):
             break
-        if uses_attention:
-            attention = torch.cat([attention, attention.new_ones(batch, 1)], dim=-1)
-        next_logits = decode(token.unsqueeze(-1), attention if uses_attention else None, next_position).float()
-        next_position = next_position + 1
+        next_logits = decode(step, token.unsqueeze(-1)).float()
     if not fast:
         model.train(was_training)
 
@@ -343,10 +342,7 @@ def _completion_logits(model, prompt_ids, prompt_mask, completion_ids, completio
     unique_ids, unique_mask = prompt_ids[::group_size], prompt_mask[::group_size]  # (n, P)
     cache = fast_llama.KVCache(model.config.num_hidden_layers) if fast else DynamicCache()
     first = run(unique_ids, unique_mask, _positions(unique_mask), cache, logits_to_keep=1)
-    if fast:
-        cache.repeat_interleave(group_size)
-    else:
-        cache.batch_repeat_interleave(group_size)
+    cache.batch_repeat_interleave(group_size)
     first = first.repeat_interleave(group_size, dim=0)  # (B, 1, V) predicts token 0
     if T == 1:
         return first
