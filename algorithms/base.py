@@ -25,7 +25,7 @@ import torch
 from algorithms import rollout as rollout_lib
 
 
-FOREACH_ADAMW_MAX_PARAMETERS = 10_000_000
+FUSED_ADAMW_DEVICES = ("cpu", "cuda")
 
 
 @dataclass
@@ -139,10 +139,10 @@ class Algorithm:
     # --- shared pieces of a step -----------------------------------------------------------------
     def make_optimizer(self, params, lr: float) -> torch.optim.Optimizer:
         params = list(params)
-        # Same numbers either way (tested). Small models: foreach saves the per-tensor Python loop (pizza:
-        # 0.51 -> 0.36 ms a step); large ones: its whole-model temporaries cost more (SmolLM2: 324 -> 366 ms).
-        foreach = sum(p.numel() for p in params) < FOREACH_ADAMW_MAX_PARAMETERS
-        return torch.optim.AdamW(params, lr=lr, weight_decay=self.config.weight_decay, foreach=foreach)
+        # torch's fused AdamW kernel: TRL's default too (transformers' adamw_torch_fused), and the fastest
+        # here (one AdamW step, 2-core CPU: pizza 0.38 -> 0.11 ms, SmolLM2-135M 358 -> 75 ms, no more memory).
+        fused = all(p.device.type in FUSED_ADAMW_DEVICES and p.is_floating_point() for p in params)
+        return torch.optim.AdamW(params, lr=lr, weight_decay=self.config.weight_decay, fused=fused or None)
 
     def autocast(self):
         """bf16 autocast for forward passes when the run asked for it; fp32 otherwise."""

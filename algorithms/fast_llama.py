@@ -143,12 +143,13 @@ class FusedProjections:
 
 
 def _rms_norm(x: torch.Tensor, norm) -> torch.Tensor:
+    if x.dtype == torch.float32:  # torch's op: transformers' numbers, values and gradients, bit for bit (tested)
+        return F.rms_norm(x, norm.weight.shape, norm.weight, norm.variance_epsilon)
     dtype = x.dtype
-    if dtype != torch.float32:
-        x = x.to(torch.float32)
+    x = x.to(torch.float32)
     variance = x.pow(2).mean(-1, keepdim=True)
     x = x * torch.rsqrt(variance + norm.variance_epsilon)
-    return norm.weight * (x if dtype == torch.float32 else x.to(dtype))
+    return norm.weight * x.to(dtype)
 
 
 def _signed(sin: torch.Tensor) -> torch.Tensor:
@@ -169,7 +170,10 @@ def _rotary(cos: torch.Tensor, signed_sin: torch.Tensor):
 
 def _attention_mask(attention_mask: Optional[torch.Tensor], query_length: int, key_length: int):
     """transformers' sdpa mask: None when nothing is padded and the query is one token or the whole
-    sequence (sdpa's own is_causal then), else a (B, 1, L, K) bool mask: padding and causality."""
+    sequence (sdpa's own is_causal then), else a (B, 1, L, K) bool mask: padding and causality.
+    A 4-D mask is the caller's own (packed sequences) and is used as it is."""
+    if attention_mask is not None and attention_mask.dim() == 4:
+        return attention_mask
     if attention_mask is None or bool(attention_mask.all()):
         if query_length == 1 or query_length == key_length:
             return None
@@ -214,7 +218,8 @@ def forward(model, input_ids: torch.Tensor, position_ids: torch.Tensor, attentio
             fused: Optional[FusedProjections] = None, rotary=None) -> torch.Tensor:
     """Logits (B, L or logits_to_keep, V) of ``LlamaForCausalLM`` for ``input_ids`` (B, L).
 
-    ``attention_mask`` (B, cached + L) marks real tokens (left padding 0), as transformers takes it;
+    ``attention_mask`` (B, cached + L) marks real tokens (left padding 0), as transformers takes it, or
+    is a (B, 1, L, cached + L) bool mask of which keys each query sees;
     ``cache`` holds the keys/values of earlier positions and receives this call's. ``few_rows_fast``
     (sampling only) computes matmuls of at most ``FEW_ROWS`` rows as ``W @ x.T``: faster, other rounding.
     ``fused`` (no grad) runs each layer's concatenated q/k/v and gate/up weights; ``rotary`` is this call's

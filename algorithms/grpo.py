@@ -77,9 +77,11 @@ class GRPO(Algorithm):
         metrics: dict[str, float] = {}
         for iteration in range(1, c.mu + 1):  # 5 update(s) on the same batch
             with self.timer("update"):
-                logps, entropy = self.logps(self.policy, rollout, with_entropy=True)
-                if iteration == 1 and c.mu > 1:
-                    old_logps = logps.detach()
+                if iteration == 1:  # entropy is a metric of the batch as sampled: the first iteration's
+                    logps, entropy = self.logps(self.policy, rollout, with_entropy=True)
+                    old_logps = logps.detach() if c.mu > 1 else None
+                else:
+                    logps = self.logps(self.policy, rollout)
                 loss = grpo_loss(
                     logps, old_logps, ref_logps, advantages, mask, level=c.level, loss_type=c.loss_type,
                     epsilon=c.epsilon, epsilon_high=c.epsilon_high, beta=c.beta,

@@ -8,7 +8,7 @@ updates on it, the whole of it: generation, scoring, reference/old log-probs, an
           then gradient clipping, ``optimizer.step()``, ``lr_scheduler.step()`` and ``zero_grad()``, as
           ``Trainer.train`` does. ``train()``'s one-off setup (dataloaders, callbacks) is left out, in TRL's favour.
 Identical settings on both sides: the same starting weights, G, max new tokens, temperature (plain ancestral
-sampling: no top-k/top-p), AdamW with the same lr and a constant schedule, grad clip 1.0, beta, loss_type, epsilon,
+sampling: no top-k/top-p), AdamW (torch's fused kernel: TRL's default, and ours) with the same lr and a constant schedule, grad clip 1.0, beta, loss_type, epsilon,
 mu, fp32, the paper's KL term (TRL's ``use_bias_correction_kl`` off), and the same reward (``task.score`` of the text before the first EOS). TRL keeps its own defaults
 elsewhere, notably gradient checkpointing (on in TRL's GRPOConfig; ``--trl-gradient-checkpointing`` turns it off).
 
@@ -142,7 +142,7 @@ class Trl:
             save_strategy="no", logging_steps=10**9, seed=seed, use_cpu=dev.type == "cpu", bf16=False,
             per_device_train_batch_size=w.group_size, num_generations=w.group_size,
             max_completion_length=w.max_new_tokens, temperature=temperature, top_k=0, top_p=1.0,
-            learning_rate=lr, lr_scheduler_type="constant", optim="adamw_torch", weight_decay=0.0,
+            learning_rate=lr, lr_scheduler_type="constant", optim="adamw_torch_fused", weight_decay=0.0,
             max_grad_norm=1.0, beta=w.beta, loss_type=w.loss_type, num_iterations=w.mu, epsilon=0.2,
             scale_rewards="group", disable_dropout=True, pad_to_multiple_of=None,
             use_bias_correction_kl=False,  # TRL 1.16 defaults to True; the paper (and our default) has no ratio on KL
