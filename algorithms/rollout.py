@@ -316,9 +316,10 @@ def _sharing_pays(model, prompt_mask: torch.Tensor, group_size: int) -> bool:
     return parameters * repeated_prompt_tokens >= SHARED_PROMPT_MIN_WORK
 
 
-# A packed row's attention scores every pair of its L positions (the masked ones too): cheap next to the
-# projections for short rows (pizza: L = 12 + 8 x 11), not for GSM8K's (~150 + 4 x 127), which keep the cache.
-PACKED_MAX_LENGTH = 512
+# A packed row's attention scores every pair of its L positions (the masked ones too), so it grows with L^2
+# while the KV-cache route's grows with L. SmolLM2 forward + backward, 2-core CPU: L = 644 (a GSM8K prompt,
+# G = 4, 128 tokens) packed 4.7 s, cached 5.2 s; L = 1664 (G = 8, 192 tokens) packed 31 s, cached 25 s.
+PACKED_MAX_LENGTH = 1024
 
 
 def _packed_completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask, group_size: int) -> torch.Tensor:

@@ -158,3 +158,31 @@ def test_bf16_autocast_gives_transformers_numbers_too(which):
             assert torch.equal(a, b)
         model.eval()
         _assert_decoding_matches(model, ids, mask, 2, 5, fused=None)
+
+
+def test_packed_groups_on_a_grouped_query_model_equal_transformers_full_forward(monkeypatch):
+    """Packing a group's prompt with its completions under a block mask (per_token_logps at G > 1) on a
+    GQA model with biases and a left-padded prompt: transformers' full-sequence log-probs, within rounding."""
+    from algorithms import rollout as rollout_lib
+
+    model = _gqa_llama()
+    ids, mask = _padded_batch(50)
+    group_size, T = 3, 5
+    prompt_ids, prompt_mask = ids.repeat_interleave(group_size, 0), mask.repeat_interleave(group_size, 0)
+    completion_ids = torch.randint(3, 50, (ids.size(0) * group_size, T), generator=torch.Generator().manual_seed(2))
+    completion_mask = torch.ones_like(completion_ids)
+    completion_mask[1, 3:] = 0  # completions that ended early
+    completion_mask[4, 1:] = 0
+    packed_calls = []
+    original = rollout_lib._packed_completion_logits
+    monkeypatch.setattr(rollout_lib, "_packed_completion_logits", lambda *a: packed_calls.append(1) or original(*a))
+    ours = rollout_lib.per_token_logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, group_size=group_size)
+    assert packed_calls == [1]
+    with torch.no_grad():
+        full_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+        logits = model(input_ids=torch.cat([prompt_ids, completion_ids], 1), attention_mask=full_mask,
+                       position_ids=_positions(full_mask)).logits[:, prompt_ids.size(1) - 1 : -1]
+        theirs = torch.log_softmax(logits.float(), -1).gather(-1, completion_ids[..., None]).squeeze(-1)
+    real = completion_mask.bool()
+    assert (ours.detach() - theirs)[real].abs().max() < 1e-5
+    assert not torch.equal(ours[0], ours[3])  # different prompts, different numbers
