@@ -134,7 +134,8 @@ def test_no_reference_or_old_pass_unless_needed(pizza, beta, mu, shared, monkeyp
 
 
 def test_prompt_sharing_is_chosen_by_the_work_it_saves():
-    """Tiny models re-encode the prompt (one call beats two); SmolLM2-sized ones encode it once per group."""
+    """Where a group cannot be packed, tiny models re-encode the prompt (one call beats two); SmolLM2-sized ones
+    take it through the KV cache once per group."""
 
     class Sized:
         def __init__(self, parameters):
