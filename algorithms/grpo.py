@@ -79,7 +79,8 @@ class GRPO(Algorithm):
             with self.timer("update"):
                 if iteration == 1:  # entropy is a metric of the batch as sampled: the first iteration's
                     logps, entropy = self.logps(self.policy, rollout, with_entropy=True)
-                    old_logps = logps.detach() if c.mu > 1 else None
+                    if c.mu > 1:
+                        old_logps = logps.detach()
                 else:
                     logps = self.logps(self.policy, rollout)
                 loss = grpo_loss(

@@ -8,8 +8,9 @@ including the first EOS, and 0 on everything after it. A completion with no EOS 
 Sampling encodes each distinct prompt once and shares its KV cache across the G completions of its
 group (preallocated buffers with ``fast_llama``'s forward for Llama models; transformers' cache, static
 for long completions, otherwise), then decodes token by token and stops as soon as every sequence has
-ended. Log-probs encode each prompt once too where that saves work (``per_token_logps``'s ``group_size``,
-``SHARED_PROMPT_MIN_WORK``): the G identical prompts of a group are not run G times, in the update's
+ended. Log-probs encode each prompt once too (``per_token_logps``'s ``group_size``): packed with its G
+completions into one sequence (``PACKED_MAX_LENGTH``), or through its KV cache where that saves work
+(``SHARED_PROMPT_MIN_WORK``), so the G identical prompts of a group are not run G times, in the update's
 forward and backward as well. Log-probs are computed from logits divided by the sampling temperature,
 as TRL does, so that old/ref/current log-probs all describe the distribution that was sampled.
 """
