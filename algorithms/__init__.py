@@ -1,18 +1,17 @@
 """Learning: pure losses, shared rollouts and log-probs, one small module per algorithm.
 
 Never imports ``tasks``: an algorithm only calls a task's ``score``, ``tokenizer`` and
-``train_prompts`` (and, for DPO, ``preference_pairs``).
+``train_prompts`` (and, for DPO, ``preference_pairs``). Each algorithm registers itself by name with
+``@register_algorithm`` where it is defined; importing this package registers the built-in ones.
 """
 
-from algorithms.base import Algorithm, AlgoConfig, Sampling
+from algorithms.base import ALGORITHMS, Algorithm, AlgoConfig, Sampling, algorithm_class, register_algorithm
 from algorithms.dpo import DPO, DPOConfig
 from algorithms.grpo import GRPO, GRPOConfig
 from algorithms.ppo import PPO, PPOConfig
 from algorithms.reinforce import REINFORCE, REINFORCEConfig
 
-ALGORITHMS: dict[str, type[Algorithm]] = {"reinforce": REINFORCE, "ppo": PPO, "dpo": DPO, "grpo": GRPO}
-
 __all__ = [
     "ALGORITHMS", "Algorithm", "AlgoConfig", "DPO", "DPOConfig", "GRPO", "GRPOConfig", "PPO", "PPOConfig",
-    "REINFORCE", "REINFORCEConfig", "Sampling",
+    "REINFORCE", "REINFORCEConfig", "Sampling", "algorithm_class", "register_algorithm",
 ]

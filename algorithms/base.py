@@ -15,6 +15,7 @@ measurement live in the harness (benchmarks/harness.py), never here.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field, fields
@@ -39,6 +40,10 @@ class AlgoConfig:
 
     def validate(self) -> None:
         """Raise ValueError naming the field for impossible settings."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{f.name} must be a finite number, got {value}")
         if self.learning_rate is None or self.learning_rate <= 0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
         if self.prompts_per_step < 1:
@@ -53,6 +58,37 @@ class AlgoConfig:
 
 def config_fields(config_cls) -> dict[str, Any]:
     return {f.name: f for f in fields(config_cls)}
+
+
+# Filled by ``register_algorithm`` at each algorithm's definition and, for installed plug-ins, by the
+# entry-point group ``grpo_bench.algorithms`` (benchmarks/plugins.py).
+ALGORITHMS: dict[str, type["Algorithm"]] = {}
+
+
+def register_algorithm(cls=None, *, name: Optional[str] = None):
+    """Class decorator: ``ALGORITHMS[name or cls.name] = cls``. A second, different class under a taken
+    name is refused (re-registering the same class is a no-op, so a module may be imported twice)."""
+
+    def register(cls):
+        if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
+            raise TypeError(f"{cls!r} is not a subclass of algorithms.Algorithm")
+        key = name or cls.name
+        taken = ALGORITHMS.get(key)
+        if taken is not None and taken is not cls:
+            raise ValueError(f"algorithm name {key!r} is taken by {taken.__module__}.{taken.__qualname__}; "
+                             f"{cls.__module__}.{cls.__qualname__} needs another name")
+        ALGORITHMS[key] = cls
+        return cls
+
+    return register if cls is None else register(cls)
+
+
+def algorithm_class(name: str) -> type["Algorithm"]:
+    """The registered algorithm ``name``, or ValueError listing the choices."""
+    try:
+        return ALGORITHMS[name]
+    except KeyError:
+        raise ValueError(f"unknown algorithm {name!r}; choose from {', '.join(sorted(ALGORITHMS))}") from None
 
 
 class PhaseTimer:

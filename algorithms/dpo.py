@@ -13,7 +13,7 @@ from typing import Optional
 
 import torch
 
-from algorithms.base import Algorithm, AlgoConfig
+from algorithms.base import Algorithm, AlgoConfig, register_algorithm
 from algorithms.losses import dpo_loss, masked_mean_per_sequence, sequence_logps
 from algorithms.rollout import rollout_from_text
 
@@ -35,6 +35,7 @@ class DPOConfig(AlgoConfig):
         return 2 * self.pairs_per_step
 
 
+@register_algorithm
 class DPO(Algorithm):
     name = "dpo"
     Config = DPOConfig

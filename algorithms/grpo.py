@@ -14,7 +14,7 @@ from typing import Optional
 
 import torch
 
-from algorithms.base import Algorithm, AlgoConfig
+from algorithms.base import Algorithm, AlgoConfig, register_algorithm
 from algorithms.losses import (
     ADVANTAGE_SCALES, GRPO_LEVELS, GRPO_LOSS_TYPES, clip_fraction, group_advantages, grpo_loss, k3_kl,
     masked_mean_per_sequence,
@@ -56,6 +56,7 @@ class GRPOConfig(AlgoConfig):
         return self.prompts_per_step * self.group_size
 
 
+@register_algorithm
 class GRPO(Algorithm):
     name = "grpo"
     Config = GRPOConfig

@@ -18,7 +18,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from algorithms.base import Algorithm, AlgoConfig
+from algorithms.base import Algorithm, AlgoConfig, register_algorithm
 from algorithms.losses import (
     gae, k3_kl, masked_mean, masked_mean_per_sequence, masked_whiten, ppo_clip_fraction, ppo_policy_loss, ppo_value_loss,
 )
@@ -75,6 +75,7 @@ class ValueModel(nn.Module):
         return self.head(hidden[:, -T - 1:-1]).squeeze(-1).float()  # (B, T)
 
 
+@register_algorithm
 class PPO(Algorithm):
     name = "ppo"
     Config = PPOConfig

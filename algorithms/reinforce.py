@@ -12,7 +12,7 @@ from typing import Optional
 
 import torch
 
-from algorithms.base import Algorithm, AlgoConfig
+from algorithms.base import Algorithm, AlgoConfig, register_algorithm
 from algorithms.losses import k3_kl, masked_mean_per_sequence, reinforce_loss
 
 BASELINES = ("moving_average", "none")
@@ -40,6 +40,7 @@ class REINFORCEConfig(AlgoConfig):
         return self.prompts_per_step * self.samples_per_prompt
 
 
+@register_algorithm
 class REINFORCE(Algorithm):
     name = "reinforce"
     Config = REINFORCEConfig

@@ -1,4 +1,4 @@
-"""Files that are never half-written: write to a temporary file beside the target, fsync, rename."""
+"""Run files: written atomically (a temporary file beside the target, fsync, rename), read forgivingly."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Optional
 
 
 def atomic_write(path: Path | str, write: Callable[[Path], None]) -> None:
@@ -31,6 +31,14 @@ def atomic_write_text(path: Path | str, text: str) -> None:
 
 def atomic_write_json(path: Path | str, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def read_json(path: Path | str) -> Optional[dict]:
+    """The parsed file, or None when it is missing, unreadable or not JSON (a half-written or corrupt file)."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
 
 
 def append_jsonl(path: Path | str, row: dict) -> None:

@@ -1,17 +1,16 @@
-"""Tasks: prompts, rewards, starting policies and evaluation. Never imports ``algorithms``."""
+"""Tasks: prompts, rewards, starting policies and evaluation. Never imports ``algorithms``.
 
-from tasks.base import GenerationDefaults, RewardError, Task, TaskError
+Each task registers itself by name with ``@register_task`` where it is defined and declares its own
+options (its constructor's keyword arguments, with help in ``option_help``); importing this package
+registers the built-in ones.
+"""
+
+from tasks.base import TASKS, GenerationDefaults, RewardError, Task, TaskError, TaskOption, make_task, register_task
 from tasks.bandit import BanditTask
 from tasks.gsm8k import GSM8KTask
 from tasks.pizza import PizzaTask
 
-TASKS: dict[str, type[Task]] = {"pizza": PizzaTask, "bandit": BanditTask, "gsm8k": GSM8KTask}
-
-
-def make_task(name: str, **options) -> Task:
-    if name not in TASKS:
-        raise TaskError(f"unknown task {name!r}; choose from {', '.join(sorted(TASKS))}")
-    return TASKS[name](**options)
-
-
-__all__ = ["TASKS", "GenerationDefaults", "RewardError", "Task", "TaskError", "make_task"]
+__all__ = [
+    "TASKS", "BanditTask", "GSM8KTask", "GenerationDefaults", "PizzaTask", "RewardError", "Task", "TaskError",
+    "TaskOption", "make_task", "register_task",
+]

@@ -22,7 +22,7 @@ from typing import Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from tasks.base import GenerationDefaults, Task, TaskError, load_pretrained
+from tasks.base import GenerationDefaults, Task, TaskError, load_pretrained, register_task
 from tasks.tiny_lm import cached_model, char_tokenizer, pretrain, tiny_llama
 
 CONTEXTS = tuple("abcde")
@@ -87,6 +87,7 @@ def build_bandit_model(recipe: dict):
     return model, tokenizer
 
 
+@register_task
 class BanditTask(Task):
     """Prompt: one context token; completion: one action token then EOS."""
 
@@ -94,6 +95,10 @@ class BanditTask(Task):
     reward_modes = ("rm", "verifiable")
     generation = GenerationDefaults(max_new_tokens=2, temperature=1.0)
     recommended_learning_rate = 1e-3
+    option_help = {
+        "bandit_seed": "seed of the hidden preferences and of the reward model fitted to them",
+        "model": "a Hugging Face model id or local directory to start from (default: the pretrained tiny Llama)",
+    }
     preference_labelling = ("two actions of the starting policy per context, labelled by a Bradley-Terry draw over "
                             "the hidden true preferences, P(a > b) = p_a / (p_a + p_b); identical actions dropped")
 

@@ -6,11 +6,13 @@ user's own task plugs in by subclassing ``Task``.
 
 from __future__ import annotations
 
+import inspect
+import typing
 import math
 import random
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -38,6 +40,16 @@ RewardFn = Callable[[Sequence[str], Sequence[str]], Sequence[float]]
 Sampler = Callable[..., "Samples"]
 
 
+@dataclass(frozen=True)
+class TaskOption:
+    """One constructor argument of a task, as the command line and matrix files take it."""
+
+    name: str
+    kind: type  # bool, int, float or str
+    default: Any
+    help: str
+
+
 class Task:
     """Subclasses set ``name``, ``generation`` and ``reward_modes`` and implement the abstract methods.
 
@@ -52,6 +64,29 @@ class Task:
     tokenizer = None
     preference_labelling = "completions of the starting policy paired at random; the higher task reward is chosen; ties dropped"
     eval_sampler: Optional[Sampler] = None
+    # Help for each constructor argument, shown by --help; a subclass adds its own arguments' entries.
+    option_help: dict[str, str] = {"reward_mode": "the task's reward mode"}
+
+    @classmethod
+    def options(cls) -> dict[str, TaskOption]:
+        """The task's options: its constructor's keyword arguments (but ``reward_fn``, a function), typed by
+        their annotations or defaults, with help from ``option_help`` of this class and its bases."""
+        helps: dict[str, str] = {}
+        for klass in reversed(cls.__mro__):
+            helps.update(getattr(klass, "option_help", {}) or {})
+        hints = {}
+        try:
+            hints = typing.get_type_hints(cls.__init__)
+        except Exception:  # an annotation a plug-in cannot resolve: fall back to the default's type
+            pass
+        out = {}
+        for name, param in inspect.signature(cls.__init__).parameters.items():
+            if name in ("self", "reward_fn") or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                continue
+            default = None if param.default is inspect.Parameter.empty else param.default
+            kind = _option_kind(hints.get(name), default)
+            out[name] = TaskOption(name, kind, default, helps.get(name, f"option {name} of task {cls.name}"))
+        return out
 
     def __init__(self, reward_mode: Optional[str] = None, reward_fn: Optional[RewardFn] = None):
         mode = reward_mode or self.reward_modes[0]
@@ -144,6 +179,43 @@ class Task:
             if not math.isfinite(v):
                 raise RewardError(f"reward function {fn_name} returned {v} for completion {i} ({completions[i]!r})")
         return values
+
+
+def _option_kind(hint, default) -> type:
+    if isinstance(default, (bool, int, float, str)):
+        return type(default)
+    args = [a for a in typing.get_args(hint) if a is not type(None)] if hint is not None else []
+    candidate = args[0] if args else hint
+    return candidate if candidate in (bool, int, float, str) else str
+
+
+# Filled by ``register_task`` at each task's definition and, for installed plug-ins, by the entry-point
+# group ``grpo_bench.tasks`` (benchmarks/plugins.py).
+TASKS: dict[str, type[Task]] = {}
+
+
+def register_task(cls=None, *, name: Optional[str] = None):
+    """Class decorator: ``TASKS[name or cls.name] = cls``; a second, different class under a taken name is refused."""
+
+    def register(cls):
+        if not (isinstance(cls, type) and issubclass(cls, Task)):
+            raise TypeError(f"{cls!r} is not a subclass of tasks.Task")
+        key = name or cls.name
+        taken = TASKS.get(key)
+        if taken is not None and taken is not cls:
+            raise ValueError(f"task name {key!r} is taken by {taken.__module__}.{taken.__qualname__}; "
+                             f"{cls.__module__}.{cls.__qualname__} needs another name")
+        TASKS[key] = cls
+        return cls
+
+    return register if cls is None else register(cls)
+
+
+def make_task(name: str, **options) -> Task:
+    """An instance of the registered task ``name``, or one TaskError listing the choices."""
+    if name not in TASKS:
+        raise TaskError(f"unknown task {name!r}; choose from {', '.join(sorted(TASKS))}")
+    return TASKS[name](**options)
 
 
 @contextmanager

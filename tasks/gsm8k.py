@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from tasks.base import GenerationDefaults, Samples, Task, TaskError, sample_batched
+from tasks.base import GenerationDefaults, Samples, Task, TaskError, register_task, sample_batched
 from tasks.smollm import load_causal_lm, load_tokenizer
 
 HUB_NAME, HUB_CONFIG = "openai/gsm8k", "main"
@@ -218,6 +218,7 @@ def mean_and_se(per_question: Sequence[float]) -> tuple[float, float]:
     return mean, math.sqrt(var / n)
 
 
+@register_task
 class GSM8KTask(Task):
     """GSM8K with SmolLM2-135M-Instruct: correctness + format reward, evaluation on the first test questions."""
 
@@ -228,6 +229,23 @@ class GSM8KTask(Task):
     # Full fine-tuning of 135M parameters with AdamW: the middle of the usual 1e-6..5e-6 range for
     # small instruct models (not yet tuned on this task).
     recommended_learning_rate = 3e-6
+    option_help = {
+        "model": "a Hugging Face model id, local directory or GGUF file to start from (default: SmolLM2-135M-Instruct)",
+        "data": "a local jsonl/parquet file or folder, or a hub dataset name",
+        "eval_questions": "evaluate on the first N test questions (the same N before and after)",
+        "eval_k": "completions sampled per evaluation question",
+        "eval_temperature": "sampling temperature of evaluation (0: greedy)",
+        "eval_max_new_tokens": "completion length cap in evaluation",
+        "eval_batch": "evaluation prompts per generate call",
+        "think_prefill": "start the assistant's turn with '<think>' (R1-Zero's template), counted as part of the completion",
+        "starting_policy": "base: the model as loaded; sft: after a supervised warm-up on GSM8K train solutions "
+                           "rewritten into the <think>/<answer> format (built once, cached by its recipe)",
+        "sft_examples": "train questions (a seeded sample) in the SFT warm-up",
+        "sft_steps": "optimizer steps of the SFT warm-up (0: one pass over the examples)",
+        "sft_batch": "sequences per SFT step",
+        "sft_learning_rate": "AdamW learning rate of the SFT warm-up (10% warm-up, linear decay)",
+        "sft_seed": "seed of the SFT example sample and batch order",
+    }
     preference_labelling = ("k samples of the starting policy per train question; chosen: a correct (else better "
                             "formatted) completion that ended with EOS; rejected: an incorrect (else worse formatted) one")
 

@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from tasks.base import GenerationDefaults, Task, TaskError, load_pretrained, sample_completions
+from tasks.base import GenerationDefaults, Task, TaskError, load_pretrained, register_task, sample_completions
 from tasks.tiny_lm import cached_model, char_tokenizer, pretrain, tiny_llama
 
 NAMES = (
@@ -70,6 +70,7 @@ def build_pizza_model(recipe: dict = RECIPE):
     return model, tokenizer
 
 
+@register_task
 class PizzaTask(Task):
     """Prompt "ravin likes "; reward 4 for exactly "pizza" then EOS; accuracy over ``eval_samples`` samples."""
 
@@ -78,6 +79,10 @@ class PizzaTask(Task):
     generation = GenerationDefaults(max_new_tokens=12, temperature=1.0)
     # AdamW at 1e-3 overshoots into misspellings ("pizzza") once the KL term dominates; 5e-5 is smooth.
     recommended_learning_rate = 5e-5
+    option_help = {
+        "eval_samples": "completions sampled for evaluation",
+        "model": "a Hugging Face model id or local directory to start from (default: the pretrained tiny Llama)",
+    }
 
     def __init__(self, reward_mode: Optional[str] = None, reward_fn=None, eval_samples: int = 256, model: Optional[str] = None):
         super().__init__(reward_mode, reward_fn)

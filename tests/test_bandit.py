@@ -101,12 +101,12 @@ def test_preference_pairs_are_labelled_and_seeded(task):
 def test_group_size_ablation_writes_table_csv_and_plot(tmp_path):
     import pandas as pd
 
-    from benchmarks.ablation import main
+    from benchmarks.cli.main import main
 
-    assert main(["--out", str(tmp_path), "--steps", "2", "--eval-every", "1", "--seeds", "0", "--group-sizes", "2", "4"]) == 0
+    assert main(["ablation", "--out", str(tmp_path), "--steps", "2", "--eval-every", "1", "--seeds", "0", "--group-sizes", "2", "4"]) == 0
     curves = pd.read_csv(tmp_path / "curves.csv")
     assert sorted(curves["G"].unique()) == [2, 4] and sorted(curves["step"].unique()) == [0, 1, 2]
     assert set(curves["completions_per_step"]) == {8, 16}
     assert "| 4 | 16 |" in (tmp_path / "group_size.md").read_text()
     assert (tmp_path / "group_size.png").stat().st_size > 0
-    assert main(["--out", str(tmp_path), "--group-sizes", "1"]) == 2
+    assert main(["ablation", "--out", str(tmp_path), "--group-sizes", "1"]) == 2

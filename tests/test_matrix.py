@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.cli import main
+from benchmarks.cli.main import main
 from benchmarks.io import atomic_write, atomic_write_json, append_jsonl, read_jsonl
 from benchmarks.matrix import line_of, parse
 
@@ -36,7 +36,7 @@ def _env():
 
 
 def _matrix(args, **kw):
-    return subprocess.Popen([sys.executable, "-m", "benchmarks.cli", "matrix", *args, "--no-progress"], cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "benchmarks.cli.main", "matrix", *args, "--no-progress"], cwd=ROOT,
                             env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
 
 
@@ -240,13 +240,14 @@ FAKE_CELLS = {
 
 
 def test_failing_cells_are_recorded_and_the_matrix_goes_on(tmp_path, monkeypatch, capsys):
-    from benchmarks import matrix
+    from benchmarks.matrix import execute
 
     path = tmp_path / "m.toml"
     path.write_text(GOOD.replace("seeds = [0]", "seeds = [0, 1, 2]").replace('level = ["token", "sequence"]', ""))
     plan = parse(path)
-    monkeypatch.setattr(matrix, "cell_command", lambda cell, out, resume: [sys.executable, "-c", FAKE_CELLS[cell.seed], str(out)])
-    counts = matrix.run_matrix(plan, tmp_path / "out", progress=False)
+    seeds = {str(tmp_path / "out" / c.relpath): c.seed for c in plan.cells}
+    monkeypatch.setattr(execute, "cell_command", lambda cell_dir, resume: [sys.executable, "-c", FAKE_CELLS[seeds[str(cell_dir)]], str(cell_dir)])
+    counts = execute.run_matrix(plan, tmp_path / "out", progress=False)
     assert counts == {"complete": 1, "failed": 2, "skipped": 0}
     summaries = [json.loads((tmp_path / "out" / c.relpath / "summary.json").read_text()) for c in plan.cells]
     assert [s["status"] for s in summaries] == ["failed", "failed", "complete"]

@@ -25,7 +25,8 @@ import torch
 from algorithms.grpo import GRPOConfig
 from algorithms.losses import group_advantages, grpo_loss, k3_kl, masked_mean_per_sequence
 from algorithms.rollout import Rollout, rollout_logps
-from benchmarks.harness import RunConfig, UsageError, build
+from benchmarks.errors import UsageError
+from benchmarks.harness import RunConfig, build
 from benchmarks.io import atomic_write_json, atomic_write_text
 
 ZERO_TOL = 1e-6
@@ -411,7 +412,7 @@ def setup_from_args(args) -> tuple[Setup, dict]:
 
 
 def cmd_check_mu1(args) -> int:
-    from benchmarks.readme import update_section
+    from benchmarks.report.readme import update_section
 
     if args.steps < 1:
         raise UsageError(f"--steps must be >= 1, got {args.steps}")

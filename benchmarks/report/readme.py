@@ -25,12 +25,6 @@ def update_section(path: Path | str, name: str, body: str) -> None:
     atomic_write_text(path, text)
 
 
-def read_section(path: Path | str, name: str) -> str | None:
-    start, end = _markers(name)
-    match = re.search(re.escape(start) + r"\n(.*?)\n" + re.escape(end), Path(path).read_text(), re.DOTALL)
-    return match.group(1) if match else None
-
-
 # Sections of the top-level README that quote a results/ report whole, in README order:
 # (section name, report file, heading). Reports are written by their own commands; this only copies.
 REPORT_SECTIONS = (
@@ -61,18 +55,14 @@ def _quote_report(report: Path, heading: str) -> str:
     return f"### {heading}\n" + text
 
 
-def cmd_readme(args) -> int:
+def quote_reports(readme: str) -> list[str]:
+    """Copy every written report of REPORT_SECTIONS into ``readme``; returns one line per section."""
+    lines = []
     for name, path, heading in REPORT_SECTIONS:
         report = Path(path)
         if report.exists():
-            update_section(args.readme, name, _quote_report(report, heading))
-            print(f"{args.readme}: section {name} <- {path}")
+            update_section(readme, name, _quote_report(report, heading))
+            lines.append(f"{readme}: section {name} <- {path}")
         else:
-            print(f"{args.readme}: section {name} left as it is ({path} not written yet)")
-    return 0
-
-
-def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("readme", help="copy the latest results/ reports into the README's generated sections")
-    p.add_argument("--readme", default="README.md", help="README to update")
-    p.set_defaults(handler=cmd_readme)
+            lines.append(f"{readme}: section {name} left as it is ({path} not written yet)")
+    return lines

@@ -22,9 +22,9 @@ from typing import Optional
 
 import pandas as pd
 
-from benchmarks.harness import UsageError
+from benchmarks.errors import UsageError
 from benchmarks.io import atomic_write, atomic_write_text, read_jsonl
-from benchmarks.readme import update_section
+from benchmarks.report.readme import update_section
 
 CELL_KEYS = ["task", "variant", "algo", "seed"]
 # (column, heading, format, scale) of the summary table, in order.
@@ -377,25 +377,3 @@ def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[s
     data["summary"] = summary
     data["written"] = [str(out / "README.md")] + [str(t) for t in targets]
     return data
-
-
-def cmd_report(args) -> int:
-    data = report(args.dir, readme=args.readme, section=args.section, plot=not args.no_plots)
-    cells = data["cells"]
-    counts = cells["status"].value_counts()
-    print(f"{len(cells)} cells: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
-    not_done = cells[cells["status"] != "complete"]
-    for r in not_done.itertuples():
-        print(f"  {r.status}: {r.task} {r.variant} seed {r.seed}" + (f": {r.error}" if r.status == "failed" else ""))
-    print(summary_markdown(data["summary"]))
-    print("wrote " + ", ".join(data["written"]) + f", {args.dir}/tables/, {args.dir}/plots/")
-    return 0
-
-
-def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("report", help="tables (CSV, markdown) and plots of a matrix directory")
-    p.add_argument("dir", help="a directory written by grpo-bench matrix")
-    p.add_argument("--readme", default=None, help="also update a section of this README (e.g. README.md)")
-    p.add_argument("--section", default=None, help="the README section's name (default: matrix-<dir name>)")
-    p.add_argument("--no-plots", action="store_true", help="tables and markdown only")
-    p.set_defaults(handler=cmd_report)

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.harness import UsageError
+from benchmarks.errors import UsageError
 from benchmarks.io import atomic_write_json, atomic_write_text, read_jsonl
 
 TASK = "pizza"
@@ -53,8 +53,8 @@ def run_trl(steps: int, seed: int, out: str) -> dict:
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from benchmarks import measure
-    from benchmarks.trl_check import _silence
+    from benchmarks.harness import measure
+    from benchmarks.checks.trl import _silence
     from tasks import make_task
 
     _silence()
@@ -93,7 +93,7 @@ def run_trl(steps: int, seed: int, out: str) -> dict:
     return {
         "impl": "TRL GRPOTrainer", "seed": seed, "accuracy_before": before["accuracy"], "accuracy_after": after["accuracy"],
         "time_per_step_s": elapsed / steps, "peak_memory_bytes": measure.peak_memory_bytes(device),
-        "peak_memory_kind": "cuda_max_memory_allocated" if device.type == "cuda" else "process_peak_rss",
+        "peak_memory_kind": measure.peak_memory_kind(device),
         "rewards": [h["reward"] for h in trainer.state.log_history if "reward" in h],
     }
 

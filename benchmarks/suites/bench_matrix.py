@@ -11,7 +11,7 @@ import pytest
 
 from algorithms import ALGORITHMS
 
-ROOT = Path(__file__).absolute().parents[1]
+ROOT = Path(__file__).absolute().parents[2]
 BUDGET = 512  # generated completions per cell: 16-32 steps, enough for every algorithm to move on pizza
 
 COLUMNS = [
@@ -31,7 +31,7 @@ def test_small_matrix_end_to_end(tmp_path):
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     for args in (["matrix", str(toml), "--out", str(out), "--no-progress"], ["report", str(out)]):
-        done = subprocess.run([sys.executable, "-m", "benchmarks.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True)
+        done = subprocess.run([sys.executable, "-m", "benchmarks.cli.main", *args], cwd=ROOT, env=env, capture_output=True, text=True)
         assert done.returncode == 0, done.stdout + done.stderr
 
     cells = pd.read_csv(out / "tables" / "cells.csv")

@@ -5,7 +5,7 @@ bandit's exact evaluation every ``--eval-every`` steps, so each curve point is t
 expected true reward and accuracy, not a sample. The prompts per step stay fixed, so a larger G
 also means more completions per step, as in the notebook; the table reports completions per step.
 
-    python -m benchmarks.ablation --out results/ablation          (or: grpo-bench ablation ...)
+    grpo-bench ablation --out results/ablation
 
 writes OUT/curves.csv (step, G, seed, metrics), OUT/group_size.md (mean over seeds at a few steps)
 and OUT/group_size.png (mean curves with min-max bands over seeds).
@@ -13,15 +13,13 @@ and OUT/group_size.png (mean curves with min-max bands over seeds).
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
-from typing import Optional
 
 import pandas as pd
 
 from algorithms.grpo import GRPOConfig
-from benchmarks.harness import RunConfig, UsageError, run
+from benchmarks.errors import UsageError
+from benchmarks.harness import RunConfig, run
 from benchmarks.io import atomic_write_text, read_jsonl
 
 METRICS = ("true_reward", "accuracy", "rm_reward")
@@ -78,7 +76,8 @@ def plot(curves: pd.DataFrame, optimum: float, rm_optimum: float, path: Path) ->
     plt.close(fig)
 
 
-def main_args(args) -> int:
+def run_ablation(args) -> int:
+    """Every (G, seed) run, then OUT/curves.csv, group_size.md and group_size.png."""
     from tasks import make_task
 
     if any(g < 2 for g in args.group_sizes):
@@ -110,36 +109,3 @@ def main_args(args) -> int:
     print(body)
     print(f"wrote {out / 'curves.csv'}, {out / 'group_size.md'}, {out / 'group_size.png'}")
     return 0
-
-
-def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("--out", default="results/ablation", help="output directory (default: results/ablation)")
-    parser.add_argument("--group-sizes", type=int, nargs="+", default=[2, 4, 8, 16], help="values of G (default: 2 4 8 16)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (default: 0 1 2)")
-    parser.add_argument("--steps", type=int, default=200, help="GRPO steps per run (default: 200)")
-    parser.add_argument("--eval-every", type=int, default=10, help="exact evaluation every N steps (default: 10)")
-    parser.add_argument("--reward-mode", default="rm", choices=("rm", "verifiable"), help="the bandit's reward (default: rm)")
-    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    parser.set_defaults(handler=main_args)
-    return parser
-
-
-def add_parser(subparsers) -> None:
-    """``grpo-bench ablation``: register through benchmarks.cli.EXTRA_COMMANDS."""
-    configure(subparsers.add_parser("ablation", help="GRPO group-size ablation on the toy bandit (G = 2, 4, 8, 16)"))
-
-
-def main(argv: Optional[list[str]] = None) -> int:
-    from benchmarks.cli import OneLineParser, PROG
-
-    parser = configure(OneLineParser(prog="python -m benchmarks.ablation", description=__doc__.splitlines()[0]))
-    try:
-        args = parser.parse_args(argv)
-        return args.handler(args)
-    except UsageError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -44,8 +44,8 @@ from typing import Optional
 
 import torch
 
-from benchmarks import measure
-from benchmarks.harness import UsageError
+from benchmarks.harness import measure
+from benchmarks.errors import UsageError
 
 PHASES = ("generate", "score", "logprobs", "update", "other")
 
@@ -413,7 +413,7 @@ def bf16_speed(w: Workload, *, steps: int, seed: int, device: str) -> dict:
 
 def probe_memory(w: Workload, side: str, *, steps: int, seed: int, device: str, trl_gradient_checkpointing: bool) -> dict:
     """Run one side alone in a fresh subprocess; its peak RSS (or CUDA peak) is that side's alone."""
-    cmd = [sys.executable, "-m", "benchmarks.perf", "probe", side, w.name, str(steps), str(seed), device,
+    cmd = [sys.executable, "-m", "benchmarks.perf.grpo_vs_trl", "probe", side, w.name, str(steps), str(seed), device,
            "1" if trl_gradient_checkpointing else "0"]
     done = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
     if done.returncode != 0:
@@ -437,7 +437,7 @@ def _probe_main(argv: list[str]) -> None:
         runner.step(rng.choices(prompts, k=1))
     print(json.dumps({"side": side, "workload": name, "steps": int(steps),
                       "peak_bytes": measure.peak_memory_bytes(dev),
-                      "kind": "cuda_max_memory_allocated" if dev.type == "cuda" else "process_peak_rss",
+                      "kind": measure.peak_memory_kind(dev),
                       "rss_after_imports_bytes": rss_import, "rss_after_build_bytes": rss_built}))
 
 
@@ -620,7 +620,7 @@ MEMORY_METHOD = ("each side alone in a fresh subprocess, run for two optimizer u
 
 def run_bench(args) -> dict:
     from benchmarks.io import atomic_write_json, atomic_write_text
-    from benchmarks.readme import update_section
+    from benchmarks.report.readme import update_section
 
     names = [n.strip() for n in args.workloads.split(",") if n.strip()]
     unknown = [n for n in names if n not in WORKLOADS]
@@ -682,46 +682,6 @@ def run_bench(args) -> dict:
     log(f"wrote {out}/perf.md, perf.json" + (", scaling.png" if report.get("scaling") else "")
         + f" in {report['wall_clock_s']:.0f} s")
     return report
-
-
-def add_parser(subparsers) -> None:
-    bench = subparsers.add_parser("bench", help="performance benchmarks")
-    sub = bench.add_subparsers(dest="bench_command", required=True, parser_class=type(bench))
-    p = sub.add_parser("grpo-vs-trl", help="time one GRPO step of this suite against TRL's GRPOTrainer")
-    p.add_argument("--workloads", default=",".join(WORKLOADS),
-                   help=f"comma-separated, from: {', '.join(WORKLOADS)} (default: all)")
-    p.add_argument("--pairs", type=int, default=5, help="timed A/B pairs per workload after one warm-up pair (>= 5)")
-    p.add_argument("--allow-few-pairs", action="store_true", help=argparse.SUPPRESS)  # for quick tests
-    p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=True,
-                   help="measure each side's peak memory in its own subprocess (two optimizer updates)")
-    p.add_argument("--bf16-steps", type=int, default=2, help="timed steps of our bf16-autocast step (0: skip)")
-    p.add_argument("--scaling-steps", type=int, default=1, help="timed steps per scaling point, after one warm-up (0: skip)")
-    p.add_argument("--trl-gradient-checkpointing", action=argparse.BooleanOptionalAction, default=True,
-                   help="TRL's gradient checkpointing (TRL's GRPOConfig default: on)")
-    p.add_argument("--max-new-tokens", type=int, default=None, help="override every workload's completion cap (quick runs)")
-    p.add_argument("--seed", type=int, default=0, help="seed of both sides and of the prompt draws")
-    p.add_argument("--device", default="cpu", help="cpu, cuda or auto (cuda results go to results/gpu)")
-    p.add_argument("--out", default=None, help="output folder (default: results/perf, or results/gpu on CUDA)")
-    p.add_argument("--readme", default="README.md", help="README whose 'perf' section is regenerated ('' to skip)")
-
-    def handler(args) -> int:
-        args.argv = _given_flags(args)
-        run_bench(args)
-        return 0
-
-    p.set_defaults(handler=handler)
-
-
-def _given_flags(args) -> list[str]:
-    flags = []
-    for key in ("workloads", "pairs", "max_new_tokens", "bf16_steps", "scaling_steps", "seed", "device"):
-        if getattr(args, key) is not None:
-            flags += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
-    if not args.memory:
-        flags.append("--no-memory")
-    if not args.trl_gradient_checkpointing:
-        flags.append("--no-trl-gradient-checkpointing")
-    return flags
 
 
 if __name__ == "__main__":

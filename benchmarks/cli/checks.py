@@ -1,15 +1,17 @@
-"""``grpo-bench check {trl,mu1,trl-train}``: correctness checks whose numbers go into results/ and the README."""
+"""``grpo-bench check {trl,mu1,trl-train}``: correctness checks whose numbers go into results/ and the README.
+
+Each check is imported only when it runs: TRL takes seconds to import and `grpo-bench run` never needs it."""
 
 from __future__ import annotations
 
 
-def add_parser(subparsers) -> None:
+def add_check_parser(subparsers) -> None:
     check = subparsers.add_parser("check", help="cross-check the losses against TRL, or verify the mu = 1 behaviour")
     which = check.add_subparsers(dest="check", required=True, parser_class=type(check))
 
     trl = which.add_parser("trl", help="grpo_loss, group_advantages and dpo_loss against TRL's own trainers")
     trl.add_argument("--out", default="results/trl_check", help="directory for report.md, results.csv, results.json")
-    trl.set_defaults(handler=lambda a: _lazy("benchmarks.trl_check", "cmd_check_trl")(a))
+    trl.set_defaults(handler=cmd_check_trl)
 
     mu1 = which.add_parser("mu1", help="why the GRPO loss reads 0 at mu = 1 while the policy still learns")
     mu1.add_argument("--task", default="pizza", help="task to train and roll out on")
@@ -28,17 +30,28 @@ def add_parser(subparsers) -> None:
     mu1.add_argument("--metric", choices=("accuracy", "reward"), default=None,
                      help="evaluation metric that must rise (default: accuracy; GSM8K at 135M: reward)")
     mu1.add_argument("--readme", default="README.md", help="README whose 'mu1' section is regenerated ('' : none)")
-    mu1.set_defaults(handler=lambda a: _lazy("benchmarks.mu1_check", "cmd_check_mu1")(a))
+    mu1.set_defaults(handler=cmd_check_mu1)
 
     train = which.add_parser("trl-train", help="TRL's GRPOTrainer and ours trained on pizza with matched settings")
     train.add_argument("--steps", type=int, default=50, help="training steps per run")
     train.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 for each implementation")
     train.add_argument("--out", default="results/trl_train", help="directory for report.md, results.json, rewards.png")
-    train.set_defaults(handler=lambda a: _lazy("benchmarks.trl_train", "cmd_check_trl_train")(a))
+    train.set_defaults(handler=cmd_check_trl_train)
 
 
-def _lazy(module: str, name: str):
-    """Import a check only when it runs: TRL takes seconds to import and `grpo-bench run` never needs it."""
-    import importlib
+def cmd_check_trl(args) -> int:
+    from benchmarks.checks.trl import cmd_check_trl as check
 
-    return getattr(importlib.import_module(module), name)
+    return check(args)
+
+
+def cmd_check_mu1(args) -> int:
+    from benchmarks.checks.mu1 import cmd_check_mu1 as check
+
+    return check(args)
+
+
+def cmd_check_trl_train(args) -> int:
+    from benchmarks.checks.trl_train import cmd_check_trl_train as check
+
+    return check(args)

@@ -22,38 +22,23 @@ table form their product)::
     level = "sequence"
 
 The whole file is validated before anything runs: an unknown key, task or algorithm, or an impossible
-variant is one line ``FILE:LINE: ...`` and exit status 2. Each cell is a ``grpo-bench run`` in its own
-process (its peak memory is its own) writing DIR/<task>/<variant>/seed<N>/; a cell is finished only
-when its summary.json says "complete", so ``--resume`` re-runs a cell killed half-way (from its last
-checkpoint if it has one) and skips finished ones. A failing cell is recorded as failed and the
-matrix goes on.
+variant is one line ``FILE:LINE: ...`` and exit status 2. Every cell is resolved here, once, into the
+full settings of its run (``Cell.settings``), which ``benchmarks.matrix.execute`` hands to an executor.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime
-import fcntl
 import itertools
-import json
-import os
 import re
-import shutil
-import signal
-import subprocess
-import sys
-import time
 import tomllib
 import typing
 from pathlib import Path
 from typing import Any, Optional
 
-from tqdm.auto import tqdm
-
-import benchmarks
 from algorithms import ALGORITHMS
-from benchmarks.harness import UsageError
-from benchmarks.io import atomic_write_json
+from benchmarks.errors import UsageError
+from benchmarks.harness.config import field_type, flat_settings, resolve
 from tasks import TASKS
 
 # Top-level keys (the run settings every cell shares), with their meaning for the docs and errors.
@@ -137,6 +122,7 @@ class Cell:
     checkpoint_every: int  # in steps
     device: str
     precision: str
+    settings: dict  # the run's full resolved settings (harness.config.resolve's names), but ``out``
 
     @property
     def relpath(self) -> str:
@@ -177,12 +163,6 @@ def _expand(options: dict) -> list[tuple[dict, dict]]:
         varying = dict(zip(keys, values))
         out.append(({**fixed, **varying}, varying))
     return out
-
-
-def _field_kind(cls, name: str):
-    hint = typing.get_type_hints(cls)[name]
-    args = [a for a in typing.get_args(hint) if a is not type(None)]
-    return args[0] if args else hint
 
 
 def _type_ok(value: Any, kind) -> bool:
@@ -250,12 +230,16 @@ def parse(path: str | Path) -> Plan:
     for task_name, task_label, task_options, task_budget, task_eval in tasks:
         budget_t = task_budget or budget
         eval_t = eval_every if task_eval is None else task_eval
-        for algo_name, variant, algo_options, cps, table in algos:
+        for algo_name, variant, algo_options, table in algos:
+            settings = _resolved(check, task_name, task_label, task_options, algo_name, variant, algo_options, table)
+            cps = settings.pop("completions_per_step")
             steps = budget_t // cps
             if steps < 1:
                 where = ("tasks", task_name) if task_budget else ()
                 check.fail(where, "budget", f"budget {budget_t} completions is less than one step of {variant} "
                                             f"({cps} completions per step)")
+            run = {"steps": steps, "eval_every": max(1, eval_t // cps) if eval_t else 0, "device": device,
+                   "checkpoint_every": max(1, checkpoint_every // cps) if checkpoint_every else 0, "precision": precision}
             for seed in seeds:
                 cells.append(Cell(
                     task=task_name, task_label=task_label, task_options=task_options, algo=algo_name,
@@ -263,16 +247,29 @@ def parse(path: str | Path) -> Plan:
                     completions_per_step=cps, steps=steps,
                     eval_every=max(1, eval_t // cps) if eval_t else 0,
                     checkpoint_every=max(1, checkpoint_every // cps) if checkpoint_every else 0,
-                    device=device, precision=precision,
+                    device=device, precision=precision, settings={**settings, **run, "seed": seed},
                 ))
     if not cells:
         check.fail((), None, "the matrix has no cells: add [tasks.NAME] and [algorithms.NAME] tables")
     return Plan(str(path), text, str(data.get("name", path.stem)), str(data.get("description", "")), cells, float(timeout_s))
 
 
-def _tasks(check: _Checker, data: dict) -> list[tuple[str, str, dict, Optional[int], Optional[int]]]:
-    from benchmarks.cli import _task_parameters
+def _resolved(check: _Checker, task: str, task_label: str, task_options: dict, algo: str, variant: str,
+              algo_options: dict, table: str) -> dict:
+    """The variant's full settings on this task, validated once here (the cell's process only reads them),
+    with ``completions_per_step`` of the resolved config."""
+    try:
+        rc, algo_config, resolved_task_options = resolve({"task": task, "algo": algo, **task_options, **algo_options})
+    except UsageError as exc:
+        key = next((k for k in sorted(algo_options, key=len, reverse=True) if k in str(exc)), None)
+        check.fail(("algorithms", table), key, f"impossible variant {variant} on {task_label}: {exc}")
+    settings = flat_settings(rc, algo_config, resolved_task_options)
+    for name in ("out", "resume", "overwrite"):  # the executor's to set, per cell
+        settings.pop(name)
+    return {**settings, "completions_per_step": algo_config.completions_per_step()}
 
+
+def _tasks(check: _Checker, data: dict) -> list[tuple[str, str, dict, Optional[int], Optional[int]]]:
     tables = data.get("tasks", {})
     if not isinstance(tables, dict) or not tables:
         check.fail((), "tasks", "the matrix needs at least one [tasks.NAME] table")
@@ -287,8 +284,7 @@ def _tasks(check: _Checker, data: dict) -> list[tuple[str, str, dict, Optional[i
         task_budget = check.int_key(options, "budget", 0, 1, where) if "budget" in options else None
         task_eval = check.int_key(options, "eval_every", 0, 0, where) if "eval_every" in options else None
         options.pop("budget", None), options.pop("eval_every", None)
-        params = _task_parameters(TASKS[name])
-        params.pop("reward_fn", None)
+        params = TASKS[name].options()
         for key, value in options.items():
             if key not in params:
                 check.fail(where, key, f"unknown option {key!r} of task {name}; it takes: "
@@ -296,11 +292,10 @@ def _tasks(check: _Checker, data: dict) -> list[tuple[str, str, dict, Optional[i
             values = value if isinstance(value, list) else [value]
             if not values:
                 check.fail(where, key, f"{key} is an empty list")
-            default = params[key].default
-            kind = type(default) if isinstance(default, (int, float, str, bool)) else None
+            kind = params[key].kind
             for v in values:
-                if kind is not None and not _type_ok(v, kind) or isinstance(v, (dict, list)):
-                    check.fail(where, key, f"{key} of task {name} must be {kind.__name__ if kind else 'a scalar'}, got {v!r}")
+                if not _type_ok(v, kind) or isinstance(v, (dict, list)):
+                    check.fail(where, key, f"{key} of task {name} must be {kind.__name__}, got {v!r}")
                 if key == "reward_mode" and v not in TASKS[name].reward_modes:
                     check.fail(where, key, f"task {name} has no reward mode {v!r}; "
                                            f"choose from {', '.join(TASKS[name].reward_modes)}")
@@ -309,7 +304,7 @@ def _tasks(check: _Checker, data: dict) -> list[tuple[str, str, dict, Optional[i
     return out
 
 
-def _algorithms(check: _Checker, data: dict) -> list[tuple[str, str, dict, int, str]]:
+def _algorithms(check: _Checker, data: dict) -> list[tuple[str, str, dict, str]]:
     tables = data.get("algorithms", {})
     if not isinstance(tables, dict) or not tables:
         check.fail((), "algorithms", "the matrix needs at least one [algorithms.NAME] table")
@@ -328,221 +323,16 @@ def _algorithms(check: _Checker, data: dict) -> list[tuple[str, str, dict, int, 
         for key, value in options.items():
             if key not in fields:
                 check.fail(where, key, f"{key!r} is not an option of {algo}; its options: {', '.join(sorted(fields))}")
-            kind = _field_kind(config_cls, key)
+            kind = field_type(config_cls, key)
             for v in (value if isinstance(value, list) else [value]):
                 if not _type_ok(v, kind):
                     check.fail(where, key, f"{key} of {algo} must be {getattr(kind, '__name__', kind)}, got {v!r}")
             if isinstance(value, list) and not value:
                 check.fail(where, key, f"{key} is an empty list")
         for full, varying in _expand(options):
-            variant = _label(table_name, varying)
-            trial = {"learning_rate": 1.0, **full}  # None means the task's rate, known only at run time
-            try:
-                config = config_cls(**trial)
-                config.validate()
-            except (ValueError, TypeError) as exc:
-                key = next((k for k in sorted(full, key=len, reverse=True) if k in str(exc)), None)
-                check.fail(where, key, f"impossible variant {variant}: {exc}")
-            out.append((algo, variant, full, config.completions_per_step(), table_name))
-    labels = [v for _, v, _, _, _ in out]
+            out.append((algo, _label(table_name, varying), full, table_name))
+    labels = [v for _, v, _, _ in out]
     for label in labels:
         if labels.count(label) > 1:
             check.fail(("algorithms",), None, f"two algorithm variants are both called {label!r}")
     return out
-
-
-# ------------------------------------------------------------------------------------------------
-# Running
-# ------------------------------------------------------------------------------------------------
-
-
-def _flags(options: dict) -> list[str]:
-    args = []
-    for key, value in options.items():
-        flag = "--" + key.replace("_", "-")
-        if isinstance(value, bool):
-            args.append(flag if value else "--no-" + key.replace("_", "-"))
-        else:
-            args += [flag, str(value)]
-    return args
-
-
-def cell_command(cell: Cell, out: Path, resume: bool) -> list[str]:
-    cmd = [sys.executable, "-m", "benchmarks.cli", "run", "--task", cell.task, "--algo", cell.algo,
-           "--steps", str(cell.steps), "--seed", str(cell.seed), "--out", str(out),
-           "--eval-every", str(cell.eval_every), "--checkpoint-every", str(cell.checkpoint_every),
-           "--device", cell.device, "--precision", cell.precision]
-    cmd += _flags(cell.algo_options) + _flags(cell.task_options)
-    return cmd + (["--resume"] if resume else [])
-
-
-def _read_json(path: Path) -> Optional[dict]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
-def is_complete(cell_dir: Path, cell: Cell) -> bool:
-    """Finished means: the same cell (same spec) and a summary that says complete at the planned step."""
-    summary = _read_json(cell_dir / "summary.json")
-    return (_read_json(cell_dir / "cell.json") == cell.spec() and summary is not None
-            and summary.get("status") == CELL_COMPLETE and summary.get("steps") == cell.steps)
-
-
-def _die_with_parent() -> None:
-    # A cell must not outlive a matrix killed with SIGKILL: it would race the resumed matrix for its directory.
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _last_error_line(log: Path) -> str:
-    try:
-        lines = [ln.strip() for ln in log.read_text(errors="replace").replace("\r", "\n").splitlines()]
-    except OSError:
-        return ""
-    lines = [ln for ln in lines if ln and "it/s" not in ln and "s/it" not in ln]
-    return lines[-1] if lines else ""
-
-
-def run_cell(cell: Cell, cell_dir: Path, *, resume: bool, timeout_s: float = 0) -> dict:
-    """Run one cell in its own process; returns its summary (a 'failed' one written here when the run could not)."""
-    if not (resume and _read_json(cell_dir / "cell.json") == cell.spec()):
-        shutil.rmtree(cell_dir, ignore_errors=True)  # stale checkpoints of another spec must never be resumed
-        resume = False
-    cell_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(cell_dir / "cell.json", cell.spec())
-    env = dict(os.environ)
-    root = str(Path(benchmarks.__file__).absolute().parents[1])  # the child runs this very code
-    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    log_path = cell_dir / "log.txt"
-    start = time.perf_counter()
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cell_command(cell, cell_dir, resume), stdout=log, stderr=subprocess.STDOUT, env=env,
-                                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
-        try:
-            returncode = proc.wait(timeout=timeout_s or None)
-            error = None
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            returncode = proc.wait()
-            error = f"timed out after {timeout_s:g} s"
-        except BaseException:
-            proc.kill()
-            proc.wait()
-            raise
-    process_s = time.perf_counter() - start
-    summary = _read_json(cell_dir / "summary.json")
-    if returncode == 0 and summary and summary.get("status") == CELL_COMPLETE:
-        summary["process_wall_clock_s"] = process_s  # start-up and evaluation included
-        atomic_write_json(cell_dir / "summary.json", summary)
-        return summary
-    if error is None:
-        if returncode < 0:
-            name = signal.Signals(-returncode).name
-            error = f"killed by {name}" + (" (out of memory?)" if name == "SIGKILL" else "")
-        else:
-            error = (summary or {}).get("error") or _last_error_line(log_path) or f"exit status {returncode}"
-    failed = {
-        **{k: v for k, v in (summary or {}).items() if k != "status"},
-        "task": cell.task, "algo": cell.algo, "seed": cell.seed, "status": "failed", "error": error,
-        "returncode": returncode, "process_wall_clock_s": process_s, "log": str(log_path),
-    }
-    atomic_write_json(cell_dir / "summary.json", failed)
-    return failed
-
-
-def _cell_line(i: int, n: int, cell: Cell, s: dict) -> str:
-    head = f"[{i}/{n}] {cell.name}:"
-    if s.get("status") != CELL_COMPLETE:
-        return f"{head} FAILED: {s.get('error')}"
-    return (f"{head} accuracy {s['accuracy_before']:.3f} -> {s['accuracy_after']:.3f}, reward {s['reward_before']:.3f} -> "
-            f"{s['reward_after']:.3f}, {s['steps']} steps / {s['completions_generated']:.0f} completions, "
-            f"{s['wall_clock_s']:.1f} s training ({s['process_wall_clock_s']:.1f} s in all), "
-            f"peak {s['peak_memory_bytes'] / 2**20:.0f} MiB")
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-
-
-def run_matrix(plan: Plan, out: Path, *, resume: bool = False, progress: bool = True) -> dict[str, int]:
-    """Run (or resume) every cell; returns counts of complete, failed and skipped cells."""
-    out.mkdir(parents=True, exist_ok=True)
-    lock = open(out / ".matrix.lock", "w")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise UsageError(f"another grpo-bench matrix is running in {out}") from None
-    previous = _read_json(out / "matrix.json") or {}
-    sessions = previous.get("sessions", []) if resume else []
-    session = {"started": _now(), "elapsed_s": 0.0, "cells_run": 0, "cells_skipped": 0, "resume": resume}
-    sessions.append(session)
-    meta = {"name": plan.name, "description": plan.description, "file": plan.path, "toml": plan.text,
-            "unit": "generated completions per cell", "cells": [{"dir": c.relpath, **c.spec()} for c in plan.cells],
-            "sessions": sessions}
-    atomic_write_json(out / "matrix.json", meta)
-    counts = {"complete": 0, "failed": 0, "skipped": 0}
-    start = time.perf_counter()
-    bar = tqdm(total=len(plan.cells), desc=f"matrix {plan.name}", unit="cell", disable=not progress, dynamic_ncols=True)
-    try:
-        for i, cell in enumerate(plan.cells, 1):
-            cell_dir = out / cell.relpath
-            if resume and is_complete(cell_dir, cell):
-                counts["skipped"] += 1
-                session["cells_skipped"] += 1
-                tqdm.write(f"[{i}/{len(plan.cells)}] {cell.name}: complete, skipped")
-            else:
-                bar.set_postfix_str(cell.name)
-                summary = run_cell(cell, cell_dir, resume=resume, timeout_s=plan.timeout_s)
-                counts["complete" if summary.get("status") == CELL_COMPLETE else "failed"] += 1
-                session["cells_run"] += 1
-                tqdm.write(_cell_line(i, len(plan.cells), cell, summary))
-            session["elapsed_s"] = time.perf_counter() - start
-            atomic_write_json(out / "matrix.json", meta)
-            bar.update(1)
-    finally:
-        bar.close()
-        session["elapsed_s"] = time.perf_counter() - start
-        session["finished"] = _now()
-        atomic_write_json(out / "matrix.json", meta)
-        lock.close()
-    return counts
-
-
-# ------------------------------------------------------------------------------------------------
-# Command line
-# ------------------------------------------------------------------------------------------------
-
-
-def cmd_matrix(args) -> int:
-    plan = parse(args.file)
-    out = Path(args.out)
-    budgets = sorted({(c.task_label, c.budget) for c in plan.cells})
-    print(f"matrix {plan.name}: {len(plan.cells)} cells, budget "
-          + ", ".join(f"{t} {b}" for t, b in budgets) + " generated completions per cell")
-    if args.dry_run:
-        for cell in plan.cells:
-            print(f"  {cell.relpath}: {cell.steps} steps x {cell.completions_per_step} completions "
-                  f"= {cell.steps * cell.completions_per_step}, eval every {cell.eval_every or '-'} steps")
-        return 0
-    counts = run_matrix(plan, out, resume=args.resume, progress=not args.no_progress)
-    sessions = (_read_json(out / "matrix.json") or {}).get("sessions", [])
-    print(f"matrix {plan.name}: {counts['complete']} run and complete, {counts['skipped']} already complete, "
-          f"{counts['failed']} failed; {sessions[-1]['elapsed_s']:.0f} s this session, "
-          f"{sum(s['elapsed_s'] for s in sessions):.0f} s in all -> {out} (then: grpo-bench report {out})")
-    return 1 if counts["failed"] else 0
-
-
-def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("matrix", help="run every task x algorithm variant x seed of a matrix file, each cell in its own process")
-    p.add_argument("file", help="matrix file (TOML), e.g. benchmarks/default.toml")
-    p.add_argument("--out", required=True, help="results directory (one sub-directory per cell)")
-    p.add_argument("--resume", action="store_true", help="skip finished cells; re-run unfinished ones (from a checkpoint if any)")
-    p.add_argument("--dry-run", action="store_true", help="validate the file and list the cells without running them")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar (the per-cell lines remain)")
-    p.set_defaults(handler=cmd_matrix)

@@ -5,70 +5,35 @@ A run directory holds:
     metrics.jsonl   one row per step (the shared metric vocabulary, plus eval/* every eval_every steps)
     checkpoints/    the newest checkpoints (policy, algorithm state, RNG states); --resume continues from one
     summary.json    written last, atomically: its presence with status "complete" means the run finished
+
+A finished run is never overwritten unless asked (``overwrite``); two runs never share a directory
+(a lock); a resumed run must have the settings of the run it continues, except those in RESUMABLE.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import fcntl
 import math
 import random
+import sys
 import time
-from dataclasses import dataclass, field
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import torch
 from tqdm.auto import tqdm
 
 from algorithms import ALGORITHMS, Algorithm, Sampling
 from algorithms.rollout import generate
-from benchmarks import measure
-from benchmarks.io import append_jsonl, atomic_write, atomic_write_json, read_jsonl, rewrite_jsonl
+from benchmarks.errors import TrainingFailed, UsageError
+from benchmarks.harness import measure
+from benchmarks.harness.config import RESUMABLE, RunConfig, flat_settings
+from benchmarks.io import append_jsonl, atomic_write, atomic_write_json, read_json, read_jsonl, rewrite_jsonl
 from tasks import Task, make_task
 from tasks.base import Samples
-
-SUMMARY_KEYS = (
-    "task", "algo", "variant", "seed", "device", "device_name", "accuracy_before", "accuracy_after",
-    "reward_before", "reward_after", "wall_clock_s", "peak_memory_bytes", "steps", "status",
-)
-
-
-class UsageError(Exception):
-    """Bad input detected before or during a run: reported as one line with exit status 2."""
-
-
-class TrainingFailed(Exception):
-    """The run itself broke (a non-finite loss): recorded in summary.json with status 'failed'."""
-
-
-@dataclass
-class RunConfig:
-    task: str = field(default="pizza", metadata={"help": "task name"})
-    algo: str = field(default="grpo", metadata={"help": "algorithm name"})
-    steps: int = field(default=200, metadata={"help": "training steps"})
-    seed: int = field(default=0, metadata={"help": "seed for sampling, prompts and evaluation"})
-    device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
-    precision: str = field(default="auto", metadata={"help": "fp32, bf16 (autocast), or auto (bf16 on CUDA)"})
-    out: str = field(default="runs/latest", metadata={"help": "run directory"})
-    eval_every: int = field(default=50, metadata={"help": "evaluate every N steps (0: only before and after)"})
-    checkpoint_every: int = field(default=50, metadata={"help": "checkpoint every N steps (0: never)"})
-    max_new_tokens: Optional[int] = field(default=None, metadata={"help": "completion length cap (default: the task's)"})
-    temperature: Optional[float] = field(default=None, metadata={"help": "sampling temperature (default: the task's)"})
-    resume: bool = field(default=False, metadata={"help": "continue from the newest checkpoint in --out"})
-    save_model: bool = field(default=False, metadata={"help": "save the final policy to OUT/final (save_pretrained)"})
-
-    def validate(self) -> None:
-        if self.steps < 1:
-            raise UsageError(f"--steps must be >= 1, got {self.steps}")
-        if self.eval_every < 0 or self.checkpoint_every < 0:
-            raise UsageError("--eval-every and --checkpoint-every must be >= 0")
-        if self.max_new_tokens is not None and self.max_new_tokens < 1:
-            raise UsageError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
-        if self.temperature is not None and self.temperature < 0:
-            raise UsageError(f"--temperature must be >= 0, got {self.temperature}")
-        if self.algo not in ALGORITHMS:
-            raise UsageError(f"unknown algorithm {self.algo!r}; choose from {', '.join(sorted(ALGORITHMS))}")
 
 
 def frozen_copy(model):
@@ -87,6 +52,17 @@ def _save_checkpoint(out: Path, step: int, payload: dict, keep: int = 2) -> None
     atomic_write(path, lambda tmp: torch.save(payload, tmp))
     for old in _checkpoints(out)[:-keep]:
         old.unlink(missing_ok=True)
+
+
+def _newest_readable_checkpoint(out: Path, device) -> Optional[dict]:
+    """The newest checkpoint that loads; an unreadable one (a disk error, a file cut short by hand) is
+    reported and skipped, falling back to the one before it."""
+    for path in reversed(_checkpoints(out)):
+        try:
+            return torch.load(path, map_location=device, weights_only=False)
+        except Exception as exc:  # torch.load raises pickle, zip and runtime errors for a damaged file
+            tqdm.write(f"{path}: unreadable checkpoint ({type(exc).__name__}); falling back to an older one", file=sys.stderr)
+    return None
 
 
 def rollout_sampler(model, tokenizer, prompts, *, k: int, max_new_tokens: int, temperature: float, seed: int) -> Samples:
@@ -110,7 +86,9 @@ def make_evaluated_task(name: str, **options) -> Task:
 
 
 def build(rc: RunConfig, algo_config, task_options: dict, task: Optional[Task] = None):
-    """Resolve devices and defaults and build (task, policy, algorithm, resolved config dict)."""
+    """Resolve devices and defaults and build (task, policy, algorithm, resolved config dict).
+
+    Nothing given is changed: an unset learning rate becomes the task's in a copy of ``algo_config``."""
     rc.validate()
     try:
         device = measure.resolve_device(rc.device)
@@ -120,14 +98,14 @@ def build(rc: RunConfig, algo_config, task_options: dict, task: Optional[Task] =
     torch.manual_seed(rc.seed)
     random.seed(rc.seed)
     task = task or make_evaluated_task(rc.task, **task_options)
-    policy = task.load_policy(device)
-    algo_cls = ALGORITHMS[rc.algo]
     if algo_config.learning_rate is None:
-        algo_config.learning_rate = task.recommended_learning_rate
+        algo_config = dataclasses.replace(algo_config, learning_rate=task.recommended_learning_rate)
     try:
         algo_config.validate()
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    policy = task.load_policy(device)
+    algo_cls = ALGORITHMS[rc.algo]
     ref = frozen_copy(policy) if algo_cls.needs_reference(algo_config) else None
     sampling = Sampling(
         max_new_tokens=rc.max_new_tokens or task.generation.max_new_tokens,
@@ -135,6 +113,7 @@ def build(rc: RunConfig, algo_config, task_options: dict, task: Optional[Task] =
     )
     algo = algo_cls(policy, ref, task, algo_config, sampling, seed=rc.seed, precision=precision)
     resolved = {
+        "settings": flat_settings(rc, algo_config, task_options),
         "run": dataclasses.asdict(rc),
         "algo_config": dataclasses.asdict(algo_config),
         "task": task.describe(),
@@ -147,6 +126,64 @@ def build(rc: RunConfig, algo_config, task_options: dict, task: Optional[Task] =
     return task, policy, algo, resolved
 
 
+def train_steps(algo: Algorithm, task: Task, prompt_rng: random.Random, steps: range) -> Iterator[tuple[int, dict, float]]:
+    """The training loop proper: (step, metrics, seconds) for each step, prompts drawn from ``prompt_rng``.
+
+    A non-finite loss stops the loop with TrainingFailed; everything else (evaluation, files,
+    checkpoints) is the caller's, so the checks can drive the very loop that ``run`` drives."""
+    train_prompts = task.train_prompts()
+    for step in steps:
+        prompts = prompt_rng.choices(train_prompts, k=algo.config.prompts_per_step)
+        start = time.perf_counter()
+        metrics = algo.step(prompts)
+        seconds = time.perf_counter() - start
+        if not math.isfinite(metrics.get("loss", 0.0)):
+            raise TrainingFailed(f"non-finite loss {metrics['loss']} at step {step}")
+        yield step, metrics, seconds
+
+
+@contextmanager
+def _run_directory(out: Path):
+    """Create ``out`` and hold its lock for the run: bad paths fail here, before any work."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        lock = open(out / ".run.lock", "w")
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot create or write the run directory ({exc.strerror or exc})") from None
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UsageError(f"another grpo-bench run is writing to {out}") from None
+        yield
+    finally:
+        lock.close()
+
+
+def _check_previous_run(out: Path, rc: RunConfig, resolved: dict) -> Optional[dict]:
+    """Refuse to overwrite a run without being asked, or to resume one with other settings.
+
+    Returns the previous config.json when resuming."""
+    previous = read_json(out / "config.json")
+    summary = read_json(out / "summary.json")
+    if rc.overwrite or previous is None and summary is None:
+        return None
+    if not rc.resume:
+        state = "a finished run" if (summary or {}).get("status") == "complete" else "a run"
+        raise UsageError(f"{out} holds {state}: --resume continues it, --overwrite replaces it")
+    old = (previous or {}).get("settings")
+    if old is None:
+        raise UsageError(f"{out}: its config.json has no settings to resume from; --overwrite replaces the run")
+    new = resolved["settings"]
+    # A setting the old run did not record (a field added since) is taken to be its default.
+    differ = sorted(k for k in old if k not in RESUMABLE and old[k] != new.get(k))
+    if differ:
+        changes = ", ".join(f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in differ)
+        raise UsageError(f"--resume with other settings than the run in {out}: {changes} "
+                         f"(only {', '.join(RESUMABLE)} may change)")
+    return previous
+
+
 def _evaluate(task: Task, policy, seed: int) -> dict[str, float]:
     # The same seed before, during and after: paired samples make the change less noisy.
     return task.evaluate(policy, seed=seed)
@@ -156,20 +193,33 @@ def run(rc: RunConfig, algo_config, task_options: Optional[dict] = None, *, task
         on_step: Optional[Callable[[dict], None]] = None, progress: bool = True) -> dict:
     """Train, evaluate before/during/after, checkpoint, and write config.json, metrics.jsonl, summary.json."""
     out = Path(rc.out)
-    task, policy, algo, resolved = build(rc, algo_config, task_options or {}, task)
+    rc.validate()
+    with _run_directory(out):
+        task, policy, algo, resolved = build(rc, algo_config, task_options or {}, task)
+        previous = _check_previous_run(out, rc, resolved)
+        summary = read_json(out / "summary.json")
+        if previous and summary and summary.get("status") == "complete" and summary.get("steps") == rc.steps:
+            tqdm.write(f"{out}: the run is complete at {rc.steps} steps; nothing to do")
+            return summary
+        return _train_and_record(out, rc, task, policy, algo, resolved, previous, on_step, progress)
+
+
+def _train_and_record(out: Path, rc: RunConfig, task: Task, policy, algo: Algorithm, resolved: dict,
+                      previous: Optional[dict], on_step, progress: bool) -> dict:
     device = algo.device
-    out.mkdir(parents=True, exist_ok=True)
+    if previous:
+        changed = {k: [previous["settings"].get(k), v] for k, v in resolved["settings"].items()
+                   if previous["settings"].get(k) != v}
+        resolved["resumed"] = previous.get("resumed", []) + [{"changed": changed}]
     (out / "summary.json").unlink(missing_ok=True)  # a summary only ever describes a finished run
     atomic_write_json(out / "config.json", resolved)
     metrics_path = out / "metrics.jsonl"
     prompt_rng = random.Random(rc.seed)
-    train_prompts = task.train_prompts()
     measure.reset_peak_memory(device)
 
     start_step, elapsed, before = 0, 0.0, None
-    checkpoints = _checkpoints(out) if rc.resume else []
-    if checkpoints:
-        state = torch.load(checkpoints[-1], map_location=device, weights_only=False)
+    state = _newest_readable_checkpoint(out, device) if rc.resume else None
+    if state is not None:
         policy.load_state_dict(state["policy"])
         algo.load_state_dict(state["algorithm"])
         torch.set_rng_state(state["torch_rng"])
@@ -177,44 +227,42 @@ def run(rc: RunConfig, algo_config, task_options: Optional[dict] = None, *, task
         start_step, elapsed, before = state["step"], state["elapsed"], state["eval_before"]
         rewrite_jsonl(metrics_path, [r for r in read_jsonl(metrics_path) if r.get("step", 0) <= start_step])
     else:
+        if rc.resume:
+            tqdm.write(f"no readable checkpoint in {out}: starting from step 0")
         metrics_path.unlink(missing_ok=True)
         before = _evaluate(task, policy, rc.seed)
-        if rc.resume:
-            tqdm.write(f"no checkpoint in {out}: starting from step 0")
 
     bar = tqdm(total=rc.steps, initial=start_step, desc=f"{rc.task}/{rc.algo} seed {rc.seed}", disable=not progress,
                dynamic_ncols=True)
-    for step in range(start_step + 1, rc.steps + 1):
-        prompts = prompt_rng.choices(train_prompts, k=algo.config.prompts_per_step)
-        t0 = time.perf_counter()
-        metrics = algo.step(prompts)
-        step_time = time.perf_counter() - t0
-        elapsed += step_time
-        if not math.isfinite(metrics.get("loss", 0.0)):
-            _write_summary(out, rc, resolved, before, None, elapsed, step - 1, algo, status="failed",
-                           error=f"non-finite loss {metrics['loss']} at step {step}")
-            raise TrainingFailed(f"{rc.algo} on {rc.task}: non-finite loss {metrics['loss']} at step {step}")
-        row = {"step": step, **metrics, "time/step": step_time, "time/wall": elapsed}
-        if rc.eval_every and step % rc.eval_every == 0 and step != rc.steps:
-            row.update({f"eval/{k}": v for k, v in _evaluate(task, policy, rc.seed).items()})
-        append_jsonl(metrics_path, row)
-        bar.update(1)
-        bar.set_postfix({"reward": f"{metrics.get('reward/mean', float('nan')):.3f}", "loss": f"{metrics.get('loss', 0.0):.4f}"})
-        if on_step:
-            on_step(row)
-        if rc.checkpoint_every and step % rc.checkpoint_every == 0 and step != rc.steps:
-            _save_checkpoint(out, step, {
-                "step": step, "elapsed": elapsed, "eval_before": before, "policy": policy.state_dict(),
-                "algorithm": algo.state_dict(), "torch_rng": torch.get_rng_state(), "prompt_rng": prompt_rng.getstate(),
-            })
-    bar.close()
+    steps = train_steps(algo, task, prompt_rng, range(start_step + 1, rc.steps + 1))
+    step = start_step
+    try:
+        for step, metrics, seconds in steps:
+            elapsed += seconds
+            row = {"step": step, **metrics, "time/step": seconds, "time/wall": elapsed}
+            if rc.eval_every and step % rc.eval_every == 0 and step != rc.steps:
+                row.update({f"eval/{k}": v for k, v in _evaluate(task, policy, rc.seed).items()})
+            append_jsonl(metrics_path, row)
+            bar.update(1)
+            bar.set_postfix({"reward": f"{metrics.get('reward/mean', float('nan')):.3f}", "loss": f"{metrics.get('loss', 0.0):.4f}"})
+            if on_step:
+                on_step(row)
+            if rc.checkpoint_every and step % rc.checkpoint_every == 0 and step != rc.steps:
+                _save_checkpoint(out, step, {
+                    "step": step, "elapsed": elapsed, "eval_before": before, "policy": policy.state_dict(),
+                    "algorithm": algo.state_dict(), "torch_rng": torch.get_rng_state(), "prompt_rng": prompt_rng.getstate(),
+                })
+    except TrainingFailed as exc:
+        _write_summary(out, rc, resolved, before, None, elapsed, step, algo, status="failed", error=str(exc))
+        raise TrainingFailed(f"{rc.algo} on {rc.task}: {exc}") from None
+    finally:
+        bar.close()
 
     after = _evaluate(task, policy, rc.seed)
     if rc.save_model:
         policy.save_pretrained(out / "final")
         task.tokenizer.save_pretrained(out / "final")
-    summary = _write_summary(out, rc, resolved, before, after, elapsed, rc.steps, algo, status="complete")
-    return summary
+    return _write_summary(out, rc, resolved, before, after, elapsed, rc.steps, algo, status="complete")
 
 
 def _write_summary(out: Path, rc: RunConfig, resolved: dict, before: dict, after: Optional[dict], elapsed: float,
@@ -243,7 +291,7 @@ def _write_summary(out: Path, rc: RunConfig, resolved: dict, before: dict, after
         "time_per_step_s": elapsed / steps_done if steps_done else None,
         "phase_seconds": {p[len("time/"):]: sum(r.get(p, 0.0) for r in rows) for p in phases},
         "peak_memory_bytes": measure.peak_memory_bytes(device),
-        "peak_memory_kind": "cuda_max_memory_allocated" if device.type == "cuda" else "process_peak_rss",
+        "peak_memory_kind": measure.peak_memory_kind(device),
         **measure.training_state_bytes(algo.trainable_modules(), algo.optimizers()),
         **{f"{k}_before": v for k, v in before.items()},
         **({f"{k}_after": v for k, v in after.items()} if after else {}),

@@ -2,12 +2,13 @@
 ``grpo-bench bench grpo-vs-trl`` under ``-m slow`` (about 10 minutes on a quiet 2-core CPU)."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
 
-from benchmarks.cli import main
-from benchmarks.perf import WORKLOADS, Ours, Trl
+from benchmarks.perf.grpo_vs_trl import WORKLOADS, Ours, Trl
 
 WORKLOAD = WORKLOADS["pizza-mu1"]
 
@@ -31,7 +32,9 @@ def test_grpo_step_vs_trl(benchmark, sides, side):
 @pytest.mark.slow
 def test_full_grpo_vs_trl(tmp_path):
     """The whole command, as the lead regenerates results/perf (writes only under tmp_path here)."""
-    assert main(["bench", "grpo-vs-trl", "--out", str(tmp_path), "--readme", str(tmp_path / "README.md")]) == 0
+    command = [sys.executable, "-m", "benchmarks.cli.main", "bench", "grpo-vs-trl", "--out", str(tmp_path),
+               "--readme", str(tmp_path / "README.md")]
+    assert subprocess.run(command).returncode == 0
     report = json.loads((tmp_path / "perf.json").read_text())
     for comparison in report["comparisons"]:
         assert comparison["same_batch"]["max_abs_diff"] <= 1e-6

@@ -66,6 +66,11 @@ def reset_peak_memory(device: torch.device) -> None:
         torch.cuda.reset_peak_memory_stats(device)
 
 
+def peak_memory_kind(device: torch.device) -> str:
+    """What ``peak_memory_bytes`` measures on ``device``, as reports name it."""
+    return "cuda_max_memory_allocated" if device.type == "cuda" else "process_peak_rss"
+
+
 def peak_memory_bytes(device: torch.device) -> int:
     """CUDA: torch.cuda.max_memory_allocated. CPU: the peak RSS of this process.
 

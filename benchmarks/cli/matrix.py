@@ -1,0 +1,95 @@
+"""``grpo-bench matrix`` (run a matrix file), ``report`` (its tables and plots), ``readme`` (copy reports
+into the README) and ``ablation`` (GRPO's group size on the bandit)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def add_matrix_parser(sub) -> None:
+    p = sub.add_parser("matrix", help="run every task x algorithm variant x seed of a matrix file, each cell in its own process")
+    p.add_argument("file", help="matrix file (TOML), e.g. benchmarks/matrices/default.toml")
+    p.add_argument("--out", required=True, help="results directory (one sub-directory per cell)")
+    p.add_argument("--resume", action="store_true", help="skip finished cells; re-run unfinished ones (from a checkpoint if any)")
+    p.add_argument("--overwrite", action="store_true", help="run every cell again, replacing finished ones")
+    p.add_argument("--dry-run", action="store_true", help="validate the file and list the cells without running them")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (the per-cell lines remain)")
+    p.set_defaults(handler=cmd_matrix)
+
+
+def cmd_matrix(args) -> int:
+    from benchmarks.io import read_json
+    from benchmarks.matrix import parse, run_matrix
+
+    plan = parse(args.file)
+    out = Path(args.out)
+    budgets = sorted({(c.task_label, c.budget) for c in plan.cells})
+    print(f"matrix {plan.name}: {len(plan.cells)} cells, budget "
+          + ", ".join(f"{t} {b}" for t, b in budgets) + " generated completions per cell")
+    if args.dry_run:
+        for cell in plan.cells:
+            print(f"  {cell.relpath}: {cell.steps} steps x {cell.completions_per_step} completions "
+                  f"= {cell.steps * cell.completions_per_step}, eval every {cell.eval_every or '-'} steps")
+        return 0
+    counts = run_matrix(plan, out, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress)
+    sessions = (read_json(out / "matrix.json") or {}).get("sessions", [])
+    print(f"matrix {plan.name}: {counts['complete']} run and complete, {counts['skipped']} already complete, "
+          f"{counts['failed']} failed; {sessions[-1]['elapsed_s']:.0f} s this session, "
+          f"{sum(s['elapsed_s'] for s in sessions):.0f} s in all -> {out} (then: grpo-bench report {out})")
+    return 1 if counts["failed"] else 0
+
+
+def add_report_parser(sub) -> None:
+    p = sub.add_parser("report", help="tables (CSV, markdown) and plots of a matrix directory")
+    p.add_argument("dir", help="a directory written by grpo-bench matrix")
+    p.add_argument("--readme", default=None, help="also update a section of this README (e.g. README.md)")
+    p.add_argument("--section", default=None, help="the README section's name (default: matrix-<dir name>)")
+    p.add_argument("--no-plots", action="store_true", help="tables and markdown only")
+    p.set_defaults(handler=cmd_report)
+
+
+def cmd_report(args) -> int:
+    from benchmarks.report.matrix import report, summary_markdown
+
+    data = report(args.dir, readme=args.readme, section=args.section, plot=not args.no_plots)
+    cells = data["cells"]
+    counts = cells["status"].value_counts()
+    print(f"{len(cells)} cells: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    not_done = cells[cells["status"] != "complete"]
+    for r in not_done.itertuples():
+        print(f"  {r.status}: {r.task} {r.variant} seed {r.seed}" + (f": {r.error}" if r.status == "failed" else ""))
+    print(summary_markdown(data["summary"]))
+    print("wrote " + ", ".join(data["written"]) + f", {args.dir}/tables/, {args.dir}/plots/")
+    return 0
+
+
+def add_readme_parser(sub) -> None:
+    p = sub.add_parser("readme", help="copy the latest results/ reports into the README's generated sections")
+    p.add_argument("--readme", default="README.md", help="README to update")
+    p.set_defaults(handler=cmd_readme)
+
+
+def cmd_readme(args) -> int:
+    from benchmarks.report.readme import quote_reports
+
+    for line in quote_reports(args.readme):
+        print(line)
+    return 0
+
+
+def add_ablation_parser(sub) -> None:
+    p = sub.add_parser("ablation", help="GRPO group-size ablation on the toy bandit (G = 2, 4, 8, 16)")
+    p.add_argument("--out", default="results/ablation", help="output directory (default: results/ablation)")
+    p.add_argument("--group-sizes", type=int, nargs="+", default=[2, 4, 8, 16], help="values of G (default: 2 4 8 16)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (default: 0 1 2)")
+    p.add_argument("--steps", type=int, default=200, help="GRPO steps per run (default: 200)")
+    p.add_argument("--eval-every", type=int, default=10, help="exact evaluation every N steps (default: 10)")
+    p.add_argument("--reward-mode", default="rm", choices=("rm", "verifiable"), help="the bandit's reward (default: rm)")
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.set_defaults(handler=cmd_ablation)
+
+
+def cmd_ablation(args) -> int:
+    from benchmarks.matrix.ablation import run_ablation
+
+    return run_ablation(args)

@@ -1,0 +1,126 @@
+"""What a run is: its settings, resolved from one flat mapping of names to values.
+
+The command line, a config file, a matrix cell's ``cell.json`` and the Python API all describe a
+run the same way, as ``{name: value}`` with the names of the run's, the algorithm's and the task's
+settings (the flag names without ``--``); ``resolve`` splits that mapping, refuses a name that
+belongs to another algorithm or task, fills the task's learning rate and validates everything,
+without changing any object it was given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from algorithms import ALGORITHMS
+from benchmarks.errors import UsageError
+from tasks import TASKS
+
+
+@dataclass
+class RunConfig:
+    task: str = field(default="pizza", metadata={"help": "task name"})
+    algo: str = field(default="grpo", metadata={"help": "algorithm name"})
+    steps: int = field(default=200, metadata={"help": "training steps"})
+    seed: int = field(default=0, metadata={"help": "seed for sampling, prompts and evaluation"})
+    device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
+    precision: str = field(default="auto", metadata={"help": "fp32, bf16 (autocast), or auto (bf16 on CUDA)"})
+    out: str = field(default="runs/latest", metadata={"help": "run directory"})
+    eval_every: int = field(default=50, metadata={"help": "evaluate every N steps (0: only before and after)"})
+    checkpoint_every: int = field(default=50, metadata={"help": "checkpoint every N steps (0: never)"})
+    max_new_tokens: Optional[int] = field(default=None, metadata={"help": "completion length cap (default: the task's)"})
+    temperature: Optional[float] = field(default=None, metadata={"help": "sampling temperature (default: the task's)"})
+    resume: bool = field(default=False, metadata={"help": "continue from the newest checkpoint in --out"})
+    overwrite: bool = field(default=False, metadata={"help": "replace a finished run in --out (without it, a finished run is never overwritten)"})
+    save_model: bool = field(default=False, metadata={"help": "save the final policy to OUT/final (save_pretrained)"})
+
+    def validate(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise UsageError(f"--{f.name.replace('_', '-')} must be a finite number, got {value}")
+        if self.steps < 1:
+            raise UsageError(f"--steps must be >= 1, got {self.steps}")
+        if self.eval_every < 0 or self.checkpoint_every < 0:
+            raise UsageError("--eval-every and --checkpoint-every must be >= 0")
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise UsageError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature is not None and self.temperature < 0:
+            raise UsageError(f"--temperature must be >= 0, got {self.temperature}")
+        if self.resume and self.overwrite:
+            raise UsageError("--resume continues a run and --overwrite replaces it: give one of them")
+        if self.algo not in ALGORITHMS:
+            raise UsageError(f"unknown algorithm {self.algo!r}; choose from {', '.join(sorted(ALGORITHMS))}")
+        if self.task not in TASKS:
+            raise UsageError(f"unknown task {self.task!r}; choose from {', '.join(sorted(TASKS))}")
+
+
+# Run settings that a resumed run may change: the rest must equal the run's config.json.
+RESUMABLE = ("steps", "resume", "overwrite", "out", "eval_every", "checkpoint_every", "save_model", "device")
+
+
+def field_type(cls, name: str) -> Any:
+    """The type of dataclass field ``name``, with Optional[...] unwrapped (bool, int, float, str)."""
+    hint = typing.get_type_hints(cls).get(name, str)
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if args else hint
+
+
+def _owners(name: str) -> tuple[list[str], list[str]]:
+    algos = sorted(a for a, cls in ALGORITHMS.items() if name in {f.name for f in dataclasses.fields(cls.Config)})
+    tasks = sorted(t for t, cls in TASKS.items() if name in cls.options())
+    return algos, tasks
+
+
+def resolve(options: dict[str, Any], *, spell: Callable[[str], str] = repr):
+    """``{name: value}`` -> (RunConfig, algorithm config, task options), validated.
+
+    ``task`` and ``algo`` name the run; every other name is a field of RunConfig, of the algorithm's
+    Config, or an option of the task. A name that belongs to another algorithm or task, or to none,
+    is one UsageError line (``spell`` writes names as the caller's user wrote them, e.g. as flags).
+    An unset learning rate becomes the task's recommended one.
+    """
+    options = {k: v for k, v in options.items() if v is not None}
+    task, algo = options.get("task"), options.get("algo")
+    if task not in TASKS:
+        raise UsageError(f"unknown task {task!r}; choose from {', '.join(sorted(TASKS))}")
+    if algo not in ALGORITHMS:
+        raise UsageError(f"unknown algorithm {algo!r}; choose from {', '.join(sorted(ALGORITHMS))}")
+    config_cls, task_cls = ALGORITHMS[algo].Config, TASKS[task]
+    run_names = {f.name for f in dataclasses.fields(RunConfig)}
+    algo_names = {f.name for f in dataclasses.fields(config_cls)}
+    task_names = set(task_cls.options())
+    run_kwargs, algo_kwargs, task_kwargs = {}, {}, {}
+    for name, value in options.items():
+        if name in run_names:
+            run_kwargs[name] = value
+        elif name in algo_names:
+            algo_kwargs[name] = value
+        elif name in task_names or name == "reward_fn":
+            task_kwargs[name] = value
+        else:
+            algos, tasks = _owners(name)
+            if algos:
+                raise UsageError(f"{spell(name)} is an option of {', '.join(algos)}, not of {algo}")
+            if tasks:
+                raise UsageError(f"{spell(name)} is an option of task {', '.join(tasks)}, not of {task}")
+            raise UsageError(f"unknown option {spell(name)}; see grpo-bench run --help")
+    rc = RunConfig(**run_kwargs)
+    rc.validate()
+    if algo_kwargs.get("learning_rate") is None:
+        algo_kwargs["learning_rate"] = task_cls.recommended_learning_rate
+    try:
+        algo_config = config_cls(**algo_kwargs)
+        algo_config.validate()
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"{algo}: {exc}") from None
+    return rc, algo_config, task_kwargs
+
+
+def flat_settings(rc: RunConfig, algo_config, task_options: dict) -> dict[str, Any]:
+    """The inverse of ``resolve``: one flat mapping (what ``cell.json`` and config files hold)."""
+    return {**dataclasses.asdict(rc), **dataclasses.asdict(algo_config),
+            **{k: v for k, v in task_options.items() if k != "reward_fn"}}

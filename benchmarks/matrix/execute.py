@@ -1,0 +1,235 @@
+"""Running a planned matrix: which cells still need to run, an executor to run them, and the record.
+
+Planning (``plan.parse``) turns the TOML into cells; this module decides what runs and keeps
+DIR/matrix.json; an *executor* runs cells. Each cell is described by DIR/<cell>/cell.json, the full
+resolved spec, and its run by ``python -m benchmarks.matrix.cell CELL_DIR`` (``cell.py``), which reads
+that file. A cell is finished only when its summary.json says "complete" at the planned step count,
+so ``--resume`` re-runs a cell killed half-way (from its last checkpoint if it has one) and skips the
+finished ones. A failing cell is recorded as failed and the matrix goes on.
+
+An executor is any object with ``run(jobs, on_done)`` that runs every ``CellJob`` and calls
+``on_done(job, summary)`` in the driver's process as each one ends; ``SubprocessExecutor`` (one cell
+after another, each in a fresh process so its peak memory is its own) is the default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import fcntl
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Optional, Protocol
+
+from tqdm.auto import tqdm
+
+from benchmarks.errors import UsageError
+from benchmarks.io import atomic_write_json, read_json
+from benchmarks.matrix.plan import CELL_COMPLETE, Cell, Plan
+
+
+@dataclasses.dataclass
+class CellJob:
+    """One cell to run: where, whether to resume it, and how long it may take."""
+
+    cell: Cell
+    cell_dir: Path
+    resume: bool
+    timeout_s: float = 0
+
+
+class Executor(Protocol):
+    def run(self, jobs: list[CellJob], on_done: Callable[[CellJob, dict], None]) -> None: ...
+
+
+def is_complete(cell_dir: Path, cell: Cell) -> bool:
+    """Finished means: the same cell (same spec) and a summary that says complete at the planned step."""
+    summary = read_json(cell_dir / "summary.json")
+    return (read_json(cell_dir / "cell.json") == cell.spec() and summary is not None
+            and summary.get("status") == CELL_COMPLETE and summary.get("steps") == cell.steps)
+
+
+def prepare_cell_dir(job: CellJob) -> CellJob:
+    """Write cell.json; a directory holding another spec is cleared first (its checkpoints must never be resumed)."""
+    resume = job.resume and read_json(job.cell_dir / "cell.json") == job.cell.spec()
+    if not resume:
+        shutil.rmtree(job.cell_dir, ignore_errors=True)
+    job.cell_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(job.cell_dir / "cell.json", job.cell.spec())
+    return dataclasses.replace(job, resume=resume)
+
+
+def cell_command(cell_dir: Path, resume: bool) -> list[str]:
+    return [sys.executable, "-m", "benchmarks.matrix.cell", str(cell_dir)] + (["--resume"] if resume else [])
+
+
+def _child_env() -> dict:
+    env = dict(os.environ)
+    root = str(Path(__file__).absolute().parents[2])  # the child runs this very code
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env
+
+
+def _die_with_parent() -> None:
+    # A cell must not outlive a matrix killed with SIGKILL: it would race the resumed matrix for its directory.
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def last_error_line(log: Path) -> str:
+    try:
+        lines = [ln.strip() for ln in log.read_text(errors="replace").replace("\r", "\n").splitlines()]
+    except OSError:
+        return ""
+    lines = [ln for ln in lines if ln and "it/s" not in ln and "s/it" not in ln]
+    return lines[-1] if lines else ""
+
+
+def finish_cell(job: CellJob, returncode: int, process_s: float, error: Optional[str] = None) -> dict:
+    """The cell's summary after its process ended: the run's own when complete, else a 'failed' one written here."""
+    summary = read_json(job.cell_dir / "summary.json")
+    log_path = job.cell_dir / "log.txt"
+    if returncode == 0 and summary and summary.get("status") == CELL_COMPLETE:
+        summary["process_wall_clock_s"] = process_s  # start-up and evaluation included
+        atomic_write_json(job.cell_dir / "summary.json", summary)
+        return summary
+    if error is None:
+        if returncode < 0:
+            name = signal.Signals(-returncode).name
+            error = f"killed by {name}" + (" (out of memory?)" if name == "SIGKILL" else "")
+        else:
+            error = (summary or {}).get("error") or last_error_line(log_path) or f"exit status {returncode}"
+    cell = job.cell
+    failed = {
+        **{k: v for k, v in (summary or {}).items() if k != "status"},
+        "task": cell.task, "algo": cell.algo, "seed": cell.seed, "status": "failed", "error": error,
+        "returncode": returncode, "process_wall_clock_s": process_s, "log": str(log_path),
+    }
+    atomic_write_json(job.cell_dir / "summary.json", failed)
+    return failed
+
+
+class SubprocessExecutor:
+    """One cell after another, each in a fresh ``python -m benchmarks.matrix.cell`` process."""
+
+    def run(self, jobs: list[CellJob], on_done: Callable[[CellJob, dict], None]) -> None:
+        for job in jobs:
+            on_done(job, self.run_one(job))
+
+    @staticmethod
+    def run_one(job: CellJob) -> dict:
+        job = prepare_cell_dir(job)
+        start = time.perf_counter()
+        with open(job.cell_dir / "log.txt", "w") as log:
+            proc = subprocess.Popen(cell_command(job.cell_dir, job.resume), stdout=log, stderr=subprocess.STDOUT,
+                                    env=_child_env(),
+                                    preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+            error = None
+            try:
+                returncode = proc.wait(timeout=job.timeout_s or None)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                returncode = proc.wait()
+                error = f"timed out after {job.timeout_s:g} s"
+            except BaseException:
+                proc.kill()
+                proc.wait()
+                raise
+        return finish_cell(job, returncode, time.perf_counter() - start, error)
+
+
+def cell_line(i: int, n: int, cell: Cell, s: dict) -> str:
+    head = f"[{i}/{n}] {cell.name}:"
+    if s.get("status") != CELL_COMPLETE:
+        return f"{head} FAILED: {s.get('error')}"
+    return (f"{head} accuracy {s['accuracy_before']:.3f} -> {s['accuracy_after']:.3f}, reward {s['reward_before']:.3f} -> "
+            f"{s['reward_after']:.3f}, {s['steps']} steps / {s['completions_generated']:.0f} completions, "
+            f"{s['wall_clock_s']:.1f} s training ({s['process_wall_clock_s']:.1f} s in all), "
+            f"peak {s['peak_memory_bytes'] / 2**20:.0f} MiB")
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _refuse_overwrite(out: Path, plan: Plan) -> None:
+    finished = [c for c in plan.cells if is_complete(out / c.relpath, c)]
+    if finished:
+        raise UsageError(f"{out} holds {len(finished)} finished cell(s) of this matrix: --resume keeps them and "
+                         f"runs the rest, --overwrite runs every cell again")
+
+
+def run_matrix(plan: Plan, out: Path, *, resume: bool = False, overwrite: bool = False, progress: bool = True,
+               executor: Optional[Executor] = None) -> dict[str, int]:
+    """Run (or resume) every cell through ``executor``; returns counts of complete, failed and skipped cells."""
+    if resume and overwrite:
+        raise UsageError("--resume keeps finished cells and --overwrite runs them again: give one of them")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        lock = open(out / ".matrix.lock", "w")
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot create or write the matrix directory ({exc.strerror or exc})") from None
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise UsageError(f"another grpo-bench matrix is running in {out}") from None
+    try:
+        if not resume and not overwrite:
+            _refuse_overwrite(out, plan)
+        return _run_locked(plan, out, resume=resume, progress=progress, executor=executor or SubprocessExecutor())
+    finally:
+        lock.close()
+
+
+def _run_locked(plan: Plan, out: Path, *, resume: bool, progress: bool, executor: Executor) -> dict[str, int]:
+    previous = read_json(out / "matrix.json") or {}
+    sessions = previous.get("sessions", []) if resume else []
+    session = {"started": _now(), "elapsed_s": 0.0, "cells_run": 0, "cells_skipped": 0, "resume": resume,
+               "executor": type(executor).__name__}
+    sessions.append(session)
+    meta = {"name": plan.name, "description": plan.description, "file": plan.path, "toml": plan.text,
+            "unit": "generated completions per cell", "cells": [{"dir": c.relpath, **c.spec()} for c in plan.cells],
+            "sessions": sessions}
+    atomic_write_json(out / "matrix.json", meta)
+    counts = {"complete": 0, "failed": 0, "skipped": 0}
+    start = time.perf_counter()
+    n = len(plan.cells)
+    index = {c.relpath: i for i, c in enumerate(plan.cells, 1)}
+    bar = tqdm(total=n, desc=f"matrix {plan.name}", unit="cell", disable=not progress, dynamic_ncols=True)
+    jobs = []
+    for cell in plan.cells:
+        cell_dir = out / cell.relpath
+        if resume and is_complete(cell_dir, cell):
+            counts["skipped"] += 1
+            session["cells_skipped"] += 1
+            tqdm.write(f"[{index[cell.relpath]}/{n}] {cell.name}: complete, skipped")
+            bar.update(1)
+        else:
+            jobs.append(CellJob(cell, cell_dir, resume, plan.timeout_s))
+
+    def on_done(job: CellJob, summary: dict) -> None:
+        counts["complete" if summary.get("status") == CELL_COMPLETE else "failed"] += 1
+        session["cells_run"] += 1
+        session["elapsed_s"] = time.perf_counter() - start
+        tqdm.write(cell_line(index[job.cell.relpath], n, job.cell, summary))
+        atomic_write_json(out / "matrix.json", meta)
+        bar.update(1)
+
+    try:
+        executor.run(jobs, on_done)
+    finally:
+        bar.close()
+        session["elapsed_s"] = time.perf_counter() - start
+        session["finished"] = _now()
+        atomic_write_json(out / "matrix.json", meta)
+    return counts

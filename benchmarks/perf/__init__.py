@@ -1,0 +1,1 @@
+"""Performance: one GRPO step of ours against TRL's GRPOTrainer, side by side (``grpo_vs_trl``)."""

@@ -1,0 +1,1 @@
+"""Reports: matrix tables, statistics and plots (``matrix``), README sections (``readme``)."""
