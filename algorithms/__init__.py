@@ -10,8 +10,10 @@ from algorithms.dpo import DPO, DPOConfig
 from algorithms.grpo import GRPO, GRPOConfig
 from algorithms.ppo import PPO, PPOConfig
 from algorithms.reinforce import REINFORCE, REINFORCEConfig
+from algorithms.reinforce_pp import REINFORCEPP, REINFORCEPPConfig
+from algorithms.rloo import RLOO, RLOOConfig
 
 __all__ = [
     "ALGORITHMS", "Algorithm", "AlgoConfig", "DPO", "DPOConfig", "GRPO", "GRPOConfig", "PPO", "PPOConfig",
-    "REINFORCE", "REINFORCEConfig", "Sampling", "algorithm_class", "register_algorithm",
+    "REINFORCE", "REINFORCEConfig", "REINFORCEPP", "REINFORCEPPConfig", "RLOO", "RLOOConfig", "Sampling", "algorithm_class", "register_algorithm",
 ]

@@ -3,21 +3,37 @@
 No critic: each prompt gets G completions, and a completion's advantage is its reward standardised
 within its group. The defaults are GRPO as the paper defines it: token-level ratios, per-completion
 mean then mean over completions (loss_type "grpo"), epsilon 0.2, beta 0.04 with the k3 estimator,
-group-std scaling. The variants (GSPO's sequence-level ratio, bnpo/dr_grpo/dapo aggregation,
-clip-higher, Dr. GRPO's unscaled advantages, DAPO's overlong masking) are options, not defaults.
+group-std scaling. The variants are options, not defaults: GSPO's sequence-level ratio; the bnpo /
+dr_grpo / dapo / luspo aggregations and the cispo / sapo / vespo objectives (TRL 1.16's loss types);
+clip-higher and two-sided clipping; Dr. GRPO's unscaled advantages; DAPO's overlong masking, overlong
+reward shaping and dynamic sampling; training on high-entropy tokens only; DeepSeek-V3.2's off-policy
+sequence mask; and truncated importance sampling against the sampler's own log-probs when the sampler
+runs at another precision than the update.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
 
+from algorithms import rollout as rollout_lib
 from algorithms.base import Algorithm, AlgoConfig, register_algorithm
 from algorithms.losses import (
-    ADVANTAGE_SCALES, GRPO_LEVELS, GRPO_LOSS_TYPES, clip_fraction, group_advantages, grpo_loss, k3_kl,
-    masked_mean_per_sequence,
+    ADVANTAGE_SCALES, CLIP_FRACTIONS, CLIPPED_LOSS_TYPES, GRPO_LEVELS, GRPO_LOSS_TYPES, IMPORTANCE_SAMPLING_MODES,
+    LOSS_TYPES, group_advantages, grpo_loss, k3_kl, masked_mean_per_sequence, overlong_penalty,
+    sampling_importance_ratio,
+)
+
+SAMPLING_PRECISIONS = ("same", "fp32", "bf16")
+# Config fields passed to grpo_loss under the same name.
+LOSS_OPTIONS = (
+    "level", "loss_type", "epsilon", "epsilon_high", "delta", "beta", "kl_bias_correction", "sapo_temperature_pos",
+    "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg", "top_entropy_quantile",
+    "off_policy_mask_threshold", "importance_sampling_correction", "importance_sampling_mode",
+    "importance_sampling_clip_min", "importance_sampling_clip_max",
 )
 
 
@@ -25,15 +41,33 @@ from algorithms.losses import (
 class GRPOConfig(AlgoConfig):
     group_size: int = field(default=8, metadata={"help": "G, completions per prompt (>= 2; the paper uses 64)"})
     mu: int = field(default=1, metadata={"help": "policy updates per generation batch (TRL's num_iterations)"})
-    level: str = field(default="token", metadata={"help": "importance ratio per token, or per sequence (GSPO)", "choices": GRPO_LEVELS})
-    loss_type: str = field(default="grpo", metadata={"help": "token aggregation: grpo (paper), bnpo, dr_grpo, dapo", "choices": GRPO_LOSS_TYPES})
+    level: str = field(default="token", metadata={"help": "importance ratio per token, or per sequence (GSPO; TRL's importance_sampling_level)", "choices": GRPO_LEVELS})
+    loss_type: str = field(default="grpo", metadata={"help": "grpo (paper), bnpo, dr_grpo, dapo, cispo (MiniMax-M1), sapo (Qwen SAPO), luspo (LUSPO; use level sequence), vespo (VESPO): TRL 1.16's loss types", "choices": GRPO_LOSS_TYPES})
     epsilon: float = field(default=0.2, metadata={"help": "lower clip range 1 - epsilon (PPO/GRPO: 0.2)"})
-    epsilon_high: Optional[float] = field(default=None, metadata={"help": "upper clip range 1 + epsilon_high (default epsilon; DAPO: 0.28)"})
+    epsilon_high: Optional[float] = field(default=None, metadata={"help": "upper clip range 1 + epsilon_high (default epsilon; DAPO: 0.28); cispo: the IS-weight cap itself (ScaleRL: 5.0)"})
+    delta: Optional[float] = field(default=None, metadata={"help": "two-sided clipping: also cap the unclipped ratio at delta (INTELLECT-2; TRL default off; > 1 + epsilon_high)"})
     beta: float = field(default=0.04, metadata={"help": "k3 KL penalty weight to the reference (paper: 0.04; 0 skips the reference)"})
     scale_rewards: str = field(default="group", metadata={"help": "advantage scale: group std (paper), batch std, none (Dr. GRPO)", "choices": ADVANTAGE_SCALES})
     advantage_clip: Optional[float] = field(default=None, metadata={"help": "clip advantages to +/- this (the seed notebook: 2.0)"})
-    kl_bias_correction: bool = field(default=False, metadata={"help": "weight the KL term by the importance ratio (TRL's use_bias_correction_kl)"})
+    kl_bias_correction: bool = field(default=False, metadata={"help": "weight the KL term by the importance ratio (TRL's use_bias_correction_kl; off in the paper)"})
     mask_truncated: bool = field(default=False, metadata={"help": "drop completions without EOS from the loss (DAPO overlong filtering)"})
+    sapo_temperature_pos: float = field(default=1.0, metadata={"help": "SAPO gate temperature for A > 0 (SAPO paper, TRL: 1.0)"})
+    sapo_temperature_neg: float = field(default=1.05, metadata={"help": "SAPO gate temperature for A <= 0 (SAPO paper, TRL: 1.05)"})
+    vespo_k_pos: float = field(default=2.0, metadata={"help": "VESPO Gamma-weight power k for A >= 0 (TRL: 2.0)"})
+    vespo_lambda_pos: float = field(default=3.0, metadata={"help": "VESPO Gamma-weight decay lambda for A >= 0 (TRL: 3.0)"})
+    vespo_k_neg: float = field(default=3.0, metadata={"help": "VESPO Gamma-weight power k for A < 0 (TRL: 3.0)"})
+    vespo_lambda_neg: float = field(default=2.0, metadata={"help": "VESPO Gamma-weight decay lambda for A < 0 (TRL: 2.0)"})
+    top_entropy_quantile: float = field(default=1.0, metadata={"help": "train on the top rho share of tokens by entropy (Beyond the 80/20 rule: 0.2; TRL default 1.0: all)"})
+    off_policy_mask_threshold: Optional[float] = field(default=None, metadata={"help": "drop A < 0 completions whose mean sampler-to-policy KL exceeds this (DeepSeek-V3.2 Eq. 9; TRL default off)"})
+    sampling_precision: str = field(default="same", metadata={"help": "precision of sampling; fp32 or bf16 also records the sampler's log-probs for mismatch metrics and IS correction", "choices": SAMPLING_PRECISIONS})
+    importance_sampling_correction: bool = field(default=True, metadata={"help": "weight the loss by the trainer/sampler IS ratio when the sampler's log-probs are recorded (TRL's vllm_importance_sampling_correction: on)"})
+    importance_sampling_mode: str = field(default="sequence_mask", metadata={"help": "token/sequence ratio, truncated or masked outside the bounds (TRL's vllm_importance_sampling_mode: sequence_mask)", "choices": IMPORTANCE_SAMPLING_MODES})
+    importance_sampling_clip_min: Optional[float] = field(default=None, metadata={"help": "IS ratio lower bound C_min (TRL's vllm_importance_sampling_clip_min: none)"})
+    importance_sampling_clip_max: Optional[float] = field(default=3.0, metadata={"help": "IS ratio upper bound C_max (TRL's vllm_importance_sampling_clip_max: 3.0)"})
+    dynamic_sampling: bool = field(default=False, metadata={"help": "DAPO dynamic sampling: drop groups whose rewards all tie, sample more until prompts_per_step groups remain"})
+    dynamic_sampling_max_rounds: int = field(default=10, metadata={"help": "generation rounds per step before training on what is kept (verl's DAPO recipe max_num_gen_batches: 10)"})
+    overlong_buffer_len: int = field(default=0, metadata={"help": "DAPO overlong reward shaping: linear penalty over the last L_cache tokens before the limit (0: off; DAPO: 4096 of 20480)"})
+    overlong_penalty_factor: float = field(default=1.0, metadata={"help": "DAPO overlong penalty at the length limit (DAPO, verl: 1.0)"})
 
     def validate(self) -> None:
         super().validate()
@@ -41,18 +75,42 @@ class GRPOConfig(AlgoConfig):
             raise ValueError(f"group_size must be >= 2 for group-relative advantages, got {self.group_size}")
         if self.mu < 1:
             raise ValueError(f"mu must be >= 1, got {self.mu}")
-        if self.level not in GRPO_LEVELS:
-            raise ValueError(f"unknown level {self.level!r}; choose from {', '.join(GRPO_LEVELS)}")
-        if self.loss_type not in GRPO_LOSS_TYPES:
-            raise ValueError(f"unknown loss_type {self.loss_type!r}; choose from {', '.join(GRPO_LOSS_TYPES)}")
-        if self.scale_rewards not in ADVANTAGE_SCALES:
-            raise ValueError(f"unknown scale_rewards {self.scale_rewards!r}; choose from {', '.join(ADVANTAGE_SCALES)}")
-        for name in ("epsilon", "epsilon_high", "beta", "advantage_clip"):
+        for name, choices in (("level", GRPO_LEVELS), ("loss_type", GRPO_LOSS_TYPES), ("scale_rewards", ADVANTAGE_SCALES),
+                              ("sampling_precision", SAMPLING_PRECISIONS), ("importance_sampling_mode", IMPORTANCE_SAMPLING_MODES)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"unknown {name} {getattr(self, name)!r}; choose from {', '.join(choices)}")
+        for name in ("epsilon", "epsilon_high", "beta", "advantage_clip", "delta", "off_policy_mask_threshold",
+                     "importance_sampling_clip_min", "importance_sampling_clip_max", "overlong_buffer_len",
+                     "overlong_penalty_factor"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name} must be >= 0, got {value}")
+        for name in ("sapo_temperature_pos", "sapo_temperature_neg"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if not 0.0 <= self.top_entropy_quantile <= 1.0:
+            raise ValueError(f"top_entropy_quantile must be in [0, 1], got {self.top_entropy_quantile}")
+        if self.dynamic_sampling_max_rounds < 1:
+            raise ValueError(f"dynamic_sampling_max_rounds must be >= 1, got {self.dynamic_sampling_max_rounds}")
+        if self.delta is not None and self.loss_type not in CLIPPED_LOSS_TYPES:
+            raise ValueError(f"delta caps the clipped surrogate of {', '.join(CLIPPED_LOSS_TYPES)}; "
+                             f"loss_type {self.loss_type!r} has none")
+        # TRL 1.16's own refusals (GRPOConfig.__post_init__, GRPOTrainer.__init__):
+        low, high = self.importance_sampling_clip_min, self.importance_sampling_clip_max
+        if low is not None and high is not None and low >= high:
+            raise ValueError(f"importance_sampling_clip_min ({low}) must be less than importance_sampling_clip_max ({high})")
+        if self.importance_sampling_correction and self.importance_sampling_mode.endswith("truncate") and low is None and high is None:
+            raise ValueError(f"importance_sampling_mode {self.importance_sampling_mode!r} needs importance_sampling_clip_min or importance_sampling_clip_max")
+        if (self.loss_type == "vespo" and self.records_sampling_logps() and self.importance_sampling_correction
+                and not self.importance_sampling_mode.startswith("token")):
+            raise ValueError(f"loss_type 'vespo' with importance_sampling_correction needs importance_sampling_mode "
+                             f"token_truncate or token_mask, got {self.importance_sampling_mode!r}")
+
+    def records_sampling_logps(self) -> bool:
+        return self.sampling_precision != "same"
 
     def completions_per_step(self) -> int:
+        """Completions per step; with dynamic sampling the minimum (one round), the step reports what it used."""
         return self.prompts_per_step * self.group_size
 
 
@@ -63,8 +121,7 @@ class GRPO(Algorithm):
 
     def step(self, prompts: list[str]) -> dict[str, float]:
         c: GRPOConfig = self.config
-        rollout = self.generate(prompts, c.group_size)  # 1 generate
-        rewards = self.score(rollout)  # 2 score
+        rollout, rewards, metrics = self.collect(prompts)  # 1 generate, 2 score (several rounds with dynamic sampling)
         mask = rollout.loss_mask(c.mask_truncated)
         # 3 reference log-probs. The old (sampling-policy) ones need no pass of their own: until the first
         # update the policy *is* the sampling policy, so they are the first iteration's log-probs, detached
@@ -75,38 +132,136 @@ class GRPO(Algorithm):
         if c.advantage_clip is not None:
             advantages = advantages.clamp(-c.advantage_clip, c.advantage_clip)
 
-        metrics: dict[str, float] = {}
+        options = {name: getattr(c, name) for name in LOSS_OPTIONS}
+        entropy_masked = c.top_entropy_quantile < 1.0  # then every iteration needs the current policy's entropies
+        clip_fraction = CLIP_FRACTIONS.get(LOSS_TYPES[c.loss_type][0])
         for iteration in range(1, c.mu + 1):  # 5 update(s) on the same batch
             with self.timer("update"):
-                if iteration == 1:  # entropy is a metric of the batch as sampled: the first iteration's
+                if iteration == 1 or entropy_masked:
                     logps, entropy = self.logps(self.policy, rollout, with_entropy=True)
-                    if c.mu > 1:
-                        old_logps = logps.detach()
                 else:
                     logps = self.logps(self.policy, rollout)
+                if iteration == 1:  # entropy, KL and mismatch describe the batch as sampled: the first iteration's
+                    first_logps, first_entropy = logps.detach(), entropy
+                    if c.mu > 1:
+                        old_logps = first_logps
                 loss = grpo_loss(
-                    logps, old_logps, ref_logps, advantages, mask, level=c.level, loss_type=c.loss_type,
-                    epsilon=c.epsilon, epsilon_high=c.epsilon_high, beta=c.beta,
-                    max_completion_length=self.sampling.max_new_tokens, kl_bias_correction=c.kl_bias_correction,
+                    logps, old_logps, ref_logps, advantages, mask, **options,
+                    max_completion_length=self.sampling.max_new_tokens,
+                    entropies=entropy if entropy_masked else None, sampling_logps=rollout.sampling_logps,
                 )
                 grad_norm = self.update(loss)
             metrics[f"loss/iter{iteration}"] = loss.item()
             metrics[f"grad_norm/iter{iteration}"] = grad_norm
-            metrics[f"clipfrac/iter{iteration}"] = clip_fraction(
-                logps, logps.detach() if old_logps is None else old_logps, advantages, mask,
-                level=c.level, epsilon=c.epsilon, epsilon_high=c.epsilon_high,
-            ).item()
-            if iteration == 1:  # 6 metrics describe the batch as sampled
-                kl = k3_kl(logps.detach(), ref_logps) if ref_logps is not None else torch.zeros_like(logps)
-                metrics["kl"] = masked_mean_per_sequence(kl, mask).mean().item()
-                metrics["entropy"] = masked_mean_per_sequence(entropy, mask).mean().item()
+            if clip_fraction is not None:
+                metrics[f"clipfrac/iter{iteration}"] = clip_fraction(
+                    logps, first_logps if old_logps is None else old_logps, advantages, mask,
+                    level=c.level, epsilon=c.epsilon, epsilon_high=c.epsilon_high,
+                ).item()
 
-        metrics.update(self.rollout_metrics(rollout, rewards))
+        kl = k3_kl(first_logps, ref_logps) if ref_logps is not None else torch.zeros_like(first_logps)  # 6 metrics
+        metrics["kl"] = masked_mean_per_sequence(kl, mask).mean().item()
+        metrics["entropy"] = masked_mean_per_sequence(first_entropy, mask).mean().item()
+        if rollout.sampling_logps is not None:
+            metrics.update(self.mismatch_metrics(first_logps, rollout))
         metrics["advantage/mean"] = advantages.mean().item()
         metrics["advantage/std"] = advantages.std().item()
-        metrics["loss"] = sum(metrics[f"loss/iter{i}"] for i in range(1, c.mu + 1)) / c.mu
+        for name in ("loss", "grad_norm", "clipfrac"):
+            per_iteration = [metrics[f"{name}/iter{i}"] for i in range(1, c.mu + 1) if f"{name}/iter{i}" in metrics]
+            if per_iteration:
+                metrics[name] = sum(per_iteration) / len(per_iteration)
         metrics["loss/policy"] = metrics["loss"]
-        metrics["grad_norm"] = sum(metrics[f"grad_norm/iter{i}"] for i in range(1, c.mu + 1)) / c.mu
-        metrics["clipfrac"] = sum(metrics[f"clipfrac/iter{i}"] for i in range(1, c.mu + 1)) / c.mu
         metrics.update(self.timer.pop())
+        return metrics
+
+    # --- steps 1-2: generate and score, with DAPO's reward shaping and dynamic sampling --------------
+    def collect(self, prompts: list[str]) -> tuple[rollout_lib.Rollout, torch.Tensor, dict[str, float]]:
+        """The batch to train on, its rewards (overlong shaping included) and the metrics of everything
+        generated for it.
+
+        Dynamic sampling (DAPO, Yu et al. 2025, Sec. 3.2, Algorithm 1): a group whose rewards all tie has
+        advantage 0 and no gradient, so it is dropped and fresh prompts (drawn from the task's training
+        prompts with the algorithm's seeded generator) are sampled until ``prompts_per_step`` informative
+        groups are kept, or ``dynamic_sampling_max_rounds`` rounds have run; then it trains on the groups it
+        kept (if none, on the last round's, whose advantages are 0). ``completions``, ``tokens/generated``,
+        ``reward/*`` and ``truncated`` count every completion generated, the discarded ones included.
+        """
+        c: GRPOConfig = self.config
+        rounds = [self.generate_and_score(prompts)]
+        kept: list[tuple[int, int]] = []  # (round, group)
+        while c.dynamic_sampling:
+            rewards = rounds[-1][2].view(-1, c.group_size)  # (n, G)
+            informative = (rewards.max(1).values > rewards.min(1).values).nonzero().flatten().tolist()
+            kept += [(len(rounds) - 1, g) for g in informative]
+            if len(kept) >= c.prompts_per_step or len(rounds) == c.dynamic_sampling_max_rounds:
+                break
+            rounds.append(self.generate_and_score(self.fresh_prompts(c.prompts_per_step)))
+
+        everything = [r for r, _, _ in rounds]
+        scores = torch.cat([s for _, s, _ in rounds])
+        metrics = self.rollout_metrics(rollout_lib.concat_rollouts(everything) if len(rounds) > 1 else rounds[0][0], scores)
+        if c.overlong_buffer_len:
+            metrics["reward/overlong_penalty"] = (torch.cat([r for _, _, r in rounds]) - scores).mean().item()
+        if not c.dynamic_sampling:
+            return rounds[0][0], rounds[0][2], metrics
+
+        groups = sum(r.num_completions for r in everything) // c.group_size
+        tied = groups - len(kept)
+        last = len(rounds) - 1
+        kept = kept[:c.prompts_per_step] or [(last, g) for g in range(rounds[last][0].num_completions // c.group_size)]
+        parts, rewards = [], []
+        for index, (rollout, _, shaped) in enumerate(rounds):
+            rows = [g * c.group_size + j for r, g in kept if r == index for j in range(c.group_size)]
+            if rows:
+                rows_t = torch.tensor(rows, device=self.device)
+                parts.append(rollout.select(rows_t))
+                rewards.append(shaped[rows_t])
+        metrics["dynamic_sampling/rounds"] = float(len(rounds))
+        metrics["dynamic_sampling/tied_groups"] = float(tied)
+        metrics["dynamic_sampling/discarded_groups"] = float(groups - len(kept))
+        return rollout_lib.concat_rollouts(parts), torch.cat(rewards), metrics
+
+    def generate_and_score(self, prompts: list[str]) -> tuple[rollout_lib.Rollout, torch.Tensor, torch.Tensor]:
+        """One round: the rollout, the task's scores (B,) and the rewards the advantages see (B,)."""
+        c: GRPOConfig = self.config
+        rollout = self.generate(prompts, c.group_size)
+        scores = self.score(rollout)
+        if not c.overlong_buffer_len:
+            return rollout, scores, scores
+        lengths = rollout.completion_mask.sum(1)
+        return rollout, scores, scores + overlong_penalty(lengths, self.sampling.max_new_tokens, c.overlong_buffer_len,
+                                                          c.overlong_penalty_factor)
+
+    def fresh_prompts(self, n: int) -> list[str]:
+        pool = self.task.train_prompts()
+        picks = torch.randint(len(pool), (n,), generator=self.generator, device=self.device)
+        return [pool[i] for i in picks.tolist()]
+
+    def generate(self, prompts: list[str], group_size: Optional[int] = None) -> rollout_lib.Rollout:
+        """Sampling at ``sampling_precision``; anything but "same" also records the sampler's log-probs."""
+        c: GRPOConfig = self.config
+        if not c.records_sampling_logps():
+            return super().generate(prompts, group_size)
+        precision = contextlib.nullcontext() if c.sampling_precision == "fp32" else torch.autocast(self.device.type, dtype=torch.bfloat16)
+        with self.timer("generate"), precision:
+            return rollout_lib.generate(
+                self.policy, self.tokenizer, prompts, group_size or self.sampling.group_size,
+                max_new_tokens=self.sampling.max_new_tokens, temperature=self.sampling.temperature,
+                generator=self.generator, record_logps=True,
+            )
+
+    def mismatch_metrics(self, logps: torch.Tensor, rollout: rollout_lib.Rollout) -> dict[str, float]:
+        """|log p_train - log p_sample| over the sampled tokens, and the IS ratios the loss applies."""
+        c: GRPOConfig = self.config
+        active = rollout.completion_mask.bool()
+        gap = (logps - rollout.sampling_logps).abs()[active]
+        metrics = {"mismatch/mean": gap.mean().item() if gap.numel() else 0.0,
+                   "mismatch/max": gap.max().item() if gap.numel() else 0.0}
+        if c.importance_sampling_correction:
+            ratio = sampling_importance_ratio(logps, rollout.sampling_logps, rollout.completion_mask, c.importance_sampling_mode,
+                                              c.importance_sampling_clip_min, c.importance_sampling_clip_max)
+            ratio = ratio.flatten() if c.importance_sampling_mode.startswith("sequence") else ratio[active]
+            if ratio.numel():
+                metrics.update({"mismatch/is_ratio_min": ratio.min().item(), "mismatch/is_ratio_mean": ratio.mean().item(),
+                                "mismatch/is_ratio_max": ratio.max().item()})
         return metrics

@@ -5,12 +5,14 @@ Shapes used throughout:
     T  completion length (right-padded); ``mask`` is 1 on completion tokens up to and including
        the first EOS and 0 after it (the mask convention, stated once: algorithms/rollout.py).
 
-Each variant of GRPO's aggregation is a small named function in ``LOSS_AGGREGATIONS`` rather than
-a branch inside the loss, so reading one variant means reading four lines.
+Each GRPO loss type is a pair of small named functions, a per-token objective (``POLICY_OBJECTIVES``)
+and an aggregation (``LOSS_AGGREGATIONS``), paired in ``LOSS_TYPES``, rather than a branch inside the
+loss, so reading one variant means reading a few lines.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Optional
 
 import torch
@@ -94,13 +96,19 @@ def _aggregate_dapo(per_token: torch.Tensor, mask: torch.Tensor, max_len: Option
     return _masked_sum(per_token, mask) / normaliser.clamp(min=1.0)
 
 
+def _aggregate_luspo(per_token: torch.Tensor, mask: torch.Tensor, max_len: Optional[int], n_items) -> torch.Tensor:
+    """LUSPO (length-unbiased sequence policy optimisation, arXiv 2602.05261): GSPO's per-sequence term
+    weighted by the completion's length -- the sum over each completion's tokens, then the mean over completions."""
+    return (per_token * mask).sum(-1).mean()
+
+
 LOSS_AGGREGATIONS: dict[str, Callable] = {
     "grpo": _aggregate_grpo,
     "bnpo": _aggregate_bnpo,
     "dr_grpo": _aggregate_dr_grpo,
     "dapo": _aggregate_dapo,
+    "luspo": _aggregate_luspo,
 }
-GRPO_LOSS_TYPES = tuple(LOSS_AGGREGATIONS)
 
 
 def importance_ratio(logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.Tensor, level: str) -> torch.Tensor:
@@ -118,6 +126,186 @@ def importance_ratio(logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.T
     raise ValueError(f"unknown importance-ratio level {level!r}; expected one of {GRPO_LEVELS}")
 
 
+# --------------------------------------------------------------------------------------------
+# GRPO's per-token policy objectives. Each gets the same keyword arguments and reads what it needs:
+#   logps, log_ratio, mask (B, T); ratio (B, T) or (B, 1) (``level``); adv (B, 1); is_ratio: the sampler
+#   correction (B, T), (B, 1) or None; and the hyperparameters by their grpo_loss names.
+# Returned: (B, T) or (B, 1) per-token loss, before masks, the KL term and aggregation.
+# --------------------------------------------------------------------------------------------
+
+
+def _objective_clip(*, ratio, adv, epsilon, epsilon_high, delta, **_) -> torch.Tensor:
+    """PPO's clipped surrogate as GRPO uses it (DeepSeekMath Eq. 21):  -min(r A, clip(r, 1-eps, 1+eps_high) A).
+
+    With ``delta`` (two-sided clipping, INTELLECT-2 tech report 2025) the unclipped ratio is capped too,
+    r <- min(r, delta), which bounds the loss of a negative-advantage token whose ratio runs away.
+    """
+    clipped = torch.clamp(ratio, 1 - epsilon, 1 + epsilon_high)
+    if delta is not None:
+        ratio = torch.clamp(ratio, max=delta)
+    return -torch.min(ratio * adv, clipped * adv)
+
+
+def _objective_cispo(*, logps, ratio, adv, epsilon_high, **_) -> torch.Tensor:
+    """CISPO (MiniMax-M1, 2025, Eq. 4-5): REINFORCE weighted by a clipped, stop-gradient IS weight,
+
+        J = 1/sum_i|o_i| sum_i sum_t sg( min(r_{i,t}, eps_max) ) A_i log pi_theta(o_{i,t})
+
+    so no token loses its gradient, only its weight is bounded. As TRL 1.16: the cap is ``epsilon_high``
+    itself (not 1 + epsilon_high), with no lower bound; ScaleRL recommends epsilon_high = 5.0.
+    """
+    return -torch.clamp(ratio, max=epsilon_high).detach() * adv * logps
+
+
+def _objective_sapo(*, ratio, adv, sapo_temperature_pos, sapo_temperature_neg, **_) -> torch.Tensor:
+    """SAPO (Soft Adaptive Policy Optimization, Qwen, arXiv 2511.20347): a smooth gate instead of the clip,
+
+        f(r) = sigmoid(tau (r - 1)) * 4 / tau,   tau = tau_pos if A > 0 else tau_neg,    loss = -f(r) A
+
+    whose gradient weight 4 sigmoid (1 - sigmoid) is 1 on-policy (r = 1) and decays smoothly off-policy.
+    """
+    tau = torch.where(adv > 0, adv.new_tensor(sapo_temperature_pos), adv.new_tensor(sapo_temperature_neg))
+    return -torch.sigmoid(tau * (ratio - 1)) * 4 / tau * adv
+
+
+VESPO_LOG_W_MIN = math.log(1e-8)  # TRL's (and the paper's code's) floor on the log sequence weight
+
+
+@torch.no_grad()
+def vespo_weights(
+    log_ratio: torch.Tensor,
+    mask: torch.Tensor,
+    advantages: torch.Tensor,
+    is_ratio: Optional[torch.Tensor] = None,
+    *,
+    k_pos: float = 2.0,
+    lambda_pos: float = 3.0,
+    k_neg: float = 3.0,
+    lambda_neg: float = 2.0,
+) -> torch.Tensor:
+    """VESPO's Gamma-shaped sequence weight (arXiv 2602.10693), as TRL 1.16 computes it, no gradient:
+
+        w_i      = prod_t r_{i,t} * prod_t rho_{i,t}   (the sequence ratio, times the sampler IS weights if given)
+        phi(w_i) = e^lambda * w_i^k * e^(-lambda w_i)  (phi(1) = 1; k, lambda from the sign of A_i, A >= 0: pos)
+
+    computed in log space: token log-ratios clamped to [-20, 20], log w_i to [log 1e-8, 20]; NaN/inf -> 0.
+    ``advantages`` (B, 1), ``is_ratio`` per token (B, T) (token_* modes only); returns (B, 1). Unlike TRL
+    the log IS weights of padding are masked out (TRL relies on them being exactly 1, which a truncation
+    bound C_min > 1 would break).
+    """
+    mask = mask.to(log_ratio.dtype)
+    log_w = (torch.clamp(log_ratio, -20.0, 20.0) * mask).sum(-1, keepdim=True)  # (B, 1)
+    if is_ratio is not None:
+        log_is = torch.clamp(torch.log(is_ratio), VESPO_LOG_W_MIN, 20.0)
+        log_w = log_w + (log_is * mask).sum(-1, keepdim=True)
+    log_w = torch.clamp(log_w, VESPO_LOG_W_MIN, 20.0)
+    nonneg = advantages >= 0
+    k = torch.where(nonneg, log_w.new_tensor(k_pos), log_w.new_tensor(k_neg))
+    lam = torch.where(nonneg, log_w.new_tensor(lambda_pos), log_w.new_tensor(lambda_neg)).clamp(min=1e-4)
+    return torch.exp(lam + k * log_w - lam * torch.exp(log_w)).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def _objective_vespo(*, logps, log_ratio, mask, adv, is_ratio, vespo_k_pos, vespo_lambda_pos, vespo_k_neg,
+                     vespo_lambda_neg, **_) -> torch.Tensor:
+    """VESPO (Variational sequence-level soft policy optimisation, arXiv 2602.10693): REINFORCE weighted by
+    the sequence's Gamma weight,  loss = -phi(w_i) A_i log pi_theta(o_{i,t})  (``vespo_weights``)."""
+    phi = vespo_weights(log_ratio, mask, adv, is_ratio, k_pos=vespo_k_pos, lambda_pos=vespo_lambda_pos,
+                        k_neg=vespo_k_neg, lambda_neg=vespo_lambda_neg)
+    return -phi * adv * logps
+
+
+POLICY_OBJECTIVES: dict[str, Callable] = {
+    "clip": _objective_clip,
+    "cispo": _objective_cispo,
+    "sapo": _objective_sapo,
+    "vespo": _objective_vespo,
+}
+
+# loss_type -> (per-token objective, aggregation), as TRL 1.16's GRPOTrainer._compute_loss pairs them.
+LOSS_TYPES: dict[str, tuple[str, str]] = {
+    "grpo": ("clip", "grpo"),
+    "bnpo": ("clip", "bnpo"),
+    "dr_grpo": ("clip", "dr_grpo"),
+    "dapo": ("clip", "dapo"),
+    "cispo": ("cispo", "dapo"),
+    "sapo": ("sapo", "grpo"),
+    "luspo": ("clip", "luspo"),
+    "vespo": ("vespo", "dapo"),
+}
+GRPO_LOSS_TYPES = tuple(LOSS_TYPES)
+CLIPPED_LOSS_TYPES = tuple(name for name, (objective, _) in LOSS_TYPES.items() if objective == "clip")
+
+
+# --------------------------------------------------------------------------------------------
+# Token and sequence masks, and the sampler/trainer mismatch correction
+# --------------------------------------------------------------------------------------------
+
+IMPORTANCE_SAMPLING_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+
+
+@torch.no_grad()
+def sampling_importance_ratio(
+    old_logps: torch.Tensor,
+    sampling_logps: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str = "sequence_mask",
+    clip_min: Optional[float] = None,
+    clip_max: Optional[float] = 3.0,
+) -> torch.Tensor:
+    """Truncated or masked importance sampling for the sampler/trainer mismatch (Yao et al. 2025, "Your
+    efficient RL framework secretly brings you off-policy RL training"; TRL's vllm_importance_sampling_*):
+
+        rho_{i,t} = pi_old(o_{i,t}) / pi_sampler(o_{i,t})      token_* modes      (B, T)
+        rho_i     = prod_t rho_{i,t}                           sequence_* modes   (B, 1)
+        *_truncate: rho <- clip(rho, C_min, C_max)             *_mask: rho <- 0 outside [C_min, C_max]
+
+    ``pi_old`` is the trainer's view of the sampling policy (its first-iteration log-probs), ``pi_sampler``
+    what the sampler computed while sampling (e.g. in bf16). Padding and NaN sampler log-probs count as
+    no mismatch (rho = 1). No gradient.
+    """
+    if mode not in IMPORTANCE_SAMPLING_MODES:
+        raise ValueError(f"unknown importance_sampling_mode {mode!r}; expected one of {IMPORTANCE_SAMPLING_MODES}")
+    diff = torch.nan_to_num((old_logps - sampling_logps) * mask.to(old_logps.dtype), nan=0.0)
+    if mode.startswith("sequence"):
+        diff = diff.sum(-1, keepdim=True)
+    ratio = torch.exp(diff)
+    if mode.endswith("truncate"):
+        if clip_min is None and clip_max is None:
+            raise ValueError(f"importance_sampling_mode {mode!r} needs importance_sampling_clip_min or _clip_max")
+        return torch.clamp(ratio, min=clip_min, max=clip_max)
+    low = -math.inf if clip_min is None else clip_min
+    high = math.inf if clip_max is None else clip_max
+    return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
+
+
+@torch.no_grad()
+def off_policy_sequence_mask(
+    logps: torch.Tensor, sampling_logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, threshold: float
+) -> torch.Tensor:
+    """Off-policy sequence masking (DeepSeek-V3.2, 2025, Eq. 9): drop a completion whose advantage is
+    negative *and* whose sampler drifted from the current policy by more than delta,
+
+        keep_i = [A_i >= 0]  or  [ 1/|o_i| sum_t (log pi_sampler(o_{i,t}) - log pi_theta(o_{i,t})) <= delta ]
+
+    ``sampling_logps``: the sampler's log-probs where recorded, else the old policy's. (B, 1) of 0/1."""
+    mask = mask.to(logps.dtype)
+    kl = torch.nan_to_num(sampling_logps - logps.detach(), nan=0.0)
+    mean_kl = (kl * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1.0)
+    return ((advantages.view(-1, 1) >= 0) | (mean_kl <= threshold)).to(mask.dtype)
+
+
+@torch.no_grad()
+def high_entropy_mask(entropies: torch.Tensor, mask: torch.Tensor, quantile: float) -> torch.Tensor:
+    """Train only on the highest-entropy ("forking") tokens (Wang et al. 2025, "Beyond the 80/20 rule";
+    TRL's ``top_entropy_quantile`` rho): keep an active token iff its entropy is >= the (1 - rho)-quantile of
+    the active tokens' entropies. rho = 1 keeps all, rho = 0 only the maximum (ties kept). (B, T) of 0/1."""
+    active = entropies[mask.bool()].float()
+    if active.numel() == 0:
+        return torch.zeros_like(mask, dtype=entropies.dtype)
+    threshold = torch.quantile(active, 1.0 - quantile)
+    return ((entropies >= threshold) & mask.bool()).to(entropies.dtype)
+
+
 def grpo_loss(
     logps: torch.Tensor,
     old_logps: Optional[torch.Tensor],
@@ -129,10 +317,25 @@ def grpo_loss(
     loss_type: str = "grpo",
     epsilon: float = 0.2,
     epsilon_high: Optional[float] = None,
+    delta: Optional[float] = None,
     beta: float = 0.0,
     max_completion_length: Optional[int] = None,
     kl_bias_correction: bool = False,
     num_items_in_batch: Optional[float] = None,
+    sapo_temperature_pos: float = 1.0,
+    sapo_temperature_neg: float = 1.05,
+    vespo_k_pos: float = 2.0,
+    vespo_lambda_pos: float = 3.0,
+    vespo_k_neg: float = 3.0,
+    vespo_lambda_neg: float = 2.0,
+    entropies: Optional[torch.Tensor] = None,
+    top_entropy_quantile: float = 1.0,
+    off_policy_mask_threshold: Optional[float] = None,
+    sampling_logps: Optional[torch.Tensor] = None,
+    importance_sampling_correction: bool = True,
+    importance_sampling_mode: str = "sequence_mask",
+    importance_sampling_clip_min: Optional[float] = None,
+    importance_sampling_clip_max: Optional[float] = 3.0,
 ) -> torch.Tensor:
     """GRPO surrogate loss (DeepSeekMath, Shao et al. 2024, Eq. 21), to be minimised:
 
@@ -143,6 +346,12 @@ def grpo_loss(
     with r_{i,t} = pi_theta(o_{i,t}|q,o_{i,<t}) / pi_theta_old(o_{i,t}|q,o_{i,<t}) (``level="token"``)
     or one ratio per completion, exp of its mean token log-ratio (``level="sequence"``, GSPO).
 
+    ``loss_type`` picks the per-token objective and the aggregation (``LOSS_TYPES``, TRL 1.16's pairs):
+    the clipped surrogate above with the grpo / bnpo / dr_grpo / dapo / luspo aggregation, or cispo
+    (MiniMax-M1), sapo (Qwen's SAPO), vespo (VESPO). Then, in TRL's order: the off-policy sequence mask,
+    the high-entropy token mask, the sampler IS weight (not for vespo, which folds it into its weight),
+    the KL term, the aggregation.
+
     Args:
         logps: (B, T) per-token log-probs under the current policy (carries the gradient).
         old_logps: (B, T) log-probs of the sampling policy, or None for on-policy (mu = 1): then the
@@ -152,34 +361,64 @@ def grpo_loss(
         advantages: (B,) one advantage per completion (``group_advantages``).
         mask: (B, T) 1 on completion tokens up to and including the first EOS.
         level: "token" or "sequence".
-        loss_type: how per-token terms are averaged (``LOSS_AGGREGATIONS``): "grpo" (the paper),
-            "bnpo", "dr_grpo" (needs max_completion_length) or "dapo".
+        loss_type: one of ``GRPO_LOSS_TYPES``; "dr_grpo" needs max_completion_length.
         epsilon, epsilon_high: clip range [1 - epsilon, 1 + epsilon_high]; epsilon_high defaults to
-            epsilon (DAPO's clip-higher uses 0.28).
+            epsilon (DAPO's clip-higher uses 0.28). For cispo, epsilon_high is the IS-weight cap.
+        delta: two-sided clipping's cap on the unclipped ratio (INTELLECT-2); None: off.
         beta: weight of the k3 KL penalty to the reference (DeepSeekMath uses 0.04).
         kl_bias_correction: multiply the KL term by the importance ratio, as TRL's
             ``use_bias_correction_kl``; off in the paper.
-        num_items_in_batch: for "dapo" on a micro-batch, the active-token count of the generation batch.
+        num_items_in_batch: for dapo/cispo/vespo on a micro-batch, the generation batch's active tokens.
+        sapo_temperature_pos, sapo_temperature_neg: SAPO's tau for A > 0 and A <= 0.
+        vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg: VESPO's Gamma weight parameters.
+        entropies, top_entropy_quantile: (B, T) token entropies of the current policy; with rho < 1 only
+            the top-rho share of tokens by entropy is trained on (``high_entropy_mask``).
+        off_policy_mask_threshold: delta of DeepSeek-V3.2's off-policy sequence mask; None: off.
+        sampling_logps: (B, T) the sampler's own log-probs of the sampled tokens, or None.
+        importance_sampling_correction, importance_sampling_mode, importance_sampling_clip_min,
+            importance_sampling_clip_max: weight the loss by ``sampling_importance_ratio`` when
+            sampling_logps is given (TRL's vllm_importance_sampling_*).
     Returns:
         scalar loss tensor.
     """
-    if loss_type not in LOSS_AGGREGATIONS:
+    if loss_type not in LOSS_TYPES:
         raise ValueError(f"unknown loss_type {loss_type!r}; expected one of {GRPO_LOSS_TYPES}")
     if epsilon < 0 or (epsilon_high is not None and epsilon_high < 0) or beta < 0:
         raise ValueError("epsilon, epsilon_high and beta must be >= 0")
     mask = mask.to(logps.dtype)
     old_logps = logps.detach() if old_logps is None else old_logps
     ratio = importance_ratio(logps, old_logps, mask, level)  # (B, T) or (B, 1)
-    clipped = torch.clamp(ratio, 1 - epsilon, 1 + (epsilon if epsilon_high is None else epsilon_high))
     adv = advantages.unsqueeze(-1)  # (B, 1)
-    per_token = -torch.min(ratio * adv, clipped * adv)
+    is_ratio = None
+    if sampling_logps is not None and importance_sampling_correction:
+        is_ratio = sampling_importance_ratio(old_logps, sampling_logps, mask, importance_sampling_mode,
+                                             importance_sampling_clip_min, importance_sampling_clip_max)
+    objective, aggregation = LOSS_TYPES[loss_type]
+    if objective == "vespo" and is_ratio is not None and importance_sampling_mode.startswith("sequence"):
+        raise ValueError("loss_type 'vespo' needs a token_* importance_sampling_mode (TRL refuses sequence modes)")
+    per_token = POLICY_OBJECTIVES[objective](
+        logps=logps, log_ratio=logps - old_logps, ratio=ratio, adv=adv, mask=mask, is_ratio=is_ratio,
+        epsilon=epsilon, epsilon_high=epsilon if epsilon_high is None else epsilon_high, delta=delta,
+        sapo_temperature_pos=sapo_temperature_pos, sapo_temperature_neg=sapo_temperature_neg,
+        vespo_k_pos=vespo_k_pos, vespo_lambda_pos=vespo_lambda_pos, vespo_k_neg=vespo_k_neg,
+        vespo_lambda_neg=vespo_lambda_neg,
+    )
+    if off_policy_mask_threshold is not None:
+        behaviour = old_logps if sampling_logps is None else sampling_logps
+        per_token = per_token * off_policy_sequence_mask(logps, behaviour, advantages, mask, off_policy_mask_threshold)
+    if top_entropy_quantile < 1.0:
+        if entropies is None:
+            raise ValueError("top_entropy_quantile < 1 needs the tokens' entropies")
+        per_token = per_token * high_entropy_mask(entropies, mask, top_entropy_quantile)
+    if is_ratio is not None and objective != "vespo":
+        per_token = per_token * is_ratio
     if beta != 0.0:
         if ref_logps is None:
             raise ValueError("beta > 0 needs ref_logps")
         kl = k3_kl(logps, ref_logps)
         per_token = per_token + beta * (kl * ratio if kl_bias_correction else kl)
     per_token = per_token.expand_as(logps)  # sequence level with beta = 0 is still (B, 1)
-    return LOSS_AGGREGATIONS[loss_type](per_token, mask, max_completion_length, num_items_in_batch)
+    return LOSS_AGGREGATIONS[aggregation](per_token, mask, max_completion_length, num_items_in_batch)
 
 
 def clip_fraction(
@@ -200,6 +439,28 @@ def clip_fraction(
     high = 1 + (epsilon if epsilon_high is None else epsilon_high)
     clipped = ((ratio < 1 - epsilon) & (adv < 0)) | ((ratio > high) & (adv > 0))
     return (clipped.to(mask.dtype) * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def cispo_clip_fraction(
+    logps: torch.Tensor,
+    old_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    level: str = "token",
+    epsilon: float = 0.2,
+    epsilon_high: Optional[float] = None,
+) -> torch.Tensor:
+    """Share of active tokens whose CISPO weight hit its cap (r > eps_high with A > 0), TRL's ``cispo_clip_ratio``."""
+    mask = mask.to(logps.dtype)
+    ratio = importance_ratio(logps.detach(), old_logps, mask, level).expand_as(logps)
+    cap = epsilon if epsilon_high is None else epsilon_high
+    clipped = (ratio > cap) & (advantages.unsqueeze(-1) > 0)
+    return (clipped.to(mask.dtype) * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+# Per objective, the share of tokens its clip bound; sapo and vespo have no hard clip and report none.
+CLIP_FRACTIONS: dict[str, Callable] = {"clip": clip_fraction, "cispo": cispo_clip_fraction}
 
 
 def masked_mean_per_sequence(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -327,18 +588,20 @@ def gae(
 
 
 def ppo_policy_loss(
-    logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, epsilon: float = 0.2
+    logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, epsilon: float = 0.2,
+    epsilon_high: Optional[float] = None,
 ) -> torch.Tensor:
     """PPO's clipped surrogate (Schulman et al. 2017, Eq. 7), per token, to be minimised:
 
-        L = mean_{active i,t} max( -A_{i,t} r_{i,t},  -A_{i,t} clip(r_{i,t}, 1-eps, 1+eps) ),
+        L = mean_{active i,t} max( -A_{i,t} r_{i,t},  -A_{i,t} clip(r_{i,t}, 1-eps, 1+eps_high) ),
         r_{i,t} = exp(log pi(o_t) - log pi_old(o_t))
 
-    ``advantages`` is (B, T), one per token (GAE), unlike GRPO's one per completion.
+    ``advantages`` is (B, T), one per token (GAE), unlike GRPO's one per completion; ``epsilon_high``
+    defaults to ``epsilon``.
     """
     ratio = torch.exp(logps - old_logps)
     unclipped = -advantages * ratio
-    clipped = -advantages * torch.clamp(ratio, 1 - epsilon, 1 + epsilon)
+    clipped = -advantages * torch.clamp(ratio, 1 - epsilon, 1 + (epsilon if epsilon_high is None else epsilon_high))
     return masked_mean(torch.max(unclipped, clipped), mask)
 
 
@@ -354,8 +617,203 @@ def ppo_value_loss(
     return 0.5 * masked_mean(torch.max((values - returns) ** 2, (clipped - returns) ** 2), mask)
 
 
-def ppo_clip_fraction(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, epsilon: float = 0.2) -> torch.Tensor:
+def ppo_clip_fraction(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                      epsilon: float = 0.2, epsilon_high: Optional[float] = None) -> torch.Tensor:
     """Share of active tokens where the clipped term is the one ``ppo_policy_loss`` keeps (TRL's pg_clipfrac)."""
     ratio = torch.exp(logps.detach() - old_logps)
-    clipped = -advantages * torch.clamp(ratio, 1 - epsilon, 1 + epsilon) > -advantages * ratio
+    high = 1 + (epsilon if epsilon_high is None else epsilon_high)
+    clipped = -advantages * torch.clamp(ratio, 1 - epsilon, high) > -advantages * ratio
     return masked_mean(clipped.to(logps.dtype), mask)
+
+
+# --------------------------------------------------------------------------------------------
+# DAPO's overlong reward shaping (Yu et al. 2025, Sec. 3.4)
+# --------------------------------------------------------------------------------------------
+
+
+def overlong_penalty(lengths: torch.Tensor, max_length: int, buffer_len: int, penalty_factor: float = 1.0) -> torch.Tensor:
+    """DAPO's soft overlong punishment (Eq. 13), added to the task's reward, as verl's DAPO recipe applies it:
+
+        R_length(y) = 0                                      |y| <= L_max - L_cache
+                    = ((L_max - L_cache) - |y|) / L_cache     L_max - L_cache < |y| <= L_max
+                    = -1                                      L_max < |y|
+        times ``penalty_factor``;  L_max = ``max_length`` (the generation limit), L_cache = ``buffer_len``.
+
+    ``lengths`` (B,) completion lengths in tokens, EOS included (the mask's sum). Returns (B,) <= 0.
+    """
+    exceed = lengths.to(torch.float32) - (max_length - buffer_len)
+    return torch.clamp(-exceed / buffer_len, min=-1.0, max=0.0) * penalty_factor
+
+
+# --------------------------------------------------------------------------------------------
+# RLOO (Ahmadian et al. 2024, "Back to Basics"; Kool et al. 2019), as TRL 1.16's RLOOTrainer
+# --------------------------------------------------------------------------------------------
+
+
+def rloo_advantages(
+    rewards: torch.Tensor,
+    group_size: int,
+    *,
+    kl: Optional[torch.Tensor] = None,
+    beta: float = 0.0,
+    normalize: bool = False,
+    reward_clip_min: Optional[float] = None,
+    reward_clip_max: Optional[float] = None,
+) -> torch.Tensor:
+    """REINFORCE leave-one-out advantages (Ahmadian et al. 2024, Eq. 7):
+
+        r_i  <- clip(r_i, lo, hi) - beta * KL_i              KL_i = sum_t (log pi_old - log pi_ref)_{i,t}
+        A_i   = r_i - 1/(G-1) sum_{j != i, same group} r_j    = G/(G-1) (r_i - mean(r_group))
+        A    <- (A - mean(A)) / (std(A) + 1e-4)               over the batch, with ``normalize``
+
+    The KL is TRL's: the k1 estimate summed over each completion's tokens, folded into the reward
+    (it can be negative per token, unlike GRPO's k3 in the loss). ``rewards`` (B,) group by group;
+    ``kl`` (B,) or None. A group whose rewards tie gets advantage 0. Returns (B,), no gradient.
+    """
+    if group_size < 2 or rewards.dim() != 1 or rewards.numel() % group_size:
+        raise ValueError(f"rewards must be (B,) with B a multiple of group_size={group_size} >= 2, got {tuple(rewards.shape)}")
+    if reward_clip_min is not None or reward_clip_max is not None:
+        rewards = torch.clamp(rewards, min=reward_clip_min, max=reward_clip_max)
+    if beta != 0.0:
+        rewards = rewards - beta * kl
+    grouped = rewards.view(-1, group_size)  # (n_prompts, G)
+    baseline = (grouped.sum(1, keepdim=True) - grouped) / (group_size - 1)
+    advantages = (grouped - baseline).reshape(-1)
+    if normalize:
+        std = advantages.std() if advantages.numel() > 1 else advantages.new_zeros(())
+        advantages = (advantages - advantages.mean()) / (std + 1e-4)
+    return advantages.detach()
+
+
+def rloo_loss(
+    logps: torch.Tensor,
+    old_logps: Optional[torch.Tensor],
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    epsilon: float = 0.2,
+    epsilon_high: Optional[float] = None,
+) -> torch.Tensor:
+    """RLOO's policy loss as TRL 1.16 writes it: PPO's clip on the *sequence* ratio, mean over completions,
+
+        s_i  = exp( log pi(o_i|q) - log pi_old(o_i|q) )        (sums of token log-probs, not a mean)
+        loss = -1/B sum_i min( s_i A_i, clip(s_i, 1-eps, 1+eps_high) A_i )
+
+    ``old_logps`` None means on-policy (mu = 1): s_i = 1 in value and the gradient is REINFORCE's,
+    -1/B sum_i A_i grad log pi(o_i|q). Shapes: logps, old_logps, mask (B, T); advantages (B,).
+    """
+    seq = sequence_logps(logps, mask)  # (B,)
+    old_seq = seq.detach() if old_logps is None else sequence_logps(old_logps, mask)
+    ratio = torch.exp(seq - old_seq)
+    clipped = torch.clamp(ratio, 1 - epsilon, 1 + (epsilon if epsilon_high is None else epsilon_high))
+    return -torch.min(ratio * advantages, clipped * advantages).mean()
+
+
+def rloo_clip_fraction(logps, old_logps, advantages, mask, *, epsilon=0.2, epsilon_high=None) -> torch.Tensor:
+    """Share of completions whose sequence ratio left the clip range on the binding side (TRL's region_mean)."""
+    ratio = torch.exp(sequence_logps(logps.detach(), mask) - sequence_logps(old_logps, mask))
+    high = 1 + (epsilon if epsilon_high is None else epsilon_high)
+    return (((ratio < 1 - epsilon) & (advantages < 0)) | ((ratio > high) & (advantages > 0))).float().mean()
+
+
+# --------------------------------------------------------------------------------------------
+# REINFORCE++ (Hu 2025), as OpenRLHF's experience maker computes it
+# --------------------------------------------------------------------------------------------
+
+KL_ESTIMATORS = ("k1", "k2", "k3")
+
+
+def approx_kl(logps: torch.Tensor, ref_logps: torch.Tensor, estimator: str = "k1") -> torch.Tensor:
+    """Per-token estimates of KL[pi || pi_ref] (Schulman 2020), clamped to [-10, 10] as OpenRLHF's
+    ``compute_approx_kl``; with log r = log pi - log pi_ref:
+
+        k1 = log r        k2 = (log r)^2 / 2        k3 = exp(-log r) - 1 + log r   (= ``k3_kl``)
+    """
+    log_ratio = logps.float() - ref_logps.float()
+    if estimator == "k1":
+        kl = log_ratio
+    elif estimator == "k2":
+        kl = log_ratio ** 2 / 2.0
+    elif estimator == "k3":
+        kl = torch.exp(-log_ratio) - 1 + log_ratio
+    else:
+        raise ValueError(f"unknown KL estimator {estimator!r}; expected one of {KL_ESTIMATORS}")
+    return kl.clamp(min=-10.0, max=10.0)
+
+
+def kl_penalised_rewards(
+    scores: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor, kl_coef: float,
+    clip_min: Optional[float] = None, clip_max: Optional[float] = None,
+) -> torch.Tensor:
+    """Per-token rewards (OpenRLHF's ``compute_reward``): every token pays -kl_coef * KL_t, the last
+    active token also gets the (clipped) score:  r_{i,t} = -kl_coef KL_{i,t} + [t = last_i] clip(s_i, lo, hi).
+
+    ``scores`` (B,), ``kl`` and ``mask`` (B, T). Returns (B, T), 0 on padding."""
+    mask = mask.to(kl.dtype)
+    if clip_min is not None or clip_max is not None:
+        scores = torch.clamp(scores, min=clip_min, max=clip_max)
+    last = (mask.size(1) - 1 - mask.long().flip(1).argmax(1)).unsqueeze(1)  # (B, 1); an all-padding row: T - 1
+    rewards = torch.zeros_like(kl).scatter_(1, last, scores.to(kl.dtype).unsqueeze(1))
+    return (rewards - kl_coef * kl) * mask
+
+
+def cumulative_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
+    """Discounted reward-to-go per token (OpenRLHF's ``get_cumulative_returns``, REINFORCE's return):
+
+        G_{i,t} = sum_{t' >= t} gamma^(t' - t) r_{i,t'}       (B, T), over active tokens only
+    """
+    rewards = rewards * mask.to(rewards.dtype)
+    returns = torch.zeros_like(rewards)
+    running = torch.zeros_like(rewards[:, 0])
+    for t in reversed(range(rewards.size(1))):
+        running = rewards[:, t] + gamma * running
+        returns[:, t] = running
+    return returns
+
+
+def batch_whiten(values: torch.Tensor, mask: torch.Tensor, std_norm: bool = True) -> torch.Tensor:
+    """REINFORCE++'s global advantage normalisation over every active token of the batch, as OpenRLHF:
+
+        A <- (A - mean) * rsqrt(max(var, 1e-8))       mean and (biased) var over active tokens
+
+    ``std_norm=False`` only centres (OpenRLHF's ``no_std_norm``). 0 on padding."""
+    mask = mask.to(values.dtype)
+    n = mask.sum().clamp(min=1.0)
+    mean = (values * mask).sum() / n
+    centred = values - mean
+    if std_norm:
+        centred = centred * torch.rsqrt((centred.pow(2) * mask).sum().div(n).clamp(min=1e-8))
+    return centred * mask
+
+
+def reinforce_pp_advantages(
+    scores: torch.Tensor,
+    kl: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    kl_coef: float,
+    group_size: int = 1,
+    group_baseline: bool = False,
+    gamma: float = 1.0,
+    reward_clip_min: Optional[float] = -10.0,
+    reward_clip_max: Optional[float] = 10.0,
+    std_norm: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++ token advantages (Hu 2025; OpenRLHF ``compute_advantages_and_returns``):
+
+        s_i     <- s_i - mean_{group}(s)                  REINFORCE++-baseline only (``group_baseline``)
+        r_{i,t}  = -kl_coef KL_{i,t} + [t = last_i] clip(s_i, lo, hi)           (``kl_penalised_rewards``)
+        G_{i,t}  = sum_{t' >= t} gamma^(t'-t) r_{i,t'}                          (``cumulative_returns``)
+        A        = whiten(G) over all active tokens of the batch                (``batch_whiten``)
+
+    ``scores`` (B,) group by group; ``kl`` (B, T) the per-token KL of the old policy to the reference
+    (zeros when the KL is in the loss instead). Returns (advantages, returns), each (B, T), no gradient.
+    """
+    if group_baseline:
+        if group_size < 2 or scores.numel() % group_size:
+            raise ValueError(f"group_baseline needs B a multiple of group_size >= 2, got B={scores.numel()}, G={group_size}")
+        grouped = scores.view(-1, group_size)
+        scores = (grouped - grouped.mean(1, keepdim=True)).reshape(-1)
+    rewards = kl_penalised_rewards(scores, kl.detach(), mask, kl_coef, reward_clip_min, reward_clip_max)
+    returns = cumulative_returns(rewards, mask, gamma)
+    return batch_whiten(returns, mask, std_norm).detach(), returns.detach()

@@ -43,6 +43,7 @@ class Rollout:
     completion_mask: torch.Tensor  # (B, T) the mask convention above
     truncated: torch.Tensor  # (B,) bool: no EOS within max_new_tokens
     group_size: int
+    sampling_logps: Optional[torch.Tensor] = None  # (B, T) the sampler's own log-probs, when it recorded them
 
     @property
     def num_completions(self) -> int:
@@ -75,7 +76,32 @@ class Rollout:
             completion_mask=self.completion_mask[index],
             truncated=self.truncated[index],
             group_size=self.group_size,
+            sampling_logps=None if self.sampling_logps is None else self.sampling_logps[index],
         )
+
+
+def concat_rollouts(rollouts: Sequence[Rollout]) -> Rollout:
+    """One rollout of several (same group size), prompts re-padded on the left and completions on the
+    right to the longest; the added padding is masked out (token id 0, sampler log-prob 0)."""
+    P = max(r.prompt_ids.size(1) for r in rollouts)
+    T = max(r.completion_ids.size(1) for r in rollouts)
+
+    def cat(name: str, width: int, left: bool):
+        parts = [getattr(r, name) for r in rollouts]
+        return torch.cat([F.pad(x, (width - x.size(1), 0) if left else (0, width - x.size(1))) for x in parts])
+
+    recorded = all(r.sampling_logps is not None for r in rollouts)
+    return Rollout(
+        prompts=[p for r in rollouts for p in r.prompts],
+        completions=[c for r in rollouts for c in r.completions],
+        prompt_ids=cat("prompt_ids", P, True),
+        prompt_mask=cat("prompt_mask", P, True),
+        completion_ids=cat("completion_ids", T, False),
+        completion_mask=cat("completion_mask", T, False),
+        truncated=torch.cat([r.truncated for r in rollouts]),
+        group_size=rollouts[0].group_size,
+        sampling_logps=cat("sampling_logps", T, False) if recorded else None,
+    )
 
 
 def eos_token_ids(model, tokenizer) -> list[int]:
@@ -220,17 +246,21 @@ def generate(
     max_new_tokens: int,
     temperature: float = 1.0,
     generator: Optional[torch.Generator] = None,
+    record_logps: bool = False,
 ) -> Rollout:
-    """Sample ``group_size`` completions for every prompt (temperature 0 means greedy)."""
+    """Sample ``group_size`` completions for every prompt (temperature 0 means greedy). With
+    ``record_logps`` the rollout keeps the sampler's own log-prob of each sampled token (``sampling_logps``,
+    from the logits it sampled from, divided by the temperature), to measure and correct the mismatch with
+    the trainer's log-probs (a different precision, a different kernel)."""
     # inference_mode skips autograd's bookkeeping per op (13% of a pizza decoding step); its tensors
     # cannot enter a graph later (the update's embedding saves its indices), so they leave as copies.
     with torch.inference_mode():
         rollout = _sample(model, tokenizer, prompts, group_size, max_new_tokens=max_new_tokens,
-                          temperature=temperature, generator=generator)
+                          temperature=temperature, generator=generator, record_logps=record_logps)
     return rollout.detached_copy()
 
 
-def _sample(model, tokenizer, prompts, group_size, *, max_new_tokens, temperature, generator) -> Rollout:
+def _sample(model, tokenizer, prompts, group_size, *, max_new_tokens, temperature, generator, record_logps=False) -> Rollout:
     device = next(model.parameters()).device
     eos_ids = eos_token_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
@@ -245,15 +275,17 @@ def _sample(model, tokenizer, prompts, group_size, *, max_new_tokens, temperatur
 
     eos_tensor = torch.tensor(eos_ids, device=device)
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
-    tokens = []
+    tokens, sampled_logps = [], []
     for step in range(max_new_tokens):
+        scaled = next_logits if temperature in (0, 1.0) else next_logits / temperature
         if temperature > 0:
-            scaled = next_logits if temperature == 1.0 else next_logits / temperature
             token = sample_categorical(torch.softmax(scaled, dim=-1), generator)  # (B,)
         else:
             token = next_logits.argmax(dim=-1)
         token = token.masked_fill(finished, pad_id)
         tokens.append(token)
+        if record_logps:
+            sampled_logps.append(selective_log_softmax(scaled, token).masked_fill(finished, 0.0))
         finished |= (token == eos_ids[0]) if len(eos_ids) == 1 else torch.isin(token, eos_tensor)
         if step == max_new_tokens - 1 or bool(finished.all()):
             break
@@ -276,6 +308,7 @@ def _sample(model, tokenizer, prompts, group_size, *, max_new_tokens, temperatur
         completion_mask=completion_mask,
         truncated=truncated,
         group_size=group_size,
+        sampling_logps=torch.stack(sampled_logps, dim=1) if record_logps else None,  # (B, T)
     )
 
 
@@ -354,6 +387,8 @@ def _packed_completion_logits(model, prompt_ids, prompt_mask, completion_ids, co
     mask = real_keys[:, None, None, :] & visible[None, None]  # (n, 1, L, L)
     logits = fast_llama.forward(model, input_ids, positions, mask, logits_to_keep=group_size * inputs_per_completion + 1)
     first = logits[:, :1].repeat_interleave(group_size, dim=0)  # the prompt's last position predicts token 0
+    if inputs_per_completion == 0:  # every completion is one token (e.g. all EOS): nothing else to predict
+        return first
     rest = logits[:, 1:].reshape(groups * group_size, inputs_per_completion, -1)
     return torch.cat([first, rest], dim=1)
 

@@ -259,7 +259,7 @@ def test_failing_cells_are_recorded_and_the_matrix_goes_on(tmp_path, monkeypatch
     assert lines[2].startswith("[3/3] pizza grpo seed 2: accuracy 0.100 -> 0.900")
     # --resume re-runs the failed cells only.
     monkeypatch.setitem(FAKE_CELLS, 0, FAKE_CELLS[2])
-    counts = matrix.run_matrix(plan, tmp_path / "out", resume=True, progress=False)
+    counts = execute.run_matrix(plan, tmp_path / "out", resume=True, progress=False)
     assert counts == {"complete": 1, "failed": 1, "skipped": 1}
 
 

@@ -30,6 +30,10 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def _escape(help_text: str) -> str:
+    return help_text.replace("%", "%%")  # argparse %-formats help strings
+
+
 def add_dataclass_options(group, cls, seen: dict[str, set], owner_name: str, skip=()) -> None:
     """A flag per field of ``cls`` with its help and default; a field another owner added already gets
     this owner's meaning appended to its help instead of a second flag."""
@@ -39,7 +43,7 @@ def add_dataclass_options(group, cls, seen: dict[str, set], owner_name: str, ski
         seen.setdefault(f.name, set()).add(owner_name)
         doc = f.metadata.get("help", "")
         default = f.default if f.default is not dataclasses.MISSING else None
-        help_text = f"{doc} (default: {default})" if doc else f"default: {default}"
+        help_text = _escape(f"{doc} (default: {default})" if doc else f"default: {default}")
         if len(seen[f.name]) > 1:
             action = group._option_string_actions[flag(f.name)]
             if f.name not in config_fields(AlgoConfig) and owner_name not in (action.help or ""):
@@ -63,7 +67,7 @@ def add_task_options(parser: argparse.ArgumentParser) -> None:
             added.setdefault(name, []).append(task_name)
             if len(added[name]) > 1:
                 continue
-            help_text = f"{option.help} (default: {option.default})"
+            help_text = _escape(f"{option.help} (default: {option.default})")
             if option.kind is bool:
                 group.add_argument(flag(name), dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
             else:

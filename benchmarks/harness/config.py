@@ -24,7 +24,8 @@ from tasks import TASKS
 class RunConfig:
     task: str = field(default="pizza", metadata={"help": "task name"})
     algo: str = field(default="grpo", metadata={"help": "algorithm name"})
-    steps: int = field(default=200, metadata={"help": "training steps"})
+    steps: int = field(default=200, metadata={"help": "training steps (with --budget: at most this many)"})
+    budget: Optional[int] = field(default=None, metadata={"help": "stop once this many completions were generated, discarded ones included (the matrix's unit)"})
     seed: int = field(default=0, metadata={"help": "seed for sampling, prompts and evaluation"})
     device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
     precision: str = field(default="auto", metadata={"help": "fp32, bf16 (autocast), or auto (bf16 on CUDA)"})
@@ -44,6 +45,8 @@ class RunConfig:
                 raise UsageError(f"--{f.name.replace('_', '-')} must be a finite number, got {value}")
         if self.steps < 1:
             raise UsageError(f"--steps must be >= 1, got {self.steps}")
+        if self.budget is not None and self.budget < 1:
+            raise UsageError(f"--budget must be >= 1, got {self.budget}")
         if self.eval_every < 0 or self.checkpoint_every < 0:
             raise UsageError("--eval-every and --checkpoint-every must be >= 0")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:

@@ -198,10 +198,16 @@ def run(rc: RunConfig, algo_config, task_options: Optional[dict] = None, *, task
         task, policy, algo, resolved = build(rc, algo_config, task_options or {}, task)
         previous = _check_previous_run(out, rc, resolved)
         summary = read_json(out / "summary.json")
-        if previous and summary and summary.get("status") == "complete" and summary.get("steps") == rc.steps:
+        if previous and summary and summary.get("status") == "complete" and _finished(summary, rc):
             tqdm.write(f"{out}: the run is complete at {rc.steps} steps; nothing to do")
             return summary
         return _train_and_record(out, rc, task, policy, algo, resolved, previous, on_step, progress)
+
+
+def _finished(summary: dict, rc: RunConfig) -> bool:
+    if rc.budget is not None and summary.get("completions_generated", 0) >= rc.budget:
+        return True
+    return summary.get("steps") == rc.steps
 
 
 def _train_and_record(out: Path, rc: RunConfig, task: Task, policy, algo: Algorithm, resolved: dict,
@@ -236,17 +242,22 @@ def _train_and_record(out: Path, rc: RunConfig, task: Task, policy, algo: Algori
                dynamic_ncols=True)
     steps = train_steps(algo, task, prompt_rng, range(start_step + 1, rc.steps + 1))
     step = start_step
+    generated = sum(r.get("completions", 0.0) for r in read_jsonl(metrics_path))
     try:
         for step, metrics, seconds in steps:
+            generated += metrics.get("completions", 0.0)
             elapsed += seconds
             row = {"step": step, **metrics, "time/step": seconds, "time/wall": elapsed}
-            if rc.eval_every and step % rc.eval_every == 0 and step != rc.steps:
+            last = step == rc.steps or (rc.budget is not None and generated >= rc.budget)
+            if rc.eval_every and step % rc.eval_every == 0 and not last:
                 row.update({f"eval/{k}": v for k, v in _evaluate(task, policy, rc.seed).items()})
             append_jsonl(metrics_path, row)
             bar.update(1)
             bar.set_postfix({"reward": f"{metrics.get('reward/mean', float('nan')):.3f}", "loss": f"{metrics.get('loss', 0.0):.4f}"})
             if on_step:
                 on_step(row)
+            if rc.budget is not None and generated >= rc.budget:
+                break  # every generated completion counts, discarded ones included: equal samples
             if rc.checkpoint_every and step % rc.checkpoint_every == 0 and step != rc.steps:
                 _save_checkpoint(out, step, {
                     "step": step, "elapsed": elapsed, "eval_before": before, "policy": policy.state_dict(),
@@ -262,7 +273,7 @@ def _train_and_record(out: Path, rc: RunConfig, task: Task, policy, algo: Algori
     if rc.save_model:
         policy.save_pretrained(out / "final")
         task.tokenizer.save_pretrained(out / "final")
-    return _write_summary(out, rc, resolved, before, after, elapsed, rc.steps, algo, status="complete")
+    return _write_summary(out, rc, resolved, before, after, elapsed, step, algo, status="complete")
 
 
 def _write_summary(out: Path, rc: RunConfig, resolved: dict, before: dict, after: Optional[dict], elapsed: float,

@@ -48,10 +48,12 @@ class Executor(Protocol):
 
 
 def is_complete(cell_dir: Path, cell: Cell) -> bool:
-    """Finished means: the same cell (same spec) and a summary that says complete at the planned step."""
+    """Finished means: the same cell (same spec) and a summary that says complete at the planned step
+    count, or at the budget (a step that re-samples, as DAPO's dynamic sampling, spends it sooner)."""
     summary = read_json(cell_dir / "summary.json")
-    return (read_json(cell_dir / "cell.json") == cell.spec() and summary is not None
-            and summary.get("status") == CELL_COMPLETE and summary.get("steps") == cell.steps)
+    if read_json(cell_dir / "cell.json") != cell.spec() or summary is None or summary.get("status") != CELL_COMPLETE:
+        return False
+    return summary.get("steps") == cell.steps or summary.get("completions_generated", 0) >= cell.budget
 
 
 def prepare_cell_dir(job: CellJob) -> CellJob:

@@ -238,7 +238,7 @@ def parse(path: str | Path) -> Plan:
                 where = ("tasks", task_name) if task_budget else ()
                 check.fail(where, "budget", f"budget {budget_t} completions is less than one step of {variant} "
                                             f"({cps} completions per step)")
-            run = {"steps": steps, "eval_every": max(1, eval_t // cps) if eval_t else 0, "device": device,
+            run = {"steps": steps, "budget": budget_t, "eval_every": max(1, eval_t // cps) if eval_t else 0, "device": device,
                    "checkpoint_every": max(1, checkpoint_every // cps) if checkpoint_every else 0, "precision": precision}
             for seed in seeds:
                 cells.append(Cell(
