@@ -16,7 +16,7 @@ def strip_timing(rows):
 @pytest.fixture
 def run_cli(capsys):
     """Run `grpo-bench ARGS...` in-process; returns (exit status, stdout, stderr)."""
-    from benchmarks.cli import main
+    from benchmarks.cli.main import main
 
     def _run(*args):
         code = main([str(a) for a in args])

@@ -189,7 +189,7 @@ def test_pizza_preference_pairs_rank_by_reward():
     (["--task", "pizza", "--algo", "dpo", "--bandit-seed", "1"], "--bandit-seed is an option of task bandit, not of pizza"),
 ])
 def test_cli_refuses_options_of_other_algorithms_and_tasks(capsys, tmp_path, argv, message):
-    from benchmarks.cli import main
+    from benchmarks.cli.main import main
 
     assert main(["run", *argv, "--steps", "1", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()

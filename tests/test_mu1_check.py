@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from algorithms.losses import group_advantages
-from benchmarks import mu1_check
-from benchmarks.cli import main
+from benchmarks.checks import mu1 as mu1_check
+from benchmarks.cli.main import main
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import torch
 
 from algorithms import rollout as rollout_lib
 from algorithms.rollout import generate, per_token_logps
-from benchmarks.perf import WORKLOADS, Trl, same_batch_check
+from benchmarks.perf.grpo_vs_trl import WORKLOADS, Trl, same_batch_check
 from tasks import make_task
 
 
@@ -176,7 +176,7 @@ def test_algorithms_step_fused_adamw_with_the_reference_adamw_numbers(pizza):
 
 
 def test_target_verdict_names_each_workload_that_misses():
-    from benchmarks.perf import target_verdict
+    from benchmarks.perf.grpo_vs_trl import target_verdict
 
     def comparison(name, median, ours_bytes, trl_bytes, diff):
         return {"workload": {"name": name}, "ratio": {"median": median}, "same_batch": {"max_abs_diff": diff},

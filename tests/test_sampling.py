@@ -8,7 +8,7 @@ import torch
 
 from algorithms import fast_llama
 from algorithms.rollout import INVERSE_CDF_MIN_VOCAB, STATIC_CACHE_MIN_NEW_TOKENS, generate, sample_categorical
-from benchmarks.harness import make_evaluated_task, rollout_sampler
+from benchmarks.harness.loop import make_evaluated_task, rollout_sampler
 from tasks import make_task
 from tasks.smollm import gguf_path
 

@@ -7,8 +7,8 @@ import torch
 
 pytest.importorskip("trl")
 
-from benchmarks import trl_check  # noqa: E402
-from benchmarks.cli import main  # noqa: E402
+from benchmarks.checks import trl as trl_check  # noqa: E402
+from benchmarks.cli.main import main  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from benchmarks.cli import main
+from benchmarks.cli.main import main
 
 
 @pytest.mark.parametrize("argv", [["--steps", "0"], ["--seeds", "0"]])
