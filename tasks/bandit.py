@@ -105,6 +105,7 @@ class BanditTask(Task):
     def __init__(self, reward_mode: Optional[str] = None, reward_fn=None, bandit_seed: int = 0, model: Optional[str] = None):
         super().__init__(reward_mode, reward_fn)
         self.bandit_seed = bandit_seed
+        self.success_threshold = 1.0 if self.reward_mode == "verifiable" else None  # the rm's scores have no "correct"
         self.model_path = model
         self.prefs = true_preferences(bandit_seed)  # (C, A), hidden from the learner
         self.best = self.prefs.argmax(dim=1)  # (C,)

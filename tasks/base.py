@@ -61,6 +61,8 @@ class Task:
     reward_modes: tuple[str, ...] = ("default",)
     generation: GenerationDefaults
     recommended_learning_rate: float = 1e-3  # used when a run leaves learning_rate unset
+    # A completion whose reward reaches this counts as correct in the training diagnostics (None: no such notion).
+    success_threshold: Optional[float] = None
     tokenizer = None
     preference_labelling = "completions of the starting policy paired at random; the higher task reward is chosen; ties dropped"
     eval_sampler: Optional[Sampler] = None

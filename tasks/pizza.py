@@ -79,6 +79,7 @@ class PizzaTask(Task):
     generation = GenerationDefaults(max_new_tokens=12, temperature=1.0)
     # AdamW at 1e-3 overshoots into misspellings ("pizzza") once the KL term dominates; 5e-5 is smooth.
     recommended_learning_rate = 5e-5
+    success_threshold = 4.0  # exactly "pizza" then EOS
     option_help = {
         "eval_samples": "completions sampled for evaluation",
         "model": "a Hugging Face model id or local directory to start from (default: the pretrained tiny Llama)",
