@@ -270,7 +270,7 @@ def test_default_matrix_is_every_algorithm_on_pizza_and_both_bandit_modes_at_equ
     needed = {"reinforce", "ppo", "dpo", "grpo"} - set(ALGORITHMS), {"pizza", "bandit"} - set(TASKS)
     if any(needed):
         pytest.skip(f"not registered yet: {sorted(needed[0] | needed[1])}")
-    plan = parse(ROOT / "benchmarks" / "default.toml")
+    plan = parse(ROOT / "benchmarks" / "matrices" / "default.toml")
     assert len(plan.cells) == 3 * 7 * 3  # (pizza, bandit rm, bandit verifiable) x 7 variants x 3 seeds
     assert {c.algo for c in plan.cells} == {"reinforce", "ppo", "dpo", "grpo"}
     assert {c.task_label for c in plan.cells} == {"pizza", "bandit(reward_mode=rm)", "bandit(reward_mode=verifiable)"}

@@ -26,7 +26,7 @@ from algorithms.grpo import GRPOConfig
 from algorithms.losses import group_advantages, grpo_loss, k3_kl, masked_mean_per_sequence
 from algorithms.rollout import Rollout, rollout_logps
 from benchmarks.errors import UsageError
-from benchmarks.harness import RunConfig, build
+from benchmarks.harness import RunConfig, build, train_steps
 from benchmarks.io import atomic_write_json, atomic_write_text
 
 ZERO_TOL = 1e-6
@@ -158,11 +158,9 @@ def train(setup: Setup, steps: int, seed: int, eval_every: int = 0, evaluate: bo
 
     With ``evaluate`` the policy is evaluated before, every ``eval_every`` steps and after."""
     task, policy, algo, _ = build_grpo(setup, seed, steps, **grpo_options)
-    prompt_rng = random.Random(seed)
     rows, evals = [], [{"step": 0, **task.evaluate(policy, seed=seed)}] if evaluate else []
-    for step in range(1, steps + 1):
-        prompts = prompt_rng.choices(task.train_prompts(), k=algo.config.prompts_per_step)
-        rows.append({"step": step, **algo.step(prompts)})
+    for step, metrics, _ in train_steps(algo, task, random.Random(seed), range(1, steps + 1)):  # the harness's loop
+        rows.append({"step": step, **metrics})
         if evaluate and (step == steps or (eval_every and step % eval_every == 0)):
             evals.append({"step": step, **task.evaluate(policy, seed=seed)})
     return rows, evals, (task, policy, algo)
