@@ -263,16 +263,16 @@ def test_failing_cells_are_recorded_and_the_matrix_goes_on(tmp_path, monkeypatch
     assert counts == {"complete": 1, "failed": 1, "skipped": 1}
 
 
-def test_default_matrix_is_every_algorithm_on_pizza_and_both_bandit_modes_at_equal_samples():
+def test_default_matrix_is_every_algorithm_on_every_toy_task_at_equal_samples():
     from algorithms import ALGORITHMS
     from tasks import TASKS
 
-    needed = {"reinforce", "ppo", "dpo", "grpo"} - set(ALGORITHMS), {"pizza", "bandit"} - set(TASKS)
+    needed = {"reinforce", "ppo", "dpo", "grpo", "rloo", "reinforce_pp"} - set(ALGORITHMS), {"pizza", "bandit", "addition"} - set(TASKS)
     if any(needed):
         pytest.skip(f"not registered yet: {sorted(needed[0] | needed[1])}")
     plan = parse(ROOT / "benchmarks" / "matrices" / "default.toml")
-    assert len(plan.cells) == 3 * 7 * 3  # (pizza, bandit rm, bandit verifiable) x 7 variants x 3 seeds
-    assert {c.algo for c in plan.cells} == {"reinforce", "ppo", "dpo", "grpo"}
-    assert {c.task_label for c in plan.cells} == {"pizza", "bandit(reward_mode=rm)", "bandit(reward_mode=verifiable)"}
+    assert len(plan.cells) == 4 * 13 * 5  # (pizza, bandit rm, bandit verifiable, addition) x 13 variants x 5 seeds
+    assert {c.algo for c in plan.cells} == {"reinforce", "ppo", "dpo", "grpo", "rloo", "reinforce_pp"}
+    assert {c.task_label for c in plan.cells} == {"pizza", "bandit(reward_mode=rm)", "bandit(reward_mode=verifiable)", "addition"}
     for cell in plan.cells:
         assert cell.steps * cell.completions_per_step == cell.budget, cell.name

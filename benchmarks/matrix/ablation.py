@@ -8,7 +8,8 @@ also means more completions per step, as in the notebook; the table reports comp
     grpo-bench ablation --out results/ablation
 
 writes OUT/curves.csv (step, G, seed, metrics), OUT/group_size.md (mean over seeds at a few steps)
-and OUT/group_size.png (mean curves with min-max bands over seeds).
+and OUT/group_size.png (mean curves with min-max bands over seeds, against steps and against generated
+completions, so G is compared both at equal steps and at equal samples).
 """
 
 from __future__ import annotations
@@ -52,23 +53,31 @@ def table(curves: pd.DataFrame, steps: list[int]) -> str:
 
 
 def plot(curves: pd.DataFrame, optimum: float, rm_optimum: float, path: Path) -> None:
+    """Top row: true reward and accuracy against steps (equal steps: G = 16 spends 8x the samples of G = 2);
+    bottom row: the same against generated completions (equal samples)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, metric in zip(axes, ("true_reward", "accuracy")):
-        for g, group in curves.groupby("G"):
-            stats = group.groupby("step")[metric].agg(["mean", "min", "max"])
-            ax.plot(stats.index, stats["mean"], label=f"G = {g}")
-            ax.fill_between(stats.index, stats["min"], stats["max"], alpha=0.2)
-        if metric == "true_reward":
-            ax.axhline(optimum, color="grey", linestyle="--", linewidth=1, label="optimal policy")
-            ax.axhline(rm_optimum, color="grey", linestyle=":", linewidth=1, label="the RM's best actions")
-        ax.set_xlabel("step")
-        ax.set_ylabel(metric.replace("_", " "))
-    axes[0].legend()
+    curves = curves.assign(completions=curves["step"] * curves["completions_per_step"])
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7.5))
+    for row, x in zip(axes, ("step", "completions")):
+        for ax, metric in zip(row, ("true_reward", "accuracy")):
+            for g, group in curves.groupby("G"):
+                stats = group.groupby(x)[metric].agg(["mean", "min", "max"])
+                ax.plot(stats.index, stats["mean"], label=f"G = {g}")
+                ax.fill_between(stats.index, stats["min"], stats["max"], alpha=0.2)
+            if metric == "true_reward":
+                ax.axhline(optimum, color="grey", linestyle="--", linewidth=1, label="optimal policy")
+                ax.axhline(rm_optimum, color="grey", linestyle=":", linewidth=1, label="the RM's best actions")
+            ax.set_xlabel("step (equal steps)" if x == "step" else "generated completions (equal samples)")
+            ax.set_ylabel(metric.replace("_", " "))
+        if x == "completions":  # the smallest G's last point: every G compared up to the samples all of them spent
+            ax_limit = curves.groupby("G")["completions"].max().min()
+            for ax in row:
+                ax.set_xlim(0, ax_limit)
+    axes[0][0].legend()
     fig.suptitle("GRPO on the toy bandit: group size G (mean over seeds, band = min..max)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -238,20 +238,36 @@ def parse(path: str | Path) -> Plan:
                 where = ("tasks", task_name) if task_budget else ()
                 check.fail(where, "budget", f"budget {budget_t} completions is less than one step of {variant} "
                                             f"({cps} completions per step)")
-            run = {"steps": steps, "budget": budget_t, "eval_every": max(1, eval_t // cps) if eval_t else 0, "device": device,
+            eval_steps = _eval_steps(check, task_name if task_eval is not None else None, task_label, variant, eval_t, cps)
+            run = {"steps": steps, "budget": budget_t, "eval_every": eval_steps, "device": device,
                    "checkpoint_every": max(1, checkpoint_every // cps) if checkpoint_every else 0, "precision": precision}
             for seed in seeds:
                 cells.append(Cell(
                     task=task_name, task_label=task_label, task_options=task_options, algo=algo_name,
                     variant=variant, algo_options=algo_options, seed=seed, budget=budget_t,
                     completions_per_step=cps, steps=steps,
-                    eval_every=max(1, eval_t // cps) if eval_t else 0,
+                    eval_every=eval_steps,
                     checkpoint_every=max(1, checkpoint_every // cps) if checkpoint_every else 0,
                     device=device, precision=precision, settings={**settings, **run, "seed": seed},
                 ))
     if not cells:
         check.fail((), None, "the matrix has no cells: add [tasks.NAME] and [algorithms.NAME] tables")
     return Plan(str(path), text, str(data.get("name", path.stem)), str(data.get("description", "")), cells, float(timeout_s))
+
+
+def _eval_steps(check: _Checker, task_table: Optional[str], task_label: str, variant: str, eval_every: int, cps: int) -> int:
+    """``eval_every`` completions as a step interval. Every variant is evaluated at the same completion
+    counts (the multiples of eval_every) only when its completions per step divide eval_every; anything
+    else would put its learning-curve points elsewhere than the other variants', so it is refused."""
+    if not eval_every:
+        return 0
+    if eval_every % cps:
+        where = ("tasks", task_table) if task_table else ()
+        check.fail(where, "eval_every", f"eval_every {eval_every} completions is not a multiple of {variant}'s {cps} "
+                                        f"completions per step on {task_label}: its evaluations would fall at other "
+                                        f"completion counts than the other variants' (use a multiple of {cps}, "
+                                        f"e.g. {-(-eval_every // cps) * cps})")
+    return eval_every // cps
 
 
 def _resolved(check: _Checker, task: str, task_label: str, task_options: dict, algo: str, variant: str,

@@ -1,15 +1,22 @@
-"""``grpo-bench report DIR``: a matrix directory's cells as tidy tables, markdown and plots.
+"""``grpo-bench report DIR``: a matrix directory's cells as tidy tables, learning curves, robust
+statistics, verdicts and plots. This module collects the cells and orchestrates; the parts live by concern:
+``curves`` (learning curves from the evaluations), ``stats`` (AUC, thresholds, t and bootstrap intervals),
+``verdicts`` (rankings and the guidance sentences), ``plots``, ``tables`` (markdown). The report reads
+files only: it never imports the harness or the command line.
 
 Writes under DIR:
     tables/cells.csv   one row per cell (complete, failed or missing), every measured number
     tables/evals.csv   accuracy and reward before, during and after training (long format)
     tables/steps.csv   every training step's metrics (long format: one row per cell and step)
     tables/summary.csv / summary.md   per task and variant: mean and 95% t-interval over seeds
-    plots/*.png        reward vs samples and vs wall-clock, accuracy, memory, time, GRPO KL and clip fraction
-    README.md          the tables and plots; also a section of results/README.md when DIR is under results/
+    tables/curves.csv  accuracy on each task's grid of completion counts, per cell
+    tables/curve_metrics.csv   per cell: final accuracy, AUC, completions to the threshold
+    tables/verdicts.csv / overall.csv / probability_of_improvement.csv / performance_profiles.csv
+    plots/*.png        learning curves, training reward, bars, per-task diagnostics, rliable plots
+    README.md          the verdicts, tables and plots; also a section of results/README.md when DIR is under results/
 
 Over a partial directory it says which cells are missing and reports the rest; failed cells are
-listed with their error and left out of the means.
+listed with their error and left out of the means and the statistics.
 """
 
 from __future__ import annotations
@@ -23,8 +30,12 @@ from typing import Optional
 import pandas as pd
 
 from benchmarks.errors import UsageError
-from benchmarks.io import atomic_write, atomic_write_text, read_jsonl
+from benchmarks.io import atomic_write_text, read_jsonl
+from benchmarks.report import curves as learning_curves
+from benchmarks.report import verdicts
 from benchmarks.report.readme import update_section
+from benchmarks.report.stats import t_interval
+from benchmarks.report.tables import markdown_table, plus_minus
 
 CELL_KEYS = ["task", "variant", "algo", "seed"]
 # (column, heading, format, scale) of the summary table, in order.
@@ -39,25 +50,6 @@ SUMMARY_COLUMNS = [
     ("wall_clock_s", "training time (s)", "{:.1f}", 1.0),
     ("tokens_per_second", "generated tokens/s", "{:.0f}", 1.0),
 ]
-
-
-def t_interval(values) -> tuple[float, float]:
-    """Mean and the half-width of its 95% Student-t confidence interval (nan half-width for n < 2)."""
-    from scipy import stats
-
-    x = pd.Series(values, dtype=float).dropna()
-    n = len(x)
-    if n == 0:
-        return math.nan, math.nan
-    if n == 1:
-        return float(x.iloc[0]), math.nan
-    return float(x.mean()), float(stats.t.ppf(0.975, n - 1) * x.std(ddof=1) / math.sqrt(n))
-
-
-def _t_band(values) -> tuple[float, float]:
-    mean, half = t_interval(values)
-    half = 0.0 if math.isnan(half) else half
-    return mean - half, mean + half
 
 
 # ------------------------------------------------------------------------------------------------
@@ -86,7 +78,7 @@ def _planned_cells(out: Path) -> tuple[dict, list[dict]]:
             "task": spec.get("task", summary.get("task")), "variant": spec.get("variant", summary.get("algo")),
             "algo": spec.get("algo", summary.get("algo")), "seed": spec.get("seed", summary.get("seed")),
             "steps": spec.get("steps", summary.get("steps")), "budget": spec.get("budget"),
-            "completions_per_step": spec.get("completions_per_step"),
+            "completions_per_step": spec.get("completions_per_step"), "eval_every": spec.get("eval_every"),
         })
     return {}, cells
 
@@ -107,7 +99,8 @@ def collect(out: Path) -> dict:
         summary = _read_json(cell_dir / "summary.json")
         metrics = read_jsonl(cell_dir / "metrics.jsonl")
         row = {**keys, "task_name": spec["task"], "steps_planned": spec.get("steps"), "budget": spec.get("budget"),
-               "completions_per_step": spec.get("completions_per_step"), "dir": spec["dir"]}
+               "completions_per_step": spec.get("completions_per_step"), "eval_every": spec.get("eval_every"),
+               "dir": spec["dir"]}
         if summary is None:
             row["status"] = "missing" if not metrics else f"unfinished ({len(metrics)} of {spec.get('steps')} steps)"
             cell_rows.append(row)
@@ -165,22 +158,6 @@ def summarize(cells: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _pm(mean: float, half: float, fmt: str, scale: float) -> str:
-    if math.isnan(mean):
-        return "-"
-    text = fmt.format(mean * scale)
-    return text if math.isnan(half) else f"{text} ± {fmt.format(half * scale)}"
-
-
-def markdown_table(headers: list[str], rows: list[list]) -> str:
-    def cell(v):
-        return str(v).replace("|", "\\|").replace("\n", " ")
-
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
 PHASES = ["generate", "score", "logprobs", "update"]
 
 
@@ -204,95 +181,8 @@ def summary_markdown(summary: pd.DataFrame) -> str:
         seeds = f"{r['seeds_complete']}/{r['seeds_planned']}" + (f" ({r['failed']} failed)" if r["failed"] else "")
         used = "-" if pd.isna(r["completions_used"]) else f"{r['completions_used']:.0f}"
         rows.append([r["task"], r["variant"], seeds, f"{r['steps']} = {used}"]
-                    + [_pm(r[f"{c}_mean"], r[f"{c}_ci95"], fmt, scale) for c, _, fmt, scale in SUMMARY_COLUMNS])
+                    + [plus_minus(r[f"{c}_mean"], r[f"{c}_ci95"], fmt, scale) for c, _, fmt, scale in SUMMARY_COLUMNS])
     return markdown_table(headers, rows)
-
-
-# ------------------------------------------------------------------------------------------------
-# Plots
-# ------------------------------------------------------------------------------------------------
-
-
-def _save(grid, path: Path, title: str) -> None:
-    grid.figure.suptitle(title, y=1.02)
-    atomic_write(path, lambda tmp: grid.figure.savefig(tmp, dpi=110, bbox_inches="tight", format="png"))
-    import matplotlib.pyplot as plt
-
-    plt.close(grid.figure)
-
-
-def plots(data: dict, out: Path) -> list[tuple[str, str]]:
-    """Write the PNGs; returns [(file name, caption)] for the ones there was data for."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import seaborn as sns
-
-    sns.set_theme(style="whitegrid", context="paper")
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    steps, evals, cells = data["steps"], data["evals"], data["cells"]
-    band = {"errorbar": _t_band}
-    # One colour and one order per variant and task in every plot (the matrix file's order).
-    variants = list(dict.fromkeys(cells["variant"]))
-    palette = dict(zip(variants, sns.color_palette(n_colors=len(variants))))
-
-    def style(frame):
-        present = set(frame["variant"])
-        return {"hue": "variant", "hue_order": [v for v in variants if v in present], "palette": palette,
-                "col": "task", "col_order": [t for t in dict.fromkeys(cells["task"]) if t in set(frame["task"])], **band}
-
-    if not steps.empty and "reward/mean" in steps:
-        steps = steps.sort_values(CELL_KEYS + ["step"]).copy()
-        # Per-step rewards of a small batch are noisy: a trailing mean over ~10% of the run.
-        steps["reward (smoothed)"] = steps.groupby(["task", "variant", "seed"], sort=False)["reward/mean"].transform(
-            lambda s: s.rolling(max(1, len(s) // 10), min_periods=1).mean())
-        g = sns.relplot(data=steps, x="samples", y="reward (smoothed)", kind="line",
-                        facet_kws={"sharex": False, "sharey": False}, height=3.2, **style(steps))
-        g.set_axis_labels("generated completions (training samples)", "training reward")
-        _save(g, out / "reward_vs_samples.png", "Training reward vs samples (mean over seeds, 95% t-interval)")
-        written.append(("reward_vs_samples.png", "training reward vs generated completions"))
-        # Seeds do not share wall-clock instants: average within 40 time bins per task and variant.
-        steps["wall-clock (s)"] = steps.groupby(["task", "variant"])["time/wall"].transform(
-            lambda s: ((s / max(s.max(), 1e-9) * 40).clip(upper=39.999).astype(int) + 0.5) * max(s.max(), 1e-9) / 40)
-        g = sns.relplot(data=steps, x="wall-clock (s)", y="reward (smoothed)", kind="line",
-                        facet_kws={"sharex": False, "sharey": False}, height=3.2, **style(steps))
-        g.set_axis_labels("training wall-clock (s)", "training reward")
-        _save(g, out / "reward_vs_wallclock.png", "Training reward vs wall-clock (binned, 95% t-interval)")
-        written.append(("reward_vs_wallclock.png", "training reward vs training wall-clock"))
-    if not evals.empty and "accuracy" in evals:
-        g = sns.relplot(data=evals, x="samples", y="accuracy", kind="line", marker="o",
-                        facet_kws={"sharex": False}, height=3.2, **style(evals))
-        g.set_axis_labels("generated completions (training samples)", "evaluation accuracy")
-        g.set(ylim=(-0.02, 1.02))
-        _save(g, out / "accuracy_vs_samples.png", "Evaluation accuracy before, during and after training")
-        written.append(("accuracy_vs_samples.png", "evaluation accuracy vs generated completions"))
-    done = cells[cells["status"] == "complete"].copy() if "status" in cells else cells.iloc[:0]
-    if not done.empty:
-        done["peak memory (MiB)"] = done["peak_memory_bytes"] / 2**20
-        done["time per step (ms)"] = done["time_per_step_s"] * 1e3
-        done["final accuracy"] = done["accuracy_after"]
-        for column, name, title in [
-            ("final accuracy", "final_accuracy.png", "Final accuracy"),
-            ("peak memory (MiB)", "peak_memory.png", f"Peak memory ({done['peak_memory_kind'].iloc[0]})"),
-            ("time per step (ms)", "time_per_step.png", "Training time per step"),
-        ]:
-            st = style(done)
-            g = sns.catplot(data=done, x="variant", y=column, order=st["hue_order"], kind="bar", height=3.4, aspect=1.3,
-                            legend=False, sharey=column != "final accuracy", **st)
-            g.set_xticklabels(rotation=35, ha="right")
-            if column == "final accuracy":
-                g.set(ylim=(0, 1.02))
-            _save(g, out / name, f"{title} (mean over seeds, 95% t-interval)")
-            written.append((name, title.lower()))
-    grpo = steps[steps["algo"] == "grpo"] if not steps.empty else steps
-    for column, name in [("kl", "grpo_kl.png"), ("clipfrac", "grpo_clipfrac.png")]:
-        if not grpo.empty and column in grpo and grpo[column].notna().any():
-            g = sns.relplot(data=grpo, x="step", y=column, kind="line",
-                            facet_kws={"sharex": False, "sharey": False}, height=3.2, **style(grpo))
-            _save(g, out / name, f"GRPO variants: {column} per step (95% t-interval)")
-            written.append((name, f"GRPO variants: {column} per step"))
-    return written
 
 
 # ------------------------------------------------------------------------------------------------
@@ -300,8 +190,11 @@ def plots(data: dict, out: Path) -> list[tuple[str, str]]:
 # ------------------------------------------------------------------------------------------------
 
 
-def render(data: dict, summary: pd.DataFrame, images: list[tuple[str, str]], prefix: str, source: str) -> str:
-    """The report as markdown; ``prefix`` is the path from the README holding it to DIR."""
+def render(data: dict, summary: pd.DataFrame, images: list[tuple[str, str]], prefix: str, source: str,
+           *, with_verdicts: bool = True) -> str:
+    """The report as markdown; ``prefix`` is the path from the README holding it to DIR. The verdicts
+    (``data["analysis"]``) come first unless ``with_verdicts`` is False (a README that holds them in a
+    section of their own)."""
     meta, cells = data["meta"], data["cells"]
     done = cells[cells["status"] == "complete"] if "status" in cells else cells.iloc[:0]
     lines = [f"### Matrix `{meta.get('name', Path(source).name)}`" + (f": {meta['description']}" if meta.get("description") else "")]
@@ -321,7 +214,10 @@ def render(data: dict, summary: pd.DataFrame, images: list[tuple[str, str]], pre
                         if not done.empty else "."))
     counts = cells["status"].value_counts() if "status" in cells else {}
     lines.append(f"Cells: {len(cells)} planned, " + ", ".join(f"{n} {s}" for s, n in counts.items()) + ".")
-    lines += ["", "Mean ± 95% confidence interval over seeds (Student t); failed and missing cells are left out of the means. "
+    if with_verdicts and data.get("analysis") is not None:
+        lines += ["", verdicts.render(data["analysis"]).rstrip()]
+    lines += ["", "#### Every measured number", "",
+              "Mean ± 95% confidence interval over seeds (Student t); failed and missing cells are left out of the means. "
               "On CPU, peak memory is the cell process's peak RSS, Python and torch included; "
               "params+grads+optim counts what training adds (a critic included).",
               "", summary_markdown(summary)]
@@ -338,12 +234,23 @@ def render(data: dict, summary: pd.DataFrame, images: list[tuple[str, str]], pre
                                                                     for r in missing.itertuples())]
     for name, caption in images:
         lines += ["", f"![{caption}]({prefix}plots/{name})"]
-    lines += ["", f"Tables: [{prefix}tables/summary.csv]({prefix}tables/summary.csv), "
-                  f"[{prefix}tables/cells.csv]({prefix}tables/cells.csv) (every cell), "
-                  f"[{prefix}tables/evals.csv]({prefix}tables/evals.csv), [{prefix}tables/steps.csv]({prefix}tables/steps.csv)."]
+    links = [f"[{prefix}tables/{name}.csv]({prefix}tables/{name}.csv)" + note for name, note in TABLES]
+    lines += ["", "Tables: " + ", ".join(links) + "."]
     if meta.get("file"):
         lines += ["", f"Regenerate: `grpo-bench matrix {meta['file']} --out {source} && grpo-bench report {source}`"]
     return "\n".join(lines) + "\n"
+
+
+TABLES = [("summary", ""), ("cells", " (every cell)"), ("evals", ""), ("steps", ""), ("curves", " (accuracy on each task's grid)"),
+          ("curve_metrics", " (per cell: AUC, completions to threshold)"), ("verdicts", ""), ("overall", ""),
+          ("probability_of_improvement", ""), ("performance_profiles", "")]
+
+
+def analyse(data: dict) -> dict:
+    """Learning curves and the statistics over them, added to ``data`` as "curves" and "analysis"."""
+    data["curves"] = learning_curves.build(data["cells"], data["evals"])
+    data["analysis"] = verdicts.analyse(data["cells"], data["curves"])
+    return data
 
 
 def _results_root(out: Path) -> Optional[Path]:
@@ -354,14 +261,22 @@ def _results_root(out: Path) -> Optional[Path]:
 
 
 def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[str] = None, plot: bool = True) -> dict:
+    """Tables, statistics, plots and README.md of DIR; with ``readme`` (and always for results/README.md when DIR
+    is under results/) also two sections of that README: SECTION (the report) and SECTION-verdicts."""
+    from benchmarks.report.plots import plots
+
     out = Path(out)
-    data = collect(out)
+    data = analyse(collect(out))
     summary = summarize(data["cells"])
-    tables = out / "tables"
-    for name, frame in [("cells", data["cells"]), ("evals", data["evals"]), ("steps", data["steps"]), ("summary", summary)]:
-        atomic_write_text(tables / f"{name}.csv", frame.to_csv(index=False))
-    atomic_write_text(tables / "summary.md", summary_markdown(summary) + "\n")
-    images = plots(data, out / "plots") if plot else []
+    curves, analysis = data["curves"], data["analysis"]
+    frames = [("cells", data["cells"]), ("evals", data["evals"]), ("steps", data["steps"]), ("summary", summary),
+              ("curves", curves["completions"]), ("curve_metrics", curves["cells"]), ("verdicts", analysis["tasks"]),
+              ("overall", analysis["overall"]), ("probability_of_improvement", analysis["poi"]),
+              ("performance_profiles", analysis["profiles"])]
+    for name, frame in frames:
+        atomic_write_text(out / "tables" / f"{name}.csv", frame.to_csv(index=False))
+    atomic_write_text(out / "tables" / "summary.md", summary_markdown(summary) + "\n")
+    images = plots(data, curves, analysis, out / "plots") if plot else []
     source = str(out)
     atomic_write_text(out / "README.md", "# grpo-bench results\n\n" + render(data, summary, images, "", source))
     section_name = section or f"matrix-{out.name}"
@@ -373,7 +288,8 @@ def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[s
         targets.append(Path(readme))
     for target in targets:
         prefix = Path(os.path.relpath(out.resolve(), target.resolve().parent)).as_posix() + "/"
-        update_section(target, section_name, render(data, summary, images, prefix, source))
+        update_section(target, section_name, render(data, summary, images, prefix, source, with_verdicts=False))
+        update_section(target, f"{section_name}-verdicts", verdicts.render(analysis))
     data["summary"] = summary
     data["written"] = [str(out / "README.md")] + [str(t) for t in targets]
     return data

@@ -1,0 +1,232 @@
+"""The report's statistics: learning-curve summaries, Student-t intervals and rliable's robust estimates.
+
+Learning curves (accuracy against generated completions) are summarised by
+    normalised_auc             the trapezoid area over [0, budget] divided by the budget, in [0, 1]
+    completions_to_threshold   the first evaluated completion count at or above a threshold (inf: never)
+
+Across seeds and tasks, following Agarwal et al. 2021, "Deep RL at the Edge of the Statistical Precipice"
+(rliable): the mean and the interquartile mean (IQM, the 25% trimmed mean over runs and tasks) with
+stratified-bootstrap 95% percentile intervals, the probability of improvement P(X > Y) of every pair,
+and performance profiles (the share of runs whose score exceeds tau). Scores pooled over tasks are
+normalised per task between the starting policy's accuracy (0) and 1.0 (1).
+
+Every bootstrap is seeded: rliable draws its resamples from numpy's *global* generator, so each
+estimate seeds it (``seeded``) and restores the caller's state afterwards; a variant's interval depends
+only on its own scores, the seed and the number of resamples, never on which other variants are there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+REPS = 2000  # bootstrap resamples per estimate
+SEED = 0  # the bootstrap's seed: the same numbers give the same report
+CONFIDENCE = 0.95
+MIN_SEEDS_FOR_VERDICT = 3  # fewer runs make percentile-bootstrap intervals far too narrow to mark anything
+
+
+# ------------------------------------------------------------------------------------------------
+# Learning curves
+# ------------------------------------------------------------------------------------------------
+
+
+def normalised_auc(x: Sequence[float], y: Sequence[float], x_max: float) -> float:
+    """Area under the curve (x, y) over [0, x_max] by the trapezoid rule, divided by ``x_max``.
+
+    ``x`` (completions, non-decreasing) starts at 0, the evaluation before training; ``y`` is accuracy in
+    [0, 1], so the result is in [0, 1]: a curve at 1 throughout gives 1. A curve ending before ``x_max``
+    is held at its last value (the run is over; its policy stays as it is), one going past is cut at
+    ``x_max`` (linear interpolation there)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.ndim != 1 or x.shape != y.shape or len(x) == 0:
+        raise ValueError(f"x and y must be 1-d of the same non-zero length, got {x.shape} and {y.shape}")
+    if x_max <= 0:
+        raise ValueError(f"x_max must be > 0, got {x_max}")
+    if x[0] != 0:
+        raise ValueError(f"a learning curve starts at 0 completions (the evaluation before training), got {x[0]}")
+    if np.any(np.diff(x) < 0):
+        raise ValueError("x must be non-decreasing")
+    inside = x < x_max
+    xs = np.append(x[inside], x_max)
+    ys = np.append(y[inside], np.interp(x_max, x, y))  # np.interp holds the last value past the end
+    return float(np.sum(np.diff(xs) * (ys[1:] + ys[:-1]) / 2) / x_max)
+
+
+def completions_to_threshold(x: Sequence[float], y: Sequence[float], threshold: float) -> float:
+    """The first evaluated x whose y is at or above ``threshold``; ``math.inf`` when no evaluation reached it.
+
+    Only measured points count (no interpolation between evaluations): the policy was seen at the
+    threshold after that many completions, not before."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.shape != y.shape:
+        raise ValueError(f"x and y must have the same shape, got {x.shape} and {y.shape}")
+    reached = np.flatnonzero(y >= threshold)
+    return float(x[reached[0]]) if len(reached) else math.inf
+
+
+def normalise(scores, start: float) -> np.ndarray:
+    """Scores mapped so that the starting policy's accuracy is 0 and 1.0 stays 1 (nan when start is 1)."""
+    scores = np.asarray(scores, dtype=float)
+    return (scores - start) / (1.0 - start) if start < 1.0 else np.full_like(scores, np.nan)
+
+
+# ------------------------------------------------------------------------------------------------
+# Student t (the summary table's ± and the curves' bands)
+# ------------------------------------------------------------------------------------------------
+
+
+def t_interval(values) -> tuple[float, float]:
+    """Mean and the half-width of its 95% Student-t confidence interval (nan half-width for n < 2)."""
+    from scipy import stats
+
+    x = pd.Series(values, dtype=float).dropna()
+    n = len(x)
+    if n == 0:
+        return math.nan, math.nan
+    if n == 1:
+        return float(x.iloc[0]), math.nan
+    return float(x.mean()), float(stats.t.ppf(0.975, n - 1) * x.std(ddof=1) / math.sqrt(n))
+
+
+def t_band(values) -> tuple[float, float]:
+    """(low, high) of the 95% t-interval; a single value is its own band."""
+    mean, half = t_interval(values)
+    half = 0.0 if math.isnan(half) else half
+    return mean - half, mean + half
+
+
+# ------------------------------------------------------------------------------------------------
+# rliable
+# ------------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def seeded(seed: int):
+    """Seed numpy's global generator (rliable's source of resamples) and restore it on the way out."""
+    state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        np.random.set_state(state)
+
+
+def _as_runs_by_tasks(scores) -> np.ndarray:
+    scores = np.asarray(scores, dtype=float)
+    return scores.reshape(-1, 1) if scores.ndim == 1 else scores
+
+
+def interquartile_mean(scores: np.ndarray) -> float:
+    """rliable.metrics.aggregate_iqm (scipy.stats.trim_mean(scores, 0.25, axis=None)) in plain numpy, the same
+    numbers bit for bit (tested): scipy's argument checking costs more than the mean of a few runs, and a
+    bootstrap calls it thousands of times."""
+    flat = np.ravel(scores)
+    cut = int(0.25 * flat.size)
+    part = np.partition(flat, (cut, flat.size - cut - 1))
+    return float(np.mean(part[cut:flat.size - cut]))
+
+
+def mean_and_iqm(score_dict: Mapping[str, np.ndarray], *, reps: int = REPS, seed: int = SEED) -> pd.DataFrame:
+    """Per name: mean and IQM of its (runs x tasks) scores with stratified-bootstrap 95% intervals.
+
+    One row per name: name, mean, mean_low, mean_high, iqm, iqm_low, iqm_high."""
+    from rliable import library, metrics
+
+    def func(s):
+        return np.array([metrics.aggregate_mean(s), interquartile_mean(s)])
+
+    rows = []
+    for name, scores in score_dict.items():
+        with seeded(seed):
+            points, intervals = library.get_interval_estimates({name: _as_runs_by_tasks(scores)}, func, reps=reps,
+                                                               confidence_interval_size=CONFIDENCE)
+        (mean, iqm), ci = points[name], intervals[name]
+        rows.append({"name": name, "mean": mean, "mean_low": ci[0, 0], "mean_high": ci[1, 0],
+                     "iqm": iqm, "iqm_low": ci[0, 1], "iqm_high": ci[1, 1]})
+    return pd.DataFrame(rows, columns=["name", "mean", "mean_low", "mean_high", "iqm", "iqm_low", "iqm_high"])
+
+
+def difference_of_means(x, y, *, reps: int = REPS, seed: int = SEED) -> tuple[float, float, float]:
+    """mean(x) - mean(y) and its 95% interval, x and y resampled independently within each task
+    (rliable's StratifiedIndependentBootstrap); x, y are (runs x tasks) or 1-d runs of one task."""
+    from rliable import library
+
+    def func(a, b):
+        return np.array([np.mean(a) - np.mean(b)])
+
+    with seeded(seed):
+        points, intervals = library.get_interval_estimates({"d": [_as_runs_by_tasks(x), _as_runs_by_tasks(y)]}, func,
+                                                           reps=reps, confidence_interval_size=CONFIDENCE)
+    return float(points["d"][0]), float(intervals["d"][0, 0]), float(intervals["d"][1, 0])
+
+
+BEST, TIED, WORSE = "best", "tied with best", "worse"
+
+
+def mark_against_best(scores: Mapping[str, Sequence[float]], *, reps: int = REPS, seed: int = SEED) -> pd.DataFrame:
+    """Each variant's runs on one task against the variant with the highest mean.
+
+    The best is "best"; another is "tied with best" when the 95% bootstrap interval of the difference
+    of its mean to the best's contains 0, else "worse". With fewer than MIN_SEEDS_FOR_VERDICT runs in
+    either, the mark is "too few seeds". Rows: variant, mean, diff, diff_low, diff_high, mark, sorted
+    by mean (highest first; ties keep the given order)."""
+    means = {v: float(np.mean(s)) for v, s in scores.items() if len(s)}
+    if not means:
+        return pd.DataFrame(columns=["variant", "mean", "diff", "diff_low", "diff_high", "mark"])
+    best = max(means, key=means.get)  # the first of equal means
+    rows = []
+    for variant, mean in means.items():
+        x, y = np.asarray(scores[variant], dtype=float), np.asarray(scores[best], dtype=float)
+        if variant == best:
+            diff, low, high = 0.0, 0.0, 0.0
+        else:
+            diff, low, high = difference_of_means(x, y, reps=reps, seed=seed)
+        if min(len(x), len(y)) < MIN_SEEDS_FOR_VERDICT:
+            mark = f"too few seeds (< {MIN_SEEDS_FOR_VERDICT})"
+        else:
+            mark = BEST if variant == best else TIED if low <= 0.0 <= high else WORSE
+        rows.append({"variant": variant, "mean": mean, "diff": diff, "diff_low": low, "diff_high": high, "mark": mark})
+    frame = pd.DataFrame(rows)
+    return frame.sort_values("mean", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def probability_of_improvement(score_dict: Mapping[str, np.ndarray]) -> pd.DataFrame:
+    """P(X > Y) for every ordered pair of names (rliable's Mann-Whitney estimate, averaged over tasks);
+    scores are (runs x tasks) with the same tasks in the same columns. Rows: x, y, probability."""
+    from rliable import metrics
+
+    names = list(score_dict)
+    rows = [{"x": a, "y": b, "probability": float(metrics.probability_of_improvement(
+        _as_runs_by_tasks(score_dict[a]), _as_runs_by_tasks(score_dict[b])))}
+        for a in names for b in names if a != b]
+    return pd.DataFrame(rows, columns=["x", "y", "probability"])
+
+
+def _score_distribution(scores: np.ndarray, taus: np.ndarray) -> np.ndarray:
+    """rliable's default profile (library.score_distributions: mean(scores > tau) over all runs and tasks),
+    vectorised over tau instead of one Python call per tau."""
+    return (scores.reshape(-1, 1) > taus.reshape(1, -1)).mean(axis=0)
+
+
+def performance_profiles(score_dict: Mapping[str, np.ndarray], taus: Iterable[float], *, reps: int = REPS,
+                         seed: int = SEED) -> pd.DataFrame:
+    """Score distributions: per name and tau, the share of all its runs (over tasks) scoring above tau,
+    with a 95% stratified-bootstrap band (rliable.library.create_performance_profile). Rows: name, tau,
+    fraction, low, high."""
+    from rliable import library
+
+    taus = np.asarray(list(taus), dtype=float)
+    rows = []
+    for name, scores in score_dict.items():
+        with seeded(seed):
+            profiles, cis = library.create_performance_profile({name: _as_runs_by_tasks(scores)}, taus, reps=reps,
+                                                               custom_profile_func=_score_distribution,
+                                                               confidence_interval_size=CONFIDENCE)
+        rows += [{"name": name, "tau": t, "fraction": f, "low": lo, "high": hi}
+                 for t, f, lo, hi in zip(taus, profiles[name], cis[name][0], cis[name][1])]
+    return pd.DataFrame(rows, columns=["name", "tau", "fraction", "low", "high"])

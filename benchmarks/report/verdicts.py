@@ -1,0 +1,221 @@
+"""Verdicts: per task, the variants ranked with bootstrap intervals, the set tied with the best, what
+each costs, and only the guidance sentences the numbers support.
+
+The rules, stated once:
+  * a task *ranks nothing* when every variant's mean final accuracy is >= 0.95 or every one is <= 0.05
+    (saturated: the task cannot tell the variants apart, whatever the intervals say);
+  * on a task that ranks, the variant with the highest mean final accuracy is "best"; another is
+    "tied with best" when the 95% stratified-bootstrap interval of its mean's difference to the best's
+    contains 0, else "worse" (stats.mark_against_best; fewer than 3 seeds: no mark);
+  * "the statistics do not separate the variants on TASK" when every variant is best or tied;
+  * "X is best or tied with best on all N tasks that rank" only when that holds for X on every such
+    task; "of those, Y has the lowest mean training time" names the measured minimum, nothing more.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from benchmarks.report import stats
+from benchmarks.report.curves import THRESHOLD_SHARE
+from benchmarks.report.tables import markdown_table, with_interval
+
+SATURATED_HIGH, SATURATED_LOW = 0.95, 0.05
+PROFILE_TAUS = np.linspace(0.0, 1.0, 41)
+
+
+def _runs(frame: pd.DataFrame, column: str) -> dict[str, np.ndarray]:
+    """{variant: its seeds' values}, variants in the frame's order."""
+    return {v: g.sort_values("seed")[column].to_numpy(float) for v, g in frame.groupby("variant", sort=False)}
+
+
+def _pooled(per_cell: pd.DataFrame, column: str, tasks: list[str]) -> dict[str, np.ndarray]:
+    """{variant: (runs x tasks) normalised scores}: per task (value - start) / (1 - start), with start the
+    task's mean accuracy before training (the starting policy), over the seeds a variant completed on
+    every task."""
+    out = {}
+    starts = per_cell.groupby("task")["accuracy_before"].mean()
+    tasks = [t for t in tasks if starts[t] < 1.0]
+    for variant, group in per_cell.groupby("variant", sort=False):
+        group = group[group["task"].isin(tasks)]
+        table = group.pivot_table(index="seed", columns="task", values=column)
+        if set(table.columns) != set(tasks):
+            continue
+        table = table[tasks].dropna()
+        if table.empty:
+            continue
+        out[variant] = np.column_stack([stats.normalise(table[t], starts[t]) for t in tasks])
+    return out
+
+
+def analyse(cells: pd.DataFrame, curves: dict, *, reps: int = stats.REPS, seed: int = stats.SEED) -> dict:
+    """Everything the verdict section and its tables need.
+
+    Returns {"tasks": per (task, variant) row with final accuracy and AUC estimates, completions to the
+    threshold, the mark and the costs; "overall": normalised mean / IQM per variant over tasks;
+    "poi": P(X > Y) per task and overall; "profiles": performance profiles of normalised final
+    accuracy; "saturated": {task: bool}; "sentences": the guidance}."""
+    per_cell = curves.get("cells", pd.DataFrame())
+    if per_cell.empty:
+        return {"tasks": pd.DataFrame(), "overall": pd.DataFrame(), "poi": pd.DataFrame(), "profiles": pd.DataFrame(),
+                "saturated": {}, "sentences": [], "thresholds": {}}
+    done = cells[cells["status"] == "complete"]
+    cost = done.groupby(["task", "variant"], sort=False)[["wall_clock_s", "peak_memory_bytes"]].mean()
+    rows, saturated, poi = [], {}, []
+    tasks = list(dict.fromkeys(per_cell["task"]))
+    for task in tasks:
+        frame = per_cell[per_cell["task"] == task]
+        final, auc = _runs(frame, "final_accuracy"), _runs(frame, "auc")
+        means = {v: float(np.mean(x)) for v, x in final.items()}
+        saturated[task] = all(m >= SATURATED_HIGH for m in means.values()) or all(m <= SATURATED_LOW for m in means.values())
+        marks = stats.mark_against_best(final, reps=reps, seed=seed).set_index("variant")
+        final_est = stats.mean_and_iqm(final, reps=reps, seed=seed).set_index("name")
+        auc_est = stats.mean_and_iqm(auc, reps=reps, seed=seed).set_index("name")
+        for variant in marks.index:
+            ctt = frame[frame["variant"] == variant]["completions_to_threshold"].to_numpy(float)
+            row = {"task": task, "variant": variant, "seeds": len(final[variant]),
+                   **{f"final_{k}": v for k, v in final_est.loc[variant].items()},
+                   **{f"auc_{k}": v for k, v in auc_est.loc[variant].items()},
+                   "threshold": curves["thresholds"][task],
+                   "completions_to_threshold": float(np.median(ctt)) if len(ctt) else math.nan,
+                   "threshold_reached": int(np.isfinite(ctt).sum()),
+                   **marks.loc[variant, ["diff", "diff_low", "diff_high", "mark"]].to_dict(),
+                   "saturated": saturated[task]}
+            if (task, variant) in cost.index:
+                row["wall_clock_s"], row["peak_memory_bytes"] = cost.loc[(task, variant)]
+            rows.append(row)
+        task_poi = stats.probability_of_improvement(final)
+        task_poi.insert(0, "task", task)
+        poi.append(task_poi)
+    table = pd.DataFrame(rows)
+
+    final_pooled, auc_pooled = _pooled(per_cell, "final_accuracy", tasks), _pooled(per_cell, "auc", tasks)
+    overall = pd.DataFrame()
+    profiles = pd.DataFrame()
+    if final_pooled:
+        overall = stats.mean_and_iqm(final_pooled, reps=reps, seed=seed).add_prefix("final_").rename(columns={"final_name": "variant"})
+        auc_overall = stats.mean_and_iqm(auc_pooled, reps=reps, seed=seed).add_prefix("auc_").rename(columns={"auc_name": "variant"})
+        overall = overall.merge(auc_overall, on="variant")
+        overall["seeds"] = [len(final_pooled[v]) for v in overall["variant"]]
+        overall = overall.sort_values("final_iqm", ascending=False, kind="stable").reset_index(drop=True)
+        all_poi = stats.probability_of_improvement(final_pooled)
+        all_poi.insert(0, "task", "all tasks")
+        poi.append(all_poi)
+        profiles = stats.performance_profiles(final_pooled, PROFILE_TAUS, reps=reps, seed=seed)
+    result = {"tasks": table, "overall": overall, "poi": pd.concat(poi, ignore_index=True), "profiles": profiles,
+              "saturated": saturated, "thresholds": curves["thresholds"], "aligned": curves.get("aligned", {}),
+              "pooled_tasks": [t for t in tasks if per_cell[per_cell["task"] == t]["accuracy_before"].mean() < 1.0]}
+    result["sentences"] = guidance(table)
+    return result
+
+
+def _names(variants: list[str]) -> str:
+    quoted = [f"`{v}`" for v in variants]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
+
+
+def guidance(table: pd.DataFrame) -> list[str]:
+    """The sentences the marks support, by the rules in the module docstring."""
+    if table.empty:
+        return []
+    sentences, ranking = [], []
+    for task, frame in table.groupby("task", sort=False):
+        if frame["saturated"].iloc[0]:
+            level = "at or above 0.95" if frame["final_mean"].min() >= SATURATED_HIGH else "at or below 0.05"
+            sentences.append(f"`{task}` ranks nothing: every variant's mean final accuracy is {level}.")
+            continue
+        if not frame["mark"].isin([stats.BEST, stats.TIED, stats.WORSE]).all():
+            sentences.append(f"`{task}`: fewer than {stats.MIN_SEEDS_FOR_VERDICT} seeds per variant, so no verdict.")
+            continue
+        ranking.append(task)
+        top = frame[frame["mark"].isin([stats.BEST, stats.TIED])]
+        if len(top) == len(frame):
+            sentences.append(f"The statistics do not separate the variants on `{task}`.")
+            continue
+        sentence = f"On `{task}`, best or tied with best: {_names(list(top['variant']))} ({len(top)} of {len(frame)})"
+        if len(top) > 1 and "wall_clock_s" in top and top["wall_clock_s"].notna().all():
+            fastest = top.loc[top["wall_clock_s"].idxmin()]
+            sentence += f"; of those, `{fastest['variant']}` has the lowest mean training time ({fastest['wall_clock_s']:.1f} s)"
+        sentences.append(sentence + ".")
+    if len(ranking) >= 2:
+        frame = table[table["task"].isin(ranking)]
+        good = frame[frame["mark"].isin([stats.BEST, stats.TIED])].groupby("variant", sort=False)["task"].nunique()
+        everywhere = [v for v, n in good.items() if n == len(ranking)]
+        if everywhere:
+            sentence = (f"{_names(everywhere)} {'is' if len(everywhere) == 1 else 'are'} best or tied with best on all "
+                        f"{len(ranking)} tasks that rank ({', '.join(f'`{t}`' for t in ranking)})")
+            seconds = frame[frame["variant"].isin(everywhere)].groupby("variant", sort=False)["wall_clock_s"].sum()
+            if len(everywhere) > 1 and seconds.notna().all():
+                sentence += (f"; of those, `{seconds.idxmin()}` has the lowest mean training time "
+                             f"({seconds.min():.1f} s summed over those tasks)")
+            sentences.append(sentence + ".")
+        else:
+            sentences.append(f"No variant is best or tied with best on all {len(ranking)} tasks that rank.")
+    elif not ranking:
+        sentences.append("No task in this matrix ranks the variants.")
+    return sentences
+
+
+def _threshold_text(r) -> str:
+    reached = f"{r['threshold_reached']}/{r['seeds']}"
+    return f"not reached ({reached})" if math.isinf(r["completions_to_threshold"]) else f"{r['completions_to_threshold']:.0f} ({reached})"
+
+
+def render(analysis: dict) -> str:
+    """The verdict section as markdown."""
+    table = analysis["tasks"]
+    if table.empty:
+        return "### Verdicts\n\nNo complete cells with evaluations yet: nothing to rank.\n"
+    lines = ["### Verdicts", "",
+             "Final accuracy on each task's held-out evaluation set, over seeds: mean and interquartile mean (IQM) "
+             f"with stratified-bootstrap 95% intervals ({stats.REPS} resamples, seed {stats.SEED}; rliable, Agarwal et al. "
+             "2021). A variant is *tied with best* when the 95% interval of its mean's difference to the best's contains 0. "
+             "AUC is the area under accuracy against generated completions, divided by the budget (1 = perfect from the "
+             "start). *To threshold*: the median over seeds of the completions after which an evaluation first reached "
+             f"{THRESHOLD_SHARE:.0%} of the best variant's mean final accuracy (seeds that reached it in brackets). "
+             "Costs are means over seeds: training seconds and peak memory.", ""]
+    lines += [f"- {s}" for s in analysis["sentences"]]
+    for task, frame in table.groupby("task", sort=False):
+        note = " (ranks nothing: saturated)" if frame["saturated"].iloc[0] else ""
+        aligned = analysis.get("aligned", {}).get(task, True)
+        lines += ["", f"#### `{task}`{note}", "",
+                  f"Threshold: accuracy {analysis['thresholds'][task]:.3f}."
+                  + ("" if aligned else " Some curves were evaluated at other completion counts than the task's grid "
+                                        "(variable completions per step); their points were interpolated for the plots."),
+                  ""]
+        rows = []
+        for rank, r in enumerate(frame.itertuples(index=False), 1):
+            r = r._asdict()
+            rows.append([rank, r["variant"], r["seeds"], with_interval(r["final_mean"], r["final_mean_low"], r["final_mean_high"]),
+                         with_interval(r["final_iqm"], r["final_iqm_low"], r["final_iqm_high"]),
+                         with_interval(r["diff"], r["diff_low"], r["diff_high"], "{:+.3f}"), r["mark"],
+                         with_interval(r["auc_mean"], r["auc_mean_low"], r["auc_mean_high"]), _threshold_text(r),
+                         "-" if pd.isna(r.get("wall_clock_s")) else f"{r['wall_clock_s']:.1f}",
+                         "-" if pd.isna(r.get("peak_memory_bytes")) else f"{r['peak_memory_bytes'] / 2**20:.0f}"])
+        lines.append(markdown_table(["rank", "variant", "seeds", "final accuracy mean [95% CI]", "IQM [95% CI]",
+                                     "difference to best [95% CI]", "verdict", "AUC mean [95% CI]", "completions to threshold",
+                                     "training s", "peak MiB"], rows))
+    overall = analysis["overall"]
+    if not overall.empty and len(analysis["pooled_tasks"]) > 1:
+        lines += ["", f"#### All tasks ({', '.join(f'`{t}`' for t in analysis['pooled_tasks'])})", "",
+                  "Scores normalised per task: 0 is the starting policy's mean accuracy, 1 is accuracy 1.0; runs are the seeds a "
+                  "variant completed on every task. Saturated tasks are included (they squeeze everyone towards the same score).",
+                  "", markdown_table(
+                      ["variant", "seeds", "normalised final IQM [95% CI]", "normalised final mean [95% CI]",
+                       "normalised AUC IQM [95% CI]", "normalised AUC mean [95% CI]"],
+                      [[r.variant, r.seeds, with_interval(r.final_iqm, r.final_iqm_low, r.final_iqm_high),
+                        with_interval(r.final_mean, r.final_mean_low, r.final_mean_high),
+                        with_interval(r.auc_iqm, r.auc_iqm_low, r.auc_iqm_high),
+                        with_interval(r.auc_mean, r.auc_mean_low, r.auc_mean_high)] for r in overall.itertuples()])]
+        poi = analysis["poi"]
+        top = overall["variant"].iloc[0]
+        pairs = poi[(poi["task"] == "all tasks") & (poi["x"] == top)]
+        if not pairs.empty:
+            lines += ["", f"Probability of improvement of `{top}` (highest normalised IQM) over each other variant, averaged over "
+                          "tasks (Mann-Whitney; every pair in tables/probability_of_improvement.csv): "
+                      + ", ".join(f"`{r.y}` {r.probability:.2f}" for r in pairs.itertuples()) + "."]
+    return "\n".join(lines) + "\n"
+

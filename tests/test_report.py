@@ -1,0 +1,232 @@
+"""grpo-bench report on a hand-made matrix directory (no training): learning curves on the completions
+grid, AUC and completions-to-threshold per cell, the verdict section and its sentences, README
+sections, the plots; the report's import boundary; plan.py's evaluation points; the ablation plot."""
+
+import ast
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from benchmarks.report import verdicts
+from benchmarks.report.matrix import report
+
+ROOT = Path(__file__).resolve().parents[1]
+BUDGET, EVERY = 256, 64
+
+
+def _write_cell(out: Path, task: str, variant: str, seed: int, cps: int, curve: list[float], seconds: float,
+                extra_metrics: dict) -> dict:
+    """A complete cell whose held-out accuracy follows ``curve`` at 0, 64, ..., 256 completions."""
+    rel = f"{task}/{variant}/seed{seed}"
+    cell_dir = out / rel
+    cell_dir.mkdir(parents=True)
+    steps = BUDGET // cps
+    rows = []
+    for step in range(1, steps + 1):
+        row = {"step": step, "completions": float(cps), "reward/mean": curve[min(len(curve) - 1, step * cps // EVERY)],
+               "tokens/generated": 3.0 * cps, "time/step": seconds / steps, "time/wall": seconds * step / steps,
+               **{k: v + 0.01 * step for k, v in extra_metrics.items()}}
+        if step * cps % EVERY == 0 and step != steps:
+            row["eval/accuracy"] = curve[step * cps // EVERY]
+        rows.append(row)
+    (cell_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = {"status": "complete", "task": task, "algo": variant, "seed": seed, "steps": steps,
+               "accuracy_before": curve[0], "accuracy_after": curve[-1], "reward_before": curve[0], "reward_after": curve[-1],
+               "completions_generated": float(BUDGET), "tokens_generated": 3.0 * BUDGET, "tokens_per_second": 100.0,
+               "wall_clock_s": seconds, "time_per_step_s": seconds / steps, "process_wall_clock_s": seconds + 2,
+               "peak_memory_bytes": 2**20 * (100 + 10 * cps), "peak_memory_kind": "process_peak_rss",
+               "param_bytes": 1000, "grad_bytes": 1000, "optimizer_bytes": 2000, "device_name": "test CPU", "precision": "fp32",
+               "phase_seconds": {"generate": seconds / 2, "update": seconds / 2}, "versions": {"torch": "x"}}
+    (cell_dir / "summary.json").write_text(json.dumps(summary))
+    return {"dir": rel, "task_label": task, "task": task, "variant": variant, "algo": variant, "seed": seed,
+            "steps": steps, "budget": BUDGET, "completions_per_step": cps, "eval_every": EVERY // cps}
+
+
+# (variant, completions per step, training seconds): different completions per step, one eval grid.
+VARIANTS = [("fast", 16, 1.0), ("steady", 32, 3.0), ("slow", 8, 2.0)]
+
+
+def _curves(task: str, variant: str, seed: int) -> list[float]:
+    jitter = 0.01 * (seed - 1)
+    if task == "easy":  # saturated: everyone ends at >= 0.95
+        return [0.5, 0.9, 0.96, 0.97, 0.97 + jitter]
+    final = {"fast": 0.80, "steady": 0.79, "slow": 0.40}[variant]
+    return [0.2, 0.2 + (final - 0.2) / 2, final - 0.02, final + jitter / 2, final + jitter]
+
+
+@pytest.fixture(scope="module")
+def matrix_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report") / "m"
+    cells = []
+    for task in ("easy", "hard"):
+        for variant, cps, seconds in VARIANTS:
+            for seed in range(3):
+                extra = {"entropy": 1.0, "kl": 0.1, "groups/tied_fraction": 0.2} if variant != "slow" else {"entropy": 1.0}
+                cells.append(_write_cell(out, task, variant, seed, cps, _curves(task, variant, seed), seconds, extra))
+    (out / "matrix.json").write_text(json.dumps({"name": "test", "cells": cells, "sessions": []}))
+    return out
+
+
+@pytest.fixture(scope="module")
+def reported(matrix_dir, tmp_path_factory):
+    readme = tmp_path_factory.mktemp("readme") / "README.md"
+    readme.write_text("# project\n\nprose above\n")
+    data = report(matrix_dir, readme=str(readme), section="results-test", plot=True)
+    return data, readme
+
+
+def test_curves_share_one_grid_and_are_measured(reported):
+    data, _ = reported
+    curves = data["curves"]
+    by_cell = curves["completions"].groupby(["task", "variant", "seed"])["completions"].apply(list)
+    assert all(points == [0, 64, 128, 192, 256] for points in by_cell)  # 5 points, whatever the completions per step
+    assert curves["aligned"] == {"easy": True, "hard": True} and curves["completions"]["measured"].all()
+    cell = curves["cells"].set_index(["task", "variant", "seed"]).loc[("hard", "fast", 1)]
+    # [0.2, 0.5, 0.78, 0.8, 0.8] over 0..256 by 64: trapezoid / 256
+    assert cell["auc"] == pytest.approx((0.35 + 0.64 + 0.79 + 0.8) / 4)
+    assert curves["thresholds"]["hard"] == pytest.approx(0.8 * 0.80)
+    assert cell["completions_to_threshold"] == 128  # 0.78 >= 0.64 at the second evaluation
+    slow = curves["cells"][(curves["cells"]["task"] == "hard") & (curves["cells"]["variant"] == "slow")]
+    assert (slow["completions_to_threshold"] == math.inf).all()  # 0.40 never reaches 0.64
+
+
+def test_verdicts_rank_mark_and_say_only_what_holds(reported):
+    data, _ = reported
+    analysis = data["analysis"]
+    hard = analysis["tasks"][analysis["tasks"]["task"] == "hard"].set_index("variant")
+    assert list(hard.index) == ["fast", "steady", "slow"]
+    assert hard["mark"].to_dict() == {"fast": "best", "steady": "tied with best", "slow": "worse"}
+    assert hard.loc["slow", "completions_to_threshold"] == math.inf and hard.loc["slow", "threshold_reached"] == 0
+    assert analysis["saturated"] == {"easy": True, "hard": False}
+    assert analysis["sentences"] == [
+        "`easy` ranks nothing: every variant's mean final accuracy is at or above 0.95.",
+        "On `hard`, best or tied with best: `fast` and `steady` (2 of 3); of those, `fast` has the lowest mean "
+        "training time (1.0 s).",
+    ]
+    text = verdicts.render(analysis)
+    assert "| 3 | slow | 3 | 0.400 [" in text and "not reached (0/3)" in text and "#### `easy` (ranks nothing: saturated)" in text
+    assert "#### All tasks (`easy`, `hard`)" in text
+
+
+def test_guidance_rules_on_constructed_marks():
+    def table(rows):
+        return pd.DataFrame([{"task": t, "variant": v, "mark": m, "final_mean": f, "saturated": False, "wall_clock_s": s}
+                             for t, v, m, f, s in rows])
+
+    tied = table([("a", "x", "best", 0.6, 2.0), ("a", "y", "tied with best", 0.5, 1.0)])
+    assert verdicts.guidance(tied) == ["The statistics do not separate the variants on `a`."]
+    both = table([("a", "x", "best", 0.6, 2.0), ("a", "y", "tied with best", 0.5, 1.0), ("a", "z", "worse", 0.1, 0.5),
+                  ("b", "x", "tied with best", 0.6, 2.0), ("b", "y", "best", 0.7, 1.5), ("b", "z", "worse", 0.1, 0.5)])
+    assert verdicts.guidance(both)[-1] == ("`x` and `y` are best or tied with best on all 2 tasks that rank (`a`, `b`); "
+                                           "of those, `y` has the lowest mean training time (2.5 s summed over those tasks).")
+    split = table([("a", "x", "best", 0.6, 1.0), ("a", "y", "worse", 0.2, 1.0), ("b", "x", "worse", 0.2, 1.0),
+                   ("b", "y", "best", 0.6, 1.0)])
+    assert verdicts.guidance(split)[-1] == "No variant is best or tied with best on all 2 tasks that rank."
+    few = table([("a", "x", "too few seeds (< 3)", 0.6, 1.0), ("a", "y", "too few seeds (< 3)", 0.2, 1.0)])
+    assert verdicts.guidance(few)[0] == "`a`: fewer than 3 seeds per variant, so no verdict."
+
+
+def test_readme_sections_tables_and_plots(reported, matrix_dir):
+    data, readme = reported
+    text = readme.read_text()
+    assert text.startswith("# project\n\nprose above\n")
+    assert "<!-- grpo-bench:results-test -->" in text and "<!-- grpo-bench:results-test-verdicts -->" in text
+    verdict_section = text[text.index("<!-- grpo-bench:results-test-verdicts -->"):]
+    assert "On `hard`, best or tied with best" in verdict_section
+    own = (matrix_dir / "README.md").read_text()
+    assert own.index("### Verdicts") < own.index("#### Every measured number")  # the verdicts lead
+    for name in ("curves", "curve_metrics", "verdicts", "overall", "probability_of_improvement", "performance_profiles"):
+        assert len(pd.read_csv(matrix_dir / "tables" / f"{name}.csv")) > 0, name
+    plots = {p.name for p in (matrix_dir / "plots").glob("*.png")}
+    assert {"accuracy_vs_completions.png", "accuracy_vs_seconds.png", "diagnostics_easy.png", "diagnostics_hard.png",
+            "performance_profile.png", "probability_of_improvement.png", "interval_estimates.png",
+            "final_accuracy.png", "reward_vs_samples.png"} <= plots
+    assert "](plots/diagnostics_hard.png)" in own
+
+
+def test_report_is_reproducible(reported, matrix_dir):
+    data, _ = reported
+    again = report(matrix_dir, plot=False)
+    assert again["analysis"]["tasks"].equals(data["analysis"]["tasks"])
+    assert again["analysis"]["overall"].equals(data["analysis"]["overall"])
+
+
+def test_the_report_reads_files_only():
+    """No module of benchmarks/report imports the harness, the command line or the matrix runner."""
+    for path in (ROOT / "benchmarks" / "report").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            for name in names:
+                assert not name.startswith(("benchmarks.harness", "benchmarks.cli", "benchmarks.matrix")), (path.name, name)
+
+
+# ------------------------------------------------------------------------------------------------
+# Evaluation points (plan.py) and the ablation plot
+# ------------------------------------------------------------------------------------------------
+
+MATRIX = """\
+seeds = [0]
+budget = 256
+eval_every = {every}
+
+[tasks.pizza]
+
+[algorithms.grpo]
+[algorithms.reinforce]
+[algorithms.rloo]
+"""
+
+
+def test_every_variant_is_evaluated_at_the_same_completion_counts(tmp_path):
+    from benchmarks.matrix import parse
+
+    path = tmp_path / "m.toml"
+    path.write_text(MATRIX.format(every=32))
+    plan = parse(path)
+    points = {c.variant: [s * c.completions_per_step for s in range(c.eval_every, c.steps + 1, c.eval_every)] for c in plan.cells}
+    assert {c.completions_per_step for c in plan.cells} == {8, 16, 32}
+    assert all(p == [32 * k for k in range(1, 9)] for p in points.values()), points
+
+
+def test_an_eval_interval_that_would_misalign_the_curves_is_refused(tmp_path, capsys):
+    from benchmarks.cli.main import main
+
+    path = tmp_path / "m.toml"
+    path.write_text(MATRIX.format(every=40))
+    assert main(["matrix", str(path), "--out", str(tmp_path / "o"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "m.toml:3:" in err and "eval_every 40 completions is not a multiple of grpo's 32 completions per step" in err
+
+
+def test_default_matrix_evaluates_at_least_8_points_on_one_grid_per_task(tmp_path):
+    from benchmarks.matrix import parse
+    from tasks import TASKS
+
+    text = (ROOT / "benchmarks" / "matrices" / "default.toml").read_text()
+    if "addition" not in TASKS:  # being registered by tasks/addition.py
+        start = text.index("[tasks.addition]")
+        text = text[:start] + text[text.index("[algorithms.", start):]
+    path = tmp_path / "default.toml"
+    path.write_text(text)
+    plan = parse(path)
+    grids = {}
+    for c in plan.cells:
+        points = tuple(s * c.completions_per_step for s in range(c.eval_every, c.steps, c.eval_every)) + (c.budget,)
+        grids.setdefault(c.task_label, set()).add(points)
+    for task, grid in grids.items():
+        assert len(grid) == 1 and len(next(iter(grid))) + 1 >= 9, (task, grid)  # + the evaluation before training
+    assert len({c.variant for c in plan.cells}) == 13 and len({c.seed for c in plan.cells}) == 5
+
+
+def test_ablation_plot_compares_group_sizes_at_equal_steps_and_equal_samples(tmp_path):
+    from benchmarks.matrix.ablation import plot
+
+    rows = [{"step": s, "G": g, "seed": seed, "completions_per_step": 4 * g, "true_reward": 0.4 + 0.0005 * s,
+             "accuracy": 0.5 + 0.001 * s} for g in (2, 4) for seed in (0, 1) for s in (0, 10, 20)]
+    plot(pd.DataFrame(rows), 0.5, 0.486, tmp_path / "g.png")
+    assert (tmp_path / "g.png").stat().st_size > 1000
