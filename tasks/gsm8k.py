@@ -21,12 +21,12 @@ import os
 import re
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
 from tasks.base import GenerationDefaults, Samples, Task, TaskError, register_task, sample_batched
-from tasks.smollm import load_causal_lm, load_tokenizer
+from tasks.smollm import cached_causal_lm, load_causal_lm, load_tokenizer
 
 HUB_NAME, HUB_CONFIG = "openai/gsm8k", "main"
 ENV_DATA = "GRPO_BENCH_GSM8K"
@@ -84,11 +84,100 @@ def format_reward(completion: str) -> float:
     return FORMAT_REWARD_PER_GROUP * sum(bool(g.search(completion)) for g in FORMAT_GROUPS)
 
 
+# Every number written in a text, for the lenient score: an optional minus sign that is not a subtraction
+# ("5-3" holds 5 and 3), an optional $, thousands separators, decimals. "18." is 18; "1,23" is 1 and 23.
+_ANY_NUMBER = re.compile(
+    r"(?P<sign>(?<![\w)\]])[-\u2212])?\$?(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?(?!\d)|\d+(?:\.\d+)?|\.\d+)"
+)
+
+
+def numbers_in(text: str) -> list[str]:
+    """The numbers of ``text`` in order, as plain strings ('-$1,234.5' -> '-1234.5')."""
+    out = []
+    for m in _ANY_NUMBER.finditer(text or ""):
+        out.append(("-" if m["sign"] else "") + m["num"].replace(",", ""))
+    return out
+
+
+def last_number(text: str) -> Optional[str]:
+    """The final number written anywhere in ``text`` (tags or not), or None."""
+    found = numbers_in(text)
+    return found[-1] if found else None
+
+
+def _number_text(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def lenient_correct(completion: str, reference: float) -> bool:
+    """The completion's final number equals the reference, compared by ``math_verify`` (parse + verify).
+
+    A math-verify failure (a timeout, an exception, an unparsable string) counts as incorrect. Without
+    the math-verify package installed the two numbers are compared as floats (``lenient_verifier()``
+    says which was used)."""
+    text = last_number(completion)
+    if text is None:
+        return False
+    verifier = _math_verify()
+    if verifier is None:
+        try:
+            return math.isclose(float(text), reference, rel_tol=1e-9, abs_tol=1e-9)
+        except ValueError:
+            return False
+    parse, verify = verifier
+    try:
+        gold, pred = parse(_number_text(reference)), parse(text)
+        return bool(gold) and bool(pred) and bool(verify(gold, pred))
+    except BaseException as exc:  # math-verify's timeouts raise TimeoutError (or worse); never crash an evaluation
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        return False
+
+
+_MATH_VERIFY: list = []
+
+
+def _math_verify():
+    """(parse, verify) from the math-verify package, or None when it is not installed (checked once)."""
+    if not _MATH_VERIFY:
+        try:
+            from math_verify import parse, verify
+            _MATH_VERIFY.append((parse, verify))
+        except ImportError:
+            print("gsm8k: math-verify is not installed (pip install 'math-verify>=0.9'); accuracy_lenient compares "
+                  "the final number as a float instead", file=sys.stderr)
+            _MATH_VERIFY.append(None)
+    return _MATH_VERIFY[0]
+
+
+def lenient_verifier() -> str:
+    if _math_verify() is None:
+        return "float comparison (math-verify not installed)"
+    import importlib.metadata
+
+    return f"math-verify {importlib.metadata.version('math-verify')} parse+verify of the final number"
+
+
+# The SFT warm-up's targets: a GSM8K solution in the task's format. The solution's calculator annotations
+# ("48/2 = <<48/2=24>>24") are dropped and its "#### N" line becomes the answer group.
+_CALCULATOR = re.compile(r"<<[^<>]*>>")
+
+
+def formatted_solution(solution: str, *, think_prefill: bool = True) -> str:
+    """'Natalia sold 48/2 = <<48/2=24>>24 clips.\n#### 72' -> '\nNatalia sold 48/2 = 24 clips.\n</think>\n<answer> 72 </answer>'
+    (with '<think>' in front when the prompt does not prefill it)."""
+    body, _, final = solution.rpartition("####")
+    body = _CALCULATOR.sub("", body).strip()
+    final = final.strip().replace(",", "")
+    return ("" if think_prefill else THINK_OPEN) + f"\n{body}\n</think>\n<answer> {final} </answer>"
+
+
 @dataclass(frozen=True)
 class Problem:
     question: str
     answer: float
     row: int  # line number (jsonl) or row number (parquet, hub), from 1
+    solution: str = field(default="", repr=False, compare=False)  # the reference solution, '#### N' included
 
 
 @dataclass
@@ -135,7 +224,7 @@ def _problems(source: str, rows) -> LoadReport:
         if error:
             skipped.append(f"{source}:{row_no}: {error}")
         else:
-            problems.append(Problem(question.strip(), value, row_no))
+            problems.append(Problem(question.strip(), value, row_no, solution))
     if not problems:
         detail = f" ({len(skipped)} malformed rows; first: {skipped[0]})" if skipped else ""
         raise TaskError(f"no usable GSM8K rows in {source}{detail}")
@@ -218,6 +307,94 @@ def mean_and_se(per_question: Sequence[float]) -> tuple[float, float]:
     return mean, math.sqrt(var / n)
 
 
+STARTING_POLICIES = ("base", "sft")
+SFT_FORMAT_VERSION = 1  # bump when formatted_solution or the training loop changes: a new cache key
+
+
+def supervised_warmup(model, tokenizer, prompts: Sequence[str], targets: Sequence[str], *, steps: int, batch_size: int,
+                      learning_rate: float, seed: int, max_tokens: int = 512, log=None) -> dict:
+    """Full fine-tuning of ``model`` in place on (prompt, target) pairs: mean cross-entropy over the target
+    tokens and the closing <|im_end|> (the prompt is context only). AdamW, 10% linear warm-up then linear
+    decay to 0, gradient norm clipped at 1, bf16 autocast on CUDA. Batches are drawn from a seeded shuffle,
+    sorted by length within windows of 8 batches (less padding); pairs longer than ``max_tokens`` are dropped.
+    Returns the training log."""
+    import random
+
+    import torch
+
+    device = next(model.parameters()).device
+    end = "<|im_end|>" if "<|im_end|>" in tokenizer.get_vocab() else tokenizer.eos_token
+    end_id = tokenizer.convert_tokens_to_ids(end)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else end_id
+    examples = []
+    for prompt, target in zip(prompts, targets):
+        # Tokenized apart, as in sampling: the prompt is encoded alone and the model continues it.
+        p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        t_ids = tokenizer(target, add_special_tokens=False)["input_ids"] + [end_id]
+        if len(p_ids) + len(t_ids) <= max_tokens:
+            examples.append((p_ids, t_ids))
+    if not examples:
+        raise TaskError(f"gsm8k SFT: every example is longer than {max_tokens} tokens")
+    rng = random.Random(seed)
+
+    def batches():
+        while True:
+            order = list(range(len(examples)))
+            rng.shuffle(order)
+            window = batch_size * 8
+            for w in range(0, len(order), window):
+                chunk = sorted(order[w:w + window], key=lambda i: len(examples[i][0]) + len(examples[i][1]))
+                group = [chunk[j:j + batch_size] for j in range(0, len(chunk), batch_size)]
+                rng.shuffle(group)
+                yield from group
+
+    torch.manual_seed(seed)
+    model.train()
+    try:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0, fused=True)
+    except (RuntimeError, TypeError):
+        optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
+    warm = max(1, steps // 10)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min((s + 1) / warm, max(0.0, (steps - s) / max(1, steps - warm))))
+    rows, start, stream = [], time.perf_counter(), batches()
+    for step in range(1, steps + 1):
+        idx = next(stream)
+        length = max(len(examples[i][0]) + len(examples[i][1]) for i in idx)
+        ids = torch.full((len(idx), length), pad_id, dtype=torch.long)
+        labels = torch.full((len(idx), length), -100, dtype=torch.long)
+        mask = torch.zeros((len(idx), length), dtype=torch.long)
+        for r, i in enumerate(idx):
+            p_ids, t_ids = examples[i]
+            n = len(p_ids) + len(t_ids)
+            ids[r, :n] = torch.tensor(p_ids + t_ids)
+            labels[r, len(p_ids):n] = torch.tensor(t_ids)
+            mask[r, :n] = 1
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            loss = model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device)).loss
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss.detach()
+        rows.append({"step": step, "loss": float(loss), "grad_norm": float(grad_norm), "tokens": int(mask.sum()),
+                     "target_tokens": int((labels != -100).sum()), "seconds": time.perf_counter() - start})
+        if log:
+            log(f"gsm8k SFT step {step}/{steps}: loss {float(loss):.4f}, {rows[-1]['seconds']:.0f} s")
+    model.eval()
+    return {"examples_used": len(examples), "steps": steps, "seconds": time.perf_counter() - start,
+            "tokens": sum(r["tokens"] for r in rows), "log": rows}
+
+
+class EvalMetrics(dict):
+    """``evaluate()``'s metrics (name -> float, as every caller expects) with the per-question detail
+    that a paired test needs in ``per_question``: lists in question order, one entry per question
+    (``correct`` and ``correct_lenient`` hold the k per-sample booleans of each question)."""
+
+    per_question: dict
+
+
 @register_task
 class GSM8KTask(Task):
     """GSM8K with SmolLM2-135M-Instruct: correctness + format reward, evaluation on the first test questions."""
@@ -251,8 +428,19 @@ class GSM8KTask(Task):
 
     def __init__(self, reward_mode: Optional[str] = None, reward_fn=None, data: Optional[str] = None,
                  model: Optional[str] = None, eval_questions: int = 50, eval_k: int = 1, eval_temperature: float = 0.7,
-                 eval_max_new_tokens: int = 256, eval_batch: int = 32, think_prefill: bool = True):
+                 eval_max_new_tokens: int = 256, eval_batch: int = 32, think_prefill: bool = True,
+                 starting_policy: str = "base", sft_examples: int = 512, sft_steps: int = 0, sft_batch: int = 8,
+                 sft_learning_rate: float = 5e-5, sft_seed: int = 0):
         super().__init__(reward_mode, reward_fn)
+        if starting_policy not in STARTING_POLICIES:
+            raise TaskError(f"starting_policy must be one of {', '.join(STARTING_POLICIES)}, got {starting_policy!r}")
+        for option, value in (("sft_examples", sft_examples), ("sft_batch", sft_batch)):
+            if value < 1:
+                raise TaskError(f"{option} must be >= 1, got {value}")
+        if sft_steps < 0 or not sft_learning_rate > 0:
+            raise TaskError(f"sft_steps must be >= 0 and sft_learning_rate > 0, got {sft_steps} and {sft_learning_rate}")
+        self.starting_policy, self.sft_examples, self.sft_steps = starting_policy, sft_examples, sft_steps
+        self.sft_batch, self.sft_learning_rate, self.sft_seed = sft_batch, sft_learning_rate, sft_seed
         for option, value in (("eval_questions", eval_questions), ("eval_k", eval_k),
                               ("eval_max_new_tokens", eval_max_new_tokens), ("eval_batch", eval_batch)):
             if value < 1:
@@ -284,8 +472,49 @@ class GSM8KTask(Task):
         return prompt
 
     def load_policy(self, device):
-        model, self.tokenizer = load_causal_lm(self.model_path, device)
+        path = str(self.sft_policy_dir(device)) if self.starting_policy == "sft" else self.model_path
+        model, self.tokenizer = load_causal_lm(path, device)
         return model
+
+    def sft_data(self) -> tuple[list[str], list[str]]:
+        """The warm-up's (prompts, targets): ``sft_examples`` train questions drawn with ``sft_seed``, each
+        solution rewritten by ``formatted_solution``. Never a test question."""
+        import random
+
+        problems = [p for p in self.train.problems if p.solution]
+        if self.sft_examples > len(problems):
+            raise TaskError(f"sft_examples {self.sft_examples} > the {len(problems)} train questions with solutions")
+        chosen = random.Random(self.sft_seed).sample(problems, self.sft_examples)
+        return ([self._prompt(p) for p in chosen],
+                [formatted_solution(p.solution, think_prefill=self.think_prefill) for p in chosen])
+
+    def sft_recipe(self) -> dict:
+        import hashlib
+
+        from tasks.smollm import cached_dir
+
+        prompts, targets = self.sft_data()
+        digest = hashlib.sha256("\x00".join(prompts + targets).encode()).hexdigest()
+        steps = self.sft_steps or math.ceil(self.sft_examples / self.sft_batch)
+        return {"kind": "gsm8k-sft", "version": SFT_FORMAT_VERSION, "base": self.model_path or cached_dir().name,
+                "examples": self.sft_examples, "steps": steps, "batch": self.sft_batch,
+                "learning_rate": self.sft_learning_rate, "seed": self.sft_seed, "think_prefill": self.think_prefill,
+                "train_source": Path(self.train.source).name, "data_sha256": digest}
+
+    def sft_policy_dir(self, device=None) -> Path:
+        """The warm-up policy's directory in the model cache, trained (on ``device``) on first use."""
+        recipe = self.sft_recipe()
+
+        def build():
+            model, tokenizer = load_causal_lm(self.model_path, device)
+            prompts, targets = self.sft_data()
+            log = supervised_warmup(model, tokenizer, prompts, targets, steps=recipe["steps"], batch_size=self.sft_batch,
+                                    learning_rate=self.sft_learning_rate, seed=self.sft_seed,
+                                    log=lambda line: print(line, file=sys.stderr, flush=True))
+            log["device"] = str(next(model.parameters()).device)
+            return model, tokenizer, log
+
+        return cached_causal_lm("gsm8k-sft", recipe, build, log=lambda line: print(f"gsm8k: {line}", file=sys.stderr))
 
     def train_prompts(self) -> list[str]:
         return self._train_prompts
@@ -328,27 +557,39 @@ class GSM8KTask(Task):
                       f"{tokens / seconds:.0f} tokens/s, {seconds:.0f} s", file=sys.stderr, flush=True)
         return Samples(texts, truncated, tokens)
 
-    def evaluate(self, model, *, seed: int = 0) -> dict[str, float]:
-        """Mean accuracy, format reward and task reward over the fixed test questions, with standard errors."""
+    def evaluate(self, model, *, seed: int = 0) -> EvalMetrics:
+        """Mean accuracy, format reward and task reward over the fixed test questions, with standard errors.
+
+        ``accuracy`` is strict (the number inside the last <answer> group, as the reward scores it);
+        ``accuracy_lenient`` takes the completion's final number wherever it is written and compares it
+        with math-verify. The returned dict's ``per_question`` (also ``self.last_evaluation``) keeps, per
+        question, the k samples' strict and lenient correctness, truncation flags and completions."""
         samples = self.sample(model, self.eval_prompts, k=self.eval_k, seed=seed)
-        correct, form, reward, any_correct = [], [], [], []
+        correct, lenient, form, reward, any_correct = [], [], [], [], []
+        detail = {"row": [p.row for p in self.eval_problems], "answer": [p.answer for p in self.eval_problems],
+                  "correct": [], "correct_lenient": [], "truncated": samples.truncated, "completions": samples.texts}
         for prompt, texts in zip(self.eval_prompts, samples.texts):
             # score() sees the completions as training does; the direct rewards read the prefilled tag too.
             r = self.score([prompt] * len(texts), texts)
             written = [self.answer_text(prompt, t) for t in texts]
             c = [correctness_reward(t, self.answer_for(prompt)) for t in written]
+            cl = [lenient_correct(t, self.answer_for(prompt)) for t in written]
             f = [format_reward(t) for t in written]
+            detail["correct"].append([x == 1.0 for x in c])
+            detail["correct_lenient"].append(cl)
             correct.append(sum(c) / len(c))
+            lenient.append(sum(cl) / len(cl))
             form.append(sum(f) / len(f))
             reward.append(sum(r) / len(r))
             any_correct.append(float(any(c)))
         n_samples = sum(len(t) for t in samples.texts)
-        metrics = {}
-        for name, values in (("accuracy", correct), ("format", form), ("reward", reward)):
+        metrics = EvalMetrics()
+        for name, values in (("accuracy", correct), ("accuracy_lenient", lenient), ("format", form), ("reward", reward)):
             metrics[name], metrics[f"{name}_se"] = mean_and_se(values)
         metrics[f"pass@{self.eval_k}"] = sum(any_correct) / len(any_correct)
         metrics["truncated"] = sum(map(sum, samples.truncated)) / n_samples
         metrics["tokens_per_completion"] = samples.tokens / n_samples
+        metrics.per_question = self.last_evaluation = detail
         return metrics
 
     def preference_pairs(self, policy, n_pairs: int, *, seed: int = 0, k: int = 4) -> dict:
@@ -393,4 +634,8 @@ class GSM8KTask(Task):
             "eval_temperature": self.eval_temperature, "eval_max_new_tokens": self.eval_max_new_tokens,
             "format_reward_per_group": FORMAT_REWARD_PER_GROUP, "think_prefill": self.think_prefill,
             "eval_sampler": getattr(self.eval_sampler, "__qualname__", "transformers generate (sample_batched)"),
+            "accuracy": "number inside the last <answer>...</answer> group equals the reference (as numbers)",
+            "accuracy_lenient": f"final number of the completion equals the reference ({lenient_verifier()})",
+            "starting_policy": self.starting_policy,
+            **({"sft": self.sft_recipe()} if self.starting_policy == "sft" else {}),
         }

@@ -9,12 +9,14 @@ safetensors under ``tasks.tiny_lm.cache_root()``; later loads read the cache in 
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
+import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -111,10 +113,44 @@ def cached_dir() -> Path:
     return target
 
 
+def cached_causal_lm(kind: str, recipe: dict, build: Callable[[], tuple], log: Optional[Callable[[str], None]] = None) -> Path:
+    """The directory of the (model, tokenizer) that ``recipe`` describes, built by ``build()`` and cached on first use.
+
+    Like ``tasks.tiny_lm.cached_model`` for any causal LM: the key is a hash of the recipe (any change
+    builds anew), the folder is written under a temporary name and renamed (a killed build leaves nothing
+    half-written), and ``recipe.json`` (plus ``build_log.json`` when ``build`` returns a third item) is
+    kept beside the weights."""
+    key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
+    target = cache_root() / f"{kind}-{key}"
+    if (target / "config.json").exists():
+        return target
+    if log:
+        log(f"building {kind} (cache miss: {target})")
+    built = build()
+    model, tokenizer = built[0], built[1]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{kind}-", dir=target.parent))
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    (staging / "recipe.json").write_text(json.dumps(recipe, indent=2, sort_keys=True))
+    if len(built) > 2:
+        (staging / "build_log.json").write_text(json.dumps(built[2], indent=1))
+    try:
+        os.replace(staging, target)
+    except OSError:  # another process cached it first: keep theirs
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
 def load_causal_lm(model: Optional[str] = None, device=None):
-    """(model, tokenizer): ``model`` is a HF id or local dir; None means SmolLM2-135M-Instruct from the GGUF."""
+    """(model, tokenizer) in fp32: ``model`` is a HF id or local dir; None means SmolLM2-135M-Instruct from the GGUF."""
     path = model or str(cached_dir())
     lm, tokenizer = load_pretrained(path)
+    # transformers >= 5 loads a checkpoint in its stored dtype (dtype="auto"): the hub's SmolLM2-1.7B-Instruct
+    # is bf16, and AdamW steps of 1e-6 on bf16 weights round away (bf16 keeps 8 bits of mantissa). Training
+    # keeps fp32 master weights; --precision bf16 autocasts the matmuls.
+    if any(p.is_floating_point() and p.dtype != torch.float32 for p in lm.parameters()):
+        lm = lm.float()
     prepare_tokenizer(lm, tokenizer)
     lm.eval()
     return (lm.to(device) if device is not None else lm), tokenizer

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from benchmarks.cli import main
+from benchmarks.cli.main import main
 from tasks import TaskError
 from tasks import gsm8k
 from tasks.gsm8k import correctness_reward, extracted_answer, format_reward, load_file, parse_number, reference_answer
@@ -143,9 +143,138 @@ def test_standard_error_is_over_questions():
 
 
 def test_before_after_table_pairs_metrics_with_their_errors():
-    from benchmarks.evaluate import before_after_table
+    from benchmarks.harness.evaluate import before_after_table
 
     table = before_after_table({"accuracy_before": 0.1, "accuracy_se_before": 0.02, "accuracy_after": 0.25,
                                 "accuracy_se_after": 0.03, "format_before": 0.0, "format_after": 0.05, "steps": 30})
     assert "| accuracy | 0.100 ± 0.020 | 0.250 ± 0.030 |" in table and "| format | 0.000 | 0.050 |" in table
     assert "steps" not in table
+
+
+# --- lenient accuracy (math-verify), the SFT starting policy, per-question evaluation ---------------------
+
+from tasks.gsm8k import formatted_solution, last_number, lenient_correct, numbers_in, supervised_warmup  # noqa: E402
+
+
+def test_numbers_in_reads_signs_dollars_and_thousands_but_not_subtractions():
+    assert numbers_in("5-3=2, -$1,234.5 and 18. then (3)-4 x-1 1,23 .5") == \
+        ["5", "3", "2", "-1234.5", "18", "3", "4", "1", "1", "23", ".5"]
+    assert last_number("<think>48/2 = 24, 48+24 = 72</think> so 72 clips.") == "72"
+    assert last_number("no digits") is None
+
+
+def test_lenient_takes_the_final_number_anywhere():
+    assert lenient_correct("48+24 = 72 clips altogether", 72.0)
+    assert lenient_correct("<think>so $1,018.00</think>", 1018.0)
+    assert lenient_correct("the answer is 0.50.", 0.5)
+    assert not lenient_correct("<answer>72</answer> and then 3 more", 72.0)  # the final number counts
+    assert not lenient_correct("The answer is -3", 3.0)
+    assert not lenient_correct("no number", 3.0)
+
+
+def test_lenient_uses_math_verify_when_installed():
+    pytest.importorskip("math_verify")
+    assert gsm8k.lenient_verifier().startswith("math-verify")
+
+
+@pytest.mark.parametrize("failure", [TimeoutError("parsing timed out"), RuntimeError("sympy blew up"), RecursionError()])
+def test_math_verify_failures_count_as_incorrect(monkeypatch, failure):
+    def parse(text):
+        raise failure
+
+    monkeypatch.setattr(gsm8k, "_MATH_VERIFY", [(parse, lambda g, p: True)])
+    assert lenient_correct("so 72", 72.0) is False
+
+    def verify(gold, pred):
+        raise failure
+
+    monkeypatch.setattr(gsm8k, "_MATH_VERIFY", [(lambda t: [t], verify)])
+    assert lenient_correct("so 72", 72.0) is False
+    monkeypatch.setattr(gsm8k, "_MATH_VERIFY", [(lambda t: [], lambda g, p: True)])  # nothing parsed
+    assert lenient_correct("so 72", 72.0) is False
+
+
+def test_formatted_solution_strips_calculator_annotations_and_moves_the_final_answer():
+    solution = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nAltogether 48+24 = <<48+24=72>>72.\n#### 1,072"
+    target = formatted_solution(solution)
+    assert target == "\nNatalia sold 48/2 = 24 clips in May.\nAltogether 48+24 = 72.\n</think>\n<answer> 1072 </answer>"
+    assert correctness_reward("<think>" + target, 1072.0) == 1.0 and format_reward("<think>" + target) == pytest.approx(0.2)
+    assert formatted_solution(solution, think_prefill=False).startswith("<think>\nNatalia")
+
+
+def test_supervised_warmup_learns_targets_only():
+    from tasks.tiny_lm import char_tokenizer, tiny_llama
+
+    torch.manual_seed(0)
+    tok = char_tokenizer(list("abc<>/ 0123456789"))
+    model = tiny_llama(tok, hidden_size=32, num_layers=1, max_positions=64)
+    prompts, targets = ["ab<", "ba<", "aa<", "bb<"], ["12>", "21>", "11>", "22>"]
+    log = supervised_warmup(model, tok, prompts, targets, steps=60, batch_size=2, learning_rate=1e-2, seed=0)
+    losses = [r["loss"] for r in log["log"]]
+    assert log["examples_used"] == 4 and len(losses) == 60 and not model.training
+    assert sum(losses[-5:]) / 5 < 0.5 * sum(losses[:5]) / 5
+    assert all(r["target_tokens"] == 2 * 4 for r in log["log"])  # 3 target characters + EOS, 2 rows; prompts unscored
+
+
+def test_cached_causal_lm_builds_once_per_recipe(tmp_path, monkeypatch):
+    from tasks import smollm
+    from tasks.tiny_lm import char_tokenizer, tiny_llama
+
+    monkeypatch.setenv("GRPO_BENCH_CACHE", str(tmp_path))
+    calls = []
+
+    def build():
+        calls.append(1)
+        tok = char_tokenizer(list("ab"))
+        return tiny_llama(tok, hidden_size=16, num_layers=1), tok, {"loss": [1.0]}
+
+    a = smollm.cached_causal_lm("toy", {"x": 1}, build)
+    assert smollm.cached_causal_lm("toy", {"x": 1}, build) == a and len(calls) == 1
+    assert smollm.cached_causal_lm("toy", {"x": 2}, build) != a and len(calls) == 2
+    assert json.loads((a / "recipe.json").read_text()) == {"x": 1} and (a / "build_log.json").is_file()
+
+
+def test_bad_starting_policy_is_a_task_error():
+    with pytest.raises(TaskError, match="starting_policy"):
+        gsm8k.GSM8KTask(starting_policy="rlhf", data="/nonexistent")
+
+
+@needs_gguf
+def test_evaluate_reports_strict_and_lenient_accuracy_per_question(tmp_path):
+    from tasks.base import Samples
+
+    data = _write(tmp_path / "d.jsonl", [{"question": f"q{i}?", "answer": f"x\n#### {i}"} for i in range(4)])
+    task = gsm8k.GSM8KTask(data=str(data), eval_questions=3, eval_k=2)
+    outs = {0: ["</think><answer>0</answer>", "so 0"], 1: ["so 1</think><answer>2</answer>", "7 then 1"],
+            2: ["</think>2", "nothing"]}
+
+    def sampler(model, tokenizer, prompts, *, k, max_new_tokens, temperature, seed):
+        texts = [outs[round(task.answer_for(p))] for p in prompts]
+        return Samples(texts, [[False, True]] * len(prompts), 10 * k * len(prompts))
+
+    task.eval_sampler = sampler
+    metrics = task.evaluate(None, seed=0)
+    per = metrics.per_question
+    assert per["correct"] == [[True, False], [False, False], [False, False]]
+    assert per["correct_lenient"] == [[True, True], [False, True], [True, False]]
+    assert per["row"] == [1, 2, 3] and per["answer"] == [0.0, 1.0, 2.0] and per["truncated"][0] == [False, True]
+    assert metrics["accuracy"] == pytest.approx(0.5 / 3) and metrics["accuracy_lenient"] == pytest.approx(2 / 3)
+    assert all(isinstance(v, float) for v in metrics.values())  # every caller formats them as numbers
+    assert task.last_evaluation is per
+
+
+@needs_gguf
+def test_sft_data_comes_from_train_in_the_task_format(tmp_path):
+    rows = [{"question": f"train {i}?", "answer": f"a <<1+1=2>>2\n#### {i}"} for i in range(6)]
+    data = tmp_path / "d"
+    data.mkdir()
+    _write(data / "train.jsonl", rows)
+    _write(data / "test.jsonl", [{"question": "test?", "answer": "#### 1"}])
+    task = gsm8k.GSM8KTask(data=str(data), eval_questions=1, starting_policy="sft", sft_examples=4, sft_batch=3)
+    prompts, targets = task.sft_data()
+    assert len(prompts) == 4 and all(p.endswith("<think>") and "train" in p for p in prompts)
+    assert all(t.endswith(" </answer>") and "<<" not in t for t in targets)
+    recipe = task.sft_recipe()
+    assert recipe["steps"] == 2 and recipe == task.sft_recipe()  # deterministic: the cache key
+    assert gsm8k.GSM8KTask(data=str(data), eval_questions=1, starting_policy="sft", sft_examples=4,
+                           sft_seed=1).sft_recipe()["data_sha256"] != recipe["data_sha256"]

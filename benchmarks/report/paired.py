@@ -1,0 +1,73 @@
+"""Paired significance tests for before/after evaluations on the same questions (``grpo-bench paired``).
+
+``mcnemar_exact(before, after)``: McNemar's exact test. Only the discordant questions carry
+information about a change: b = correct before and wrong after, c = wrong before and correct after.
+Under "no change" each discordant question is equally likely to go either way, so b ~ Binomial(b + c, 1/2);
+the two-sided p-value is the probability of a split at least as unbalanced as the one observed,
+min(1, 2 * P(X <= min(b, c))), exactly what ``scipy.stats.binomtest(b, b + c, 0.5)`` returns (the
+binomial at p = 1/2 is symmetric). Computed with integers here, so no scipy is needed.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from math import comb
+from typing import Sequence
+
+
+def mcnemar_exact(before: Sequence[bool], after: Sequence[bool]) -> dict:
+    """{"b": right -> wrong, "c": wrong -> right, "n": questions, "p_value": two-sided exact McNemar p}."""
+    if len(before) != len(after):
+        raise ValueError(f"paired test needs the same questions before and after: {len(before)} != {len(after)}")
+    b = sum(1 for x, y in zip(before, after) if bool(x) and not bool(y))
+    c = sum(1 for x, y in zip(before, after) if not bool(x) and bool(y))
+    n = b + c
+    if n == 0:
+        p = 1.0
+    else:
+        tail = Fraction(sum(comb(n, i) for i in range(min(b, c) + 1)), 2 ** n)
+        p = float(min(Fraction(1), 2 * tail))
+    return {"b": b, "c": c, "n": len(before), "p_value": p}
+
+
+# Settings two evaluations must share to be compared question by question.
+SAME_SETTINGS = ("eval_questions", "eval_k", "eval_temperature", "eval_max_new_tokens", "think_prefill", "data", "system_prompt")
+
+
+def _per_question_bools(values: list) -> list[bool]:
+    return [bool(any(v)) if isinstance(v, list) else bool(v) for v in values]
+
+
+def merge(parts: list[dict]) -> dict:
+    """One ``eval`` result from several that evaluated consecutive slices of the questions with the same settings."""
+    parts = sorted(parts, key=lambda r: r.get("questions", [0, 0])[0])
+    head = dict(parts[0])
+    for part in parts[1:]:
+        if part["options"] != head["options"] or part["seed"] != head["seed"]:
+            raise ValueError("the parts were evaluated with different options or seeds")
+    head["per_question"] = {k: [x for part in parts for x in part["per_question"][k]] for k in parts[0]["per_question"]}
+    head["questions"] = [parts[0]["questions"][0], parts[-1]["questions"][1]]
+    head["seconds"] = {k: sum(part["seconds"][k] for part in parts) for k in parts[0]["seconds"]}
+    head["metrics_by_part"] = [part["metrics"] for part in parts]
+    head["command"] = [part["command"] for part in parts]
+    return head
+
+
+def compare(before: dict, after: dict) -> dict:
+    """McNemar's exact test for each per-question correctness list of two ``eval`` results."""
+    pb, pa = before["per_question"], after["per_question"]
+    if pb.get("row") != pa.get("row") or before["seed"] != after["seed"]:
+        raise ValueError("the two evaluations did not use the same questions and seed")
+    db, da = before.get("describe", {}), after.get("describe", {})
+    differ = [k for k in SAME_SETTINGS if db.get(k) != da.get(k)]
+    if differ:
+        raise ValueError(f"the two evaluations differ in {', '.join(differ)}")
+    out = {"questions": len(pb["row"]), "seed": before["seed"], "before": before["label"], "after": after["label"],
+           "tests": {}}
+    for key in sorted(k for k in pb if k.startswith("correct") and k in pa):
+        b, a = _per_question_bools(pb[key]), _per_question_bools(pa[key])
+        test = mcnemar_exact(b, a)
+        out["tests"][key] = {"accuracy_before": sum(b) / len(b), "accuracy_after": sum(a) / len(a),
+                             "both_right": sum(x and y for x, y in zip(b, a)), **test,
+                             "test": "McNemar exact (two-sided binomial on the discordant pairs)"}
+    return out

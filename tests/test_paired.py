@@ -1,0 +1,64 @@
+"""McNemar's exact test against hand-computed binomial tails."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.report.paired import mcnemar_exact
+
+
+def _pairs(b: int, c: int, both: int = 0, neither: int = 0):
+    before = [True] * b + [False] * c + [True] * both + [False] * neither
+    after = [False] * b + [True] * c + [True] * both + [False] * neither
+    return before, after
+
+
+@pytest.mark.parametrize("b, c, p", [
+    (0, 5, 2 / 32),                    # 2 * (1/2)^5
+    (5, 0, 2 / 32),                    # symmetric
+    (1, 9, 2 * (1 + 10) / 1024),       # 2 * (C(10,0) + C(10,1)) / 2^10 = 0.021484375
+    (2, 8, 2 * (1 + 10 + 45) / 1024),  # 0.109375
+    (0, 10, 2 / 1024),
+    (3, 3, 1.0),                       # 2 * P(X <= 3 | n = 6) = 2 * 42/64 > 1, capped
+    (0, 1, 1.0),
+    (0, 0, 1.0),                       # no discordant pair: no evidence of change
+])
+def test_hand_computed_p_values(b, c, p):
+    result = mcnemar_exact(*_pairs(b, c, both=7, neither=11))
+    assert (result["b"], result["c"], result["n"]) == (b, c, b + c + 18)
+    assert result["p_value"] == pytest.approx(p, rel=1e-12)
+
+
+def test_concordant_pairs_do_not_matter():
+    assert mcnemar_exact(*_pairs(1, 9))["p_value"] == mcnemar_exact(*_pairs(1, 9, both=100, neither=400))["p_value"]
+
+
+def test_matches_scipy_binomtest():
+    stats = pytest.importorskip("scipy.stats")
+    for b, c in [(4, 17), (12, 30), (25, 25), (0, 40), (60, 41)]:
+        expected = stats.binomtest(min(b, c), b + c, 0.5).pvalue
+        assert mcnemar_exact(*_pairs(b, c))["p_value"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_unequal_lengths_are_refused():
+    with pytest.raises(ValueError, match="same questions"):
+        mcnemar_exact([True, False], [True])
+
+
+def _eval(rows, correct, lenient, first, seed=0):
+    return {"label": "x", "options": {"a": 1}, "seed": seed, "questions": [first, first + len(rows)],
+            "describe": {"eval_questions": 4, "eval_k": 1}, "seconds": {"evaluate": 1.0}, "metrics": {},
+            "command": "c", "per_question": {"row": rows, "correct": [[c] for c in correct], "correct_lenient": lenient}}
+
+
+def test_compare_joins_parts_in_question_order_and_tests_each_list():
+    from benchmarks.report.paired import compare, merge
+
+    before = merge([_eval([3, 4], [False, False], [True, False], 2), _eval([1, 2], [True, False], [True, False], 0)])
+    after = merge([_eval([1, 2, 3, 4], [True, True, True, True], [False, True, True, True], 0)])
+    assert before["per_question"]["row"] == [1, 2, 3, 4] and before["seconds"] == {"evaluate": 2.0}
+    tests = compare(before, after)["tests"]
+    assert (tests["correct"]["b"], tests["correct"]["c"], tests["correct"]["p_value"]) == (0, 3, 0.25)
+    assert (tests["correct_lenient"]["b"], tests["correct_lenient"]["c"]) == (1, 2)
+    with pytest.raises(ValueError, match="same questions"):
+        compare(before, _eval([1, 2, 3, 4], [True] * 4, [True] * 4, 0, seed=1))
