@@ -24,3 +24,32 @@ def run_cli(capsys):
         return code, captured.out, captured.err
 
     return _run
+
+
+def gsm8k_unavailable() -> "str | None":
+    """Why GSM8K's test split cannot be read here (neither the local copy nor the hub), or None when it can.
+
+    Only the data is probed (``tasks.gsm8k.load_split``), so a test that builds the task still fails on any
+    other TaskError. Remembered per data source: $GRPO_BENCH_GSM8K, $HF_HUB_OFFLINE and the local copy."""
+    from tasks import gsm8k
+    from tasks.base import TaskError
+
+    key = (os.environ.get(gsm8k.ENV_DATA), os.environ.get("HF_HUB_OFFLINE"), str(gsm8k.local_copy()))
+    if key not in _GSM8K_PROBES:
+        try:
+            gsm8k.load_split(None, "test")
+            _GSM8K_PROBES[key] = None
+        except TaskError as exc:
+            _GSM8K_PROBES[key] = f"GSM8K data unavailable: {exc}"
+    return _GSM8K_PROBES[key]
+
+
+_GSM8K_PROBES: dict = {}
+
+
+@pytest.fixture
+def gsm8k_data():
+    """Skip the test, with the reason, when neither GSM8K's local copy nor the hub can be read."""
+    reason = gsm8k_unavailable()
+    if reason is not None:
+        pytest.skip(reason)

@@ -93,7 +93,7 @@ def test_sampled_rollouts_equal_transformers_forward_at_a_seed(monkeypatch, prom
 
 
 @needs_gguf
-def test_few_row_decoding_on_smollm2_is_within_rounding_and_greedy_equal():
+def test_few_row_decoding_on_smollm2_is_within_rounding_and_greedy_equal(gsm8k_data):
     """At <= 4 rows the decoding matmuls run as W @ x.T: other rounding, the same greedy tokens."""
     torch.set_num_threads(1)
     task = make_task("gsm8k", eval_questions=1)

@@ -79,7 +79,7 @@ def test_long_completions_sample_under_bf16_autocast():
 
 
 @needs_gguf
-def test_static_cache_fan_out_on_smollm2_gsm8k_prompts(monkeypatch):
+def test_static_cache_fan_out_on_smollm2_gsm8k_prompts(monkeypatch, gsm8k_data):
     torch.set_num_threads(1)
     monkeypatch.setattr(fast_llama, "supports", lambda model: False)  # transformers' forward with a StaticCache
     task = make_task("gsm8k", eval_questions=2)
@@ -88,7 +88,7 @@ def test_static_cache_fan_out_on_smollm2_gsm8k_prompts(monkeypatch):
 
 
 @needs_gguf
-def test_think_prefill_counts_toward_the_format_reward():
+def test_think_prefill_counts_toward_the_format_reward(gsm8k_data):
     task = make_task("gsm8k", eval_questions=1)
     prompt, answer = task.eval_prompts[0], task.eval_problems[0].answer
     assert prompt.endswith("<|im_start|>assistant\n<think>")
@@ -100,7 +100,7 @@ def test_think_prefill_counts_toward_the_format_reward():
 
 
 @needs_gguf
-def test_evaluation_through_the_rollout_sampler_is_seeded():
+def test_evaluation_through_the_rollout_sampler_is_seeded(gsm8k_data):
     torch.set_num_threads(1)
     task = make_evaluated_task("gsm8k", eval_questions=3, eval_k=2, eval_max_new_tokens=6, eval_batch=2)
     assert task.eval_sampler is rollout_sampler
@@ -115,3 +115,42 @@ def test_evaluation_through_the_rollout_sampler_is_seeded():
 def test_think_prefill_flag_belongs_to_gsm8k(run_cli):
     code, _, err = run_cli("eval", "--task", "pizza", "--no-think-prefill")
     assert code == 2 and "--think-prefill is an option of task gsm8k, not of pizza" in err
+
+
+# --- without GSM8K (no local copy, no hub) the GSM8K tests skip with the reason ---------------------------
+
+GSM8K_TESTS = [
+    "tests/test_fast_llama.py::test_few_row_decoding_on_smollm2_is_within_rounding_and_greedy_equal",
+    "tests/test_sampling.py::test_static_cache_fan_out_on_smollm2_gsm8k_prompts",
+    "tests/test_sampling.py::test_think_prefill_counts_toward_the_format_reward",
+    "tests/test_sampling.py::test_evaluation_through_the_rollout_sampler_is_seeded",
+]
+
+
+def test_gsm8k_probe_names_why_the_data_is_missing(monkeypatch):
+    from tasks import gsm8k
+    from tests.conftest import gsm8k_unavailable
+
+    def offline(name, split):
+        raise ConnectionError("offline")
+
+    monkeypatch.delenv(gsm8k.ENV_DATA, raising=False)
+    monkeypatch.setattr(gsm8k, "local_copy", lambda: None)
+    monkeypatch.setattr(gsm8k, "_load_hub", offline)
+    reason = gsm8k_unavailable()
+    assert reason.startswith("GSM8K data unavailable: cannot load 'openai/gsm8k' from the hub (offline)")
+    assert "no local copy was found" in reason
+
+
+@needs_gguf
+def test_gsm8k_tests_skip_with_the_reason_when_the_data_is_missing(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "GRPO_BENCH_GSM8K": str(tmp_path / "missing"), "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *GSM8K_TESTS],
+                            capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "4 skipped" in result.stdout, result.stdout
+    assert result.stdout.count(f"GSM8K data unavailable: GSM8K data file {str(tmp_path / 'missing')!r} does not exist") == 4
