@@ -24,6 +24,7 @@ from typing import Any, Optional
 import torch
 
 from algorithms import rollout as rollout_lib
+from algorithms.diagnostics import batch_diagnostics
 
 
 FUSED_ADAMW_DEVICES = ("cpu", "cuda")
@@ -141,6 +142,27 @@ class Algorithm:
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.precision = precision
         self.optimizer = self.make_optimizer(policy.parameters(), config.learning_rate)
+        # Data parallelism (benchmarks/harness/distributed.py): None in one process. Anything with
+        # average_gradients(params), sum(tensor), any(flag) and world_size; set through set_data_parallel.
+        self.data_parallel = None
+
+    def set_data_parallel(self, data_parallel) -> None:
+        """Train as one rank of ``data_parallel``: update() averages the gradients over the ranks before
+        clipping, and global counts (``global_token_count``) span every rank's batch."""
+        self.data_parallel = data_parallel
+
+    @property
+    def world_size(self) -> int:
+        return self.data_parallel.world_size if self.data_parallel is not None else 1
+
+    def global_token_count(self, mask: torch.Tensor) -> torch.Tensor:
+        """Active tokens of the global batch (every rank's ``mask``): the one-process ``mask.sum()``."""
+        count = mask.sum().to(torch.float32)
+        return count if self.data_parallel is None else self.data_parallel.sum(count)
+
+    def any_rank(self, flag: bool) -> bool:
+        """``flag`` on any rank: ranks must agree whether to update, or the gradient all-reduce would hang."""
+        return flag if self.data_parallel is None else self.data_parallel.any(flag)
 
     # --- the interface ---------------------------------------------------------------------------
     @classmethod
@@ -212,13 +234,16 @@ class Algorithm:
             return logps.clone()
 
     def update(self, loss: torch.Tensor, optimizer: Optional[torch.optim.Optimizer] = None, params=None) -> float:
-        """Backward, clip, step. Returns the pre-clip global gradient norm."""
+        """Backward, (under data parallelism: average the gradients over the ranks,) clip, step.
+        Returns the pre-clip global gradient norm."""
         optimizer = optimizer or self.optimizer
         if params is None:  # the optimizer's own list: walking the module tree costs 0.1 ms per update
             params = [p for group in optimizer.param_groups for p in group["params"]]
         params = list(params)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if self.data_parallel is not None:
+            self.data_parallel.average_gradients(params)
         if self.config.max_grad_norm > 0:
             norm = torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm)
         else:
@@ -231,6 +256,9 @@ class Algorithm:
             "reward/mean": rewards.mean().item(),
             "reward/std": rewards.std().item() if rewards.numel() > 1 else 0.0,
             "tokens/generated": float(rollout.tokens_generated),
+            # positions one log-prob forward processes: each group's prompt once, then every completion row
+            "tokens/processed": float(rollout.prompt_ids[:: rollout.group_size].numel() + rollout.completion_ids.numel()),
             "completions": float(rollout.num_completions),
             "truncated": float(rollout.truncated.sum()),
+            **batch_diagnostics(rollout, rewards, getattr(self.task, "success_threshold", None)),
         }

@@ -65,17 +65,21 @@ class DPO(Algorithm):
         ref_logps = self.frozen_logps(self.ref_policy, batch)  # 3 reference log-probs
         ref_seq = sequence_logps(ref_logps, mask)
 
-        with self.timer("update"):  # 4 no advantages; 5 one update
+        # 4 no advantages. A pair whose two completions are the same text prefers nothing: its margin's
+        # gradient is 0 (up to rounding), and a batch of only such pairs takes no step.
+        signal = any(self.pairs["chosen"][i] != self.pairs["rejected"][i] for i in idx)
+        with self.timer("update"):  # 5 one update
             logps, entropy = self.logps(self.policy, batch, with_entropy=True)
             seq = sequence_logps(logps, mask)
             loss = dpo_loss(seq[:n], seq[n:], ref_seq[:n], ref_seq[n:], beta=c.beta)
-            grad_norm = self.update(loss)
+            grad_norm = self.update(loss) if signal else 0.0
 
         margin = c.beta * ((seq[:n] - ref_seq[:n]) - (seq[n:] - ref_seq[n:])).detach()  # 6 metrics
         metrics = {
             "loss": loss.item(),
             "loss/policy": loss.item(),
             "grad_norm": grad_norm,
+            "skipped_update": float(not signal),
             # No "kl": the pairs are not samples of the current policy, so k3 on them estimates nothing.
             "dpo/chosen_logratio": (seq[:n] - ref_seq[:n]).mean().item(),
             "dpo/rejected_logratio": (seq[n:] - ref_seq[n:]).mean().item(),

@@ -23,7 +23,7 @@ from algorithms import rollout as rollout_lib
 from algorithms.base import Algorithm, AlgoConfig, register_algorithm
 from algorithms.losses import (
     ADVANTAGE_SCALES, CLIP_FRACTIONS, CLIPPED_LOSS_TYPES, GRPO_LEVELS, GRPO_LOSS_TYPES, IMPORTANCE_SAMPLING_MODES,
-    LOSS_TYPES, group_advantages, grpo_loss, k3_kl, masked_mean_per_sequence, overlong_penalty,
+    LOSS_TYPES, carries_signal, group_advantages, grpo_loss, k3_kl, masked_mean_per_sequence, overlong_penalty,
     sampling_importance_ratio,
 )
 
@@ -128,9 +128,17 @@ class GRPO(Algorithm):
         # (the same numbers as a separate no-grad pass, bit for bit: tested).
         ref_logps = self.frozen_logps(self.ref_policy, rollout) if c.beta > 0 else None
         old_logps = None
-        advantages = group_advantages(rewards, c.group_size, c.scale_rewards)  # 4 advantages
+        advantages = self.advantages(rewards)  # 4 advantages
         if c.advantage_clip is not None:
             advantages = advantages.clamp(-c.advantage_clip, c.advantage_clip)
+        # No signal (every advantage 0 and no KL term): no step, which AdamW's momentum would still take.
+        # Under data parallelism: a step when any rank has a signal (the gradient all-reduce needs every rank).
+        signal = self.any_rank(carries_signal(advantages, mask) or (c.beta > 0 and bool(mask.any())))
+        # Token-mean aggregations over the global batch: the active-token count over every rank, divided by
+        # the world size because update() averages the ranks' gradients (None in one process: the mask's own).
+        num_items = None
+        if self.data_parallel is not None and LOSS_TYPES[c.loss_type][1] in ("bnpo", "dapo"):
+            num_items = self.global_token_count(mask) / self.world_size
 
         options = {name: getattr(c, name) for name in LOSS_OPTIONS}
         entropy_masked = c.top_entropy_quantile < 1.0  # then every iteration needs the current policy's entropies
@@ -149,8 +157,9 @@ class GRPO(Algorithm):
                     logps, old_logps, ref_logps, advantages, mask, **options,
                     max_completion_length=self.sampling.max_new_tokens,
                     entropies=entropy if entropy_masked else None, sampling_logps=rollout.sampling_logps,
+                    num_items_in_batch=num_items,
                 )
-                grad_norm = self.update(loss)
+                grad_norm = self.update(loss) if signal else 0.0
             metrics[f"loss/iter{iteration}"] = loss.item()
             metrics[f"grad_norm/iter{iteration}"] = grad_norm
             if clip_fraction is not None:
@@ -171,8 +180,24 @@ class GRPO(Algorithm):
             if per_iteration:
                 metrics[name] = sum(per_iteration) / len(per_iteration)
         metrics["loss/policy"] = metrics["loss"]
+        metrics["skipped_update"] = float(not signal)
         metrics.update(self.timer.pop())
         return metrics
+
+    def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
+        """Group-relative advantages (B,). Groups are whole on every rank; a batch-wide scale
+        (scale_rewards "batch") is taken over every rank's rewards."""
+        c: GRPOConfig = self.config
+        if self.data_parallel is None or c.scale_rewards != "batch":
+            return group_advantages(rewards, c.group_size, c.scale_rewards)
+        everything = group_advantages(self.data_parallel.gather(rewards), c.group_size, c.scale_rewards)
+        return everything.view(self.world_size, -1)[self.data_parallel.rank]
+
+    def set_data_parallel(self, data_parallel) -> None:
+        if data_parallel is not None and self.config.dynamic_sampling:
+            raise ValueError("dynamic_sampling with data parallelism is not supported: ranks would keep different "
+                             "numbers of groups")
+        super().set_data_parallel(data_parallel)
 
     # --- steps 1-2: generate and score, with DAPO's reward shaping and dynamic sampling --------------
     def collect(self, prompts: list[str]) -> tuple[rollout_lib.Rollout, torch.Tensor, dict[str, float]]:

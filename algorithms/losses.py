@@ -23,6 +23,34 @@ ADVANTAGE_SCALES = ("group", "batch", "none")
 
 
 # --------------------------------------------------------------------------------------------
+# Ties and signal: a constant has nothing to centre. A float32 mean of G equal rewards is not always
+# the reward itself (eight 0.3s: off by 3e-8), and a scale (1 / std, whitening) would blow that rounding
+# up into advantages of ~1e-4 -- and AdamW, which normalises the gradient, into a full-size step.
+# --------------------------------------------------------------------------------------------
+
+
+def tied_rows(grouped: torch.Tensor) -> torch.Tensor:
+    """(n, G) -> (n, 1) bool: every value of the row is equal (a group whose rewards tie)."""
+    return (grouped == grouped[:, :1]).all(dim=1, keepdim=True)
+
+
+def _active_values_differ(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """0-dim bool: the active entries of ``values`` are not all equal (no sync with the host)."""
+    active = mask.bool()
+    return values.masked_fill(~active, -math.inf).amax() > values.masked_fill(~active, math.inf).amin()
+
+
+def carries_signal(advantages: torch.Tensor, mask: torch.Tensor) -> bool:
+    """Whether some active token has a nonzero advantage. ``advantages`` (B,) per completion or (B, T)
+    per token, ``mask`` (B, T). Without one (and without a KL term in the loss) the policy gradient is 0,
+    and an optimizer step would still move the weights by AdamW's momentum and weight decay."""
+    active = mask.bool()
+    if advantages.dim() == 1:
+        return bool(((advantages != 0) & active.any(dim=1)).any())
+    return bool(((advantages != 0) & active).any())
+
+
+# --------------------------------------------------------------------------------------------
 # GRPO (DeepSeekMath, Shao et al. 2024, Eq. 21) and its aggregation variants
 # --------------------------------------------------------------------------------------------
 
@@ -46,7 +74,7 @@ def group_advantages(
     if rewards.dim() != 1 or rewards.numel() % group_size != 0:
         raise ValueError(f"rewards must be (B,) with B a multiple of group_size={group_size}, got {tuple(rewards.shape)}")
     grouped = rewards.view(-1, group_size)  # (n_prompts, G)
-    centred = (grouped - grouped.mean(dim=1, keepdim=True)).view(-1)  # (B,)
+    centred = (grouped - grouped.mean(dim=1, keepdim=True)).masked_fill(tied_rows(grouped), 0.0).view(-1)  # (B,)
     if scale == "none":
         return centred
     if scale == "group":
@@ -75,8 +103,12 @@ def _aggregate_grpo(per_token: torch.Tensor, mask: torch.Tensor, max_len: Option
 
 
 def _aggregate_bnpo(per_token: torch.Tensor, mask: torch.Tensor, max_len: Optional[int], n_items) -> torch.Tensor:
-    """Mean over all active tokens of the batch: long completions weigh more (batch-normalised PO)."""
-    return _masked_sum(per_token, mask) / mask.sum().clamp(min=1.0)
+    """Mean over all active tokens of the batch: long completions weigh more (batch-normalised PO).
+
+    Under data parallelism ``num_items_in_batch`` carries the batch's active-token count over every rank
+    (divided by the world size, the gradients being averaged), as for dapo."""
+    normaliser = mask.sum() if n_items is None else torch.as_tensor(n_items, dtype=per_token.dtype)
+    return _masked_sum(per_token, mask) / normaliser.clamp(min=1.0)
 
 
 def _aggregate_dr_grpo(per_token: torch.Tensor, mask: torch.Tensor, max_len: Optional[int], n_items) -> torch.Tensor:
@@ -368,7 +400,8 @@ def grpo_loss(
         beta: weight of the k3 KL penalty to the reference (DeepSeekMath uses 0.04).
         kl_bias_correction: multiply the KL term by the importance ratio, as TRL's
             ``use_bias_correction_kl``; off in the paper.
-        num_items_in_batch: for dapo/cispo/vespo on a micro-batch, the generation batch's active tokens.
+        num_items_in_batch: for bnpo/dapo/cispo/vespo on a micro-batch or one rank's share, the generation
+            batch's active tokens (divided by the world size under data parallelism).
         sapo_temperature_pos, sapo_temperature_neg: SAPO's tau for A > 0 and A <= 0.
         vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg: VESPO's Gamma weight parameters.
         entropies, top_entropy_quantile: (B, T) token entropies of the current policy; with rho < 1 only
@@ -554,7 +587,8 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -
     mean = masked_mean(values, mask)
     n = mask.sum()
     var = (((values - mean) ** 2) * mask).sum() / (n - 1).clamp(min=1.0)
-    return (values - mean) * torch.rsqrt(var + eps) * mask
+    centred = (values - mean) * _active_values_differ(values, mask)  # a constant whitens to exactly 0
+    return centred * torch.rsqrt(var + eps) * mask
 
 
 def gae(
@@ -678,7 +712,7 @@ def rloo_advantages(
         rewards = rewards - beta * kl
     grouped = rewards.view(-1, group_size)  # (n_prompts, G)
     baseline = (grouped.sum(1, keepdim=True) - grouped) / (group_size - 1)
-    advantages = (grouped - baseline).reshape(-1)
+    advantages = (grouped - baseline).masked_fill(tied_rows(grouped), 0.0).reshape(-1)
     if normalize:
         std = advantages.std() if advantages.numel() > 1 else advantages.new_zeros(())
         advantages = (advantages - advantages.mean()) / (std + 1e-4)
@@ -780,7 +814,7 @@ def batch_whiten(values: torch.Tensor, mask: torch.Tensor, std_norm: bool = True
     mask = mask.to(values.dtype)
     n = mask.sum().clamp(min=1.0)
     mean = (values * mask).sum() / n
-    centred = values - mean
+    centred = (values - mean) * _active_values_differ(values, mask)  # a constant centres to exactly 0
     if std_norm:
         centred = centred * torch.rsqrt((centred.pow(2) * mask).sum().div(n).clamp(min=1e-8))
     return centred * mask
@@ -813,7 +847,7 @@ def reinforce_pp_advantages(
         if group_size < 2 or scores.numel() % group_size:
             raise ValueError(f"group_baseline needs B a multiple of group_size >= 2, got B={scores.numel()}, G={group_size}")
         grouped = scores.view(-1, group_size)
-        scores = (grouped - grouped.mean(1, keepdim=True)).reshape(-1)
+        scores = (grouped - grouped.mean(1, keepdim=True)).masked_fill(tied_rows(grouped), 0.0).reshape(-1)
     rewards = kl_penalised_rewards(scores, kl.detach(), mask, kl_coef, reward_clip_min, reward_clip_max)
     returns = cumulative_returns(rewards, mask, gamma)
     return batch_whiten(returns, mask, std_norm).detach(), returns.detach()

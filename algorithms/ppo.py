@@ -20,7 +20,8 @@ from torch import nn
 
 from algorithms.base import Algorithm, AlgoConfig, register_algorithm
 from algorithms.losses import (
-    gae, k3_kl, masked_mean, masked_mean_per_sequence, masked_whiten, ppo_clip_fraction, ppo_policy_loss, ppo_value_loss,
+    carries_signal, gae, k3_kl, masked_mean, masked_mean_per_sequence, masked_whiten, ppo_clip_fraction, ppo_policy_loss,
+    ppo_value_loss,
 )
 from algorithms.rollout import Rollout, sequence_inputs
 
@@ -62,15 +63,27 @@ class ValueModel(nn.Module):
 
     def __init__(self, policy):
         super().__init__()
-        self.body = copy.deepcopy(getattr(policy, policy.base_model_prefix))  # e.g. LlamaModel, without lm_head
-        self.body.requires_grad_(True)
+        # A LoRA policy (a PEFT model: get_base_model) is trained to leave its base weights as they are, so a
+        # full copy of them would defeat it: its critic is this head on the policy's own adapted trunk, read
+        # without gradient (a value head on shared features; the trunk learns from the policy loss only).
+        self.shared = hasattr(policy, "get_base_model")
+        if self.shared:
+            base = policy.get_base_model()
+            object.__setattr__(self, "trunk", getattr(base, base.base_model_prefix))  # not a submodule: not the critic's weights
+        else:
+            self.body = copy.deepcopy(getattr(policy, policy.base_model_prefix))  # e.g. LlamaModel, without lm_head
+            self.body.requires_grad_(True)
         self.head = nn.Linear(policy.config.hidden_size, 1)
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
 
     def forward(self, rollout: Rollout) -> torch.Tensor:
         """(B, T) V(s_t): the value of the state *before* completion token t, read where its logits are."""
-        hidden = self.body(**sequence_inputs(rollout)).last_hidden_state  # (B, P+T, H)
+        if self.shared:
+            with torch.no_grad():
+                hidden = self.trunk(**sequence_inputs(rollout)).last_hidden_state  # (B, P+T, H)
+        else:
+            hidden = self.body(**sequence_inputs(rollout)).last_hidden_state  # (B, P+T, H)
         T = rollout.completion_ids.size(1)
         return self.head(hidden[:, -T - 1:-1]).squeeze(-1).float()  # (B, T)
 
@@ -115,7 +128,7 @@ class PPO(Algorithm):
             advantages = masked_whiten(advantages, mask)
 
         batch, size = mask.size(0), mask.size(0) // c.minibatches
-        sums = {"loss/policy": 0.0, "loss/value": 0.0, "clipfrac": 0.0, "grad_norm": 0.0, "entropy": 0.0}
+        sums = dict.fromkeys(("loss/policy", "loss/value", "clipfrac", "grad_norm", "entropy", "skipped_update"), 0.0)
         for _ in range(c.epochs):  # 5 epochs x minibatches
             order = torch.randperm(batch, generator=self.generator, device=self.device)
             for idx in order.split(size):
@@ -123,7 +136,12 @@ class PPO(Algorithm):
                 with self.timer("update"):
                     logps, entropy = self.logps(self.policy, mb, with_entropy=True)
                     policy_loss = ppo_policy_loss(logps, old_logps[idx], advantages[idx], mb_mask, c.epsilon)
-                    sums["grad_norm"] += self.update(policy_loss)
+                    # Every advantage 0: no policy step, which AdamW's momentum would still take. The critic
+                    # still learns the returns.
+                    if self.any_rank(carries_signal(advantages[idx], mb_mask)):  # every rank updates, or none
+                        sums["grad_norm"] += self.update(policy_loss)
+                    else:
+                        sums["skipped_update"] += 1.0
                     with self.autocast():
                         values = self.critic(mb)
                     value_loss = ppo_value_loss(values, old_values[idx], returns[idx], mb_mask, c.value_clip)

@@ -13,7 +13,7 @@ from typing import Optional
 import torch
 
 from algorithms.base import Algorithm, AlgoConfig, register_algorithm
-from algorithms.losses import k3_kl, masked_mean_per_sequence, reinforce_loss
+from algorithms.losses import carries_signal, k3_kl, masked_mean_per_sequence, reinforce_loss
 
 BASELINES = ("moving_average", "none")
 
@@ -56,17 +56,20 @@ class REINFORCE(Algorithm):
         mask = rollout.completion_mask
         ref_logps = self.frozen_logps(self.ref_policy, rollout) if c.beta > 0 else None  # 3 ref log-probs
         advantages = rewards - self._baseline(rewards)  # 4 advantages
+        # No signal (every advantage 0, no KL term): no step, which AdamW's momentum would still take.
+        signal = self.any_rank(c.beta > 0 or carries_signal(advantages, mask))  # every rank updates, or none
 
         with self.timer("update"):  # 5 one update
             logps, entropy = self.logps(self.policy, rollout, with_entropy=True)
             loss = reinforce_loss(logps, advantages, mask, ref_logps, beta=c.beta)
-            grad_norm = self.update(loss)
+            grad_norm = self.update(loss) if signal else 0.0
 
         kl = k3_kl(logps.detach(), ref_logps) if ref_logps is not None else torch.zeros_like(logps)  # 6 metrics
         metrics = {
             "loss": loss.item(),
             "loss/policy": loss.item(),
             "grad_norm": grad_norm,
+            "skipped_update": float(not signal),
             "kl": masked_mean_per_sequence(kl, mask).mean().item(),
             "entropy": masked_mean_per_sequence(entropy, mask).mean().item(),
             "baseline": self.baseline if self.baseline is not None else 0.0,
@@ -81,7 +84,10 @@ class REINFORCE(Algorithm):
         """The baseline for this batch (from earlier batches only, except the first), then fold this batch in."""
         if self.config.baseline == "none":
             return 0.0
-        mean = rewards.mean().item()
+        if self.data_parallel is not None:  # the global batch's mean, as one process would take it
+            rewards = self.data_parallel.gather(rewards)
+        tied = bool((rewards == rewards[0]).all())
+        mean = rewards[0].item() if tied else rewards.mean().item()  # a tied batch's float32 mean can be off by 1 ulp
         current = mean if self.baseline is None else self.baseline
         decay = self.config.baseline_decay
         self.baseline = decay * current + (1 - decay) * mean

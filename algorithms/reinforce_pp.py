@@ -17,8 +17,8 @@ import torch
 
 from algorithms.base import Algorithm, AlgoConfig, register_algorithm
 from algorithms.losses import (
-    KL_ESTIMATORS, approx_kl, k3_kl, masked_mean, masked_mean_per_sequence, ppo_clip_fraction, ppo_policy_loss,
-    reinforce_pp_advantages,
+    KL_ESTIMATORS, approx_kl, carries_signal, k3_kl, masked_mean, masked_mean_per_sequence, ppo_clip_fraction,
+    ppo_policy_loss, reinforce_pp_advantages,
 )
 
 
@@ -91,19 +91,24 @@ class REINFORCEPP(Algorithm):
                         scores, kl, mask, kl_coef=c.kl_coef, group_size=c.samples_per_prompt,
                         group_baseline=c.group_baseline, gamma=c.gamma, reward_clip_min=c.reward_clip_min,
                         reward_clip_max=c.reward_clip_max, std_norm=c.advantage_std_norm)
+                    # No signal (every advantage 0, no KL loss): no step, which AdamW's momentum would still take.
+                    kl_term = c.kl_in_loss and ref_logps is not None and bool(mask.any())
+                    signal = kl_term or carries_signal(advantages, mask)
                 else:
                     logps = self.logps(self.policy, rollout)
                 policy_loss = ppo_policy_loss(logps, old_logps, advantages, mask, c.epsilon, c.epsilon_high)
                 kl_loss = (masked_mean(approx_kl(logps, ref_logps, c.kl_estimator), mask)
                            if c.kl_in_loss and ref_logps is not None else torch.zeros_like(policy_loss))
                 loss = policy_loss + c.kl_coef * kl_loss
-                sums["grad_norm"] += self.update(loss)
+                if signal:
+                    sums["grad_norm"] += self.update(loss)
             sums["loss/policy"] += policy_loss.item()
             sums["loss/kl"] += kl_loss.item()
             sums["clipfrac"] += ppo_clip_fraction(logps, old_logps, advantages, mask, c.epsilon, c.epsilon_high).item()
 
         metrics = {k: v / c.mu for k, v in sums.items()}  # 6 metrics
         metrics["loss"] = metrics["loss/policy"] + c.kl_coef * metrics["loss/kl"]
+        metrics["skipped_update"] = float(not signal)
         k3 = k3_kl(old_logps, ref_logps) if ref_logps is not None else torch.zeros_like(old_logps)
         metrics["kl"] = masked_mean_per_sequence(k3, mask).mean().item()  # k3, as the others report
         metrics["entropy"] = masked_mean_per_sequence(entropy, mask).mean().item()

@@ -15,7 +15,9 @@ from typing import Optional
 import torch
 
 from algorithms.base import Algorithm, AlgoConfig, register_algorithm
-from algorithms.losses import k3_kl, masked_mean_per_sequence, rloo_advantages, rloo_clip_fraction, rloo_loss, sequence_logps
+from algorithms.losses import (
+    carries_signal, k3_kl, masked_mean_per_sequence, rloo_advantages, rloo_clip_fraction, rloo_loss, sequence_logps,
+)
 
 
 @dataclass
@@ -72,10 +74,11 @@ class RLOO(Algorithm):
                         reward_clip_min=c.reward_clip_min, reward_clip_max=c.reward_clip_max)
                     if c.mu > 1:
                         old_logps = first_logps
+                    signal = carries_signal(advantages, mask)  # the KL is in them: none, no step (AdamW would move)
                 else:
                     logps = self.logps(self.policy, rollout)
                 loss = rloo_loss(logps, old_logps, advantages, mask, epsilon=c.epsilon, epsilon_high=c.epsilon_high)
-                grad_norm = self.update(loss)
+                grad_norm = self.update(loss) if signal else 0.0
             metrics[f"loss/iter{iteration}"] = loss.item()
             metrics[f"grad_norm/iter{iteration}"] = grad_norm
             metrics[f"clipfrac/iter{iteration}"] = rloo_clip_fraction(
@@ -91,5 +94,6 @@ class RLOO(Algorithm):
         for name in ("loss", "grad_norm", "clipfrac"):
             metrics[name] = sum(metrics[f"{name}/iter{i}"] for i in range(1, c.mu + 1)) / c.mu
         metrics["loss/policy"] = metrics["loss"]
+        metrics["skipped_update"] = float(not signal)
         metrics.update(self.timer.pop())
         return metrics

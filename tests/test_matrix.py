@@ -154,7 +154,7 @@ def killed_and_resumed(tmp_path_factory):
     path, out = tmp / "m.toml", tmp / "out"
     path.write_text(RESUMABLE)
     first, second = out / "pizza/grpo/seed0", out / "pizza/grpo/seed1"
-    proc = _matrix([str(path), "--out", str(out)])
+    proc = _matrix([str(path), "--out", str(out), "--jobs", "1"])  # one cell after the other, so seed0 ends first
     deadline = time.time() + 120
     while time.time() < deadline and len(read_jsonl(second / "metrics.jsonl")) < 7:  # past the step-5 checkpoint
         time.sleep(0.02)
@@ -169,7 +169,7 @@ def killed_and_resumed(tmp_path_factory):
         "first_mtime": (first / "summary.json").stat().st_mtime_ns,
         "checkpoints_at_kill": sorted(p.name for p in (second / "checkpoints").glob("*.pt")),
     }
-    resumed = _matrix([str(path), "--out", str(out), "--resume"])
+    resumed = _matrix([str(path), "--out", str(out), "--resume", "--jobs", "1"])
     info["resume_output"], _ = resumed.communicate(timeout=180)
     info["resume_rc"] = resumed.returncode
     return info

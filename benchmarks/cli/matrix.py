@@ -7,20 +7,36 @@ from pathlib import Path
 
 
 def add_matrix_parser(sub) -> None:
-    p = sub.add_parser("matrix", help="run every task x algorithm variant x seed of a matrix file, each cell in its own process")
+    p = sub.add_parser("matrix", help="run every task x algorithm variant x seed of a matrix file, cells in parallel")
     p.add_argument("file", help="matrix file (TOML), e.g. benchmarks/matrices/default.toml")
     p.add_argument("--out", required=True, help="results directory (one sub-directory per cell)")
     p.add_argument("--resume", action="store_true", help="skip finished cells; re-run unfinished ones (from a checkpoint if any)")
     p.add_argument("--overwrite", action="store_true", help="run every cell again, replacing finished ones")
     p.add_argument("--dry-run", action="store_true", help="validate the file and list the cells without running them")
+    p.add_argument("--no-report", action="store_true", help="do not write the report (tables, plots, verdicts) when the cells are done")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (the per-cell lines remain)")
+    g = p.add_argument_group("executor (where the cells run)")
+    g.add_argument("--executor", default="local", choices=("local", "subprocess", "ray", "slurm"),
+                   help="local: warm worker processes on this machine (default); subprocess: a fresh process per cell, "
+                        "one at a time; ray: a Ray task per cell; slurm: a submitit job per cell")
+    g.add_argument("--jobs", type=int, default=0,
+                   help="local: cells at once (default: the cores // each cell's num_cpus); each gets its share of threads")
+    g.add_argument("--ray-address", default=None, help="ray: an existing cluster's address (default: a local Ray instance)")
+    g.add_argument("--slurm-partition", default=None, help="slurm: the partition to submit to")
+    g.add_argument("--slurm-time", type=int, default=60, help="slurm: minutes per cell job (default 60; timeout_s overrides)")
+    g.add_argument("--slurm-gpus-per-cell", type=float, default=0, help="slurm: GPUs per cell job (default 0; num_gpus overrides)")
+    g.add_argument("--slurm-cluster", default=None, help="slurm: submitit cluster (default: slurm where sbatch exists; local: local processes)")
     p.set_defaults(handler=cmd_matrix)
 
 
 def cmd_matrix(args) -> int:
     from benchmarks.io import read_json
     from benchmarks.matrix import parse, run_matrix
+    from benchmarks.matrix.executors import make_executor
 
+    executor = make_executor(args.executor, jobs=args.jobs, ray_address=args.ray_address,
+                             slurm_partition=args.slurm_partition, slurm_time=args.slurm_time,
+                             slurm_gpus_per_cell=args.slurm_gpus_per_cell, slurm_cluster=args.slurm_cluster)
     plan = parse(args.file)
     out = Path(args.out)
     budgets = sorted({(c.task_label, c.budget) for c in plan.cells})
@@ -31,11 +47,21 @@ def cmd_matrix(args) -> int:
             print(f"  {cell.relpath}: {cell.steps} steps x {cell.completions_per_step} completions "
                   f"= {cell.steps * cell.completions_per_step}, eval every {cell.eval_every or '-'} steps")
         return 0
-    counts = run_matrix(plan, out, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress)
+    counts = run_matrix(plan, out, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress,
+                        executor=executor)
     sessions = (read_json(out / "matrix.json") or {}).get("sessions", [])
     print(f"matrix {plan.name}: {counts['complete']} run and complete, {counts['skipped']} already complete, "
           f"{counts['failed']} failed; {sessions[-1]['elapsed_s']:.0f} s this session, "
-          f"{sum(s['elapsed_s'] for s in sessions):.0f} s in all -> {out} (then: grpo-bench report {out})")
+          f"{sum(s['elapsed_s'] for s in sessions):.0f} s in all -> {out}")
+    if not args.no_report:  # failed cells are reported as failed; the rest still get their tables and verdicts
+        from benchmarks.report.matrix import report
+
+        data = report(out)
+        for sentence in data.get("analysis", {}).get("sentences", []):
+            print(sentence)
+        print("report: " + ", ".join(data["written"]))
+    if counts["failed"]:
+        print(f"matrix {plan.name}: {counts['failed']} cell(s) failed (exit status 1); see their log.txt")
     return 1 if counts["failed"] else 0
 
 

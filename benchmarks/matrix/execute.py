@@ -8,8 +8,15 @@ so ``--resume`` re-runs a cell killed half-way (from its last checkpoint if it h
 finished ones. A failing cell is recorded as failed and the matrix goes on.
 
 An executor is any object with ``run(jobs, on_done)`` that runs every ``CellJob`` and calls
-``on_done(job, summary)`` in the driver's process as each one ends; ``SubprocessExecutor`` (one cell
-after another, each in a fresh process so its peak memory is its own) is the default.
+``on_done(job, summary)`` in the driver's process as each one ends. ``SubprocessExecutor`` (one cell
+after another, each in a fresh process) is here; ``benchmarks.matrix.executors`` has the parallel ones
+(``local``: warm worker processes on this machine, the default; ``ray``; ``slurm`` through submitit).
+
+Every cell's summary.json gets the executor's record beside the run's own numbers: ``executor``,
+``process_wall_clock_s`` (dispatch to result), ``startup_s`` (process start and imports this cell paid
+for), ``build_s``, ``eval_s``, ``reset_s`` (from the cell's timing.json), ``queue_wait_s`` (session start
+to dispatch); ``wall_clock_s`` is the training alone. ``benchmarks.matrix.timing.wallclock_breakdown``
+sums them; matrix.json's session entry carries the session's totals under ``timing``.
 """
 
 from __future__ import annotations
@@ -41,6 +48,9 @@ class CellJob:
     cell_dir: Path
     resume: bool
     timeout_s: float = 0
+    threads: int = 0  # torch threads for the cell (0: the process's default)
+    queued_at: float = dataclasses.field(default_factory=time.perf_counter)  # when the session queued it
+    out_dir: Optional[Path] = None  # the matrix directory
 
 
 class Executor(Protocol):
@@ -66,15 +76,22 @@ def prepare_cell_dir(job: CellJob) -> CellJob:
     return dataclasses.replace(job, resume=resume)
 
 
-def cell_command(cell_dir: Path, resume: bool) -> list[str]:
-    return [sys.executable, "-m", "benchmarks.matrix.cell", str(cell_dir)] + (["--resume"] if resume else [])
+def cell_command(cell_dir: Path, resume: bool, threads: int = 0) -> list[str]:
+    return ([sys.executable, "-m", "benchmarks.matrix.cell", str(cell_dir)] + (["--resume"] if resume else [])
+            + (["--threads", str(threads)] if threads else []))
 
 
-def _child_env() -> dict:
+def thread_env(threads: int) -> dict:
+    """Environment pinning a process's native thread pools to ``threads`` (nothing for 0)."""
+    return {k: str(threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")} if threads else {}
+
+
+def _child_env(threads: int = 0) -> dict:
     env = dict(os.environ)
     root = str(Path(__file__).absolute().parents[2])  # the child runs this very code
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    return env
+    env["GRPO_BENCH_SPAWNED_AT"] = repr(time.time())  # the child's start-up is measured from here
+    return {**env, **thread_env(threads)}
 
 
 def _die_with_parent() -> None:
@@ -96,12 +113,19 @@ def last_error_line(log: Path) -> str:
     return lines[-1] if lines else ""
 
 
-def finish_cell(job: CellJob, returncode: int, process_s: float, error: Optional[str] = None) -> dict:
-    """The cell's summary after its process ended: the run's own when complete, else a 'failed' one written here."""
+TIMING_KEYS = ("startup_s", "reset_s", "build_s", "eval_s", "cell_s", "peak_rss_method", "threads", "pid")
+
+
+def finish_cell(job: CellJob, returncode: int, process_s: float, error: Optional[str] = None,
+                record: Optional[dict] = None) -> dict:
+    """The cell's summary after its process ended: the run's own when complete, else a 'failed' one written
+    here; either way with the executor's ``record`` and the cell's timing.json merged in."""
     summary = read_json(job.cell_dir / "summary.json")
     log_path = job.cell_dir / "log.txt"
+    timing = {k: v for k, v in (read_json(job.cell_dir / "timing.json") or {}).items() if k in TIMING_KEYS}
+    record = {**timing, **(record or {}), "process_wall_clock_s": process_s}  # start-up and evaluation included
     if returncode == 0 and summary and summary.get("status") == CELL_COMPLETE:
-        summary["process_wall_clock_s"] = process_s  # start-up and evaluation included
+        summary.update(record)
         atomic_write_json(job.cell_dir / "summary.json", summary)
         return summary
     if error is None:
@@ -114,14 +138,18 @@ def finish_cell(job: CellJob, returncode: int, process_s: float, error: Optional
     failed = {
         **{k: v for k, v in (summary or {}).items() if k != "status"},
         "task": cell.task, "algo": cell.algo, "seed": cell.seed, "status": "failed", "error": error,
-        "returncode": returncode, "process_wall_clock_s": process_s, "log": str(log_path),
+        "returncode": returncode, "log": str(log_path), **record,
     }
     atomic_write_json(job.cell_dir / "summary.json", failed)
     return failed
 
 
 class SubprocessExecutor:
-    """One cell after another, each in a fresh ``python -m benchmarks.matrix.cell`` process."""
+    """One cell after another, each in a fresh ``python -m benchmarks.matrix.cell`` process: the baseline,
+    paying process start-up and imports once per cell (``--executor subprocess``)."""
+
+    name = "subprocess"
+    jobs = 1
 
     def run(self, jobs: list[CellJob], on_done: Callable[[CellJob, dict], None]) -> None:
         for job in jobs:
@@ -131,9 +159,12 @@ class SubprocessExecutor:
     def run_one(job: CellJob) -> dict:
         job = prepare_cell_dir(job)
         start = time.perf_counter()
+        record = {"executor": "subprocess", "queue_wait_s": start - job.queued_at}
+        threads = job.threads or job.cell.resources.get("num_cpus", 0)
         with open(job.cell_dir / "log.txt", "w") as log:
-            proc = subprocess.Popen(cell_command(job.cell_dir, job.resume), stdout=log, stderr=subprocess.STDOUT,
-                                    env=_child_env(),
+            # the thread count travels in OMP_NUM_THREADS, which torch reads at import
+            proc = subprocess.Popen(cell_command(job.cell_dir, job.resume), stdout=log,
+                                    stderr=subprocess.STDOUT, env=_child_env(threads),
                                     preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
             error = None
             try:
@@ -146,7 +177,7 @@ class SubprocessExecutor:
                 proc.kill()
                 proc.wait()
                 raise
-        return finish_cell(job, returncode, time.perf_counter() - start, error)
+        return finish_cell(job, returncode, time.perf_counter() - start, error, record)
 
 
 def cell_line(i: int, n: int, cell: Cell, s: dict) -> str:
@@ -196,8 +227,11 @@ def run_matrix(plan: Plan, out: Path, *, resume: bool = False, overwrite: bool =
 def _run_locked(plan: Plan, out: Path, *, resume: bool, progress: bool, executor: Executor) -> dict[str, int]:
     previous = read_json(out / "matrix.json") or {}
     sessions = previous.get("sessions", []) if resume else []
+    from benchmarks.matrix.timing import SESSION_KEYS, cell_timing
+
     session = {"started": _now(), "elapsed_s": 0.0, "cells_run": 0, "cells_skipped": 0, "resume": resume,
-               "executor": type(executor).__name__}
+               "executor": getattr(executor, "name", type(executor).__name__), "jobs": getattr(executor, "jobs", None),
+               "timing": dict.fromkeys(SESSION_KEYS, 0.0)}
     sessions.append(session)
     meta = {"name": plan.name, "description": plan.description, "file": plan.path, "toml": plan.text,
             "unit": "generated completions per cell", "cells": [{"dir": c.relpath, **c.spec()} for c in plan.cells],
@@ -217,11 +251,13 @@ def _run_locked(plan: Plan, out: Path, *, resume: bool, progress: bool, executor
             tqdm.write(f"[{index[cell.relpath]}/{n}] {cell.name}: complete, skipped")
             bar.update(1)
         else:
-            jobs.append(CellJob(cell, cell_dir, resume, plan.timeout_s))
+            jobs.append(CellJob(cell, cell_dir, resume, plan.timeout_s, queued_at=start, out_dir=out))
 
     def on_done(job: CellJob, summary: dict) -> None:
         counts["complete" if summary.get("status") == CELL_COMPLETE else "failed"] += 1
         session["cells_run"] += 1
+        for key, value in cell_timing(summary).items():
+            session["timing"][key] += value
         session["elapsed_s"] = time.perf_counter() - start
         tqdm.write(cell_line(index[job.cell.relpath], n, job.cell, summary))
         atomic_write_json(out / "matrix.json", meta)

@@ -52,10 +52,15 @@ RUN_KEYS = {
     "device": "auto, cpu or cuda",
     "precision": "auto, fp32 or bf16",
     "timeout_s": "seconds before a cell is stopped and recorded as failed (0: none)",
+    "num_cpus": "CPU cores (torch threads) per cell; also settable per [tasks.X] / [algorithms.Y] table",
+    "num_gpus": "GPUs per cell (Ray's num_gpus, may be a fraction); also settable per table",
     "tasks": "[tasks.NAME] tables",
     "algorithms": "[algorithms.NAME] tables",
 }
 TASK_RESERVED = {"budget": "override the budget for this task", "eval_every": "override eval_every for this task"}
+# The resources a cell asks of its executor: top level, then [tasks.X], then [algorithms.Y] (the most specific wins).
+# They are not part of a cell's identity (``Cell.spec``): the same cell on more cores is the same experiment.
+RESOURCE_KEYS = {"num_cpus": "CPU cores (torch threads) per cell", "num_gpus": "GPUs per cell (may be a fraction)"}
 CELL_COMPLETE = "complete"
 
 
@@ -123,6 +128,8 @@ class Cell:
     device: str
     precision: str
     settings: dict  # the run's full resolved settings (harness.config.resolve's names), but ``out``
+    # {"num_cpus": int, "num_gpus": float} where the matrix file names them; the executor's default otherwise
+    resources: dict = dataclasses.field(default_factory=dict)
 
     @property
     def relpath(self) -> str:
@@ -133,7 +140,10 @@ class Cell:
         return f"{self.task_label} {self.variant} seed {self.seed}"
 
     def spec(self) -> dict:
-        return dataclasses.asdict(self)
+        """The cell's identity, as cell.json holds it (resources left out: they do not change the experiment)."""
+        spec = dataclasses.asdict(self)
+        spec.pop("resources")
+        return spec
 
 
 @dataclasses.dataclass
@@ -224,13 +234,14 @@ def parse(path: str | Path) -> Plan:
     if precision not in ("auto", "fp32", "bf16"):
         check.fail((), "precision", f"precision must be auto, fp32 or bf16, got {precision!r}")
 
+    top_resources = _resources(check, data, ())
     tasks = _tasks(check, data)
     algos = _algorithms(check, data)
     cells = []
-    for task_name, task_label, task_options, task_budget, task_eval in tasks:
+    for task_name, task_label, task_options, task_budget, task_eval, task_resources in tasks:
         budget_t = task_budget or budget
         eval_t = eval_every if task_eval is None else task_eval
-        for algo_name, variant, algo_options, table in algos:
+        for algo_name, variant, algo_options, table, algo_resources in algos:
             settings = _resolved(check, task_name, task_label, task_options, algo_name, variant, algo_options, table)
             cps = settings.pop("completions_per_step")
             steps = budget_t // cps
@@ -249,6 +260,7 @@ def parse(path: str | Path) -> Plan:
                     eval_every=eval_steps,
                     checkpoint_every=max(1, checkpoint_every // cps) if checkpoint_every else 0,
                     device=device, precision=precision, settings={**settings, **run, "seed": seed},
+                    resources={**top_resources, **task_resources, **algo_resources},
                 ))
     if not cells:
         check.fail((), None, "the matrix has no cells: add [tasks.NAME] and [algorithms.NAME] tables")
@@ -285,7 +297,20 @@ def _resolved(check: _Checker, task: str, task_label: str, task_options: dict, a
     return {**settings, "completions_per_step": algo_config.completions_per_step()}
 
 
-def _tasks(check: _Checker, data: dict) -> list[tuple[str, str, dict, Optional[int], Optional[int]]]:
+def _resources(check: _Checker, table: dict, where: tuple) -> dict:
+    """num_cpus (an integer >= 1) and num_gpus (a number >= 0) of a table, where given."""
+    out = {}
+    if "num_cpus" in table:
+        out["num_cpus"] = check.int_key(table, "num_cpus", 1, 1, where)
+    if "num_gpus" in table:
+        value = table["num_gpus"]
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+            check.fail(where, "num_gpus", f"num_gpus must be a number >= 0, got {value!r}")
+        out["num_gpus"] = value
+    return out
+
+
+def _tasks(check: _Checker, data: dict) -> list[tuple[str, str, dict, Optional[int], Optional[int], dict]]:
     tables = data.get("tasks", {})
     if not isinstance(tables, dict) or not tables:
         check.fail((), "tasks", "the matrix needs at least one [tasks.NAME] table")
@@ -300,11 +325,14 @@ def _tasks(check: _Checker, data: dict) -> list[tuple[str, str, dict, Optional[i
         task_budget = check.int_key(options, "budget", 0, 1, where) if "budget" in options else None
         task_eval = check.int_key(options, "eval_every", 0, 0, where) if "eval_every" in options else None
         options.pop("budget", None), options.pop("eval_every", None)
+        resources = _resources(check, options, where)
+        for key in RESOURCE_KEYS:
+            options.pop(key, None)
         params = TASKS[name].options()
         for key, value in options.items():
             if key not in params:
                 check.fail(where, key, f"unknown option {key!r} of task {name}; it takes: "
-                                       f"{', '.join(list(params) + list(TASK_RESERVED))}")
+                                       f"{', '.join(list(params) + list(TASK_RESERVED) + list(RESOURCE_KEYS))}")
             values = value if isinstance(value, list) else [value]
             if not values:
                 check.fail(where, key, f"{key} is an empty list")
@@ -316,11 +344,11 @@ def _tasks(check: _Checker, data: dict) -> list[tuple[str, str, dict, Optional[i
                     check.fail(where, key, f"task {name} has no reward mode {v!r}; "
                                            f"choose from {', '.join(TASKS[name].reward_modes)}")
         for full, varying in _expand(options):
-            out.append((name, _label(name, varying), full, task_budget, task_eval))
+            out.append((name, _label(name, varying), full, task_budget, task_eval, resources))
     return out
 
 
-def _algorithms(check: _Checker, data: dict) -> list[tuple[str, str, dict, str]]:
+def _algorithms(check: _Checker, data: dict) -> list[tuple[str, str, dict, str, dict]]:
     tables = data.get("algorithms", {})
     if not isinstance(tables, dict) or not tables:
         check.fail((), "algorithms", "the matrix needs at least one [algorithms.NAME] table")
@@ -330,6 +358,9 @@ def _algorithms(check: _Checker, data: dict) -> list[tuple[str, str, dict, str]]
         if not isinstance(options, dict):
             check.fail(("algorithms",), table_name, f"algorithms.{table_name} must be a table")
         options = dict(options)
+        resources = _resources(check, options, where)
+        for key in RESOURCE_KEYS:
+            options.pop(key, None)
         algo = options.pop("algo", table_name)
         if algo not in ALGORITHMS:
             key = "algo" if "algo" in tables[table_name] else None
@@ -346,8 +377,8 @@ def _algorithms(check: _Checker, data: dict) -> list[tuple[str, str, dict, str]]
             if isinstance(value, list) and not value:
                 check.fail(where, key, f"{key} is an empty list")
         for full, varying in _expand(options):
-            out.append((algo, _label(table_name, varying), full, table_name))
-    labels = [v for _, v, _, _ in out]
+            out.append((algo, _label(table_name, varying), full, table_name, resources))
+    labels = [v for _, v, _, _, _ in out]
     for label in labels:
         if labels.count(label) > 1:
             check.fail(("algorithms",), None, f"two algorithm variants are both called {label!r}")

@@ -1,0 +1,258 @@
+"""Matrix executors: the same cell gives the same metrics under subprocess, local (warm workers), ray and slurm
+(submitit's local cluster); SIGKILL to the driver then --resume loses and repeats no finished cell; SIGKILL
+to a Ray worker retries the cell; a missing extra is one line; per-cell and per-session timing."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from benchmarks.io import read_jsonl
+from tests.conftest import strip_timing
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Two different cells on one thread each: a warm worker with --jobs 1 runs the second after the first.
+SMALL = """\
+seeds = [0]
+budget = 64
+num_cpus = 1
+device = "cpu"
+
+[tasks.pizza]
+eval_samples = 16
+
+[algorithms.grpo]
+[algorithms.reinforce]
+"""
+CELLS = ("pizza/grpo/seed0", "pizza/reinforce/seed0")
+
+
+def _env():
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.setdefault("GRPO_BENCH_CACHE", "/tmp/gbcache")
+    return env
+
+
+def _matrix(args, **kw):
+    return subprocess.Popen([sys.executable, "-m", "benchmarks.cli.main", "matrix", *map(str, args), "--no-progress"],
+                            cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def _run_matrix(args, timeout=400):
+    proc = _matrix(args)
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out
+    return out
+
+
+def _rows(cell_dir: Path):
+    return strip_timing(read_jsonl(cell_dir / "metrics.jsonl"))
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    """The small matrix under the fresh-process-per-cell executor."""
+    tmp = tmp_path_factory.mktemp("baseline")
+    (tmp / "m.toml").write_text(SMALL)
+    _run_matrix([tmp / "m.toml", "--out", tmp / "out", "--executor", "subprocess"])
+    return tmp / "m.toml", tmp / "out"
+
+
+EXECUTOR_ARGS = {
+    "local-jobs1": ["--executor", "local", "--jobs", "1"],  # warm: the second cell runs after the first in one worker
+    "local-jobs2": ["--executor", "local", "--jobs", "2"],
+    "ray": ["--executor", "ray"],
+    "slurm-local": ["--executor", "slurm", "--slurm-cluster", "local"],
+}
+
+
+@pytest.mark.parametrize("name", list(EXECUTOR_ARGS))
+def test_same_cell_same_metrics_under_every_executor(baseline, tmp_path, name):
+    path, reference = baseline
+    if name.startswith("ray"):
+        pytest.importorskip("ray")
+    if name.startswith("slurm"):
+        pytest.importorskip("submitit")
+    out = tmp_path / "out"
+    _run_matrix([path, "--out", out, *EXECUTOR_ARGS[name]])
+    for cell in CELLS:
+        assert _rows(out / cell) == _rows(reference / cell), f"{name}: {cell} differs from its fresh-process run"
+        fresh = json.loads((reference / cell / "summary.json").read_text())
+        summary = json.loads((out / cell / "summary.json").read_text())
+        assert summary["status"] == "complete" and summary["threads"] == 1
+        for key in ("accuracy_after", "reward_after", "steps", "completions_generated"):
+            assert summary[key] == fresh[key], key
+        for key in ("process_wall_clock_s", "startup_s", "build_s", "eval_s", "wall_clock_s", "queue_wait_s"):
+            assert summary[key] >= 0, key
+        # A cell's peak is its own: a warm worker's second cell does not inherit the first one's peak. (A Ray
+        # worker's process also holds Ray's own runtime, about 80 MiB more.)
+        slack = 0.25 if name == "ray" else 0.15
+        assert abs(summary["peak_memory_bytes"] - fresh["peak_memory_bytes"]) < slack * fresh["peak_memory_bytes"]
+    first, second = (json.loads((out / c / "summary.json").read_text()) for c in CELLS)
+    if name == "local-jobs1":
+        assert first["worker_pid"] == second["worker_pid"] and second["worker_cell_index"] == 1
+        assert first["startup_s"] > 0 and second["startup_s"] == 0.0  # the import is paid once
+        assert first["peak_rss_method"].startswith("VmHWM")
+    from benchmarks.matrix.timing import wallclock_breakdown
+
+    breakdown = wallclock_breakdown(out)
+    executor = EXECUTOR_ARGS[name][1]
+    assert set(breakdown["by_executor"]) == {executor}
+    total = breakdown["total"]
+    assert total["cells"] == 2 and total["elapsed_s"] > 0
+    assert total["train_s"] == pytest.approx(first["wall_clock_s"] + second["wall_clock_s"])
+    session = json.loads((out / "matrix.json").read_text())["sessions"][-1]
+    assert session["executor"] == executor and session["timing"]["startup_s"] == pytest.approx(total["startup_s"])
+
+
+# ------------------------------------------------------------------------------------------------
+# SIGKILL to the driver, then --resume
+# ------------------------------------------------------------------------------------------------
+
+RESUMABLE = """\
+seeds = [0, 1, 2]
+budget = 320             # 10 GRPO steps
+checkpoint_every = 96    # every 3 steps
+num_cpus = 1
+device = "cpu"
+
+[tasks.pizza]
+eval_samples = 16
+
+[algorithms.grpo]
+"""
+
+
+@pytest.mark.parametrize("executor", ["local", "ray"])
+def test_sigkill_driver_then_resume_keeps_and_skips_finished_cells(tmp_path, executor):
+    if executor == "ray":
+        pytest.importorskip("ray")
+    path, out = tmp_path / "m.toml", tmp_path / "out"
+    path.write_text(RESUMABLE)
+    cells = [out / f"pizza/grpo/seed{s}" for s in range(3)]
+    proc = _matrix([path, "--out", out, "--executor", executor, *(["--jobs", "1"] if executor == "local" else [])],
+                   start_new_session=True)
+    deadline, finished = time.time() + 300, []
+    while time.time() < deadline and not finished:
+        finished = [c for c in cells if '"status": "complete"' in _text(c / "summary.json")]
+        time.sleep(0.02)
+    assert finished, "no cell finished in time"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    kept = {c: ((c / "summary.json").read_text(), (c / "summary.json").stat().st_mtime_ns) for c in finished}
+    assert len(kept) < 3, "the kill must land before the last cell finished"
+    time.sleep(2)  # a worker that outlived its driver would write now
+    out_text = _run_matrix([path, "--out", out, "--resume", "--executor", executor])
+    for c in finished:  # not lost, not re-run: byte for byte the summary written before the kill
+        assert ((c / "summary.json").read_text(), (c / "summary.json").stat().st_mtime_ns) == kept[c]
+        assert f"{c.name.replace('seed', 'seed ')}: complete, skipped" in out_text
+    for c in cells:
+        summary = json.loads((c / "summary.json").read_text())
+        assert summary["status"] == "complete" and summary["steps"] == 10
+        assert [r["step"] for r in read_jsonl(c / "metrics.jsonl")] == list(range(1, 11))
+    sessions = json.loads((out / "matrix.json").read_text())["sessions"]
+    assert sessions[-1]["cells_skipped"] == len(finished) and sessions[-1]["cells_run"] == 3 - len(finished)
+    if executor == "ray":  # the killed driver's local Ray instance went with it
+        assert not _ray_processes_of(proc.pid)
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _ray_processes_of(session_leader: int) -> list[int]:
+    out = subprocess.run(["ps", "-eo", "pid,sess,args"], capture_output=True, text=True).stdout.splitlines()[1:]
+    return [int(line.split()[0]) for line in out if line.split()[1] == str(session_leader) and "ray" in line]
+
+
+# ------------------------------------------------------------------------------------------------
+# SIGKILL to a Ray worker: the cell is retried (from its newest checkpoint) and completes
+# ------------------------------------------------------------------------------------------------
+
+ONE_CELL = """\
+seeds = [0]
+budget = 960             # 30 GRPO steps
+checkpoint_every = 64    # every 2 steps
+num_cpus = 1
+device = "cpu"
+
+[tasks.pizza]
+eval_samples = 16
+
+[algorithms.grpo]
+"""
+
+
+def _ray_task_pids() -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if cmdline.startswith("ray::") and "cell" in cmdline:
+            pids.append(int(proc.name))
+    return pids
+
+
+def test_sigkill_to_a_ray_worker_retries_the_cell(tmp_path):
+    pytest.importorskip("ray")
+    path = tmp_path / "m.toml"
+    path.write_text(ONE_CELL)
+    reference = tmp_path / "ref"
+    _run_matrix([path, "--out", reference, "--executor", "local", "--jobs", "1"])
+    out = tmp_path / "out"
+    proc = _matrix([path, "--out", out, "--executor", "ray"])
+    deadline, pids = time.time() + 300, []
+    while time.time() < deadline and not pids:
+        pids = _ray_task_pids()
+        time.sleep(0.05)
+    assert pids, "no Ray worker ran the cell"
+    time.sleep(3)  # into training, past a checkpoint or two
+    os.kill(pids[0], signal.SIGKILL)
+    text, _ = proc.communicate(timeout=400)
+    assert proc.returncode == 0, text
+    summary = json.loads((out / "pizza/grpo/seed0/summary.json").read_text())
+    assert summary["status"] == "complete" and summary["worker_pid"] != pids[0]
+    assert _rows(out / "pizza/grpo/seed0") == _rows(reference / "pizza/grpo/seed0")  # a resumed run reproduces it
+    print(f"retried_from_checkpoint={summary['retried_from_checkpoint']}")
+
+
+# ------------------------------------------------------------------------------------------------
+# Missing extras, resource keys
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("executor, module, extra", [("ray", "ray", "ray"), ("slurm", "submitit", "slurm")])
+def test_missing_extra_is_one_line_naming_the_pip_command(tmp_path, run_cli, monkeypatch, executor, module, extra):
+    monkeypatch.setitem(sys.modules, module, None)  # import raises ImportError
+    path = tmp_path / "m.toml"
+    path.write_text(SMALL)
+    code, out, err = run_cli("matrix", path, "--out", tmp_path / "out", "--executor", executor)
+    assert code == 2
+    assert err.strip() == (f"grpo-bench: error: --executor {executor} needs {module}, which is not installed: "
+                           f"pip install -e \".[{extra}]\"")
+    assert not (tmp_path / "out").exists()
+
+
+def test_resource_keys_per_table(tmp_path, run_cli):
+    from benchmarks.matrix import parse
+
+    path = tmp_path / "m.toml"
+    path.write_text(SMALL.replace("[algorithms.grpo]", "[algorithms.grpo]\nnum_cpus = 2\nnum_gpus = 0.5"))
+    cells = {c.algo: c for c in parse(path).cells}
+    assert cells["grpo"].resources == {"num_cpus": 2, "num_gpus": 0.5}
+    assert cells["reinforce"].resources == {"num_cpus": 1}
+    assert "resources" not in cells["grpo"].spec()  # not part of the cell's identity: --resume still matches
+    path.write_text(SMALL.replace("num_cpus = 1", "num_cpus = 0"))
+    code, _, err = run_cli("matrix", path, "--out", tmp_path / "out")
+    assert code == 2 and f"{path}:3: num_cpus must be an integer >= 1" in err
