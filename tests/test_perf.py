@@ -1,11 +1,12 @@
-"""grpo-bench bench grpo-vs-trl: same loss as TRL on the same batch, and the shared-prompt log-probs."""
+"""grpo-bench bench grpo-vs-trl / rloo-vs-trl: same loss as TRL on the same batch, the report against TRL's
+default and fastest settings, the step's processed positions, and the shared-prompt log-probs."""
 
 import pytest
 import torch
 
 from algorithms import rollout as rollout_lib
 from algorithms.rollout import generate, per_token_logps
-from benchmarks.perf.grpo_vs_trl import WORKLOADS, Trl, same_batch_check
+from benchmarks.perf.grpo_vs_trl import WORKLOADS, Ours, Trl, same_batch_check, same_batch_check_rloo
 from tasks import make_task
 
 
@@ -25,6 +26,62 @@ def test_same_batch_loss_matches_trl(pizza, name):
     assert check["abs_diff_updated"] <= 1e-6
     assert check["max_abs_diff_advantages"] <= 1e-6
     assert check["max_abs_diff_ref_logps"] <= 1e-5
+
+
+@pytest.mark.parametrize("name", ["pizza-rloo", "pizza-rloo-mu2"])
+def test_same_batch_rloo_loss_matches_trl(pizza, name):
+    torch.manual_seed(0)
+    trl = Trl(WORKLOADS[name], seed=0, device="cpu", task=pizza)
+    check = same_batch_check_rloo(trl, pizza.train_prompts()[:1])
+    assert abs(check["loss_trl_updated"]) > 1e-4  # the sequence ratio moved off 1
+    assert check["abs_diff_sampled"] <= 1e-6 and check["abs_diff_updated"] <= 1e-6
+    assert check["max_abs_diff_advantages"] <= 1e-6  # with beta's k1 KL folded into the rewards
+
+
+def test_trl_fastest_setting_turns_checkpointing_off(pizza):
+    default = Trl(WORKLOADS["pizza-rloo"], seed=0, device="cpu", task=pizza)
+    fastest = Trl(WORKLOADS["pizza-rloo"], seed=0, device="cpu", task=pizza, setting="fastest")
+    assert default.trainer.args.gradient_checkpointing is True  # TRL's own default
+    assert fastest.trainer.args.gradient_checkpointing is False
+
+
+def test_step_metrics_carry_the_processed_positions(pizza):
+    """tokens/processed: each group's prompt once plus every completion row, from the step's own metrics."""
+    ours = Ours(WORKLOADS["pizza-mu1"], seed=0, device="cpu", task=pizza)
+    seen = []
+    generate = ours.algo.generate
+    ours.algo.generate = lambda *a, **k: seen.append(generate(*a, **k)) or seen[-1]
+    metrics = ours.step(pizza.train_prompts()[:1])
+    rollout = seen[0]
+    assert metrics["tokens/processed"] == rollout.prompt_ids.size(1) + rollout.completion_ids.numel()
+
+
+def test_report_shows_trl_default_and_fastest_and_the_ratio_against_the_faster():
+    from benchmarks.perf.grpo_vs_trl import SIDES, render_markdown
+
+    def side(t):
+        return {"median": {"time/step": t, **{f"time/{p}": 0.0 for p in ("generate", "score", "logprobs", "update", "other")},
+                           "tokens/generated": 10.0, "tokens/processed": 20.0},
+                "rates": {"generation_tokens_per_s": 1.0, "generation_gflops": 1.0, "update_gflops": 1.0}}
+
+    ratio = lambda m: {"min": m, "median": m, "max": m}  # noqa: E731
+    comparison = {"workload": {"name": "w", "group_size": 8, "max_new_tokens": 12, "mu": 1}, "parameters": 1e6,
+                  "ours": side(1.0), "trl_default": side(2.3), "trl_fastest": side(2.1),
+                  "ratios": {"default": ratio(2.3), "fastest": ratio(2.1)}, "faster_trl": "fastest",
+                  "ratio": ratio(2.1), "same_batch": {"max_abs_diff": 0.0},
+                  "memory": {s: {"peak_bytes": 2**30, "rss_after_imports_bytes": 2**29} for s in SIDES}}
+    report = {"environment": {"versions": {"trl": "1.16", "torch": "2"}, "device_name": "cpu"}, "threads": 2,
+              "matmul_gflops": {"fp32": 1.0, "bf16": 1.0}, "comparisons": [comparison], "memory_method": "m",
+              "command": "c", "algo": "rloo"}
+    text = render_markdown(report)
+    assert "RLOOTrainer" in text and "TRL default s/step" in text and "TRL fastest s/step" in text
+    assert "2.30 / 2.30 / 2.30" in text and "2.10 / **2.10** / 2.10" in text  # bold: against the faster TRL
+    assert "peak memory TRL fastest" in text
+
+
+def test_rloo_bench_refuses_a_grpo_workload(run_cli):
+    code, _, err = run_cli("bench", "rloo-vs-trl", "--workloads", "pizza-mu1")
+    assert code == 2 and "unknown workload 'pizza-mu1'; choose from pizza-rloo" in err
 
 
 def _cache_the_prompt(monkeypatch):
@@ -180,7 +237,8 @@ def test_target_verdict_names_each_workload_that_misses():
 
     def comparison(name, median, ours_bytes, trl_bytes, diff):
         return {"workload": {"name": name}, "ratio": {"median": median}, "same_batch": {"max_abs_diff": diff},
-                "memory": {"ours": {"peak_bytes": ours_bytes}, "trl": {"peak_bytes": trl_bytes}}}
+                "memory": {"ours": {"peak_bytes": ours_bytes}, "trl_default": {"peak_bytes": trl_bytes},
+                           "trl_fastest": {"peak_bytes": trl_bytes * 2}}}
 
     report = {"comparisons": [comparison("a", 2.4, 1, 2, 1e-7), comparison("b", 1.9, 1, 2, 1e-7),
                               comparison("c", 2.2, 3, 2, 1e-7), comparison("d", 2.2, 1, 2, float("nan"))]}

@@ -1,5 +1,9 @@
-"""Our GRPO loss, advantages and DPO loss against TRL's own trainers (benchmarks/trl_check.py)."""
+"""Our GRPO / RLOO losses, advantages and DPO loss against TRL's own trainers (benchmarks/checks/trl.py).
 
+The full grid runs in ``grpo-bench check trl``; here one configuration per loss type and option family,
+and a planted error that the check must catch."""
+
+import math
 import tempfile
 
 import pytest
@@ -7,6 +11,8 @@ import torch
 
 pytest.importorskip("trl")
 
+from algorithms import losses  # noqa: E402
+from algorithms.losses import GRPO_LOSS_TYPES  # noqa: E402
 from benchmarks.checks import trl as trl_check  # noqa: E402
 from benchmarks.cli.main import main  # noqa: E402
 
@@ -15,53 +21,102 @@ from benchmarks.cli.main import main  # noqa: E402
 def setup():
     torch.manual_seed(0)
     base, tokenizer = trl_check.load_model()
-    inputs = trl_check.grpo_inputs(base, tokenizer)
+    batch = trl_check.make_batch(base, tokenizer)
     with tempfile.TemporaryDirectory() as out_dir:
-        yield base, tokenizer, inputs, out_dir
+        yield base, tokenizer, batch, out_dir
 
 
-def test_inputs_are_ragged_and_left_padded(setup):
-    _, tokenizer, inputs, _ = setup
-    lengths = inputs["completion_mask"].sum(1)
-    assert len(set(lengths.tolist())) >= 5  # ragged completions, one truncated at T
-    assert (inputs["prompt_mask"] == 0).any()  # a left-padded prompt
-    ratio = (inputs["old_per_token_logps"] - inputs["ref_per_token_logps"]).abs()
-    assert ratio[inputs["completion_mask"].bool()].min() > 0  # old, ref and current all differ
+def _sample() -> list:
+    """Each loss type once, each option family once per objective (clip, cispo, sapo, vespo), each kind of skip once."""
+    picked, seen = [], set()
+    for cfg in trl_check.loss_configs():
+        reason = trl_check.skip_reason(cfg)
+        if reason:
+            key = ("skip", reason[:30])
+        elif cfg.family == "core":
+            key = (cfg.family, cfg.loss_type)
+        else:
+            key = (cfg.family, losses.LOSS_TYPES[cfg.loss_type][0])
+        if key not in seen:
+            seen.add(key)
+            picked.append(cfg)
+    return picked
 
 
-@pytest.mark.parametrize("cfg", trl_check.loss_configs(), ids=trl_check.config_name)
+def test_grid_covers_every_loss_type_and_option():
+    cfgs = trl_check.loss_configs()
+    assert len(cfgs) + len(trl_check.rloo_loss_configs()) + len(trl_check.rloo_advantage_configs()) >= 150
+    compared = [c for c in cfgs if trl_check.skip_reason(c) is None]
+    assert {c.loss_type for c in compared} == set(GRPO_LOSS_TYPES)
+    for family in ("core", "kl_bias_correction", "delta", "top_entropy_quantile", "off_policy_mask",
+                   "importance_sampling"):
+        assert any(c.family == family for c in compared), family
+    modes = {(c.importance_sampling_mode, c.mu) for c in compared if c.sampler and c.importance_sampling_correction}
+    assert modes == {(m, mu) for m in losses.IMPORTANCE_SAMPLING_MODES for mu in (1, 2)}
+    assert {c.level for c in compared} == {"token", "sequence"} and {c.beta > 0 for c in compared} == {False, True}
+    # The stated differences are skipped with a reason, not compared.
+    assert trl_check.skip_reason(trl_check.LossConfig("cispo", delta=1.5))
+    assert trl_check.skip_reason(trl_check.LossConfig("vespo", sampler=True, importance_sampling_mode="sequence_mask"))
+    assert "C_min > 1" in trl_check.skip_reason(trl_check.LossConfig(
+        "vespo", sampler=True, importance_sampling_mode="token_mask", importance_sampling_clip_min=1.05))
+    # Our names reach TRL through the mapping.
+    settings = trl_check.LossConfig("grpo", mu=2, sampler=True, importance_sampling_mode="token_mask").trl_settings()
+    assert settings["num_iterations"] == 2 and settings["vllm_importance_sampling_mode"] == "token_mask"
+
+
+def test_batch_is_ragged_left_padded_with_a_nan_sampler_token(setup):
+    _, _, batch, _ = setup
+    assert len(set(batch.completion_mask.sum(1).tolist())) >= 5  # ragged completions, one truncated at T
+    assert (batch.prompt_mask == 0).any()  # a left-padded prompt
+    assert batch.sampler_logps.isnan().sum() == 1
+
+
+@pytest.mark.parametrize("cfg", _sample(), ids=trl_check.config_name)
 def test_grpo_loss_matches_trl(setup, cfg):
-    base, tokenizer, inputs, out_dir = setup
-    row = trl_check.check_grpo_loss(base, tokenizer, inputs, cfg, out_dir)
+    base, tokenizer, batch, out_dir = setup
+    row = trl_check.check_grpo_loss(base, tokenizer, batch, cfg, out_dir)
+    if row.skipped:
+        assert math.isnan(row.diff)
+        return
     assert row.diff <= trl_check.LOSS_TOL, row
     assert row.grad_rel_err <= trl_check.GRAD_TOL, row
-    if cfg["mu"] == 1 and cfg["beta"] == 0 and cfg["loss_type"] == "grpo":
-        assert abs(row.trl) < 1e-7 and abs(row.ours) < 1e-7  # both read 0 on-policy ...
-    else:
-        assert abs(row.trl) > 1e-4  # ... and nothing else is trivially 0 = 0
+    assert abs(row.trl) > 1e-4 or (cfg.mu == 1 and cfg.loss_type == "grpo" and cfg.beta == 0), row  # not 0 = 0
 
 
-@pytest.mark.parametrize("scale", trl_check.SCALES)
-def test_group_advantages_match_trl(setup, scale):
-    base, tokenizer, _, out_dir = setup
-    rows = trl_check.check_advantages(base, tokenizer, scale, out_dir)
+def test_forward_rloo_advantages_and_dpo_match_trl(setup):
+    base, tokenizer, batch, out_dir = setup
+    rows = [trl_check.check_forward(base, tokenizer, batch, out_dir)]
+    rows += [trl_check.check_rloo_loss(base, tokenizer, batch, cfg, out_dir) for cfg in trl_check.rloo_loss_configs()[2:3]]
+    rows += [trl_check.check_rloo_advantages(base, tokenizer, cfg, out_dir) for cfg in trl_check.rloo_advantage_configs()[-1:]]
+    rows += [trl_check.check_advantages(base, tokenizer, "group", out_dir), trl_check.check_dpo(base, tokenizer, out_dir)]
     assert all(r.passed for r in rows), [r for r in rows if not r.passed]
-    assert rows[-1].trl != 0 and (scale != "group" or abs(rows[5].trl - 0.5) < 1e-3)
+    assert abs(rows[1].trl) > 1e-2  # mu = 2: the sequence ratio is not 1
+    assert abs(rows[-1].trl - math.log(2)) > 1e-3  # DPO's reference differs from the policy
 
 
-def test_dpo_loss_matches_trl(setup):
-    base, tokenizer, _, out_dir = setup
-    row = trl_check.check_dpo(base, tokenizer, out_dir)
-    assert row.passed, row
-    assert abs(row.trl - torch.log(torch.tensor(2.0)).item()) > 1e-3  # reference differs from policy
+def test_a_planted_error_fails_the_check(setup, monkeypatch):
+    """SAPO's negative-advantage temperature off by 1%: the sapo rows fail, the others still pass."""
+    base, tokenizer, batch, out_dir = setup
+    sapo = losses.POLICY_OBJECTIVES["sapo"]
+
+    def wrong_sapo(*, sapo_temperature_neg, **kwargs):
+        return sapo(sapo_temperature_neg=sapo_temperature_neg * 1.01, **kwargs)
+
+    monkeypatch.setitem(losses.POLICY_OBJECTIVES, "sapo", wrong_sapo)
+    cfgs = [trl_check.LossConfig("sapo", mu=1), trl_check.LossConfig("sapo", mu=2, beta=0.04),
+            trl_check.LossConfig("grpo", mu=2), trl_check.LossConfig("cispo", mu=2, epsilon_high=1.1)]
+    rows = [trl_check.check_grpo_loss(base, tokenizer, batch, cfg, out_dir) for cfg in cfgs]
+    assert [r.passed for r in rows] == [False, False, True, True], rows
 
 
-def test_command_writes_results_and_fails_on_mismatch(tmp_path, monkeypatch, capsys):
-    rows = [trl_check.CheckRow("grpo_loss", "a", 1.0, 1.0, 0.0, 0.0, True)]
+def test_command_writes_results_and_fails_on_mismatch(tmp_path, monkeypatch):
+    rows = [trl_check.CheckRow("grpo_loss", "a", 1.0, 1.0, 0.0, 0.0, True, "core", "grpo"),
+            trl_check.CheckRow("grpo_loss", "s", math.nan, math.nan, math.nan, None, True, "delta", "sapo", "refused")]
     monkeypatch.setattr(trl_check, "run_checks", lambda progress=None: rows)
     assert main(["check", "trl", "--out", str(tmp_path)]) == 0
     assert {p.name for p in tmp_path.iterdir()} == {"report.md", "results.csv", "results.json"}
-    assert "1/1 checks pass" in (tmp_path / "report.md").read_text()
-    rows.append(trl_check.CheckRow("dpo_loss", "b", 1.0, 2.0, 1.0, 0.5, False))
+    text = (tmp_path / "report.md").read_text()
+    assert "1/1 configurations agree, 1 skipped" in text and "1 x refused" in text
+    rows.append(trl_check.CheckRow("dpo_loss", "b", 1.0, 2.0, 1.0, 0.5, False, "dpo", "dpo"))
     assert main(["check", "trl", "--out", str(tmp_path)]) == 1
     assert "**NO**" in (tmp_path / "report.md").read_text()

@@ -1,0 +1,19 @@
+"""``grpo-bench bench executors FILE``: the matrix executors side by side (benchmarks/perf/executors.py)."""
+
+from __future__ import annotations
+
+
+def add_executors_parser(which) -> None:
+    e = which.add_parser("executors", help="a matrix one cell at a time in fresh processes, then with the default executor")
+    e.add_argument("file", help="matrix file (TOML), e.g. benchmarks/matrices/scaleout.toml")
+    e.add_argument("--out", default="results/executors", help="folder for executors.md/json and both runs (default: results/executors)")
+    e.add_argument("--jobs", type=int, default=0, help="the local executor's cells at once (default: what fits the cores)")
+    e.add_argument("--readme", default=None, help="README whose 'executors' section is regenerated")
+    e.set_defaults(handler=cmd_bench_executors)
+
+
+def cmd_bench_executors(args) -> int:
+    from benchmarks.perf.executors import run_bench_executors
+
+    result = run_bench_executors(args.file, args.out, jobs=args.jobs, readme=args.readme)
+    return 0 if all(r["counts"]["failed"] == 0 for r in result["runs"].values()) else 1
