@@ -32,6 +32,7 @@ def add_paired_parser(sub) -> None:
     c.add_argument("--before", nargs="+", required=True, help="eval file(s); parts are joined in question order")
     c.add_argument("--after", nargs="+", required=True)
     c.add_argument("--out", default=None)
+    c.add_argument("--readme", default=None, help="also write the table as the README section 'gsm8k-paired'")
     c.set_defaults(handler=cmd_compare)
 
 
@@ -97,6 +98,21 @@ def cmd_compare(args) -> int:
     result["files"] = {"before": args.before, "after": args.after}
     if args.out:
         atomic_write_json(Path(args.out), result)
+    if args.readme:
+        from benchmarks.report.readme import update_section
+        from benchmarks.report.tables import markdown_table
+
+        rows = [[key.replace("correct", "accuracy").replace("_", " "), f"{t['accuracy_before']:.3f}", f"{t['accuracy_after']:.3f}",
+                 t["b"], t["c"], f"{t['p_value']:.3g}"] for key, t in result["tests"].items()]
+        seconds = {side: sum(v.values()) for side, v in result["wall_clock_s"].items()}
+        body = (f"{result['before']} -> {result['after']}, the same {result['questions']} test questions, seed "
+                f"{result['seed']}, greedy, {result['settings'].get('eval_max_new_tokens')} new tokens "
+                f"({seconds['before']:.0f} s and {seconds['after']:.0f} s of evaluation on this CPU):\n\n"
+                + markdown_table(["metric", "before", "after", "right -> wrong (b)", "wrong -> right (c)",
+                                  "McNemar exact p"], rows)
+                + "\n\nRegenerate: `grpo-bench paired compare --before " + " ".join(args.before) + " --after "
+                + " ".join(args.after) + (f" --out {args.out}" if args.out else "") + f" --readme {args.readme}`\n")
+        update_section(args.readme, "gsm8k-paired", body)
     for key, t in result["tests"].items():
         print(f"{key}: {t['accuracy_before']:.4f} -> {t['accuracy_after']:.4f} (n {t['n']}, right->wrong b {t['b']}, "
               f"wrong->right c {t['c']}), McNemar exact p = {t['p_value']:.3g}")
