@@ -199,7 +199,7 @@ def test_cli_refuses_options_of_other_algorithms_and_tasks(capsys, tmp_path, arg
 def test_reinforce_moving_average_baseline():
     from algorithms.reinforce import REINFORCE, REINFORCEConfig
 
-    state = SimpleNamespace(config=REINFORCEConfig(baseline_decay=0.9), baseline=None)
+    state = SimpleNamespace(config=REINFORCEConfig(baseline_decay=0.9), baseline=None, data_parallel=None)
     assert REINFORCE._baseline(state, torch.tensor([0.0, 2.0])) == 1.0  # the first batch centres on itself
     assert REINFORCE._baseline(state, torch.tensor([3.0, 3.0])) == 1.0  # later ones see only the past
     assert state.baseline == pytest.approx(0.9 * 1.0 + 0.1 * 3.0)
