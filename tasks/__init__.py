@@ -6,11 +6,13 @@ registers the built-in ones.
 """
 
 from tasks.base import TASKS, GenerationDefaults, RewardError, Task, TaskError, TaskOption, make_task, register_task
+from tasks.addition import AdditionTask
 from tasks.bandit import BanditTask
+from tasks.custom import PromptsTask
 from tasks.gsm8k import GSM8KTask
 from tasks.pizza import PizzaTask
 
 __all__ = [
-    "TASKS", "BanditTask", "GSM8KTask", "GenerationDefaults", "PizzaTask", "RewardError", "Task", "TaskError",
-    "TaskOption", "make_task", "register_task",
+    "TASKS", "AdditionTask", "BanditTask", "GSM8KTask", "GenerationDefaults", "PizzaTask", "RewardError", "Task", "TaskError",
+    "TaskOption", "PromptsTask", "make_task", "register_task",
 ]

@@ -8,20 +8,25 @@ needs no change here. An option that belongs to another algorithm or task is ref
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 from algorithms import ALGORITHMS
 from benchmarks.cli.options import (
     add_dataclass_options, add_task_options, flag, given_options, load_reward_fn, task_option_names, task_options_for,
 )
-from benchmarks.harness.config import RunConfig, resolve
+from benchmarks.errors import UsageError
+from benchmarks.harness.config import RunConfig, check_types, load_config_file
 from tasks import TASKS
 
 
 def add_run_parser(sub) -> None:
     p = sub.add_parser("run", help="train one algorithm on one task, evaluate before and after")
     run_group = p.add_argument_group("run")
-    run_group.add_argument("--task", required=True, help=f"one of: {', '.join(sorted(TASKS))}")
-    run_group.add_argument("--algo", required=True, help=f"one of: {', '.join(sorted(ALGORITHMS))}")
+    run_group.add_argument("--config", default=None, metavar="FILE",
+                           help="settings from a .toml, .yaml/.yml or .json file: the names of these flags (dashes "
+                                "or underscores) in one flat table; flags given here override the file")
+    run_group.add_argument("--task", default=None, help=f"one of: {', '.join(sorted(TASKS))} (required, here or in --config)")
+    run_group.add_argument("--algo", default=None, help=f"one of: {', '.join(sorted(ALGORITHMS))} (required, here or in --config)")
     add_dataclass_options(run_group, RunConfig, {}, "run", skip=("task", "algo"))
     run_group.add_argument("--reward-fn", dest="reward_fn", default=None, metavar="MODULE:FUNC",
                            help="replace the task's reward: FUNC(prompts, completions) -> list of floats "
@@ -33,25 +38,37 @@ def add_run_parser(sub) -> None:
     p.set_defaults(handler=cmd_run)
 
 
-def run_options(args) -> dict:
-    """The flags given, as the flat ``{name: value}`` mapping the harness resolves."""
-    names = ({f.name for f in dataclasses.fields(RunConfig)} | task_option_names()
+def run_options(args) -> tuple[dict, Callable[[str], str]]:
+    """The settings of ``--config`` overridden by the flags given, as the flat ``{name: value}`` mapping the
+    harness resolves, and how to name a setting in an error (a flag, or a key of the file)."""
+    names = ({f.name for f in dataclasses.fields(RunConfig)} | task_option_names() | {"reward_fn"}
              | {f.name for cls in ALGORITHMS.values() for f in dataclasses.fields(cls.Config)})
-    options = given_options(args, names)
-    if args.reward_fn:
-        options["reward_fn"] = load_reward_fn(args.reward_fn)
-    return options
+    flags = given_options(args, names)
+    from_file = load_config_file(args.config) if getattr(args, "config", None) else {}
+
+    def spell(name: str) -> str:
+        return flag(name) if name in flags or not from_file else f"{name!r} (in {args.config})"
+
+    options = {**check_types(from_file, spell=spell), **flags}
+    for name in ("task", "algo"):
+        if options.get(name) is None:
+            raise UsageError(f"--{name} is required (on the command line or in --config)")
+    if isinstance(options.get("reward_fn"), str):
+        options["reward_fn"] = load_reward_fn(options["reward_fn"])
+    return options, spell
 
 
 def cmd_run(args) -> int:
-    from benchmarks.harness.loop import run
+    from benchmarks.api import train
 
-    rc, algo_config, task_options = resolve(run_options(args), spell=flag)
-    summary = run(rc, algo_config, task_options)
+    options, spell = run_options(args)
+    options.setdefault("out", RunConfig.out)  # the API's default is a temporary directory; the command line's a fixed one
+    summary = train(**options, spell=spell).summary
+    rc = summary["config"]["run"]
     print(
         f"{summary['task']}/{summary['algo']} seed {summary['seed']}: accuracy {summary['accuracy_before']:.3f} -> "
         f"{summary['accuracy_after']:.3f}, reward {summary['reward_before']:.3f} -> {summary['reward_after']:.3f}, "
-        f"{summary['wall_clock_s']:.1f} s, peak memory {summary['peak_memory_bytes'] / 2**20:.0f} MiB -> {rc.out}"
+        f"{summary['wall_clock_s']:.1f} s, peak memory {summary['peak_memory_bytes'] / 2**20:.0f} MiB -> {rc['out']}"
     )
     return 0
 

@@ -10,9 +10,11 @@ without changing any object it was given.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import typing
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 from algorithms import ALGORITHMS
@@ -36,7 +38,18 @@ class RunConfig:
     temperature: Optional[float] = field(default=None, metadata={"help": "sampling temperature (default: the task's)"})
     resume: bool = field(default=False, metadata={"help": "continue from the newest checkpoint in --out"})
     overwrite: bool = field(default=False, metadata={"help": "replace a finished run in --out (without it, a finished run is never overwritten)"})
-    save_model: bool = field(default=False, metadata={"help": "save the final policy to OUT/final (save_pretrained)"})
+    save_model: bool = field(default=False, metadata={"help": "save the final policy to OUT/final (save_pretrained; with LoRA: the adapter)"})
+    # Trackers (benchmarks/harness/tracking.py): each logs metrics.jsonl's rows and the resolved config, offline by default.
+    report_to: str = field(default="none", metadata={"help": "experiment trackers: tensorboard, wandb, trackio or none; a comma list allowed"})
+    run_name: Optional[str] = field(default=None, metadata={"help": "the trackers' run name (default: TASK-ALGO-seedSEED)"})
+    tracker_group: Optional[str] = field(default=None, metadata={"help": "the trackers' group (a matrix: its name)"})
+    tracker_tags: Optional[str] = field(default=None, metadata={"help": "the trackers' tags, comma-separated (a matrix: task, variant, seed)"})
+    # LoRA through PEFT (benchmarks/harness/lora.py). Defaults are TRL's ModelConfig (lora_r 16, lora_alpha 32,
+    # lora_dropout 0.05) and the "all-linear" target of TRL's example scripts (trl/scripts/*.py docstrings).
+    lora_r: int = field(default=0, metadata={"help": "LoRA rank through PEFT; 0 trains every weight (TRL ModelConfig's lora_r: 16)"})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha (TRL ModelConfig's default)"})
+    lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout (TRL ModelConfig's default)"})
+    lora_target_modules: str = field(default="all-linear", metadata={"help": "LoRA target modules: all-linear (PEFT: every linear layer but the output head, as TRL's examples) or a comma list, e.g. q_proj,v_proj"})
 
     def validate(self) -> None:
         for f in dataclasses.fields(self):
@@ -53,6 +66,12 @@ class RunConfig:
             raise UsageError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
         if self.temperature is not None and self.temperature < 0:
             raise UsageError(f"--temperature must be >= 0, got {self.temperature}")
+        if self.lora_r < 0 or self.lora_alpha < 1 or not 0 <= self.lora_dropout < 1:
+            raise UsageError(f"--lora-r must be >= 0, --lora-alpha >= 1 and --lora-dropout in [0, 1), got "
+                             f"{self.lora_r}, {self.lora_alpha}, {self.lora_dropout}")
+        from benchmarks.harness.tracking import parse_report_to
+
+        parse_report_to(self.report_to)
         if self.resume and self.overwrite:
             raise UsageError("--resume continues a run and --overwrite replaces it: give one of them")
         if self.algo not in ALGORITHMS:
@@ -62,7 +81,8 @@ class RunConfig:
 
 
 # Run settings that a resumed run may change: the rest must equal the run's config.json.
-RESUMABLE = ("steps", "resume", "overwrite", "out", "eval_every", "checkpoint_every", "save_model", "device")
+RESUMABLE = ("steps", "resume", "overwrite", "out", "eval_every", "checkpoint_every", "save_model", "device",
+             "report_to", "run_name", "tracker_group", "tracker_tags")
 
 
 def field_type(cls, name: str) -> Any:
@@ -121,6 +141,70 @@ def resolve(options: dict[str, Any], *, spell: Callable[[str], str] = repr):
     except (TypeError, ValueError) as exc:
         raise UsageError(f"{algo}: {exc}") from None
     return rc, algo_config, task_kwargs
+
+
+def load_config_file(path) -> dict[str, Any]:
+    """A run's settings from a .toml, .yaml/.yml or .json file: one flat table of the ``run`` flags' names
+    (dashes or underscores), as TRL's CLI takes ``--config``. Returns ``{name: value}`` with underscores;
+    an unreadable file, a nested table or a value of the wrong type is one UsageError line (unknown names
+    are refused by ``resolve``, which knows the algorithm and task)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UsageError(f"--config {path}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        if path.suffix == ".toml":
+            import tomllib
+
+            data = tomllib.loads(text)
+        elif path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+        elif path.suffix == ".json":
+            data = json.loads(text)
+        else:
+            raise UsageError(f"--config {path}: use a .toml, .yaml, .yml or .json file")
+    except UsageError:
+        raise
+    except Exception as exc:  # tomllib, yaml and json each raise their own parse errors
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"--config {path}: not valid {path.suffix[1:]}: {first}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"--config {path}: expected a table of settings, got {type(data).__name__}")
+    options = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if isinstance(value, (dict, list)):
+            raise UsageError(f"--config {path}: {key!r} must be a single value, got a {type(value).__name__}")
+        options[name] = value
+    return options
+
+
+def check_types(options: dict[str, Any], *, spell: Callable[[str], str] = repr) -> dict[str, Any]:
+    """``options`` with each value checked against its field's type (int where a float is expected is
+    accepted as that float); a mismatch is one UsageError line. Names no field owns pass through."""
+    kinds: dict[str, type] = {f.name: field_type(RunConfig, f.name) for f in dataclasses.fields(RunConfig)}
+    for cls in ALGORITHMS.values():
+        kinds.update({f.name: field_type(cls.Config, f.name) for f in dataclasses.fields(cls.Config)})
+    for cls in TASKS.values():
+        kinds.update({name: option.kind for name, option in cls.options().items()})
+    out = {}
+    for name, value in options.items():
+        kind = kinds.get(name)
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if kind is float and isinstance(value, str):  # PyYAML (YAML 1.1) reads 1e-3, without a dot, as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        if value is not None and kind in (bool, int, float, str) and not (
+                isinstance(value, kind) and (kind is bool or not isinstance(value, bool))):
+            raise UsageError(f"{spell(name)} must be a {kind.__name__}, got {value!r}")
+        out[name] = value
+    return out
 
 
 def flat_settings(rc: RunConfig, algo_config, task_options: dict) -> dict[str, Any]:

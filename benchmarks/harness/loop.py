@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from algorithms import ALGORITHMS, Algorithm, Sampling
 from algorithms.rollout import generate
 from benchmarks.errors import TrainingFailed, UsageError
-from benchmarks.harness import measure
+from benchmarks.harness import lora, measure, tracking
 from benchmarks.harness.config import RESUMABLE, RunConfig, flat_settings
 from benchmarks.io import append_jsonl, atomic_write, atomic_write_json, read_json, read_jsonl, rewrite_jsonl
 from tasks import Task, make_task
@@ -104,9 +104,12 @@ def build(rc: RunConfig, algo_config, task_options: dict, task: Optional[Task] =
         algo_config.validate()
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    policy = task.load_policy(device)
+    policy = lora.wrap(task.load_policy(device), rc)
     algo_cls = ALGORITHMS[rc.algo]
-    ref = frozen_copy(policy) if algo_cls.needs_reference(algo_config) else None
+    # With LoRA the reference is the policy with its adapter off, not a second copy of the weights.
+    ref = None
+    if algo_cls.needs_reference(algo_config):
+        ref = lora.AdapterDisabledReference(policy) if lora.is_adapted(policy) else frozen_copy(policy)
     sampling = Sampling(
         max_new_tokens=rc.max_new_tokens or task.generation.max_new_tokens,
         temperature=task.generation.temperature if rc.temperature is None else rc.temperature,
@@ -121,7 +124,9 @@ def build(rc: RunConfig, algo_config, task_options: dict, task: Optional[Task] =
         "precision": precision,
         "completions_per_step": algo_config.completions_per_step(),
         "environment": measure.environment(device),
-        "policy": {"class": type(policy).__name__, "parameters": sum(p.numel() for p in policy.parameters())},
+        "policy": {"class": type(policy).__name__, "parameters": sum(p.numel() for p in policy.parameters()),
+                   "trainable_parameters": sum(p.numel() for p in policy.parameters() if p.requires_grad),
+                   **lora.describe(policy)},
     }
     return task, policy, algo, resolved
 
@@ -190,12 +195,19 @@ def _evaluate(task: Task, policy, seed: int) -> dict[str, float]:
 
 
 def run(rc: RunConfig, algo_config, task_options: Optional[dict] = None, *, task: Optional[Task] = None,
-        on_step: Optional[Callable[[dict], None]] = None, progress: bool = True) -> dict:
-    """Train, evaluate before/during/after, checkpoint, and write config.json, metrics.jsonl, summary.json."""
+        on_step: Optional[Callable[[dict], None]] = None, progress: bool = True,
+        on_build: Optional[Callable[[Task, object, Algorithm], None]] = None) -> dict:
+    """Train, evaluate before/during/after, checkpoint, and write config.json, metrics.jsonl, summary.json.
+
+    ``on_step(row)`` sees each metrics row; ``on_build(task, policy, algorithm)`` what was built (the API
+    returns the trained policy through it)."""
     out = Path(rc.out)
     rc.validate()
+    tracking.require(rc.report_to)  # a tracker that is not installed fails here, before any work
     with _run_directory(out):
         task, policy, algo, resolved = build(rc, algo_config, task_options or {}, task)
+        if on_build:
+            on_build(task, policy, algo)
         previous = _check_previous_run(out, rc, resolved)
         summary = read_json(out / "summary.json")
         if previous and summary and summary.get("status") == "complete" and _finished(summary, rc):
@@ -238,6 +250,7 @@ def _train_and_record(out: Path, rc: RunConfig, task: Task, policy, algo: Algori
         metrics_path.unlink(missing_ok=True)
         before = _evaluate(task, policy, rc.seed)
 
+    trackers = tracking.start(rc, out, resolved)
     bar = tqdm(total=rc.steps, initial=start_step, desc=f"{rc.task}/{rc.algo} seed {rc.seed}", disable=not progress,
                dynamic_ncols=True)
     steps = train_steps(algo, task, prompt_rng, range(start_step + 1, rc.steps + 1))
@@ -252,6 +265,7 @@ def _train_and_record(out: Path, rc: RunConfig, task: Task, policy, algo: Algori
             if rc.eval_every and step % rc.eval_every == 0 and not last:
                 row.update({f"eval/{k}": v for k, v in _evaluate(task, policy, rc.seed).items()})
             append_jsonl(metrics_path, row)
+            trackers.log(row)
             bar.update(1)
             bar.set_postfix({"reward": f"{metrics.get('reward/mean', float('nan')):.3f}", "loss": f"{metrics.get('loss', 0.0):.4f}"})
             if on_step:
@@ -268,6 +282,7 @@ def _train_and_record(out: Path, rc: RunConfig, task: Task, policy, algo: Algori
         raise TrainingFailed(f"{rc.algo} on {rc.task}: {exc}") from None
     finally:
         bar.close()
+        trackers.finish()
 
     after = _evaluate(task, policy, rc.seed)
     if rc.save_model:
@@ -304,6 +319,8 @@ def _write_summary(out: Path, rc: RunConfig, resolved: dict, before: dict, after
         "peak_memory_bytes": measure.peak_memory_bytes(device),
         "peak_memory_kind": measure.peak_memory_kind(device),
         **measure.training_state_bytes(algo.trainable_modules(), algo.optimizers()),
+        "trainable_param_bytes": sum(p.numel() * p.element_size() for m in algo.trainable_modules()
+                                     for p in m.parameters() if p.requires_grad),
         **{f"{k}_before": v for k, v in before.items()},
         **({f"{k}_after": v for k, v in after.items()} if after else {}),
         "config": resolved,
