@@ -122,7 +122,12 @@ def collect(out: Path) -> dict:
                       {k[: -len("_after")]: v for k, v in summary.items() if k.endswith("_after")}))
         for step, wall, phase, values in evals:
             eval_rows.append({**keys, "step": step, "samples": samples_at.get(step, step * cps), "time/wall": wall, "phase": phase, **values})
-    return {"meta": meta, "cells": pd.DataFrame(cell_rows), "evals": pd.DataFrame(eval_rows), "steps": pd.DataFrame(step_rows)}
+    cells = pd.DataFrame(cell_rows)
+    # A summary written by a failed or foreign cell may lack fields: they are missing values, not errors.
+    for column in [c for c, _, _, _ in SUMMARY_COLUMNS] + ["peak_memory_bytes", "peak_memory_kind", "accuracy_after"]:
+        if column not in cells:
+            cells[column] = math.nan
+    return {"meta": meta, "cells": cells, "evals": pd.DataFrame(eval_rows), "steps": pd.DataFrame(step_rows)}
 
 
 def _flatten_summary(s: dict) -> dict:
