@@ -30,7 +30,7 @@ def batch_diagnostics(rollout: Rollout, rewards: torch.Tensor, success_threshold
         out["groups/tied_fraction"] = (grouped.max(dim=1).values == grouped.min(dim=1).values).float().mean().item()
         out["reward/group_std"] = grouped.std(dim=1).mean().item()
     if success_threshold is not None:
-        correct = rewards >= success_threshold
+        correct = rewards.double() >= success_threshold  # float64: a threshold just above 0 must not round to 0
         if correct.any():
             out["length/correct"] = lengths[correct].mean().item()
         if (~correct).any():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from benchmarks.cli.bench_executors import add_executors_parser
+from benchmarks.cli.bench_lora import add_bench_lora_parser
 from benchmarks.perf.grpo_vs_trl import workloads_of
 
 
@@ -37,6 +38,7 @@ def add_bench_parser(sub) -> None:
     _common(p, "rloo")
     p.add_argument("--readme", default="README.md", help="README whose 'perf-rloo' section is regenerated ('' to skip)")
     add_executors_parser(which)
+    add_bench_lora_parser(which)
 
 
 def _given_flags(args) -> list[str]:
