@@ -67,18 +67,8 @@ def float_options():
     return rows
 
 
-# Task options are validated, if at all, when the task is built: after the run directory is taken and with
-# the task's data and model loading. config.resolve checks the run's and the algorithm's floats only.
-UNCHECKED_TASK_FLOATS = {("gsm8k", "eval_temperature"), ("gsm8k", "sft_learning_rate"), ("prompts", "accuracy_threshold")}
-
-
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
-@pytest.mark.parametrize("task, algo, option", [
-    pytest.param(*row, marks=pytest.mark.xfail(strict=True, reason="task float options are not checked for finiteness "
-                                                                   "before the run starts (benchmarks/harness/config.py resolve)"))
-    if (row[0], row[2]) in UNCHECKED_TASK_FLOATS else row
-    for row in float_options()
-])
+@pytest.mark.parametrize("task, algo, option", float_options())
 def test_non_finite_float_option_is_refused(run_cli, tmp_path, no_work, task, algo, option, value):
     flag = "--" + option.replace("_", "-")
     result = run_cli("run", "--task", task, "--algo", algo, "--steps", "1", f"{flag}={value}", "--out", tmp_path / "run")

@@ -38,6 +38,7 @@ class RunConfig:
     temperature: Optional[float] = field(default=None, metadata={"help": "sampling temperature (default: the task's)"})
     resume: bool = field(default=False, metadata={"help": "continue from the newest checkpoint in --out"})
     overwrite: bool = field(default=False, metadata={"help": "replace a finished run in --out (without it, a finished run is never overwritten)"})
+    nproc: int = field(default=1, metadata={"help": "data-parallel processes for this run (gloo on CPU, NCCL on CUDA; or start under torchrun)"})
     save_model: bool = field(default=False, metadata={"help": "save the final policy to OUT/final (save_pretrained; with LoRA: the adapter)"})
     # Trackers (benchmarks/harness/tracking.py): each logs metrics.jsonl's rows and the resolved config, offline by default.
     report_to: str = field(default="none", metadata={"help": "experiment trackers: tensorboard, wandb, trackio or none; a comma list allowed"})
@@ -107,6 +108,9 @@ def resolve(options: dict[str, Any], *, spell: Callable[[str], str] = repr):
     An unset learning rate becomes the task's recommended one.
     """
     options = {k: v for k, v in options.items() if v is not None}
+    for name, value in options.items():  # a task's numbers too: nan/inf is bad input before any work
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UsageError(f"{spell(name)} must be a finite number, got {value}")
     task, algo = options.get("task"), options.get("algo")
     if task not in TASKS:
         raise UsageError(f"unknown task {task!r}; choose from {', '.join(sorted(TASKS))}")

@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from algorithms import ALGORITHMS, Algorithm, Sampling
 from algorithms.rollout import generate
 from benchmarks.errors import TrainingFailed, UsageError
-from benchmarks.harness import lora, measure, tracking
+from benchmarks.harness import distributed, lora, measure, tracking
 from benchmarks.harness.config import RESUMABLE, RunConfig, flat_settings
 from benchmarks.io import append_jsonl, atomic_write, atomic_write_json, read_json, read_jsonl, rewrite_jsonl
 from tasks import Task, make_task
@@ -114,7 +114,12 @@ def build(rc: RunConfig, algo_config, task_options: dict, task: Optional[Task] =
         max_new_tokens=rc.max_new_tokens or task.generation.max_new_tokens,
         temperature=task.generation.temperature if rc.temperature is None else rc.temperature,
     )
-    algo = algo_cls(policy, ref, task, algo_config, sampling, seed=rc.seed, precision=precision)
+    data_parallel = distributed.from_env(device)  # None in one process
+    rank = data_parallel.rank if data_parallel else 0
+    # Each rank samples its own completions: its generator's seed is offset by its rank.
+    algo = algo_cls(policy, ref, task, algo_config, sampling, seed=rc.seed + rank, precision=precision)
+    if data_parallel:
+        algo.set_data_parallel(data_parallel)
     resolved = {
         "settings": flat_settings(rc, algo_config, task_options),
         "run": dataclasses.asdict(rc),
@@ -138,7 +143,9 @@ def train_steps(algo: Algorithm, task: Task, prompt_rng: random.Random, steps: r
     checkpoints) is the caller's, so the checks can drive the very loop that ``run`` drives."""
     train_prompts = task.train_prompts()
     for step in steps:
-        prompts = prompt_rng.choices(train_prompts, k=algo.config.prompts_per_step)
+        prompts = prompt_rng.choices(train_prompts, k=algo.config.prompts_per_step)  # the same on every rank
+        if algo.data_parallel is not None:
+            prompts = algo.data_parallel.shard(prompts)  # whole prompts: each rank samples whole groups
         start = time.perf_counter()
         metrics = algo.step(prompts)
         seconds = time.perf_counter() - start
@@ -203,7 +210,14 @@ def run(rc: RunConfig, algo_config, task_options: Optional[dict] = None, *, task
     returns the trained policy through it)."""
     out = Path(rc.out)
     rc.validate()
+    if rc.nproc > 1 and int(__import__("os").environ.get("WORLD_SIZE", "1")) == 1:
+        # --nproc N: N processes, each running this function as one rank; rank 0 writes the run directory.
+        distributed.launch(_rank_run, rc.nproc, rc, algo_config, task_options)
+        return read_json(out / "summary.json")
     tracking.require(rc.report_to)  # a tracker that is not installed fails here, before any work
+    rank = int(__import__("os").environ.get("RANK", "0"))
+    if rank:  # the other ranks train beside rank 0 and write nothing to --out: a scratch directory per rank
+        out = out / ".ranks" / f"rank{rank}"
     with _run_directory(out):
         task, policy, algo, resolved = build(rc, algo_config, task_options or {}, task)
         if on_build:
@@ -214,6 +228,10 @@ def run(rc: RunConfig, algo_config, task_options: Optional[dict] = None, *, task
             tqdm.write(f"{out}: the run is complete at {rc.steps} steps; nothing to do")
             return summary
         return _train_and_record(out, rc, task, policy, algo, resolved, previous, on_step, progress)
+
+
+def _rank_run(rc: RunConfig, algo_config, task_options) -> None:
+    run(rc, algo_config, task_options, progress=int(__import__("os").environ.get("RANK", "0")) == 0)
 
 
 def _finished(summary: dict, rc: RunConfig) -> bool:
@@ -246,7 +264,7 @@ def _train_and_record(out: Path, rc: RunConfig, task: Task, policy, algo: Algori
         rewrite_jsonl(metrics_path, [r for r in read_jsonl(metrics_path) if r.get("step", 0) <= start_step])
     else:
         if rc.resume:
-            tqdm.write(f"no readable checkpoint in {out}: starting from step 0")
+            tqdm.write(f"no readable checkpoint in {out}: starting from step 0", file=sys.stderr)
         metrics_path.unlink(missing_ok=True)
         before = _evaluate(task, policy, rc.seed)
 
