@@ -1,4 +1,4 @@
-"""The Python API: the README's snippet (tests/readme_snippet.py, run verbatim) learns pizza and matches
+"""The Python API: the README's snippet (its ```python block, run verbatim) learns pizza and matches
 `grpo-bench run` with the same seed and settings metric for metric; --model takes a save_pretrained
 directory; the prompts task uses a chat template when the tokenizer has one and says which it used."""
 
@@ -10,14 +10,25 @@ from benchmarks.io import read_jsonl
 from tasks.pizza import PizzaTask
 from tests.conftest import strip_timing
 
-SNIPPET = Path(__file__).with_name("readme_snippet.py")
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _readme_snippet(tmp_path: Path) -> Path:
+    """The README's ```python block, verbatim, as a file to run."""
+    import re
+
+    block = re.search(r"```python\n(.*?)```", README.read_text(), re.DOTALL)
+    assert block, "the README has no ```python block"
+    path = tmp_path / "readme_snippet.py"
+    path.write_text(block.group(1))
+    return path
 SAME_RUN = ("run", "--task", "pizza", "--algo", "grpo", "--learning-rate", "1e-3", "--steps", "8",
             "--max-new-tokens", "12", "--eval-samples", "32", "--seed", "0")
 
 
 def test_snippet_learns_and_matches_the_command_line(run_cli, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    result = runpy.run_path(str(SNIPPET))["result"]
+    result = runpy.run_path(str(_readme_snippet(tmp_path)))["result"]
     s = result.summary
     assert s["accuracy_after"] > s["accuracy_before"]
     assert result.metrics == read_jsonl(tmp_path / "runs/pizza-api/metrics.jsonl")
