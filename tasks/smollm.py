@@ -145,7 +145,13 @@ def cached_causal_lm(kind: str, recipe: dict, build: Callable[[], tuple], log: O
 def load_causal_lm(model: Optional[str] = None, device=None):
     """(model, tokenizer) in fp32: ``model`` is a HF id or local dir; None means SmolLM2-135M-Instruct from the GGUF."""
     path = model or str(cached_dir())
-    lm, tokenizer = load_pretrained(path)
+    if path.endswith(".gguf"):  # a GGUF file: dequantised into a plain fp32 model
+        if not Path(path).is_file():
+            raise TaskError(f"no such GGUF file {path!r}")
+        quantized, tokenizer = load_gguf(Path(path))
+        lm = unquantized_copy(quantized)
+    else:
+        lm, tokenizer = load_pretrained(path)
     # transformers >= 5 loads a checkpoint in its stored dtype (dtype="auto"): the hub's SmolLM2-1.7B-Instruct
     # is bf16, and AdamW steps of 1e-6 on bf16 weights round away (bf16 keeps 8 bits of mantissa). Training
     # keeps fp32 master weights; --precision bf16 autocasts the matmuls.
@@ -162,6 +168,8 @@ def load_tokenizer(model: Optional[str] = None):
 
     path = model or str(cached_dir())
     try:
+        if path.endswith(".gguf"):
+            return AutoTokenizer.from_pretrained(str(Path(path).parent), gguf_file=Path(path).name)
         return AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

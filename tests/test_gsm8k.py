@@ -278,3 +278,16 @@ def test_sft_data_comes_from_train_in_the_task_format(tmp_path):
     assert recipe["steps"] == 2 and recipe == task.sft_recipe()  # deterministic: the cache key
     assert gsm8k.GSM8KTask(data=str(data), eval_questions=1, starting_policy="sft", sft_examples=4,
                            sft_seed=1).sft_recipe()["data_sha256"] != recipe["data_sha256"]
+
+
+def test_a_model_without_a_chat_template_gets_a_plain_prompt_and_says_so(monkeypatch, gsm8k_data):
+    import tasks.gsm8k as gsm8k_module
+    from tasks.smollm import load_tokenizer
+
+    tokenizer = load_tokenizer()
+    tokenizer.chat_template = None
+    monkeypatch.setattr(gsm8k_module, "load_tokenizer", lambda model=None: tokenizer)
+    task = gsm8k_module.GSM8KTask(eval_questions=2)
+    assert task.describe()["prompt_format"] == "plain text (the tokenizer has no chat template)"
+    assert task.eval_prompts[0].startswith(gsm8k_module.SYSTEM_PROMPT) and "<|im_start|>" not in task.eval_prompts[0]
+    assert task.eval_prompts[0].endswith("Assistant: <think>")
