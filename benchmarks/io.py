@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
@@ -65,3 +67,26 @@ def read_jsonl(path: Path | str) -> list[dict]:
 
 def rewrite_jsonl(path: Path | str, rows: Iterable[dict]) -> None:
     atomic_write_text(path, "".join(json.dumps(r, default=str) + "\n" for r in rows))
+
+
+@contextmanager
+def locked_directory(directory: Path | str, lock_name: str, *, what: str, busy: str):
+    """Create ``directory`` and hold an exclusive lock file in it for the block. A path that cannot be
+    created or written, or a lock another process holds, is one UsageError line (``what`` names the
+    directory's role, ``busy`` the holder), before any work."""
+    from benchmarks.errors import UsageError
+
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        lock = open(directory / lock_name, "w")
+    except OSError as exc:
+        raise UsageError(f"--out {directory}: cannot create or write the {what} ({exc.strerror or exc})") from None
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UsageError(f"{busy} {directory}") from None
+        yield
+    finally:
+        lock.close()

@@ -58,8 +58,12 @@ def tiny_llama(tokenizer, *, hidden_size: int = 64, num_layers: int = 2, num_hea
     return model
 
 
-def pretrain(model, tokenizer, texts: Sequence[str], *, steps: int, batch_size: int, lr: float, seed: int) -> list[float]:
-    """Next-token pretraining on ``texts`` (each followed by EOS). Deterministic for a seed on CPU."""
+def pretrain(model, tokenizer, texts: Sequence[str], *, steps: int, batch_size: int, lr: float, seed: int,
+             trim_batches: bool = False) -> list[float]:
+    """Next-token pretraining on ``texts`` (each followed by EOS). Deterministic for a seed on CPU.
+
+    ``trim_batches`` cuts each batch to its longest text instead of the corpus's: the texts are
+    right-padded, so the loss is the same and steps are cheaper when a few texts are much longer."""
     rng = torch.Generator().manual_seed(seed)
     encoded = tokenizer([t + tokenizer.eos_token for t in texts], padding=True, return_tensors="pt", add_special_tokens=False)
     ids, mask = encoded["input_ids"], encoded["attention_mask"]
@@ -70,7 +74,8 @@ def pretrain(model, tokenizer, texts: Sequence[str], *, steps: int, batch_size: 
     losses = []
     for _ in range(steps):
         idx = torch.randint(0, ids.size(0), (batch_size,), generator=rng)
-        loss = model(input_ids=ids[idx], attention_mask=mask[idx], labels=labels[idx]).loss
+        width = int(mask[idx].sum(1).max()) if trim_batches else ids.size(1)
+        loss = model(input_ids=ids[idx, :width], attention_mask=mask[idx, :width], labels=labels[idx, :width]).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

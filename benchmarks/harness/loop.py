@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import fcntl
 import math
 import random
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
@@ -31,7 +29,7 @@ from algorithms.rollout import generate
 from benchmarks.errors import TrainingFailed, UsageError
 from benchmarks.harness import distributed, lora, measure, tracking
 from benchmarks.harness.config import RESUMABLE, RunConfig, flat_settings
-from benchmarks.io import append_jsonl, atomic_write, atomic_write_json, read_json, read_jsonl, rewrite_jsonl
+from benchmarks.io import locked_directory, append_jsonl, atomic_write, atomic_write_json, read_json, read_jsonl, rewrite_jsonl
 from tasks import Task, make_task
 from tasks.base import Samples
 
@@ -154,22 +152,9 @@ def train_steps(algo: Algorithm, task: Task, prompt_rng: random.Random, steps: r
         yield step, metrics, seconds
 
 
-@contextmanager
 def _run_directory(out: Path):
     """Create ``out`` and hold its lock for the run: bad paths fail here, before any work."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        lock = open(out / ".run.lock", "w")
-    except OSError as exc:
-        raise UsageError(f"--out {out}: cannot create or write the run directory ({exc.strerror or exc})") from None
-    try:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise UsageError(f"another grpo-bench run is writing to {out}") from None
-        yield
-    finally:
-        lock.close()
+    return locked_directory(out, ".run.lock", what="run directory", busy="another grpo-bench run is writing to")
 
 
 def _check_previous_run(out: Path, rc: RunConfig, resolved: dict) -> Optional[dict]:

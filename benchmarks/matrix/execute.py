@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import fcntl
 import os
 import shutil
 import signal
@@ -36,7 +35,7 @@ from typing import Callable, Optional, Protocol
 from tqdm.auto import tqdm
 
 from benchmarks.errors import UsageError
-from benchmarks.io import atomic_write_json, read_json
+from benchmarks.io import locked_directory, atomic_write_json, read_json
 from benchmarks.matrix.plan import CELL_COMPLETE, Cell, Plan
 
 
@@ -206,22 +205,10 @@ def run_matrix(plan: Plan, out: Path, *, resume: bool = False, overwrite: bool =
     """Run (or resume) every cell through ``executor``; returns counts of complete, failed and skipped cells."""
     if resume and overwrite:
         raise UsageError("--resume keeps finished cells and --overwrite runs them again: give one of them")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        lock = open(out / ".matrix.lock", "w")
-    except OSError as exc:
-        raise UsageError(f"--out {out}: cannot create or write the matrix directory ({exc.strerror or exc})") from None
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.close()
-        raise UsageError(f"another grpo-bench matrix is running in {out}") from None
-    try:
+    with locked_directory(out, ".matrix.lock", what="matrix directory", busy="another grpo-bench matrix is running in"):
         if not resume and not overwrite:
             _refuse_overwrite(out, plan)
         return _run_locked(plan, out, resume=resume, progress=progress, executor=executor or SubprocessExecutor())
-    finally:
-        lock.close()
 
 
 def _run_locked(plan: Plan, out: Path, *, resume: bool, progress: bool, executor: Executor) -> dict[str, int]:
