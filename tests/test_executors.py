@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -159,6 +160,11 @@ def test_sigkill_driver_then_resume_keeps_and_skips_finished_cells(tmp_path, exe
     sessions = json.loads((out / "matrix.json").read_text())["sessions"]
     assert sessions[-1]["cells_skipped"] == len(finished) and sessions[-1]["cells_run"] == 3 - len(finished)
     if executor == "ray":  # the killed driver's local Ray instance went with it
+        assert not _ray_processes_of(proc.pid, kinds=("ray::cell", "ray::IDLE", "raylet", "gcs_server"))
+        # Ray's agents exit after one last (60 s) attempt to tell the dead GCS that the raylet died.
+        deadline = time.time() + 120
+        while _ray_processes_of(proc.pid) and time.time() < deadline:
+            time.sleep(1)
         assert not _ray_processes_of(proc.pid)
 
 
@@ -169,9 +175,12 @@ def _text(path: Path) -> str:
         return ""
 
 
-def _ray_processes_of(session_leader: int) -> list[int]:
-    out = subprocess.run(["ps", "-eo", "pid,sess,args"], capture_output=True, text=True).stdout.splitlines()[1:]
-    return [int(line.split()[0]) for line in out if line.split()[1] == str(session_leader) and "ray" in line]
+def _ray_processes_of(session_leader: int, kinds: tuple[str, ...] = ("ray",)) -> list[int]:
+    """Live (not zombie: a dead child the container's init has not reaped yet) Ray processes of a session."""
+    out = subprocess.run(["ps", "-eo", "pid,sess,stat,args"], capture_output=True, text=True).stdout.splitlines()[1:]
+    rows = [line.split(None, 3) for line in out]
+    return [int(pid) for pid, sess, stat, args in rows
+            if sess == str(session_leader) and not stat.startswith("Z") and any(k in args for k in kinds)]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -204,6 +213,11 @@ def _ray_task_pids() -> list[int]:
     return pids
 
 
+def _ray_cell_checkpoints() -> list[Path]:
+    """Checkpoints in the temporary directories where Ray workers run their cells."""
+    return list(Path(tempfile.gettempdir()).glob("grpo-bench-cell-*/cell/checkpoints/step_*.pt"))
+
+
 def test_sigkill_to_a_ray_worker_retries_the_cell(tmp_path):
     pytest.importorskip("ray")
     path = tmp_path / "m.toml"
@@ -211,14 +225,15 @@ def test_sigkill_to_a_ray_worker_retries_the_cell(tmp_path):
     reference = tmp_path / "ref"
     _run_matrix([path, "--out", reference, "--executor", "local", "--jobs", "1"])
     out = tmp_path / "out"
+    before = set(_ray_cell_checkpoints())
     proc = _matrix([path, "--out", out, "--executor", "ray"])
     deadline, pids = time.time() + 300, []
-    while time.time() < deadline and not pids:
+    while time.time() < deadline and not (pids and set(_ray_cell_checkpoints()) - before):
         pids = _ray_task_pids()
         time.sleep(0.05)
     assert pids, "no Ray worker ran the cell"
-    time.sleep(3)  # into training, past a checkpoint or two
-    os.kill(pids[0], signal.SIGKILL)
+    assert set(_ray_cell_checkpoints()) - before, "the worker wrote no checkpoint in time"
+    os.kill(pids[0], signal.SIGKILL)  # at its first checkpoint: 28 of 30 steps to go
     text, _ = proc.communicate(timeout=400)
     assert proc.returncode == 0, text
     summary = json.loads((out / "pizza/grpo/seed0/summary.json").read_text())

@@ -380,6 +380,10 @@ class RayExecutor:
         if self.address:
             ray.init(address=self.address, log_to_driver=False)
         else:
+            # A driver killed with SIGKILL takes its raylet with it; Ray's agents notice by the zombie-prone
+            # parent-pid check unless told to watch the raylet's pipe, and in a container whose init does not
+            # reap they would outlive the driver.
+            os.environ.setdefault("RAY_enable_pipe_based_agent_to_parent_health_check", "1")
             ray.init(num_cpus=cpu_count(), include_dashboard=False, log_to_driver=False,
                      runtime_env={"env_vars": env})
         return True
