@@ -621,9 +621,16 @@ def gae(
     return advantages, (advantages + values) * mask
 
 
+def _token_mean(values: torch.Tensor, mask: torch.Tensor, num_tokens: Optional[torch.Tensor]) -> torch.Tensor:
+    """masked_mean, or the masked sum over ``num_tokens`` (a count taken over more than this batch)."""
+    if num_tokens is None:
+        return masked_mean(values, mask)
+    return (values * mask.to(values.dtype)).sum() / torch.as_tensor(num_tokens, dtype=values.dtype).clamp(min=1.0)
+
+
 def ppo_policy_loss(
     logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, epsilon: float = 0.2,
-    epsilon_high: Optional[float] = None,
+    epsilon_high: Optional[float] = None, num_tokens: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """PPO's clipped surrogate (Schulman et al. 2017, Eq. 7), per token, to be minimised:
 
@@ -631,24 +638,28 @@ def ppo_policy_loss(
         r_{i,t} = exp(log pi(o_t) - log pi_old(o_t))
 
     ``advantages`` is (B, T), one per token (GAE), unlike GRPO's one per completion; ``epsilon_high``
-    defaults to ``epsilon``.
+    defaults to ``epsilon``. ``num_tokens`` replaces the mean's denominator (the active tokens of ``mask``),
+    as TRL's ``num_items_in_batch``: a data-parallel rank passes the global count over the world size.
     """
     ratio = torch.exp(logps - old_logps)
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1 - epsilon, 1 + (epsilon if epsilon_high is None else epsilon_high))
-    return masked_mean(torch.max(unclipped, clipped), mask)
+    return _token_mean(torch.max(unclipped, clipped), mask, num_tokens)
 
 
 def ppo_value_loss(
-    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, clip: float = 0.2
+    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, clip: float = 0.2,
+    num_tokens: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """PPO's clipped value loss (as in OpenAI baselines and TRL's PPOTrainer), to be minimised:
 
         V_clip = V_old + clip(V - V_old, -c, c)
         L_V    = 1/2 * mean_{active i,t} max( (V - R)^2, (V_clip - R)^2 )
+
+    ``num_tokens`` as in ``ppo_policy_loss``.
     """
     clipped = old_values + torch.clamp(values - old_values, -clip, clip)
-    return 0.5 * masked_mean(torch.max((values - returns) ** 2, (clipped - returns) ** 2), mask)
+    return 0.5 * _token_mean(torch.max((values - returns) ** 2, (clipped - returns) ** 2), mask, num_tokens)
 
 
 def ppo_clip_fraction(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,

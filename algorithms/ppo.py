@@ -109,6 +109,16 @@ class PPO(Algorithm):
     def optimizers(self) -> list[torch.optim.Optimizer]:
         return [self.optimizer, self.critic_optimizer]
 
+    def whiten(self, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Advantages whitened over the global batch: under data parallelism every rank's tokens, as one
+        process would whiten them (then this rank's rows back)."""
+        if self.data_parallel is None:
+            return masked_whiten(advantages, mask)
+        everything = masked_whiten(self.data_parallel.gather_padded(advantages),
+                                   self.data_parallel.gather_padded(mask))
+        rows = advantages.size(0)
+        return everything[self.data_parallel.rank * rows:(self.data_parallel.rank + 1) * rows, :advantages.size(1)]
+
     def step(self, prompts: list[str]) -> dict[str, float]:
         c: PPOConfig = self.config
         rollout = self.generate(prompts, c.samples_per_prompt)  # 1 generate
@@ -125,7 +135,7 @@ class PPO(Algorithm):
         rewards[torch.arange(rewards.size(0), device=self.device), last] += scores
         advantages, returns = gae(rewards, old_values, mask, c.gamma, c.lam)
         if c.whiten_advantages:
-            advantages = masked_whiten(advantages, mask)
+            advantages = self.whiten(advantages, mask)
 
         batch, size = mask.size(0), mask.size(0) // c.minibatches
         sums = dict.fromkeys(("loss/policy", "loss/value", "clipfrac", "grad_norm", "entropy", "skipped_update"), 0.0)
@@ -135,7 +145,9 @@ class PPO(Algorithm):
                 mb, mb_mask = rollout.select(idx), mask[idx]
                 with self.timer("update"):
                     logps, entropy = self.logps(self.policy, mb, with_entropy=True)
-                    policy_loss = ppo_policy_loss(logps, old_logps[idx], advantages[idx], mb_mask, c.epsilon)
+                    num_tokens = self.global_token_count(mb_mask) / self.world_size if self.data_parallel else None
+                    policy_loss = ppo_policy_loss(logps, old_logps[idx], advantages[idx], mb_mask, c.epsilon,
+                                                  num_tokens=num_tokens)
                     # Every advantage 0: no policy step, which AdamW's momentum would still take. The critic
                     # still learns the returns.
                     if self.any_rank(carries_signal(advantages[idx], mb_mask)):  # every rank updates, or none
@@ -144,7 +156,8 @@ class PPO(Algorithm):
                         sums["skipped_update"] += 1.0
                     with self.autocast():
                         values = self.critic(mb)
-                    value_loss = ppo_value_loss(values, old_values[idx], returns[idx], mb_mask, c.value_clip)
+                    value_loss = ppo_value_loss(values, old_values[idx], returns[idx], mb_mask, c.value_clip,
+                                                num_tokens=num_tokens)
                     self.update(value_loss, self.critic_optimizer, self.critic.parameters())
                 sums["loss/policy"] += policy_loss.item()
                 sums["loss/value"] += value_loss.item()

@@ -298,8 +298,8 @@ def sample_batched(
     stops as soon as every row has ended; prompts are batched in the given order, so for a seed the
     samples are reproducible. Same sampling (no top-k / top-p) and forked RNG as ``sample_completions``.
     """
-    eos = list(eos_token_ids or model.generation_config.eos_token_id or [tokenizer.eos_token_id])
-    eos = eos if isinstance(eos, list) else [eos]
+    eos = eos_token_ids or model.generation_config.eos_token_id or tokenizer.eos_token_id
+    eos = [eos] if isinstance(eos, int) else list(eos)  # transformers allows one id or a list
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
     texts: list[list[str]] = []
     truncated: list[list[bool]] = []

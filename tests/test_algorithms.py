@@ -48,6 +48,8 @@ def test_ppo_policy_loss_by_hand():
     # ratios: e^0.1 (inside), e^-0.4=0.67 (clipped side irrelevant for A>0: min keeps 0.67), 1, e^-0.5=0.61 with A<0 -> 0.8, 1
     assert ppo_policy_loss(LOGPS, OLD, adv, MASK, 0.2).item() == pytest.approx(sum(terms) / 5)
     assert terms[3] == pytest.approx(-(-2.0) * 0.8)  # the clipped branch binds here
+    # A data-parallel rank divides by the global token count over the world size: 12 tokens on 2 ranks
+    assert ppo_policy_loss(LOGPS, OLD, adv, MASK, 0.2, num_tokens=torch.tensor(6.0)).item() == pytest.approx(sum(terms) / 6)
 
 
 def test_ppo_value_loss_by_hand():
@@ -58,6 +60,7 @@ def test_ppo_value_loss_by_hand():
     # (0.25, 0.25) (0, 0.09: the clipped one binds) (1, 1) (4, 1.44) (0, 0); padding ignored
     expected = 0.5 * (0.25 + 0.09 + 1.0 + 4.0 + 0.0) / 5
     assert ppo_value_loss(values, old, returns, MASK, 0.2).item() == pytest.approx(expected)
+    assert ppo_value_loss(values, old, returns, MASK, 0.2, num_tokens=10.0).item() == pytest.approx(expected * 5 / 10)
 
 
 def test_gae_known_answer():

@@ -154,3 +154,18 @@ def test_gsm8k_tests_skip_with_the_reason_when_the_data_is_missing(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "4 skipped" in result.stdout, result.stdout
     assert result.stdout.count(f"GSM8K data unavailable: GSM8K data file {str(tmp_path / 'missing')!r} does not exist") == 4
+
+
+@pytest.mark.parametrize("eos_ids", ["int", "list"])
+def test_sample_batched_takes_one_eos_id_or_a_list(eos_ids):
+    """transformers' generation_config.eos_token_id is an int or a list; both sample the same."""
+    from tasks.base import sample_batched
+    from tasks.tiny_lm import char_tokenizer, tiny_llama
+
+    tokenizer = char_tokenizer(list("ab="))
+    model = tiny_llama(tokenizer)
+    eos = tokenizer.eos_token_id
+    model.generation_config.eos_token_id = eos if eos_ids == "int" else [eos]
+    samples = sample_batched(model, tokenizer, ["a=", "b="], k=2, max_new_tokens=4, temperature=1.0, seed=0)
+    assert [len(group) for group in samples.texts] == [2, 2]
+    assert samples.tokens >= 4  # at least one token per completion (EOS counted)

@@ -65,6 +65,13 @@ class DataParallel:
         dist.all_gather(parts, value.contiguous(), group=self.group)
         return torch.cat(parts)
 
+    def gather_padded(self, value: torch.Tensor) -> torch.Tensor:
+        """Every rank's (B, T_rank) ``value`` right-padded with zeros to the widest T, concatenated along dim 0
+        in rank order: the one-process batch, whose rows are padded to the longest completion of all."""
+        width = torch.tensor([value.size(1)], device=value.device)
+        dist.all_reduce(width, op=dist.ReduceOp.MAX, group=self.group)
+        return self.gather(torch.nn.functional.pad(value, (0, int(width.item()) - value.size(1))))
+
     def shard(self, items: list) -> list:
         """This rank's contiguous share of ``items`` (rank order = the one-process order)."""
         if len(items) % self.world_size:
