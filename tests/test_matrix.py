@@ -58,6 +58,10 @@ def _matrix(args, **kw):
     (GOOD.replace("eval_samples = 16", "reward_mode = \"dense\""), 5, ["task pizza has no reward mode 'dense'"]),
     (GOOD.replace("budget = 64", "budget = 16"), 2, ["budget 16 completions is less than one step", "32 completions per step"]),
     (GOOD.replace("seeds = [0]", "seeds = [0, 0]"), 1, ["seeds has duplicates"]),
+    (GOOD + "\n[tasks.pizza.algorithms.ppo]\nepochs = 2\n", 10, ["no [algorithms.ppo] table"]),
+    (GOOD + "\n[tasks.pizza.algorithms.grpo]\nepochs = 2\n", 11, ["'epochs' is not an option of grpo"]),
+    (GOOD + "\n[tasks.pizza.algorithms.grpo]\nmu = [1, 2]\n", 11, ["mu of grpo on pizza must be one int"]),
+    (GOOD + "\n[tasks.pizza.algorithms.grpo]\nmu = 0\n", 11, ["impossible variant", "mu must be >= 1"]),
 ])
 def test_bad_matrix_file_is_one_line_naming_the_key_and_line(tmp_path, capsys, text, line, words):
     path = tmp_path / "m.toml"
@@ -101,6 +105,19 @@ def test_expansion_and_equal_sample_budgets(tmp_path):
     steps = {c.variant: (c.steps, c.completions_per_step) for c in plan.cells}
     assert steps["grpo(level=token,mu=2)"] == (6, 32)  # 200 // (4 prompts x G 8); mu does not buy samples
     assert steps["small"] == (25, 8)  # 200 // (4 x 2)
+
+
+def test_an_algorithm_option_set_on_one_task_changes_that_task_only(tmp_path):
+    path = tmp_path / "m.toml"
+    path.write_text(GOOD.replace("[tasks.pizza]", "[tasks.bandit]\n[tasks.pizza]")
+                    + "\n[tasks.bandit.algorithms.grpo]\noverlong_buffer_len = 0\n"
+                    + "\n[algorithms.dapo]\nalgo = \"grpo\"\noverlong_buffer_len = 4\n"
+                    + "\n[tasks.bandit.algorithms.dapo]\noverlong_buffer_len = 0\n")
+    plan = parse(path)
+    buffers = {(c.task, c.variant): c.settings["overlong_buffer_len"] for c in plan.cells}
+    assert buffers == {("bandit", "grpo(level=token)"): 0, ("bandit", "grpo(level=sequence)"): 0, ("bandit", "dapo"): 0,
+                       ("pizza", "grpo(level=token)"): 0, ("pizza", "grpo(level=sequence)"): 0, ("pizza", "dapo"): 4}
+    assert {c.variant for c in plan.cells if c.task == "bandit"} == {c.variant for c in plan.cells if c.task == "pizza"}
 
 
 # ------------------------------------------------------------------------------------------------

@@ -21,6 +21,9 @@ table form their product)::
     algo = "grpo"
     level = "sequence"
 
+    [tasks.bandit.algorithms.gspo]   # an algorithm table's options on one task only (one value each)
+    epsilon = 0.1
+
 The whole file is validated before anything runs: an unknown key, task or algorithm, or an impossible
 variant is one line ``FILE:LINE: ...`` and exit status 2. Every cell is resolved here, once, into the
 full settings of its run (``Cell.settings``), which ``benchmarks.matrix.execute`` hands to an executor.
@@ -57,7 +60,8 @@ RUN_KEYS = {
     "tasks": "[tasks.NAME] tables",
     "algorithms": "[algorithms.NAME] tables",
 }
-TASK_RESERVED = {"budget": "override the budget for this task", "eval_every": "override eval_every for this task"}
+TASK_RESERVED = {"budget": "override the budget for this task", "eval_every": "override eval_every for this task",
+                 "algorithms": "[tasks.X.algorithms.Y]: options of algorithm table Y on this task only"}
 # The resources a cell asks of its executor: top level, then [tasks.X], then [algorithms.Y] (the most specific wins).
 # They are not part of a cell's identity (``Cell.spec``): the same cell on more cores is the same experiment.
 RESOURCE_KEYS = {"num_cpus": "CPU cores (torch threads) per cell", "num_gpus": "GPUs per cell (may be a fraction)"}
@@ -235,14 +239,18 @@ def parse(path: str | Path) -> Plan:
         check.fail((), "precision", f"precision must be auto, fp32 or bf16, got {precision!r}")
 
     top_resources = _resources(check, data, ())
-    tasks = _tasks(check, data)
     algos = _algorithms(check, data)
+    tasks = _tasks(check, data)
+    per_task = _per_task_algorithm_options(check, data, algos)
     cells = []
     for task_name, task_label, task_options, task_budget, task_eval, task_resources in tasks:
         budget_t = task_budget or budget
         eval_t = eval_every if task_eval is None else task_eval
         for algo_name, variant, algo_options, table, algo_resources in algos:
-            settings = _resolved(check, task_name, task_label, task_options, algo_name, variant, algo_options, table)
+            overrides = per_task.get((task_name, table), {})
+            algo_options = {**algo_options, **overrides}
+            settings = _resolved(check, task_name, task_label, task_options, algo_name, variant, algo_options, table,
+                                 overrides)
             cps = settings.pop("completions_per_step")
             steps = budget_t // cps
             if steps < 1:
@@ -283,14 +291,15 @@ def _eval_steps(check: _Checker, task_table: Optional[str], task_label: str, var
 
 
 def _resolved(check: _Checker, task: str, task_label: str, task_options: dict, algo: str, variant: str,
-              algo_options: dict, table: str) -> dict:
+              algo_options: dict, table: str, overrides: dict) -> dict:
     """The variant's full settings on this task, validated once here (the cell's process only reads them),
-    with ``completions_per_step`` of the resolved config."""
+    with ``completions_per_step`` of the resolved config. ``overrides``: the task's own options for it."""
     try:
         rc, algo_config, resolved_task_options = resolve({"task": task, "algo": algo, **task_options, **algo_options})
     except UsageError as exc:
         key = next((k for k in sorted(algo_options, key=len, reverse=True) if k in str(exc)), None)
-        check.fail(("algorithms", table), key, f"impossible variant {variant} on {task_label}: {exc}")
+        where = ("tasks", task, "algorithms", table) if key in overrides else ("algorithms", table)
+        check.fail(where, key, f"impossible variant {variant} on {task_label}: {exc}")
     settings = flat_settings(rc, algo_config, resolved_task_options)
     for name in ("out", "resume", "overwrite"):  # the executor's to set, per cell
         settings.pop(name)
@@ -324,7 +333,7 @@ def _tasks(check: _Checker, data: dict) -> list[tuple[str, str, dict, Optional[i
         options = dict(options)
         task_budget = check.int_key(options, "budget", 0, 1, where) if "budget" in options else None
         task_eval = check.int_key(options, "eval_every", 0, 0, where) if "eval_every" in options else None
-        options.pop("budget", None), options.pop("eval_every", None)
+        options.pop("budget", None), options.pop("eval_every", None), options.pop("algorithms", None)
         resources = _resources(check, options, where)
         for key in RESOURCE_KEYS:
             options.pop(key, None)
@@ -345,6 +354,38 @@ def _tasks(check: _Checker, data: dict) -> list[tuple[str, str, dict, Optional[i
                                            f"choose from {', '.join(TASKS[name].reward_modes)}")
         for full, varying in _expand(options):
             out.append((name, _label(name, varying), full, task_budget, task_eval, resources))
+    return out
+
+
+def _per_task_algorithm_options(check: _Checker, data: dict, algos: list) -> dict[tuple[str, str], dict]:
+    """(task, algorithm table) -> the options a [tasks.X.algorithms.Y] table sets for Y on X alone: a setting
+    that only makes sense per task (DAPO's overlong buffer is a share of the task's length limit). One
+    value each: a list would make the variant mean different things on different tasks."""
+    algo_of = {table: algo for algo, _, _, table, _ in algos}
+    out = {}
+    for task_name, options in data.get("tasks", {}).items():
+        tables = options.get("algorithms", {})
+        if not isinstance(tables, dict):
+            check.fail(("tasks", task_name), "algorithms", f"tasks.{task_name}.algorithms must hold [tasks.{task_name}"
+                                                           f".algorithms.NAME] tables")
+        for table, overrides in tables.items():
+            where = ("tasks", task_name, "algorithms", table)
+            if table not in algo_of:
+                check.fail(where, None, f"no [algorithms.{table}] table to set options of on {task_name}; the "
+                                        f"matrix has: {', '.join(algo_of)}")
+            if not isinstance(overrides, dict):
+                check.fail(("tasks", task_name, "algorithms"), table, f"tasks.{task_name}.algorithms.{table} must be a table")
+            config_cls = ALGORITHMS[algo_of[table]].Config
+            fields = {f.name for f in dataclasses.fields(config_cls)}
+            for key, value in overrides.items():
+                if key not in fields:
+                    check.fail(where, key, f"{key!r} is not an option of {algo_of[table]}; its options: "
+                                           f"{', '.join(sorted(fields))}")
+                kind = field_type(config_cls, key)
+                if isinstance(value, (list, dict)) or not _type_ok(value, kind):
+                    check.fail(where, key, f"{key} of {algo_of[table]} on {task_name} must be one "
+                                           f"{getattr(kind, '__name__', kind)}, got {value!r}")
+            out[(task_name, table)] = dict(overrides)
     return out
 
 
