@@ -18,7 +18,7 @@ less likely continuation than the right one, so the knowledge is there but not r
 
 Why addition rather than Countdown: a 2-layer model can learn column addition from a few thousand
 steps of pretraining, so the starting policy's competence (and with it the headroom) is set by the
-corruption rate, a number we choose; Countdown needs search that a model this small cannot learn in
+corruption rate and the pretraining length, numbers we choose; Countdown needs search that a model this small cannot learn in
 minutes on CPU, so its starting accuracy would sit near 0 and RL would have nothing to sharpen. The
 scratchpad gives multi-token completions of 15-40 tokens (EOS included) whose length depends on the problem, and the
 loops give truncated ones, so token vs sequence level, loss aggregation and length effects all act.
@@ -34,17 +34,18 @@ Evaluation samples ``eval_k`` completions for each of ``eval_problems`` held-out
 for training or pretraining) and reports accuracy, format, reward, mean completion length (tokens,
 EOS included) and truncation rate.
 
-Measured (the 2-core CPU box, shared, load 6-13; OMP_NUM_THREADS=1; seed 0; default algorithm settings,
-learning rate 3e-4):
-    pretraining     2000 steps x 32: 507 s wall under load (~0.08 s CPU per step, ~170 s CPU in all)
-    start policy    accuracy 0.367, format 0.74, median completion 28.5 tokens, 4.3% truncated
-    evaluation      128 held-out problems x eval_k 2: 0.7-1.0 s
-    16384 completions per run (GRPO 512 steps of 4 x 8, REINFORCE 1024 x 16, DPO 512 x 32):
-        GRPO        0.367 -> 0.715 (eval curve every 2048: 0.58 0.64 0.61 0.63 0.57 0.65 0.57 0.72); 69 s CPU
-        REINFORCE   0.367 -> 0.477; 77 s CPU
-        DPO         0.367 -> 0.004 (collapses: format 0, reward 0.01); 43 s CPU
-    GRPO at 8192 completions, 8 prompts x 8: 0.680 (4e-4: 0.629); at 6144, 4 x 8: 0.609 (beta 0: 0.551)
-NOT YET MET (issue 18): no variant reaches 0.80; GRPO plateaus around 0.6-0.7 at these budgets.
+How the recipe was chosen (probes on the 2-core CPU box, OMP_NUM_THREADS=1, GRPO with the default
+settings at learning rate 3e-4, accuracy on 128 held-out problems x 2 samples; the committed default
+matrix in results/cpu has the 5-seed numbers):
+    2000 pretraining steps, 60% corrupted: start 0.37, GRPO 0.64 after 4096 completions and 0.72 after
+        16384. A trained policy's remaining mistakes were mostly carries (235 of 421 wrong samples), which
+        the undertrained 2-layer model had not learned to place reliably: RL plateaued on them.
+    4000 pretraining steps (about 5 minutes on one core, cached once), 60% corrupted: start 0.54 (above
+        the 0.50 a headroom task may start at); 70% corrupted: start 0.40-0.45 (seeds 0-2), GRPO 0.74
+        after 4096 completions and 0.79-0.82 after 6400 (seeds 0-2): the recipe below, with the default
+        matrix's budget of 8192 completions on this task.
+    2000 steps, 50% corrupted: start 0.34 and GRPO barely moved it (0.37), so the rate alone is no dial.
+    Learning rate: 1e-3 collapses within 8 steps; 5e-4 oscillates (probes at 2000 steps).
 """
 
 from __future__ import annotations
@@ -68,17 +69,15 @@ MISTAKES = ("column", "carry", "copy", "loop", "no_answer")
 RECIPE = {
     "digits": [MIN_DIGITS, MAX_DIGITS],
     "examples": 20000,
-    # share of pretraining solutions with one mistake. Measured (128 held-out problems x 2, temperature 1,
-    # max_new_tokens 48): accuracy 0.367, format 0.738, greedy accuracy 0.977, median completion 28.5 tokens,
-    # 4.3% truncated. The same recipe at 1200 steps: greedy 0.33, sampled 0.07 (undertrained).
-    "corruption_rate": 0.6,
+    # share of pretraining solutions with one mistake; see "How the recipe was chosen" above.
+    "corruption_rate": 0.7,
     "mistakes": list(MISTAKES),
     "loop_repeats": [2, 4],  # a looping solution repeats a column this many extra times
     "hidden_size": 64,
     "num_layers": 2,
     "num_heads": 4,
     "max_positions": 128,
-    "steps": 2000,
+    "steps": 4000,
     "batch_size": 32,
     "lr": 3e-3,
     "seed": 0,
@@ -257,7 +256,7 @@ class AdditionTask(Task):
     # overlong_buffer_len = 8: the penalty starts after 40 tokens, so no correct completion is penalized.
     generation = GenerationDefaults(max_new_tokens=48, temperature=1.0)
     success_threshold = 1.0  # correctness (1.0) counts as correct; format adds 0.1
-    # GRPO seed 0, 2048 completions: 1e-3 collapses (accuracy 0.37 -> 0.00 within 8 steps), 3e-4 climbs
+    # Measured on the 2000-step, 60% recipe. GRPO seed 0, 2048 completions: 1e-3 collapses (accuracy 0.37 -> 0.00 within 8 steps), 3e-4 climbs
     # (0.37 -> 0.58); at 6144 completions 5e-4 oscillates (0.41) where 3e-4 reaches 0.61.
     recommended_learning_rate = 3e-4
     option_help = {
