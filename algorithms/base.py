@@ -160,6 +160,12 @@ class Algorithm:
         count = mask.sum().to(torch.float32)
         return count if self.data_parallel is None else self.data_parallel.sum(count)
 
+    def data_parallel_token_count(self, mask: torch.Tensor) -> Optional[torch.Tensor]:
+        """The normaliser of a token mean over this rank's share (TRL's ``num_items_in_batch``): the global
+        active-token count over the world size, since update() averages the ranks' gradients; None in one
+        process (the mask's own count)."""
+        return None if self.data_parallel is None else self.global_token_count(mask) / self.world_size
+
     def any_rank(self, flag: bool) -> bool:
         """``flag`` on any rank: ranks must agree whether to update, or the gradient all-reduce would hang."""
         return flag if self.data_parallel is None else self.data_parallel.any(flag)

@@ -134,11 +134,8 @@ class GRPO(Algorithm):
         # No signal (every advantage 0 and no KL term): no step, which AdamW's momentum would still take.
         # Under data parallelism: a step when any rank has a signal (the gradient all-reduce needs every rank).
         signal = self.any_rank(carries_signal(advantages, mask) or (c.beta > 0 and bool(mask.any())))
-        # Token-mean aggregations over the global batch: the active-token count over every rank, divided by
-        # the world size because update() averages the ranks' gradients (None in one process: the mask's own).
-        num_items = None
-        if self.data_parallel is not None and LOSS_TYPES[c.loss_type][1] in ("bnpo", "dapo"):
-            num_items = self.global_token_count(mask) / self.world_size
+        # Token-mean aggregations over the global batch (every rank's tokens).
+        num_items = self.data_parallel_token_count(mask) if LOSS_TYPES[c.loss_type][1] in ("bnpo", "dapo") else None
 
         options = {name: getattr(c, name) for name in LOSS_OPTIONS}
         entropy_masked = c.top_entropy_quantile < 1.0  # then every iteration needs the current policy's entropies

@@ -621,13 +621,6 @@ def gae(
     return advantages, (advantages + values) * mask
 
 
-def _token_mean(values: torch.Tensor, mask: torch.Tensor, num_tokens: Optional[torch.Tensor]) -> torch.Tensor:
-    """masked_mean, or the masked sum over ``num_tokens`` (a count taken over more than this batch)."""
-    if num_tokens is None:
-        return masked_mean(values, mask)
-    return (values * mask.to(values.dtype)).sum() / torch.as_tensor(num_tokens, dtype=values.dtype).clamp(min=1.0)
-
-
 def ppo_policy_loss(
     logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, epsilon: float = 0.2,
     epsilon_high: Optional[float] = None, num_tokens: Optional[torch.Tensor] = None,
@@ -644,7 +637,7 @@ def ppo_policy_loss(
     ratio = torch.exp(logps - old_logps)
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1 - epsilon, 1 + (epsilon if epsilon_high is None else epsilon_high))
-    return _token_mean(torch.max(unclipped, clipped), mask, num_tokens)
+    return _aggregate_bnpo(torch.max(unclipped, clipped), mask.to(logps.dtype), None, num_tokens)
 
 
 def ppo_value_loss(
@@ -659,7 +652,8 @@ def ppo_value_loss(
     ``num_tokens`` as in ``ppo_policy_loss``.
     """
     clipped = old_values + torch.clamp(values - old_values, -clip, clip)
-    return 0.5 * _token_mean(torch.max((values - returns) ** 2, (clipped - returns) ** 2), mask, num_tokens)
+    return 0.5 * _aggregate_bnpo(torch.max((values - returns) ** 2, (clipped - returns) ** 2), mask.to(values.dtype), None,
+                                 num_tokens)
 
 
 def ppo_clip_fraction(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,

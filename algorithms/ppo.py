@@ -145,7 +145,7 @@ class PPO(Algorithm):
                 mb, mb_mask = rollout.select(idx), mask[idx]
                 with self.timer("update"):
                     logps, entropy = self.logps(self.policy, mb, with_entropy=True)
-                    num_tokens = self.global_token_count(mb_mask) / self.world_size if self.data_parallel else None
+                    num_tokens = self.data_parallel_token_count(mb_mask)
                     policy_loss = ppo_policy_loss(logps, old_logps[idx], advantages[idx], mb_mask, c.epsilon,
                                                   num_tokens=num_tokens)
                     # Every advantage 0: no policy step, which AdamW's momentum would still take. The critic

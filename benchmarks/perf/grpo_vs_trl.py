@@ -263,6 +263,27 @@ def _before_eos(ids, eos) -> list[int]:
 # --------------------------------------------------------------------------------------------
 
 
+def _trl_batch(trl: Trl, prompts: list[str], trainer_module: str):
+    """One fresh generation batch from TRL's trainer (its inputs dict, with TRL's shuffling off so completions
+    stay grouped by prompt) and the same batch as our Rollout."""
+    from unittest import mock
+
+    from algorithms.rollout import Rollout
+
+    batch = [{"prompt": p} for p in prompts for _ in range(trl.workload.group_size)]
+    trl.model.train()
+    trl.trainer._buffered_inputs = None  # force a fresh generation batch
+    with mock.patch(f"trl.trainer.{trainer_module}.shuffle_sequence_dict", lambda d: d):
+        inputs = trl.trainer._prepare_inputs(batch)
+    mask = inputs["completion_mask"]
+    rollout = Rollout(
+        prompts=[b["prompt"] for b in batch], completions=trl.last_texts, prompt_ids=inputs["prompt_ids"],
+        prompt_mask=inputs["prompt_mask"], completion_ids=inputs["completion_ids"], completion_mask=mask,
+        truncated=torch.zeros(mask.size(0), dtype=torch.bool), group_size=trl.workload.group_size,
+    )
+    return inputs, rollout
+
+
 def same_batch_check(trl: Trl, prompts: list[str]) -> dict[str, float]:
     """TRL samples and scores one batch; both losses are computed on it, before and after one TRL update.
 
@@ -270,24 +291,13 @@ def same_batch_check(trl: Trl, prompts: list[str]) -> dict[str, float]:
     group advantages from the rewards, and ``grpo_loss``. TRL's batch shuffling is turned off for this one
     batch (the order does not change the loss) so that completions stay grouped by prompt.
     """
-    from unittest import mock
-
     from algorithms.losses import group_advantages, grpo_loss
-    from algorithms.rollout import Rollout, rollout_logps
+    from algorithms.rollout import rollout_logps
 
     w, t, model = trl.workload, trl.trainer, trl.model
     temperature = t.temperature
-    batch = [{"prompt": p} for p in prompts for _ in range(w.group_size)]
-    model.train()
-    t._buffered_inputs = None  # force a fresh generation batch
-    with mock.patch("trl.trainer.grpo_trainer.shuffle_sequence_dict", lambda d: d):
-        inputs = t._prepare_inputs(batch)
+    inputs, rollout = _trl_batch(trl, prompts, "grpo_trainer")
     mask = inputs["completion_mask"]
-    rollout = Rollout(
-        prompts=[b["prompt"] for b in batch], completions=trl.last_texts, prompt_ids=inputs["prompt_ids"],
-        prompt_mask=inputs["prompt_mask"], completion_ids=inputs["completion_ids"], completion_mask=mask,
-        truncated=torch.zeros(mask.size(0), dtype=torch.bool), group_size=w.group_size,
-    )
     advantages = group_advantages(torch.tensor(trl.last_rewards), w.group_size, "group")
     advantage_source = "task rewards"
     adv_diff = float((advantages - inputs["advantages"]).abs().max())
@@ -341,23 +351,12 @@ def same_batch_check_rloo(trl: Trl, prompts: list[str]) -> dict[str, float]:
     """RLOO's same-batch check: TRL's RLOOTrainer samples and scores one batch; ours recomputes the
     log-probs, the reference's, the k1 KL, ``rloo_advantages`` and ``rloo_loss`` on it, before and after
     one TRL update (then the sequence ratio is not 1)."""
-    from unittest import mock
-
     from algorithms.losses import rloo_advantages, rloo_loss, sequence_logps
-    from algorithms.rollout import Rollout, rollout_logps
+    from algorithms.rollout import rollout_logps
 
     w, t, model = trl.workload, trl.trainer, trl.model
-    batch = [{"prompt": p} for p in prompts for _ in range(w.group_size)]
-    model.train()
-    t._buffered_inputs = None  # force a fresh generation batch
-    with mock.patch("trl.trainer.rloo_trainer.shuffle_sequence_dict", lambda d: d):
-        inputs = t._prepare_inputs(batch)
+    inputs, rollout = _trl_batch(trl, prompts, "rloo_trainer")
     mask = inputs["completion_mask"]
-    rollout = Rollout(
-        prompts=[b["prompt"] for b in batch], completions=trl.last_texts, prompt_ids=inputs["prompt_ids"],
-        prompt_mask=inputs["prompt_mask"], completion_ids=inputs["completion_ids"], completion_mask=mask,
-        truncated=torch.zeros(mask.size(0), dtype=torch.bool), group_size=w.group_size,
-    )
     with torch.no_grad():
         old = rollout_logps(model, rollout, temperature=t.temperature)
         ref = rollout_logps(t.ref_model, rollout, temperature=t.temperature) if w.beta > 0 else None
