@@ -163,6 +163,12 @@ def lenient_verifier() -> str:
 _CALCULATOR = re.compile(r"<<[^<>]*>>")
 
 
+def calculator_steps(problem: Problem) -> int:
+    """How many calculations the reference solution writes out (its <<a*b=c>> annotations): GSM8K's own
+    measure of a problem's length, 2 to 8 for almost every question."""
+    return len(_CALCULATOR.findall(problem.solution))
+
+
 def formatted_solution(solution: str, *, think_prefill: bool = True) -> str:
     """'Natalia sold 48/2 = <<48/2=24>>24 clips.\n#### 72' -> '\nNatalia sold 48/2 = 24 clips.\n</think>\n<answer> 72 </answer>'
     (with '<think>' in front when the prompt does not prefill it)."""
@@ -414,6 +420,8 @@ class GSM8KTask(Task):
         "eval_temperature": "sampling temperature of evaluation (0: greedy)",
         "eval_max_new_tokens": "completion length cap in evaluation",
         "eval_batch": "evaluation prompts per generate call",
+        "eval_max_steps": "evaluate only test questions whose reference solution takes at most N calculator steps "
+                          "(<<a*b=c>> annotations): a stated easier subset; 0: every question",
         "think_prefill": "start the assistant's turn with '<think>' (R1-Zero's template), counted as part of the completion",
         "starting_policy": "base: the model as loaded; sft: after a supervised warm-up on GSM8K train solutions "
                            "rewritten into the <think>/<answer> format (built once, cached by its recipe)",
@@ -428,7 +436,7 @@ class GSM8KTask(Task):
 
     def __init__(self, reward_mode: Optional[str] = None, reward_fn=None, data: Optional[str] = None,
                  model: Optional[str] = None, eval_questions: int = 50, eval_k: int = 1, eval_temperature: float = 0.7,
-                 eval_max_new_tokens: int = 256, eval_batch: int = 32, think_prefill: bool = True,
+                 eval_max_new_tokens: int = 256, eval_batch: int = 32, eval_max_steps: int = 0, think_prefill: bool = True,
                  starting_policy: str = "base", sft_examples: int = 512, sft_steps: int = 0, sft_batch: int = 8,
                  sft_learning_rate: float = 5e-5, sft_seed: int = 0):
         super().__init__(reward_mode, reward_fn)
@@ -447,6 +455,9 @@ class GSM8KTask(Task):
                 raise TaskError(f"{option} must be >= 1, got {value}")
         if eval_temperature < 0:
             raise TaskError(f"eval_temperature must be >= 0, got {eval_temperature}")
+        if eval_max_steps < 0:
+            raise TaskError(f"eval_max_steps must be >= 0 (0: every question), got {eval_max_steps}")
+        self.eval_max_steps = eval_max_steps
         self.data, self.model_path, self.think_prefill = data, model, think_prefill
         self.eval_questions, self.eval_k, self.eval_temperature = eval_questions, eval_k, eval_temperature
         self.eval_max_new_tokens, self.eval_batch = eval_max_new_tokens, eval_batch
@@ -456,12 +467,14 @@ class GSM8KTask(Task):
                 shown = "\n".join(f"  {line}" for line in report.skipped[:10])
                 more = f"\n  ... and {len(report.skipped) - 10} more" if len(report.skipped) > 10 else ""
                 print(f"gsm8k: skipped {len(report.skipped)} malformed rows of {report.source}:\n{shown}{more}", file=sys.stderr)
-        if eval_questions > len(self.test.problems):
-            raise TaskError(f"eval_questions {eval_questions} > the {len(self.test.problems)} test questions in {self.test.source}")
+        candidates = [p for p in self.test.problems if not eval_max_steps or calculator_steps(p) <= eval_max_steps]
+        if eval_questions > len(candidates):
+            subset = f" with at most {eval_max_steps} calculator steps" if eval_max_steps else ""
+            raise TaskError(f"eval_questions {eval_questions} > the {len(candidates)} test questions{subset} in {self.test.source}")
         self.tokenizer = load_tokenizer(model)
         self._answers: dict[str, float] = {}
         self._train_prompts = [self._prompt(p) for p in self.train.problems]
-        self.eval_problems = self.test.problems[:eval_questions]  # fixed: the same questions before and after
+        self.eval_problems = candidates[:eval_questions]  # fixed: the same questions before and after
         self.eval_prompts = [self._prompt(p) for p in self.eval_problems]
 
     def _prompt(self, problem: Problem) -> str:
@@ -637,7 +650,7 @@ class GSM8KTask(Task):
                               else "plain text (the tokenizer has no chat template)"),
             "system_prompt": SYSTEM_PROMPT, "eval_questions": self.eval_questions, "eval_k": self.eval_k,
             "eval_temperature": self.eval_temperature, "eval_max_new_tokens": self.eval_max_new_tokens,
-            "format_reward_per_group": FORMAT_REWARD_PER_GROUP, "think_prefill": self.think_prefill,
+            "eval_max_steps": self.eval_max_steps, "format_reward_per_group": FORMAT_REWARD_PER_GROUP, "think_prefill": self.think_prefill,
             "eval_sampler": getattr(self.eval_sampler, "__qualname__", "transformers generate (sample_batched)"),
             "accuracy": "number inside the last <answer>...</answer> group equals the reference (as numbers)",
             "accuracy_lenient": f"final number of the completion equals the reference ({lenient_verifier()})",

@@ -273,3 +273,29 @@ def test_resource_keys_per_table(tmp_path, run_cli):
     path.write_text(SMALL.replace("num_cpus = 1", "num_cpus = 0"))
     code, _, err = run_cli("matrix", path, "--out", tmp_path / "out")
     assert code == 2 and f"{path}:3: num_cpus must be an integer >= 1" in err
+
+
+def test_bench_executors_seeds_keeps_those_cells_and_names_them(tmp_path, run_cli, monkeypatch):
+    import benchmarks.perf.executors as bench
+
+    path = tmp_path / "m.toml"
+    path.write_text(SMALL.replace("seeds = [0]", "seeds = [0, 1, 2]"))
+    ran = {}
+
+    def fake_run_matrix(plan, out, **kw):  # the executors themselves are tested above; here only the selection
+        ran[out.name] = [c.relpath for c in plan.cells]
+        return {"complete": len(plan.cells), "failed": 0}
+
+    monkeypatch.setattr(bench, "run_matrix", fake_run_matrix)
+    monkeypatch.setattr(bench, "wallclock_breakdown", lambda out: {"total": {"train_s": 1.0}, "sessions": []})
+    monkeypatch.setattr(bench, "_rows_without_timing", lambda path: [])
+    code, out, err = run_cli("bench", "executors", path, "--out", tmp_path / "b", "--seeds", "2", "0")
+    assert code == 0, err
+    expected = [f"pizza/{a}/seed{s}" for a in ("grpo", "reinforce") for s in (0, 2)]
+    assert sorted(ran["subprocess"]) == sorted(ran["local"]) == sorted(expected)
+    result = json.loads((tmp_path / "b" / "executors.json").read_text())
+    assert result["seeds"] == [0, 2] and result["cells"] == 4
+    assert "(4 cells, seeds 0, 2)" in out and "--seeds 2 0`" in out
+
+    code, out, err = run_cli("bench", "executors", path, "--out", tmp_path / "c", "--seeds", "7")
+    assert code == 2 and err.strip().count("\n") == 0 and "--seeds 7: not among the seeds" in err

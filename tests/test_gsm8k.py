@@ -264,6 +264,22 @@ def test_evaluate_reports_strict_and_lenient_accuracy_per_question(tmp_path):
 
 
 @needs_gguf
+def test_eval_max_steps_keeps_the_first_questions_with_at_most_that_many_calculations(tmp_path):
+    steps = [3, 1, 0, 2, 4, 2]
+    rows = [{"question": f"q{i}?", "answer": " ".join(["<<1+1=2>>2"] * n) + f"\n#### {i}"} for i, n in enumerate(steps)]
+    data = _write(tmp_path / "d.jsonl", rows)
+    assert [gsm8k.calculator_steps(p) for p in load_file(data).problems] == steps
+    task = gsm8k.GSM8KTask(data=str(data), eval_questions=3, eval_max_steps=2)
+    assert [p.row for p in task.eval_problems] == [2, 3, 4]  # rows 1 (3 steps) and 5 (4) left out, in file order
+    assert task.describe()["eval_max_steps"] == 2
+    assert [p.row for p in gsm8k.GSM8KTask(data=str(data), eval_questions=3).eval_problems] == [1, 2, 3]
+    with pytest.raises(TaskError, match="4 test questions with at most 2 calculator steps"):
+        gsm8k.GSM8KTask(data=str(data), eval_questions=5, eval_max_steps=2)
+    with pytest.raises(TaskError, match="eval_max_steps"):
+        gsm8k.GSM8KTask(data=str(data), eval_max_steps=-1)
+
+
+@needs_gguf
 def test_sft_data_comes_from_train_in_the_task_format(tmp_path):
     rows = [{"question": f"train {i}?", "answer": f"a <<1+1=2>>2\n#### {i}"} for i in range(6)]
     data = tmp_path / "d"

@@ -8,6 +8,8 @@ def add_executors_parser(which) -> None:
     e.add_argument("file", help="matrix file (TOML), e.g. benchmarks/matrices/scaleout.toml")
     e.add_argument("--out", default="results/executors", help="folder for executors.md/json and both runs (default: results/executors)")
     e.add_argument("--jobs", type=int, default=0, help="the local executor's cells at once (default: what fits the cores)")
+    e.add_argument("--seeds", type=int, nargs="+", default=None,
+                   help="run only the matrix's cells of these seeds (default: every seed)")
     e.add_argument("--readme", default=None, help="README whose 'executors' section is regenerated")
     e.set_defaults(handler=cmd_bench_executors)
 
@@ -15,5 +17,5 @@ def add_executors_parser(which) -> None:
 def cmd_bench_executors(args) -> int:
     from benchmarks.perf.executors import run_bench_executors
 
-    result = run_bench_executors(args.file, args.out, jobs=args.jobs, readme=args.readme)
+    result = run_bench_executors(args.file, args.out, jobs=args.jobs, readme=args.readme, seeds=args.seeds)
     return 0 if all(r["counts"]["failed"] == 0 for r in result["runs"].values()) else 1

@@ -5,10 +5,12 @@ idle slots), the ratio, and whether every cell's metrics rows are equal (timing 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
+from benchmarks.errors import UsageError
 from benchmarks.io import atomic_write_json, atomic_write_text, read_jsonl
 from benchmarks.matrix import parse, run_matrix
 from benchmarks.matrix.executors import make_executor
@@ -22,8 +24,14 @@ def _rows_without_timing(path: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in read_jsonl(path)]
 
 
-def compare_executors(matrix_file: str, out: Path, *, jobs: int = 0, names=("subprocess", "local")) -> dict:
+def compare_executors(matrix_file: str, out: Path, *, jobs: int = 0, names=("subprocess", "local"),
+                      seeds: Optional[Sequence[int]] = None) -> dict:
     plan = parse(matrix_file)
+    if seeds:  # the matrix's cells of these seeds only, so that two full runs of a large matrix fit a session
+        missing = sorted(set(seeds) - {c.seed for c in plan.cells})
+        if missing:
+            raise UsageError(f"--seeds {' '.join(map(str, missing))}: not among the seeds of {matrix_file}")
+        plan = dataclasses.replace(plan, cells=[c for c in plan.cells if c.seed in seeds])
     runs = {}
     for name in names:
         start = time.perf_counter()
@@ -35,7 +43,7 @@ def compare_executors(matrix_file: str, out: Path, *, jobs: int = 0, names=("sub
     base, fast = names
     same = [c.relpath for c in plan.cells
             if _rows_without_timing(out / base / c.relpath / "metrics.jsonl") == _rows_without_timing(out / fast / c.relpath / "metrics.jsonl")]
-    return {"matrix": matrix_file, "cells": len(plan.cells), "runs": runs,
+    return {"matrix": matrix_file, "seeds": sorted({c.seed for c in plan.cells}), "cells": len(plan.cells), "runs": runs,
             "ratio": runs[fast]["elapsed_s"] / runs[base]["elapsed_s"], "identical_cells": len(same),
             "differing_cells": [c.relpath for c in plan.cells if c.relpath not in same]}
 
@@ -48,8 +56,10 @@ def render(result: dict, command: str) -> str:
         rows.append([name, run["jobs"] or 1, run["counts"]["complete"], f"{run['elapsed_s']:.0f}"]
                     + [f"{t.get(p, 0.0):.0f}" for p in PHASES])
     names = list(result["runs"])
+    seeds = result.get("seeds")
     lines = [
-        f"Matrix `{result['matrix']}` ({result['cells']} cells) run twice in one command: `{names[0]}` (one cell at a "
+        f"Matrix `{result['matrix']}` ({result['cells']} cells"
+        + (f", seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}" if seeds else "") + ") run twice in one command: `{names[0]}` (one cell at a "
         f"time, a fresh process each) then `{names[1]}` (the default). Phase columns are summed over cells; idle is "
         "worker slots x wall-clock minus the cells' process time.", "",
         markdown_table(headers, rows), "",
@@ -63,10 +73,12 @@ def render(result: dict, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_bench_executors(matrix_file: str, out: str, jobs: int = 0, readme: Optional[str] = None) -> dict:
+def run_bench_executors(matrix_file: str, out: str, jobs: int = 0, readme: Optional[str] = None,
+                        seeds: Optional[Sequence[int]] = None) -> dict:
     out_dir = Path(out)
-    result = compare_executors(matrix_file, out_dir / "runs", jobs=jobs)
-    command = f"grpo-bench bench executors {matrix_file} --out {out}" + (f" --jobs {jobs}" if jobs else "")
+    result = compare_executors(matrix_file, out_dir / "runs", jobs=jobs, seeds=seeds)
+    command = (f"grpo-bench bench executors {matrix_file} --out {out}" + (f" --jobs {jobs}" if jobs else "")
+               + (f" --seeds {' '.join(map(str, seeds))}" if seeds else ""))
     body = render(result, command)
     atomic_write_json(out_dir / "executors.json", result)
     atomic_write_text(out_dir / "executors.md", "# Executors: one cell at a time vs the default\n\n" + body)

@@ -31,7 +31,7 @@ def mcnemar_exact(before: Sequence[bool], after: Sequence[bool]) -> dict:
 
 
 # Settings two evaluations must share to be compared question by question.
-SAME_SETTINGS = ("eval_questions", "eval_k", "eval_temperature", "eval_max_new_tokens", "think_prefill", "data", "system_prompt")
+SAME_SETTINGS = ("eval_questions", "eval_max_steps", "eval_k", "eval_temperature", "eval_max_new_tokens", "think_prefill", "data", "system_prompt")
 
 
 def _per_question_bools(values: list) -> list[bool]:
