@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from benchmarks.report.paired import mcnemar_exact
@@ -62,3 +64,23 @@ def test_compare_joins_parts_in_question_order_and_tests_each_list():
     assert (tests["correct_lenient"]["b"], tests["correct_lenient"]["c"]) == (1, 2)
     with pytest.raises(ValueError, match="same questions"):
         compare(before, _eval([1, 2, 3, 4], [True] * 4, [True] * 4, 0, seed=1))
+
+
+def test_compare_cli_names_the_subset_and_the_sampling_in_the_readme(tmp_path, run_cli):
+    def side(correct):
+        result = _eval([1, 2, 3, 4], correct, correct, 0)
+        result["describe"].update(eval_max_steps=3, eval_temperature=0.0, eval_max_new_tokens=256)
+        return result
+
+    (tmp_path / "a.json").write_text(json.dumps(side([False] * 4)))
+    (tmp_path / "b.json").write_text(json.dumps(side([True, True, True, False])))
+    readme = tmp_path / "README.md"
+    readme.write_text("top\n<!-- grpo-bench:gsm8k-paired -->\nold\n<!-- /grpo-bench:gsm8k-paired -->\nend\n")
+    code, out, err = run_cli("paired", "compare", "--before", tmp_path / "a.json", "--after", tmp_path / "b.json",
+                             "--out", tmp_path / "c.json", "--readme", readme)
+    assert code == 0, err
+    text = readme.read_text()
+    assert "the same 4 test questions (the first 4 whose reference solution takes at most 3 calculator steps)" in text
+    assert "greedy, 256 new tokens" in text and "| accuracy | 0.000 | 0.750 | 0 | 3 | 0.25 |" in text
+    assert "old" not in text and text.startswith("top\n") and text.endswith("end\n")
+    assert json.loads((tmp_path / "c.json").read_text())["settings"]["eval_max_steps"] == 3

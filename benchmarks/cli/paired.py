@@ -105,8 +105,13 @@ def cmd_compare(args) -> int:
         rows = [[key.replace("correct", "accuracy").replace("_", " "), f"{t['accuracy_before']:.3f}", f"{t['accuracy_after']:.3f}",
                  t["b"], t["c"], f"{t['p_value']:.3g}"] for key, t in result["tests"].items()]
         seconds = {side: sum(v.values()) for side, v in result["wall_clock_s"].items()}
-        body = (f"{result['before']} -> {result['after']}, the same {result['questions']} test questions, seed "
-                f"{result['seed']}, greedy, {result['settings'].get('eval_max_new_tokens')} new tokens "
+        settings = result["settings"]
+        subset = (f" (the first {result['questions']} whose reference solution takes at most {settings['eval_max_steps']} "
+                  "calculator steps)" if settings.get("eval_max_steps") else "")
+        sampling = ("greedy" if not settings.get("eval_temperature") else
+                    f"{settings.get('eval_k')} samples per question at temperature {settings['eval_temperature']} (pass@k)")
+        body = (f"{result['before']} -> {result['after']}, the same {result['questions']} test questions{subset}, seed "
+                f"{result['seed']}, {sampling}, {settings.get('eval_max_new_tokens')} new tokens "
                 f"({seconds['before']:.0f} s and {seconds['after']:.0f} s of evaluation on this CPU):\n\n"
                 + markdown_table(["metric", "before", "after", "right -> wrong (b)", "wrong -> right (c)",
                                   "McNemar exact p"], rows)
