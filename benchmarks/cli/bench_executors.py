@@ -11,11 +11,13 @@ def add_executors_parser(which) -> None:
     e.add_argument("--seeds", type=int, nargs="+", default=None,
                    help="run only the matrix's cells of these seeds (default: every seed)")
     e.add_argument("--readme", default=None, help="README whose 'executors' section is regenerated")
+    e.add_argument("--section", default="executors", help="name of the README section to regenerate (default: executors)")
     e.set_defaults(handler=cmd_bench_executors)
 
 
 def cmd_bench_executors(args) -> int:
     from benchmarks.perf.executors import run_bench_executors
 
-    result = run_bench_executors(args.file, args.out, jobs=args.jobs, readme=args.readme, seeds=args.seeds)
+    result = run_bench_executors(args.file, args.out, jobs=args.jobs, readme=args.readme, seeds=args.seeds,
+                                 section=args.section)
     return 0 if all(r["counts"]["failed"] == 0 for r in result["runs"].values()) else 1

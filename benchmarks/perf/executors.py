@@ -35,7 +35,7 @@ def compare_executors(matrix_file: str, out: Path, *, jobs: int = 0, names=("sub
     runs = {}
     for name in names:
         start = time.perf_counter()
-        counts = run_matrix(plan, out / name, overwrite=True, progress=False, executor=make_executor(name, jobs=jobs))
+        counts = run_matrix(plan, out / name, overwrite=True, progress=True, executor=make_executor(name, jobs=jobs))
         elapsed = time.perf_counter() - start
         breakdown = wallclock_breakdown(out / name)
         runs[name] = {"elapsed_s": elapsed, "counts": counts, "timing": breakdown["total"],
@@ -74,11 +74,12 @@ def render(result: dict, command: str) -> str:
 
 
 def run_bench_executors(matrix_file: str, out: str, jobs: int = 0, readme: Optional[str] = None,
-                        seeds: Optional[Sequence[int]] = None) -> dict:
+                        seeds: Optional[Sequence[int]] = None, section: str = "executors") -> dict:
     out_dir = Path(out)
     result = compare_executors(matrix_file, out_dir / "runs", jobs=jobs, seeds=seeds)
     command = (f"grpo-bench bench executors {matrix_file} --out {out}" + (f" --jobs {jobs}" if jobs else "")
-               + (f" --seeds {' '.join(map(str, seeds))}" if seeds else ""))
+               + (f" --seeds {' '.join(map(str, seeds))}" if seeds else "")
+               + (f" --readme {readme}" if readme else "") + (f" --section {section}" if section != "executors" else ""))
     body = render(result, command)
     atomic_write_json(out_dir / "executors.json", result)
     atomic_write_text(out_dir / "executors.md", "# Executors: one cell at a time vs the default\n\n" + body)
@@ -86,5 +87,5 @@ def run_bench_executors(matrix_file: str, out: str, jobs: int = 0, readme: Optio
     if readme:
         from benchmarks.report.readme import update_section
 
-        update_section(readme, "executors", "### Executors: one cell at a time vs warm workers in parallel\n\n" + body)
+        update_section(readme, section, "### Executors: one cell at a time vs warm workers in parallel\n\n" + body)
     return result
