@@ -299,3 +299,33 @@ def test_bench_executors_seeds_keeps_those_cells_and_names_them(tmp_path, run_cl
 
     code, out, err = run_cli("bench", "executors", path, "--out", tmp_path / "c", "--seeds", "7")
     assert code == 2 and err.strip().count("\n") == 0 and "--seeds 7: not among the seeds" in err
+
+
+def test_bench_executors_rerender_judges_accuracy_differences_against_the_seed_spread(tmp_path, run_cli):
+    out = tmp_path / "b"
+    accuracies = {"pizza/grpo/seed0": (0.90, 0.90), "pizza/reinforce/seed0": (0.80, 0.84), "pizza/ppo/seed0": (0.5, 0.7)}
+    for cell, pair in accuracies.items():
+        for name, accuracy, threads in zip(("subprocess", "local"), pair, (2, 1)):
+            (out / "runs" / name / cell).mkdir(parents=True)
+            (out / "runs" / name / cell / "summary.json").write_text(json.dumps({"accuracy_after": accuracy, "threads": threads}))
+    runs = {name: {"elapsed_s": elapsed, "counts": {"complete": 3, "failed": 0}, "timing": {}, "jobs": jobs}
+            for name, elapsed, jobs in (("local", 30.0, 2), ("subprocess", 100.0, 1))}  # key-sorted, as json returns it
+    (out / "executors.json").write_text(json.dumps({"matrix": "m.toml", "seeds": [0], "cells": 3, "runs": runs, "ratio": 0.3,
+                                                    "identical_cells": 1, "differing_cells": ["pizza/reinforce/seed0"]}))
+    spread = tmp_path / "cpu" / "tables"
+    spread.mkdir(parents=True)
+    rows = [("pizza/grpo", [0.9, 0.92]), ("pizza/reinforce", [0.8, 0.9, 0.85]), ("pizza/ppo", [0.5, 0.52])]
+    (spread / "cells.csv").write_text("dir,accuracy_after\n" + "".join(
+        f"{variant}/seed{i},{a}\n" for variant, values in rows for i, a in enumerate(values)))
+    code, text, err = run_cli("bench", "executors", "m.toml", "--out", out, "--rerender", "--spread-from", tmp_path / "cpu")
+    assert code == 0, err
+    assert "**local / subprocess wall-clock: 0.30**" in text  # one cell at a time first, whatever the stored order
+    assert text.index("| subprocess | 1 |") < text.index("| local | 2 |")
+    assert "subprocess vs local: 2 vs 1" in text
+    # reinforce differs by 0.04 <= its seed std 0.05; ppo by 0.2 > 0.014
+    assert "Final accuracy equal in 1 of 3 cells; of the 2 that differ, 1 differ by no more than their variant's seed spread." in text
+    assert "| pizza | 3 | 0.733 | 0.813 | 0.200 | 0.026 |" in text
+    assert "run twice in one command: `subprocess` (one cell at a time" in text
+    assert json.loads((out / "executors.json").read_text())["accuracy"]["within_seed_std"] == 1
+    code, _, err = run_cli("bench", "executors", "m.toml", "--out", tmp_path / "none", "--rerender")
+    assert code == 2 and "--rerender needs a finished comparison" in err and err.strip().count("\n") == 0

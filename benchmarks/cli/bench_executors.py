@@ -10,6 +10,11 @@ def add_executors_parser(which) -> None:
     e.add_argument("--jobs", type=int, default=0, help="the local executor's cells at once (default: what fits the cores)")
     e.add_argument("--seeds", type=int, nargs="+", default=None,
                    help="run only the matrix's cells of these seeds (default: every seed)")
+    e.add_argument("--spread-from", default=None, metavar="DIR",
+                   help="a finished run of the same matrix (e.g. results/cpu): a cell whose accuracy differs between "
+                        "the executors is judged against its variant's standard deviation over seeds there")
+    e.add_argument("--rerender", action="store_true",
+                   help="do not run: re-read the finished comparison in --out and write its report again")
     e.add_argument("--readme", default=None, help="README whose 'executors' section is regenerated")
     e.add_argument("--section", default="executors", help="name of the README section to regenerate (default: executors)")
     e.set_defaults(handler=cmd_bench_executors)
@@ -19,5 +24,5 @@ def cmd_bench_executors(args) -> int:
     from benchmarks.perf.executors import run_bench_executors
 
     result = run_bench_executors(args.file, args.out, jobs=args.jobs, readme=args.readme, seeds=args.seeds,
-                                 section=args.section)
+                                 section=args.section, spread_from=args.spread_from, rerender=args.rerender)
     return 0 if all(r["counts"]["failed"] == 0 for r in result["runs"].values()) else 1

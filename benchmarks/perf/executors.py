@@ -5,7 +5,10 @@ idle slots), the ratio, and whether every cell's metrics rows are equal (timing 
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import json
+import statistics
 import time
 from pathlib import Path
 from typing import Optional, Sequence
@@ -43,42 +46,125 @@ def compare_executors(matrix_file: str, out: Path, *, jobs: int = 0, names=("sub
     base, fast = names
     same = [c.relpath for c in plan.cells
             if _rows_without_timing(out / base / c.relpath / "metrics.jsonl") == _rows_without_timing(out / fast / c.relpath / "metrics.jsonl")]
-    return {"matrix": matrix_file, "seeds": sorted({c.seed for c in plan.cells}), "cells": len(plan.cells), "runs": runs,
+    return {"matrix": matrix_file, "seeds": sorted({c.seed for c in plan.cells}), "cells": len(plan.cells),
+            "executors": list(names), "runs": runs,
             "ratio": runs[fast]["elapsed_s"] / runs[base]["elapsed_s"], "identical_cells": len(same),
             "differing_cells": [c.relpath for c in plan.cells if c.relpath not in same]}
+
+
+def seed_spread(matrix_dir: Path) -> dict[str, float]:
+    """Standard deviation over seeds of each task/variant's final accuracy in a finished matrix's cells.csv."""
+    by_variant: dict[str, list[float]] = {}
+    with open(Path(matrix_dir) / "tables" / "cells.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            if row.get("accuracy_after"):
+                by_variant.setdefault(row["dir"].rsplit("/", 1)[0], []).append(float(row["accuracy_after"]))
+    return {key: statistics.stdev(values) for key, values in by_variant.items() if len(values) > 1}
+
+
+def compare_accuracy(out: Path, names: Sequence[str], spread: Optional[dict[str, float]] = None) -> dict:
+    """Every cell's final accuracy under both executors, their threads per cell, and (given the seed spread of
+    another run of the same matrix) whether a difference is within that spread."""
+    base, fast = names
+    cells = []
+    for summary_path in sorted((out / base).glob("**/summary.json")):
+        relpath = str(summary_path.parent.relative_to(out / base))
+        other = out / fast / relpath / "summary.json"
+        if not other.exists():
+            continue
+        a, b = (json.loads(p.read_text()) for p in (summary_path, other))
+        if a.get("accuracy_after") is None or b.get("accuracy_after") is None:
+            continue
+        variant = relpath.rsplit("/", 1)[0]
+        cells.append({"cell": relpath, "task": relpath.split("/", 1)[0], base: a["accuracy_after"], fast: b["accuracy_after"],
+                      "threads": [a.get("threads"), b.get("threads")], "seed_std": (spread or {}).get(variant)})
+    tasks = {}
+    for cell in cells:
+        t = tasks.setdefault(cell["task"], {"cells": 0, base: [], fast: [], "abs_diff": [], "seed_std": []})
+        t["cells"] += 1
+        t[base].append(cell[base])
+        t[fast].append(cell[fast])
+        t["abs_diff"].append(abs(cell[base] - cell[fast]))
+        if cell["seed_std"] is not None:
+            t["seed_std"].append(cell["seed_std"])
+    equal = sum(c[base] == c[fast] for c in cells)
+    judged = [c for c in cells if c[base] != c[fast] and c["seed_std"] is not None]
+    within = sum(abs(c[base] - c[fast]) <= c["seed_std"] for c in judged)
+    return {"cells": cells, "equal": equal, "differing_judged": len(judged), "within_seed_std": within,
+            "threads": sorted({tuple(c["threads"]) for c in cells}),
+            "tasks": {name: {"cells": t["cells"], f"{base}_mean": statistics.fmean(t[base]), f"{fast}_mean": statistics.fmean(t[fast]),
+                             "max_abs_diff": max(t["abs_diff"]),
+                             "mean_seed_std": statistics.fmean(t["seed_std"]) if t["seed_std"] else None}
+                      for name, t in tasks.items()}}
+
+
+def _executor_order(result: dict) -> list[str]:
+    """One cell at a time first, then the default (a stored result's ``runs`` may come back key-sorted)."""
+    return result.get("executors") or sorted(result["runs"], key=lambda name: name != "subprocess")
 
 
 def render(result: dict, command: str) -> str:
     headers = ["executor", "jobs", "cells complete", "wall-clock (s)"] + [p[:-2].replace("_", " ") + " (s)" for p in PHASES]
     rows = []
-    for name, run in result["runs"].items():
-        t = run["timing"]
+    names = _executor_order(result)
+    for name in names:
+        run, t = result["runs"][name], result["runs"][name]["timing"]
         rows.append([name, run["jobs"] or 1, run["counts"]["complete"], f"{run['elapsed_s']:.0f}"]
                     + [f"{t.get(p, 0.0):.0f}" for p in PHASES])
-    names = list(result["runs"])
     seeds = result.get("seeds")
     lines = [
         f"Matrix `{result['matrix']}` ({result['cells']} cells"
-        + (f", seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}" if seeds else "") + ") run twice in one command: `{names[0]}` (one cell at a "
+        + (f", seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}" if seeds else "") + f") run twice in one command: `{names[0]}` (one cell at a "
         f"time, a fresh process each) then `{names[1]}` (the default). Phase columns are summed over cells; idle is "
         "worker slots x wall-clock minus the cells' process time.", "",
         markdown_table(headers, rows), "",
         f"**{names[1]} / {names[0]} wall-clock: {result['ratio']:.2f}** (target: at most 0.40).",
         f"Metrics rows identical (timing columns aside) in {result['identical_cells']} of {result['cells']} cells"
         + ("." if not result["differing_cells"] else
-           f"; the others differ because the thread count per cell differs between the runs: {', '.join(result['differing_cells'][:6])}"
-           + (" ..." if len(result["differing_cells"]) > 6 else "")),
-        "", f"Regenerate: `{command}`",
+           f"; they differ in {', '.join(result['differing_cells'][:6])}" + (" ..." if len(result["differing_cells"]) > 6 else "")
+           + "."),
     ]
+    accuracy = result.get("accuracy")
+    if accuracy and accuracy["cells"]:
+        threads = "; ".join(f"{a} vs {b}" for a, b in accuracy["threads"])
+        lines += ["", f"Final accuracy per task, mean over its cells, under both (torch threads per cell, {names[0]} vs "
+                  f"{names[1]}: {threads}); the seed spread is the standard deviation over seeds of each variant's "
+                  f"final accuracy in `{accuracy['spread_from']}`, averaged over the task's variants:" if accuracy.get("spread_from")
+                  else f"Final accuracy per task, mean over its cells, under both (torch threads per cell, {names[0]} vs "
+                  f"{names[1]}: {threads}):", ""]
+        rows = [[task, t["cells"], f"{t[names[0] + '_mean']:.3f}", f"{t[names[1] + '_mean']:.3f}", f"{t['max_abs_diff']:.3f}",
+                 "" if t["mean_seed_std"] is None else f"{t['mean_seed_std']:.3f}"] for task, t in accuracy["tasks"].items()]
+        lines += [markdown_table(["task", "cells", names[0], names[1], "largest cell difference", "seed spread"], rows), ""]
+        verdict = f"Final accuracy equal in {accuracy['equal']} of {len(accuracy['cells'])} cells"
+        if accuracy["differing_judged"]:
+            verdict += (f"; of the {accuracy['differing_judged']} that differ, {accuracy['within_seed_std']} differ by no "
+                        "more than their variant's seed spread")
+        lines.append(verdict + ".")
+    lines += ["", f"Regenerate: `{command}`"]
     return "\n".join(lines) + "\n"
 
 
 def run_bench_executors(matrix_file: str, out: str, jobs: int = 0, readme: Optional[str] = None,
-                        seeds: Optional[Sequence[int]] = None, section: str = "executors") -> dict:
+                        seeds: Optional[Sequence[int]] = None, section: str = "executors",
+                        spread_from: Optional[str] = None, rerender: bool = False) -> dict:
+    """Run the comparison (or, with ``rerender``, re-read a finished one's executors.json and runs) and write
+    its report; ``spread_from`` names a finished run of the same matrix whose seed spread judges differences."""
     out_dir = Path(out)
-    result = compare_executors(matrix_file, out_dir / "runs", jobs=jobs, seeds=seeds)
+    if rerender:
+        try:
+            result = json.loads((out_dir / "executors.json").read_text())
+        except (OSError, ValueError) as e:
+            raise UsageError(f"--rerender needs a finished comparison in {out_dir}: {e}") from None
+    else:
+        result = compare_executors(matrix_file, out_dir / "runs", jobs=jobs, seeds=seeds)
+    try:
+        spread = seed_spread(Path(spread_from)) if spread_from else None
+    except OSError as e:
+        raise UsageError(f"--spread-from {spread_from}: {e}") from None
+    result["accuracy"] = {**compare_accuracy(out_dir / "runs", _executor_order(result), spread), "spread_from": spread_from}
     command = (f"grpo-bench bench executors {matrix_file} --out {out}" + (f" --jobs {jobs}" if jobs else "")
                + (f" --seeds {' '.join(map(str, seeds))}" if seeds else "")
+               + (f" --spread-from {spread_from}" if spread_from else "")
                + (f" --readme {readme}" if readme else "") + (f" --section {section}" if section != "executors" else ""))
     body = render(result, command)
     atomic_write_json(out_dir / "executors.json", result)
