@@ -110,6 +110,8 @@ def test_same_cell_same_metrics_under_every_executor(baseline, tmp_path, name):
     assert total["train_s"] == pytest.approx(first["wall_clock_s"] + second["wall_clock_s"])
     session = json.loads((out / "matrix.json").read_text())["sessions"][-1]
     assert session["executor"] == executor and session["timing"]["startup_s"] == pytest.approx(total["startup_s"])
+    if executor == "local":  # the resolved parallelism, which the idle time is computed from
+        assert session["jobs"] == int(EXECUTOR_ARGS[name][3])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -323,7 +325,10 @@ def test_bench_executors_rerender_judges_accuracy_differences_against_the_seed_s
     assert text.index("| subprocess | 1 |") < text.index("| local | 2 |")
     assert "subprocess vs local: 2 vs 1" in text
     # reinforce differs by 0.04 <= its seed std 0.05; ppo by 0.2 > 0.014
-    assert "Final accuracy equal in 1 of 3 cells; of the 2 that differ, 1 differ by no more than their variant's seed spread." in text
+    assert ("Final accuracy equal in 1 of 3 cells; of the 2 that differ, 1 differ by no more than their variant's "
+            "standard deviation over seeds, and 1 have both values inside their variant's range over seeds (min to max): "
+            "pizza/ppo/seed0 0.500 vs 0.700 (seeds 0.500 to 0.520, std 0.014); "
+            "pizza/reinforce/seed0 0.800 vs 0.840 (seeds 0.800 to 0.900, std 0.050).") in text
     assert "| pizza | 3 | 0.733 | 0.813 | 0.200 | 0.026 |" in text
     assert "run twice in one command: `subprocess` (one cell at a time" in text
     assert json.loads((out / "executors.json").read_text())["accuracy"]["within_seed_std"] == 1

@@ -243,6 +243,7 @@ def _run_locked(plan: Plan, out: Path, *, resume: bool, progress: bool, executor
     def on_done(job: CellJob, summary: dict) -> None:
         counts["complete" if summary.get("status") == CELL_COMPLETE else "failed"] += 1
         session["cells_run"] += 1
+        session["jobs"] = getattr(executor, "jobs", None) or session["jobs"]  # resolved by run() (0: what fits the cores)
         for key, value in cell_timing(summary).items():
             session["timing"][key] += value
         session["elapsed_s"] = time.perf_counter() - start

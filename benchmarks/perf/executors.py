@@ -52,17 +52,18 @@ def compare_executors(matrix_file: str, out: Path, *, jobs: int = 0, names=("sub
             "differing_cells": [c.relpath for c in plan.cells if c.relpath not in same]}
 
 
-def seed_spread(matrix_dir: Path) -> dict[str, float]:
-    """Standard deviation over seeds of each task/variant's final accuracy in a finished matrix's cells.csv."""
+def seed_spread(matrix_dir: Path) -> dict[str, dict[str, float]]:
+    """Each task/variant's final accuracy over seeds in a finished matrix's cells.csv: standard deviation, min, max."""
     by_variant: dict[str, list[float]] = {}
     with open(Path(matrix_dir) / "tables" / "cells.csv", newline="") as f:
         for row in csv.DictReader(f):
             if row.get("accuracy_after"):
                 by_variant.setdefault(row["dir"].rsplit("/", 1)[0], []).append(float(row["accuracy_after"]))
-    return {key: statistics.stdev(values) for key, values in by_variant.items() if len(values) > 1}
+    return {key: {"std": statistics.stdev(values), "min": min(values), "max": max(values)}
+            for key, values in by_variant.items() if len(values) > 1}
 
 
-def compare_accuracy(out: Path, names: Sequence[str], spread: Optional[dict[str, float]] = None) -> dict:
+def compare_accuracy(out: Path, names: Sequence[str], spread: Optional[dict[str, dict[str, float]]] = None) -> dict:
     """Every cell's final accuracy under both executors, their threads per cell, and (given the seed spread of
     another run of the same matrix) whether a difference is within that spread."""
     base, fast = names
@@ -77,7 +78,7 @@ def compare_accuracy(out: Path, names: Sequence[str], spread: Optional[dict[str,
             continue
         variant = relpath.rsplit("/", 1)[0]
         cells.append({"cell": relpath, "task": relpath.split("/", 1)[0], base: a["accuracy_after"], fast: b["accuracy_after"],
-                      "threads": [a.get("threads"), b.get("threads")], "seed_std": (spread or {}).get(variant)})
+                      "threads": [a.get("threads"), b.get("threads")], "seeds": (spread or {}).get(variant)})
     tasks = {}
     for cell in cells:
         t = tasks.setdefault(cell["task"], {"cells": 0, base: [], fast: [], "abs_diff": [], "seed_std": []})
@@ -85,12 +86,14 @@ def compare_accuracy(out: Path, names: Sequence[str], spread: Optional[dict[str,
         t[base].append(cell[base])
         t[fast].append(cell[fast])
         t["abs_diff"].append(abs(cell[base] - cell[fast]))
-        if cell["seed_std"] is not None:
-            t["seed_std"].append(cell["seed_std"])
+        if cell["seeds"] is not None:
+            t["seed_std"].append(cell["seeds"]["std"])
     equal = sum(c[base] == c[fast] for c in cells)
-    judged = [c for c in cells if c[base] != c[fast] and c["seed_std"] is not None]
-    within = sum(abs(c[base] - c[fast]) <= c["seed_std"] for c in judged)
+    judged = [c for c in cells if c[base] != c[fast] and c["seeds"] is not None]
+    within = sum(abs(c[base] - c[fast]) <= c["seeds"]["std"] for c in judged)
+    in_range = sum(c["seeds"]["min"] <= min(c[base], c[fast]) and max(c[base], c[fast]) <= c["seeds"]["max"] for c in judged)
     return {"cells": cells, "equal": equal, "differing_judged": len(judged), "within_seed_std": within,
+            "within_seed_range": in_range,
             "threads": sorted({tuple(c["threads"]) for c in cells}),
             "tasks": {name: {"cells": t["cells"], f"{base}_mean": statistics.fmean(t[base]), f"{fast}_mean": statistics.fmean(t[fast]),
                              "max_abs_diff": max(t["abs_diff"]),
@@ -138,7 +141,11 @@ def render(result: dict, command: str) -> str:
         verdict = f"Final accuracy equal in {accuracy['equal']} of {len(accuracy['cells'])} cells"
         if accuracy["differing_judged"]:
             verdict += (f"; of the {accuracy['differing_judged']} that differ, {accuracy['within_seed_std']} differ by no "
-                        "more than their variant's seed spread")
+                        f"more than their variant's standard deviation over seeds, and {accuracy['within_seed_range']} "
+                        "have both values inside their variant's range over seeds (min to max)")
+            verdict += ": " + "; ".join(f"{c['cell']} {c[names[0]]:.3f} vs {c[names[1]]:.3f} (seeds {c['seeds']['min']:.3f} to "
+                                        f"{c['seeds']['max']:.3f}, std {c['seeds']['std']:.3f})"
+                                        for c in accuracy["cells"] if c[names[0]] != c[names[1]] and c["seeds"])
         lines.append(verdict + ".")
     lines += ["", f"Regenerate: `{command}`"]
     return "\n".join(lines) + "\n"
@@ -161,6 +168,13 @@ def run_bench_executors(matrix_file: str, out: str, jobs: int = 0, readme: Optio
         spread = seed_spread(Path(spread_from)) if spread_from else None
     except OSError as e:
         raise UsageError(f"--spread-from {spread_from}: {e}") from None
+    for name, run in result["runs"].items():
+        # A run recorded before sessions stored the resolved --jobs counted one slot: the cells' worker slots say
+        # how many ran at once, and the idle time follows from them.
+        slots = len({json.loads(p.read_text()).get("worker") for p in (out_dir / "runs" / name).glob("**/summary.json")})
+        if slots > (run.get("jobs") or 1) and "process_s" in run["timing"]:
+            run["jobs"] = slots
+            run["timing"]["idle_s"] = max(0.0, slots * run["timing"]["elapsed_s"] - run["timing"]["process_s"])
     result["accuracy"] = {**compare_accuracy(out_dir / "runs", _executor_order(result), spread), "spread_from": spread_from}
     command = (f"grpo-bench bench executors {matrix_file} --out {out}" + (f" --jobs {jobs}" if jobs else "")
                + (f" --seeds {' '.join(map(str, seeds))}" if seeds else "")
