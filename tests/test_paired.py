@@ -84,3 +84,14 @@ def test_compare_cli_names_the_subset_and_the_sampling_in_the_readme(tmp_path, r
     assert "greedy, 256 new tokens" in text and "| accuracy | 0.000 | 0.750 | 0 | 3 | 0.25 |" in text
     assert "old" not in text and text.startswith("top\n") and text.endswith("end\n")
     assert json.loads((tmp_path / "c.json").read_text())["settings"]["eval_max_steps"] == 3
+    sampled = [side([False] * 4), side([True, False, False, False])]
+    for result in sampled:
+        result["describe"].update(eval_temperature=0.7, eval_k=2)
+    (tmp_path / "a2.json").write_text(json.dumps(sampled[0]))
+    (tmp_path / "b2.json").write_text(json.dumps(sampled[1]))
+    code, out, err = run_cli("paired", "compare", "--before", tmp_path / "a2.json", "--after", tmp_path / "b2.json",
+                             "--readme", readme, "--section", "gsm8k-paired-pass2")
+    assert code == 0, err
+    text = readme.read_text()
+    assert "| accuracy | 0.000 | 0.750 |" in text  # the first section is kept
+    assert "2 samples per question at temperature 0.7 (pass@k)" in text and "--section gsm8k-paired-pass2`" in text

@@ -32,7 +32,8 @@ def add_paired_parser(sub) -> None:
     c.add_argument("--before", nargs="+", required=True, help="eval file(s); parts are joined in question order")
     c.add_argument("--after", nargs="+", required=True)
     c.add_argument("--out", default=None)
-    c.add_argument("--readme", default=None, help="also write the table as the README section 'gsm8k-paired'")
+    c.add_argument("--readme", default=None, help="also write the table as a README section")
+    c.add_argument("--section", default="gsm8k-paired", help="name of that README section (default: gsm8k-paired)")
     c.set_defaults(handler=cmd_compare)
 
 
@@ -116,8 +117,9 @@ def cmd_compare(args) -> int:
                 + markdown_table(["metric", "before", "after", "right -> wrong (b)", "wrong -> right (c)",
                                   "McNemar exact p"], rows)
                 + "\n\nRegenerate: `grpo-bench paired compare --before " + " ".join(args.before) + " --after "
-                + " ".join(args.after) + (f" --out {args.out}" if args.out else "") + f" --readme {args.readme}`\n")
-        update_section(args.readme, "gsm8k-paired", body)
+                + " ".join(args.after) + (f" --out {args.out}" if args.out else "") + f" --readme {args.readme}"
+                + (f" --section {args.section}" if args.section != "gsm8k-paired" else "") + "`\n")
+        update_section(args.readme, args.section, body)
     for key, t in result["tests"].items():
         print(f"{key}: {t['accuracy_before']:.4f} -> {t['accuracy_after']:.4f} (n {t['n']}, right->wrong b {t['b']}, "
               f"wrong->right c {t['c']}), McNemar exact p = {t['p_value']:.3g}")
