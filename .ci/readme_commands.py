@@ -1,8 +1,8 @@
 """The README's two set-up commands (the main job, the tests), read from its first ```bash block.
 
-CI runs exactly these (the main job on a small matrix file instead of the default one, into a
-scratch directory), and tests/test_readme.py checks the README still has them, so the two cannot
-drift apart. Usage: python3 .ci/readme_commands.py main|tests [--matrix FILE --out DIR]
+CI runs exactly these (the main job into a scratch directory instead of results/, optionally on another
+matrix file), and tests/test_readme.py checks the README still has them, so the two cannot drift apart.
+Usage: python3 .ci/readme_commands.py main|tests [--out DIR] [--matrix FILE]
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 DEFAULT_MATRIX = "benchmarks/matrices/default.toml"
-DEFAULT_OUT = "results/cpu"
+DEFAULT_OUT = "results/demo"
 
 
 def commands(readme: Path = README) -> dict[str, str]:
@@ -36,11 +36,13 @@ def commands(readme: Path = README) -> dict[str, str]:
 def main(argv: list[str]) -> int:
     which = argv[0]
     command = commands()[which]
-    if which == "main" and "--matrix" in argv:
-        matrix, out = argv[argv.index("--matrix") + 1], argv[argv.index("--out") + 1]
+    if which == "main" and ("--out" in argv or "--matrix" in argv):
         if DEFAULT_MATRIX not in command or DEFAULT_OUT not in command:
             raise SystemExit(f"the main job no longer names {DEFAULT_MATRIX} and {DEFAULT_OUT}: {command}")
-        command = command.replace(DEFAULT_MATRIX, matrix).replace(DEFAULT_OUT, out)
+        if "--out" in argv:
+            command = command.replace(DEFAULT_OUT, argv[argv.index("--out") + 1])
+        if "--matrix" in argv:
+            command = command.replace(DEFAULT_MATRIX, argv[argv.index("--matrix") + 1])
     print(command)
     return 0
 

@@ -7,6 +7,7 @@ algorithm, and TRL, sees them exactly as it would see a hub model.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -95,16 +96,24 @@ def cached_model(kind: str, recipe: dict, build: Callable[[], tuple]) -> tuple:
     key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
     target = cache_root() / f"{kind}-{key}"
     if not (target / "config.json").exists():
-        model, tokenizer = build()
         target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{kind}-", dir=target.parent))
-        model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        (staging / "recipe.json").write_text(json.dumps(recipe, indent=2, sort_keys=True))
-        try:
-            os.replace(staging, target)
-        except OSError:  # another process won the race: keep its copy
-            shutil.rmtree(staging, ignore_errors=True)
+        # Cells of one matrix start side by side: one builds, the others wait for it instead of building it again.
+        with open(target.parent / f".{kind}-{key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (target / "config.json").exists():
+                _build_into(target, kind, recipe, build)
     model = LlamaForCausalLM.from_pretrained(target)
     tokenizer = AutoTokenizer.from_pretrained(target)
     return model, tokenizer
+
+
+def _build_into(target: Path, kind: str, recipe: dict, build: Callable[[], tuple]) -> None:
+    model, tokenizer = build()
+    staging = Path(tempfile.mkdtemp(prefix=f".{kind}-", dir=target.parent))
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    (staging / "recipe.json").write_text(json.dumps(recipe, indent=2, sort_keys=True))
+    try:
+        os.replace(staging, target)
+    except OSError:  # a process without the lock (another machine on a shared cache) won the race: keep its copy
+        shutil.rmtree(staging, ignore_errors=True)

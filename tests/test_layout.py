@@ -1,14 +1,22 @@
 """The layering, read from the source with ``ast``: algorithms/ and tasks/ never import each other or
-benchmarks/, nothing imports the command-line entry module, engines never import the command line,
-and the import graph (function-level imports included) has no cycle."""
+benchmarks/, nothing imports the command-line entry module, engines never import the command line nor
+argparse, the report reads run data and nothing below it imports the report, and the import graph
+(function-level imports included) has no cycle."""
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("algorithms", "tasks", "benchmarks")
+# What the report may read: its own modules, run files (io, the store) and the markdown writer beside io.
+REPORT_READS = ("benchmarks.report", "benchmarks.io", "benchmarks.markdown", "benchmarks.errors", "benchmarks.store")
+# The layers the report sits on, beside the command line: none of them imports it.
+BELOW_THE_REPORT = ("benchmarks.harness", "benchmarks.matrix", "benchmarks.checks", "benchmarks.perf", "algorithms", "tasks")
 
 
 def _module_name(path: Path) -> str:
@@ -28,6 +36,21 @@ def _resolve(name: str, modules: dict) -> str | None:
         if candidate in modules:
             return candidate
     return None
+
+
+def _within(name: str, packages: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+def _imported_names(path: Path) -> set[str]:
+    """Every module an import statement of ``path`` names, libraries included."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -69,6 +92,38 @@ def test_nothing_imports_the_command_line():
             assert not [e for e in edges if e.startswith("benchmarks.cli")], (name, edges)
 
 
+def test_only_the_command_line_sees_argparse():
+    """Flags become typed settings in benchmarks/cli; an engine takes those settings, never a Namespace."""
+    for name, path in _modules().items():
+        if not _within(name, ("benchmarks.cli",)):
+            assert not [n for n in _imported_names(path) if _within(n, ("argparse",))], name
+
+
+def test_a_planted_argparse_import_is_caught(tmp_path, monkeypatch):
+    planted = tmp_path / "engine.py"
+    planted.write_text("def settings():\n    import argparse\n")
+    monkeypatch.setattr(sys.modules[__name__], "_modules", lambda: {"benchmarks.harness.engine": planted})
+    with pytest.raises(AssertionError, match="benchmarks.harness.engine"):
+        test_only_the_command_line_sees_argparse()
+
+
+def test_the_report_reads_run_data_and_sits_on_top():
+    for name, edges in import_graph().items():
+        if _within(name, ("benchmarks.report",)):
+            assert not [e for e in edges if not _within(e, REPORT_READS)], (name, edges)
+        if _within(name, BELOW_THE_REPORT):
+            assert not [e for e in edges if _within(e, ("benchmarks.report",))], (name, edges)
+
+
+@pytest.mark.parametrize("graph", [{"benchmarks.report.matrix": {"benchmarks.harness.loop"}},
+                                   {"benchmarks.matrix.execute": {"benchmarks.report.matrix"}}],
+                         ids=["report-imports-the-harness", "the-matrix-imports-the-report"])
+def test_a_planted_report_import_is_caught(graph, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "import_graph", lambda: graph)
+    with pytest.raises(AssertionError):
+        test_the_report_reads_run_data_and_sits_on_top()
+
+
 def test_no_import_cycles():
     graph = import_graph()
     state: dict[str, int] = {}
@@ -92,8 +147,6 @@ def test_no_import_cycles():
 
 def test_a_planted_cycle_is_caught(tmp_path, monkeypatch):
     """The cycle check can fail: a graph with a -> b -> a is refused."""
-    import pytest
-
-    monkeypatch.setattr(__import__(__name__), "import_graph", lambda: {"a": {"b"}, "b": {"a"}})
+    monkeypatch.setattr(sys.modules[__name__], "import_graph", lambda: {"a": {"b"}, "b": {"a"}})
     with pytest.raises(AssertionError, match="import cycle"):
         test_no_import_cycles()

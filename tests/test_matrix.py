@@ -14,6 +14,7 @@ import pytest
 from benchmarks.cli.main import main
 from benchmarks.io import atomic_write, atomic_write_json, append_jsonl, read_jsonl
 from benchmarks.matrix import line_of, parse
+from benchmarks.store import ResultStore
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -216,8 +217,11 @@ def test_sigkill_mid_cell_then_resume_skips_finished_cells_and_completes(killed_
 def test_report_on_a_partial_directory_names_what_is_missing(killed_and_resumed, tmp_path, capsys):
     out = tmp_path / "results" / "cpu"
     shutil.copytree(killed_and_resumed["out"], out)
-    atomic_write_json(out / "pizza/grpo/seed1/summary.json", {"status": "failed", "error": "out of memory (boom)"})
     meta = json.loads((out / "matrix.json").read_text())
+    store = ResultStore.open(out)
+    store.put("pizza/grpo/seed1", store.spec("pizza/grpo/seed1"), {"status": "failed", "error": "out of memory (boom)"}, [])
+    for cell in meta["cells"]:
+        shutil.rmtree(out / cell["dir"])  # the report reads the store alone, never a cell's folder
     meta["cells"].append({**meta["cells"][0], "seed": 9, "dir": "pizza/grpo/seed9"})
     atomic_write_json(out / "matrix.json", meta)
     assert main(["report", str(out)]) == 0
@@ -280,16 +284,26 @@ def test_failing_cells_are_recorded_and_the_matrix_goes_on(tmp_path, monkeypatch
     assert counts == {"complete": 1, "failed": 1, "skipped": 1}
 
 
-def test_default_matrix_is_every_algorithm_on_every_toy_task_at_equal_samples():
+def test_verdicts_matrix_is_every_algorithm_on_every_toy_task_at_equal_samples():
     from algorithms import ALGORITHMS
     from tasks import TASKS
 
     needed = {"reinforce", "ppo", "dpo", "grpo", "rloo", "reinforce_pp"} - set(ALGORITHMS), {"pizza", "bandit", "addition"} - set(TASKS)
     if any(needed):
         pytest.skip(f"not registered yet: {sorted(needed[0] | needed[1])}")
-    plan = parse(ROOT / "benchmarks" / "matrices" / "default.toml")
+    plan = parse(ROOT / "benchmarks" / "matrices" / "verdicts.toml")
     assert len(plan.cells) == 4 * 13 * 5  # (pizza, bandit rm, bandit verifiable, addition) x 13 variants x 5 seeds
     assert {c.algo for c in plan.cells} == {"reinforce", "ppo", "dpo", "grpo", "rloo", "reinforce_pp"}
     assert {c.task_label for c in plan.cells} == {"pizza", "bandit(reward_mode=rm)", "bandit(reward_mode=verifiable)", "addition"}
     for cell in plan.cells:
         assert cell.steps * cell.completions_per_step == cell.budget, cell.name
+
+
+def test_default_matrix_is_a_demonstration_of_every_variant_on_every_task():
+    """The newcomer's main job covers what the science matrix covers, with 3 seeds and smaller budgets."""
+    demo = parse(ROOT / "benchmarks" / "matrices" / "default.toml")
+    science = parse(ROOT / "benchmarks" / "matrices" / "verdicts.toml")
+    assert {(c.task_label, c.variant) for c in demo.cells} == {(c.task_label, c.variant) for c in science.cells}
+    assert {c.seed for c in demo.cells} == {0, 1, 2} and len(demo.cells) == 4 * 13 * 3
+    assert all(c.budget < s.budget for c in demo.cells for s in science.cells if (s.task_label, s.variant) == (c.task_label, c.variant))
+    assert "demonstration" in demo.description

@@ -1,4 +1,5 @@
-"""The mu = 1 checks' core assertions on the pizza model and real rollouts (benchmarks/mu1_check.py)."""
+"""The mu = 1 checks' core assertions on the pizza model and real rollouts (benchmarks/checks/mu1.py), and the
+settings the command line hands them."""
 
 import copy
 
@@ -97,3 +98,13 @@ def test_the_rising_metric_can_be_the_reward():
 def test_bad_input_is_one_line_exit_2(argv, capsys):
     assert main(["check", "mu1", *argv]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_the_command_line_hands_the_check_typed_settings_and_the_command_as_typed(monkeypatch):
+    from benchmarks.cli import checks
+
+    seen = []
+    monkeypatch.setattr(checks, "run_mu1_check", lambda settings, command: seen.append((settings, command)) or 0)
+    assert main(["check", "mu1", "--task", "gsm8k", "--eval-k", "2", "--readme", ""]) == 0
+    assert seen == [(mu1_check.Mu1Settings(task="gsm8k", eval_k=2, readme=""),
+                     "grpo-bench check mu1 --task gsm8k --eval-k 2 --readme ''")]

@@ -32,8 +32,11 @@ def test_ci_runs_the_readme_commands_not_a_copy():
     assert commands["tests"] not in ci and commands["main"] not in ci
 
 
-def test_the_main_job_is_rewritten_to_the_smoke_matrix(capsys):
+def test_ci_runs_the_main_job_as_written_into_a_scratch_directory(capsys):
     module = _readme_commands()
+    module.main(["main", "--out", "/tmp/x"])
+    command = capsys.readouterr().out.strip()
+    assert module.DEFAULT_MATRIX in command and "--out /tmp/x" in command and module.DEFAULT_OUT not in command
     module.main(["main", "--matrix", "benchmarks/matrices/smoke.toml", "--out", "/tmp/x"])
     command = capsys.readouterr().out.strip()
-    assert "benchmarks/matrices/smoke.toml" in command and "--out /tmp/x" in command and "default.toml" not in command
+    assert "benchmarks/matrices/smoke.toml" in command and "default.toml" not in command

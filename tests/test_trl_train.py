@@ -1,4 +1,5 @@
-"""grpo-bench check trl-train: argument checks (fast) and a one-step end-to-end run (slow)."""
+"""grpo-bench check trl-train: argument checks and the settings the command line builds (fast), and a one-step
+end-to-end run (slow)."""
 
 import json
 
@@ -21,3 +22,13 @@ def test_one_step_one_seed_writes_both_implementations(tmp_path):
     assert all(len(r["rewards"]) == 2 and r["peak_memory_bytes"] > 0 for r in runs)
     assert runs[0]["accuracy_before"] == runs[1]["accuracy_before"]  # same model, same evaluation seed
     assert (tmp_path / "rewards.png").stat().st_size > 0
+
+
+def test_the_command_line_hands_the_check_typed_settings_and_the_command_as_typed(monkeypatch):
+    from benchmarks.checks.trl_train import TrlTrainSettings
+    from benchmarks.cli import checks
+
+    seen = []
+    monkeypatch.setattr(checks, "run_trl_train_check", lambda settings, command: seen.append((settings, command)) or 0)
+    assert main(["check", "trl-train", "--seeds", "1"]) == 0
+    assert seen == [(TrlTrainSettings(seeds=1), "grpo-bench check trl-train --seeds 1")]

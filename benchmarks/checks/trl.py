@@ -53,7 +53,7 @@ from algorithms.losses import (
 )
 from algorithms.rollout import per_token_logps, tokenize_prompts
 from benchmarks.io import atomic_write_json, atomic_write_text
-from benchmarks.report import tables
+from benchmarks.markdown import markdown_table
 
 LOSS_TOL = 1e-6
 GRAD_TOL = 1e-5
@@ -648,8 +648,8 @@ def _verdict(r: CheckRow) -> str:
     return "skipped" if r.skipped else ("yes" if r.passed else "**NO**")
 
 
-def markdown_table(rows: list[CheckRow]) -> str:
-    return tables.markdown_table(
+def check_rows_table(rows: list[CheckRow]) -> str:
+    return markdown_table(
         ["check", "config", "ours", "TRL", "abs diff", "grad rel err", "pass"],
         [[r.check, r.config, _fmt(r.ours), _fmt(r.trl), _fmt(r.diff), _fmt(r.grad_rel_err), _verdict(r)] for r in rows])
 
@@ -660,10 +660,10 @@ def counts_table(rows: list[CheckRow]) -> str:
     keys = list(dict.fromkeys((r.check, r.family) for r in rows))  # in the order the rows run
     by_type = Counter((r.loss_type, bool(r.skipped)) for r in rows if r.check == "grpo_loss")
     return "\n\n".join([
-        tables.markdown_table(["check", "option", "compared", "skipped"],
-                              [[c, f, by_family[(c, f, False)], by_family[(c, f, True)]] for c, f in keys]),
-        tables.markdown_table(["GRPO loss type", "compared", "skipped"],
-                              [[lt, by_type[(lt, False)], by_type[(lt, True)]] for lt in GRPO_LOSS_TYPES]),
+        markdown_table(["check", "option", "compared", "skipped"],
+                       [[c, f, by_family[(c, f, False)], by_family[(c, f, True)]] for c, f in keys]),
+        markdown_table(["GRPO loss type", "compared", "skipped"],
+                       [[lt, by_type[(lt, False)], by_type[(lt, True)]] for lt in GRPO_LOSS_TYPES]),
     ])
 
 
@@ -718,7 +718,7 @@ def report(rows: list[CheckRow], trl_version: str) -> str:
         "",
         *[f"- {n} x {reason}" for reason, n in reasons.items()],
         "",
-        markdown_table(rows),
+        check_rows_table(rows),
         "",
     ])
 
@@ -747,16 +747,24 @@ def _progress_line(r: CheckRow) -> str:
             f"diff {r.diff:.1e} grad {_fmt(r.grad_rel_err)}")
 
 
-def cmd_check_trl(args) -> int:
+@dataclass
+class TrlCheckSettings:
+    """Where the check writes; what it compares is fixed (``loss_configs`` and the RLOO / DPO extras)."""
+
+    out: str = "results/trl_check"  # folder for report.md, results.csv and results.json
+
+
+def run_trl_check(settings: TrlCheckSettings) -> int:
+    """Every configuration against TRL, written to OUT; 1 when any compared configuration disagrees."""
     import trl
 
     print(f"TRL {trl.__version__}; pinned TRL settings: {TRL_PINNED}")
     rows = run_checks(progress=lambda r: print(_progress_line(r), flush=True))
-    write_results(rows, Path(args.out))
+    write_results(rows, Path(settings.out))
     compared = [r for r in rows if not r.skipped]
     failed = sum(not r.passed for r in compared)
     print(counts_table(rows))
     print(f"{len(compared) - failed}/{len(compared)} configurations agree, {len(rows) - len(compared)} skipped; "
           f"max loss diff {_worst(rows, 'diff', ('grpo_loss', 'rloo_loss', 'dpo_loss')):.2e}, max grad rel err "
-          f"{_worst(rows, 'grad_rel_err', ('grpo_loss', 'rloo_loss', 'dpo_loss')):.2e} -> {args.out}")
+          f"{_worst(rows, 'grad_rel_err', ('grpo_loss', 'rloo_loss', 'dpo_loss')):.2e} -> {settings.out}")
     return 1 if failed else 0

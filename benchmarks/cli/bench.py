@@ -7,22 +7,23 @@ import argparse
 
 from benchmarks.cli.bench_executors import add_executors_parser
 from benchmarks.cli.bench_lora import add_bench_lora_parser
-from benchmarks.perf.grpo_vs_trl import workloads_of
+from benchmarks.perf.grpo_vs_trl import PerfSettings, default_workloads, run_bench, workloads_of
 
 
 def _common(p, algo: str) -> None:
     choices = workloads_of(algo)
-    default = ",".join(choices) if algo == "grpo" else next(iter(choices))
+    default = ",".join(default_workloads(algo))
     p.add_argument("--workloads", default=default, help=f"comma-separated, from: {', '.join(choices)} (default: {default})")
-    p.add_argument("--pairs", type=int, default=5,
+    p.add_argument("--pairs", type=int, default=PerfSettings.pairs,
                    help="timed rounds (ours, TRL default, TRL fastest) per workload after one warm-up round (>= 5)")
     p.add_argument("--allow-few-pairs", action="store_true", help=argparse.SUPPRESS)  # for quick tests
-    p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=True,
+    p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=PerfSettings.memory,
                    help="measure each side's peak memory in its own subprocess (two optimizer updates)")
-    p.add_argument("--max-new-tokens", type=int, default=None, help="override every workload's completion cap (quick runs)")
-    p.add_argument("--seed", type=int, default=0, help="seed of every side and of the prompt draws")
-    p.add_argument("--device", default="cpu", help="cpu, cuda or auto (cuda results go to results/gpu)")
-    p.add_argument("--out", default=None, help="output folder (default: results/perf, or results/gpu on CUDA)")
+    p.add_argument("--max-new-tokens", type=int, default=PerfSettings.max_new_tokens,
+                   help="override every workload's completion cap (quick runs)")
+    p.add_argument("--seed", type=int, default=PerfSettings.seed, help="seed of every side and of the prompt draws")
+    p.add_argument("--device", default=PerfSettings.device, help="cpu, cuda or auto (cuda results go to results/gpu)")
+    p.add_argument("--out", default=PerfSettings.out, help="output folder (default: results/perf, or results/gpu on CUDA)")
     p.set_defaults(handler=cmd_bench, algo=algo)
 
 
@@ -33,28 +34,20 @@ def add_bench_parser(sub) -> None:
     _common(p, "grpo")
     p.add_argument("--bf16-steps", type=int, default=2, help="timed steps of our bf16-autocast step (0: skip)")
     p.add_argument("--scaling-steps", type=int, default=1, help="timed steps per scaling point, after one warm-up (0: skip)")
-    p.add_argument("--readme", default="README.md", help="README whose 'perf' section is regenerated ('' to skip)")
+    p.add_argument("--readme", default=PerfSettings.readme, help="README whose 'perf' section is regenerated ('' to skip)")
     p = which.add_parser("rloo-vs-trl", help="time one RLOO step of this suite against TRL's RLOOTrainer")
     _common(p, "rloo")
-    p.add_argument("--readme", default="README.md", help="README whose 'perf-rloo' section is regenerated ('' to skip)")
+    p.add_argument("--readme", default=PerfSettings.readme, help="README whose 'perf-rloo' section is regenerated ('' to skip)")
+    p.set_defaults(bf16_steps=PerfSettings.bf16_steps, scaling_steps=PerfSettings.scaling_steps)  # RLOO's report has neither part
     add_executors_parser(which)
     add_bench_lora_parser(which)
 
 
-def _given_flags(args) -> list[str]:
-    """The flags as given, for the report's "Regenerate:" line."""
-    flags = []
-    for key in ("workloads", "pairs", "max_new_tokens", "bf16_steps", "scaling_steps", "seed", "device"):
-        if getattr(args, key, None) is not None:
-            flags += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
-    if not args.memory:
-        flags.append("--no-memory")
-    return flags
-
-
 def cmd_bench(args) -> int:
-    from benchmarks.perf.grpo_vs_trl import run_bench
-
-    args.argv = _given_flags(args)
-    run_bench(args)
+    settings = PerfSettings(
+        algo=args.algo, workloads=[n.strip() for n in args.workloads.split(",") if n.strip()], pairs=args.pairs,
+        allow_few_pairs=args.allow_few_pairs, memory=args.memory, max_new_tokens=args.max_new_tokens, seed=args.seed,
+        device=args.device, out=args.out, bf16_steps=args.bf16_steps, scaling_steps=args.scaling_steps,
+        readme=args.readme)
+    run_bench(settings, command=args.command_line)
     return 0

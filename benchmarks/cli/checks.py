@@ -1,8 +1,12 @@
 """``grpo-bench check {trl,mu1,trl-train}``: correctness checks whose numbers go into results/ and the README.
 
-Each check is imported only when it runs: TRL takes seconds to import and `grpo-bench run` never needs it."""
+The checks import TRL only when they run: it takes seconds to import and `grpo-bench run` never needs it."""
 
 from __future__ import annotations
+
+from benchmarks.checks.mu1 import Mu1Settings, run_mu1_check
+from benchmarks.checks.trl import TrlCheckSettings, run_trl_check
+from benchmarks.checks.trl_train import TrlTrainSettings, run_trl_train_check
 
 
 def add_check_parser(subparsers) -> None:
@@ -10,15 +14,15 @@ def add_check_parser(subparsers) -> None:
     which = check.add_subparsers(dest="check", required=True, parser_class=type(check))
 
     trl = which.add_parser("trl", help="grpo_loss, group_advantages and dpo_loss against TRL's own trainers")
-    trl.add_argument("--out", default="results/trl_check", help="directory for report.md, results.csv, results.json")
+    trl.add_argument("--out", default=TrlCheckSettings.out, help="directory for report.md, results.csv, results.json")
     trl.set_defaults(handler=cmd_check_trl)
 
     mu1 = which.add_parser("mu1", help="why the GRPO loss reads 0 at mu = 1 while the policy still learns")
-    mu1.add_argument("--task", default="pizza", help="task to train and roll out on")
-    mu1.add_argument("--steps", type=int, default=30, help="training steps of the mu = 1, beta = 0 run")
-    mu1.add_argument("--seed", type=int, default=0, help="seed")
-    mu1.add_argument("--out", default=None, help="directory for report.md, results.json, mu1.png (default: results/mu1, "
-                                                 "or results/mu1-TASK for another task)")
+    mu1.add_argument("--task", default=Mu1Settings.task, help="task to train and roll out on")
+    mu1.add_argument("--steps", type=int, default=Mu1Settings.steps, help="training steps of the mu = 1, beta = 0 run")
+    mu1.add_argument("--seed", type=int, default=Mu1Settings.seed, help="seed")
+    mu1.add_argument("--out", default=Mu1Settings.out, help="directory for report.md, results.json, mu1.png "
+                                                            "(default: results/mu1, or results/mu1-TASK for another task)")
     mu1.add_argument("--group-size", dest="group_size", type=int, default=None, help="G (default: GRPO's)")
     mu1.add_argument("--prompts-per-step", dest="prompts_per_step", type=int, default=None, help="prompts per step (default: GRPO's)")
     mu1.add_argument("--learning-rate", dest="learning_rate", type=float, default=None, help="(default: the task's)")
@@ -29,29 +33,29 @@ def add_check_parser(subparsers) -> None:
     mu1.add_argument("--mu-steps", dest="mu_steps", type=int, default=None, help="steps of the mu = 4 run (default: 5)")
     mu1.add_argument("--metric", choices=("accuracy", "reward"), default=None,
                      help="evaluation metric that must rise (default: accuracy; GSM8K at 135M: reward)")
-    mu1.add_argument("--readme", default="README.md", help="README whose 'mu1' section is regenerated ('' : none)")
+    mu1.add_argument("--readme", default=Mu1Settings.readme, help="README whose 'mu1' section is regenerated ('' : none)")
     mu1.set_defaults(handler=cmd_check_mu1)
 
     train = which.add_parser("trl-train", help="TRL's GRPOTrainer and ours trained on pizza with matched settings")
-    train.add_argument("--steps", type=int, default=50, help="training steps per run")
-    train.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 for each implementation")
-    train.add_argument("--out", default="results/trl_train", help="directory for report.md, results.json, rewards.png")
+    train.add_argument("--steps", type=int, default=TrlTrainSettings.steps, help="training steps per run")
+    train.add_argument("--seeds", type=int, default=TrlTrainSettings.seeds, help="seeds 0..N-1 for each implementation")
+    train.add_argument("--out", default=TrlTrainSettings.out, help="directory for report.md, results.json, rewards.png")
     train.set_defaults(handler=cmd_check_trl_train)
 
 
 def cmd_check_trl(args) -> int:
-    from benchmarks.checks.trl import cmd_check_trl as check
-
-    return check(args)
+    return run_trl_check(TrlCheckSettings(out=args.out))
 
 
 def cmd_check_mu1(args) -> int:
-    from benchmarks.checks.mu1 import cmd_check_mu1 as check
-
-    return check(args)
+    settings = Mu1Settings(
+        task=args.task, steps=args.steps, seed=args.seed, out=args.out, readme=args.readme, group_size=args.group_size,
+        prompts_per_step=args.prompts_per_step, learning_rate=args.learning_rate, max_new_tokens=args.max_new_tokens,
+        eval_questions=args.eval_questions, eval_k=args.eval_k, eval_every=args.eval_every, mu_steps=args.mu_steps,
+        metric=args.metric)
+    return run_mu1_check(settings, command=args.command_line)
 
 
 def cmd_check_trl_train(args) -> int:
-    from benchmarks.checks.trl_train import cmd_check_trl_train as check
-
-    return check(args)
+    settings = TrlTrainSettings(steps=args.steps, seeds=args.seeds, out=args.out)
+    return run_trl_train_check(settings, command=args.command_line)

@@ -20,7 +20,7 @@ from benchmarks.errors import UsageError
 from benchmarks.harness import measure
 from benchmarks.harness.loop import make_evaluated_task
 from benchmarks.io import atomic_write_json, atomic_write_text
-from benchmarks.report.readme import update_section
+from benchmarks.markdown import update_section
 
 # Metrics shown first, each with its standard error when the task reports one (``NAME_se``).
 LEADING = ("accuracy", "format", "reward")

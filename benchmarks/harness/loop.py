@@ -29,6 +29,7 @@ from algorithms.rollout import generate
 from benchmarks.errors import TrainingFailed, UsageError
 from benchmarks.harness import distributed, lora, measure, tracking
 from benchmarks.harness.config import RESUMABLE, RunConfig, flat_settings
+from benchmarks.progress import progress as progress_bar
 from benchmarks.io import locked_directory, append_jsonl, atomic_write, atomic_write_json, read_json, read_jsonl, rewrite_jsonl
 from tasks import Task, make_task
 from tasks.base import Samples
@@ -254,8 +255,8 @@ def _train_and_record(out: Path, rc: RunConfig, task: Task, policy, algo: Algori
         before = _evaluate(task, policy, rc.seed)
 
     trackers = tracking.start(rc, out, resolved)
-    bar = tqdm(total=rc.steps, initial=start_step, desc=f"{rc.task}/{rc.algo} seed {rc.seed}", disable=not progress,
-               dynamic_ncols=True)
+    bar = progress_bar(rc.steps, initial=start_step, desc=f"{rc.task}/{rc.algo} seed {rc.seed}", unit="step",
+                       enabled=progress)
     steps = train_steps(algo, task, prompt_rng, range(start_step + 1, rc.steps + 1))
     step = start_step
     generated = sum(r.get("completions", 0.0) for r in read_jsonl(metrics_path))

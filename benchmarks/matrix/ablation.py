@@ -14,6 +14,7 @@ completions, so G is compared both at equal steps and at equal samples).
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pandas as pd
@@ -24,6 +25,19 @@ from benchmarks.harness import RunConfig, run
 from benchmarks.io import atomic_write_text, read_jsonl
 
 METRICS = ("true_reward", "accuracy", "rm_reward")
+
+
+@dataclasses.dataclass
+class AblationSettings:
+    """The grid the ablation runs: every G in ``group_sizes`` with every seed in ``seeds``."""
+
+    out: str = "results/ablation"  # folder for runs/, curves.csv, group_size.md and group_size.png
+    group_sizes: list[int] = dataclasses.field(default_factory=lambda: [2, 4, 8, 16])  # values of G, each >= 2
+    seeds: list[int] = dataclasses.field(default_factory=lambda: [0, 1, 2])
+    steps: int = 200  # GRPO steps per run
+    eval_every: int = 10  # the bandit's exact evaluation every N steps
+    reward_mode: str = "rm"  # the bandit's reward: "rm" (a learned reward model) or "verifiable"
+    device: str = "auto"  # auto, cpu or cuda
 
 
 def run_cell(out: Path, group_size: int, seed: int, steps: int, eval_every: int, reward_mode: str, device: str) -> pd.DataFrame:
@@ -85,34 +99,35 @@ def plot(curves: pd.DataFrame, optimum: float, rm_optimum: float, path: Path) ->
     plt.close(fig)
 
 
-def run_ablation(args) -> int:
-    """Every (G, seed) run, then OUT/curves.csv, group_size.md and group_size.png."""
+def run_ablation(settings: AblationSettings, command: str) -> int:
+    """Every (G, seed) run, then OUT/curves.csv, group_size.md and group_size.png; group_size.md quotes
+    ``command``, the command line that reproduces them."""
     from tasks import make_task
 
-    if any(g < 2 for g in args.group_sizes):
-        raise UsageError(f"--group-sizes must all be >= 2 (group-relative advantages), got {args.group_sizes}")
-    if args.steps < 1 or args.eval_every < 1:
+    if any(g < 2 for g in settings.group_sizes):
+        raise UsageError(f"--group-sizes must all be >= 2 (group-relative advantages), got {settings.group_sizes}")
+    if settings.steps < 1 or settings.eval_every < 1:
         raise UsageError("--steps and --eval-every must be >= 1")
-    out = Path(args.out)
+    out = Path(settings.out)
     frames = []
-    for g in args.group_sizes:
-        for seed in args.seeds:
-            frame = run_cell(out / "runs" / f"G{g}-seed{seed}", g, seed, args.steps, args.eval_every, args.reward_mode, args.device)
+    for g in settings.group_sizes:
+        for seed in settings.seeds:
+            frame = run_cell(out / "runs" / f"G{g}-seed{seed}", g, seed, settings.steps, settings.eval_every,
+                             settings.reward_mode, settings.device)
             frames.append(frame)
             last = frame.iloc[-1]
             print(f"G = {g:2d} seed {seed}: true reward {frame['true_reward'].iloc[0]:.3f} -> {last['true_reward']:.3f}, "
                   f"accuracy {frame['accuracy'].iloc[0]:.3f} -> {last['accuracy']:.3f}, {last['wall_clock_s']:.1f} s", flush=True)
     curves = pd.concat(frames, ignore_index=True)
     atomic_write_text(out / "curves.csv", curves.to_csv(index=False))
-    marks = sorted({s for s in (0, args.steps // 4, args.steps // 2, args.steps) if s in set(curves["step"])})
-    task = make_task("bandit", reward_mode=args.reward_mode)
+    steps = settings.steps
+    marks = sorted({s for s in (0, steps // 4, steps // 2, steps) if s in set(curves["step"])})
+    task = make_task("bandit", reward_mode=settings.reward_mode)
     optimum = task.prefs.max(dim=1).values.mean().item()
     rm_optimum = task.prefs.gather(1, task.rm.argmax(dim=1, keepdim=True)).mean().item()  # where reward hacking leads
-    body = (f"GRPO on the bandit (reward mode `{args.reward_mode}`), {args.steps} steps, seeds {args.seeds}; mean exact "
-            f"true reward over seeds (optimal policy: {optimum:.3f}; always taking the RM's best action: {rm_optimum:.3f}).\n\n" + table(curves, marks)
-            + f"\nRegenerate: `grpo-bench ablation --out {args.out} --steps {args.steps} --eval-every {args.eval_every} "
-            f"--seeds {' '.join(map(str, args.seeds))} --group-sizes {' '.join(map(str, args.group_sizes))} "
-            f"--reward-mode {args.reward_mode}`\n")
+    body = (f"GRPO on the bandit (reward mode `{settings.reward_mode}`), {steps} steps, seeds {settings.seeds}; mean "
+            f"exact true reward over seeds (optimal policy: {optimum:.3f}; always taking the RM's best action: "
+            f"{rm_optimum:.3f}).\n\n" + table(curves, marks) + f"\nRegenerate: `{command}`\n")
     atomic_write_text(out / "group_size.md", body)
     plot(curves, optimum, rm_optimum, out / "group_size.png")
     print(body)

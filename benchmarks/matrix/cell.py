@@ -212,6 +212,11 @@ def worker(control_in, control_out) -> int:
 
 
 def main(argv: list[str]) -> int:
+    # A cell's output goes to its log.txt, never a terminal: no library's progress-bar frames in it.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
     if argv[:1] == ["--worker"]:
         # Control messages travel on the original stdout; anything a library prints goes to stderr instead.
         control_out = os.fdopen(os.dup(1), "w")

@@ -35,8 +35,10 @@ from typing import Callable, Optional, Protocol
 from tqdm.auto import tqdm
 
 from benchmarks.errors import UsageError
-from benchmarks.io import locked_directory, atomic_write_json, read_json
+from benchmarks.progress import progress as progress_bar
+from benchmarks.io import atomic_write_json, locked_directory, read_json, read_jsonl
 from benchmarks.matrix.plan import CELL_COMPLETE, Cell, Plan
+from benchmarks.store import ResultStore
 
 
 @dataclasses.dataclass
@@ -57,12 +59,26 @@ class Executor(Protocol):
 
 
 def is_complete(cell_dir: Path, cell: Cell) -> bool:
-    """Finished means: the same cell (same spec) and a summary that says complete at the planned step
+    """Finished on disk means: the same cell (same spec) and a summary that says complete at the planned step
     count, or at the budget (a step that re-samples, as DAPO's dynamic sampling, spends it sooner)."""
-    summary = read_json(cell_dir / "summary.json")
-    if read_json(cell_dir / "cell.json") != cell.spec() or summary is None or summary.get("status") != CELL_COMPLETE:
+    return read_json(cell_dir / "cell.json") == cell.spec() and finished(read_json(cell_dir / "summary.json"), cell)
+
+
+def finished(summary: Optional[dict], cell: Cell) -> bool:
+    """A summary that says ``cell`` ran to the end: complete at its planned steps or its budget."""
+    if summary is None or summary.get("status") != CELL_COMPLETE:
         return False
     return summary.get("steps") == cell.steps or summary.get("completions_generated", 0) >= cell.budget
+
+
+def stored_complete(store: ResultStore, cell: Cell) -> bool:
+    """The store holds ``cell`` (same spec), finished."""
+    return store.spec(cell.relpath) == cell.spec() and finished(store.summary(cell.relpath), cell)
+
+
+def store_cell(store: ResultStore, cell: Cell, cell_dir: Path, summary: dict) -> None:
+    """Keep a cell that ended (complete or failed) in the matrix's store: its spec, summary and metrics rows."""
+    store.put(cell.relpath, cell.spec(), summary, read_jsonl(cell_dir / "metrics.jsonl"))
 
 
 def prepare_cell_dir(job: CellJob) -> CellJob:
@@ -71,6 +87,8 @@ def prepare_cell_dir(job: CellJob) -> CellJob:
     if not resume:
         shutil.rmtree(job.cell_dir, ignore_errors=True)
     job.cell_dir.mkdir(parents=True, exist_ok=True)
+    # Working space (checkpoints, log, metrics before the store has them): never committed with the results.
+    (job.cell_dir / ".gitignore").write_text("*\n")
     atomic_write_json(job.cell_dir / "cell.json", job.cell.spec())
     return dataclasses.replace(job, resume=resume)
 
@@ -189,14 +207,23 @@ def cell_line(i: int, n: int, cell: Cell, s: dict) -> str:
             f"peak {s['peak_memory_bytes'] / 2**20:.0f} MiB")
 
 
+def first_cell_of_each_task_first(jobs: list[CellJob]) -> list[CellJob]:
+    """The order cells are handed out in: one cell of every task, then the rest in plan order. A task's first
+    cell may build its starting policy (addition pretrains for minutes on a cold cache); started early, that
+    build runs beside the other tasks' cells instead of holding up cells that wait for it."""
+    seen: set[str] = set()
+    firsts = [job for job in jobs if not (job.cell.task_label in seen or seen.add(job.cell.task_label))]
+    return firsts + [job for job in jobs if not any(job is first for first in firsts)]
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def _refuse_overwrite(out: Path, plan: Plan) -> None:
-    finished = [c for c in plan.cells if is_complete(out / c.relpath, c)]
-    if finished:
-        raise UsageError(f"{out} holds {len(finished)} finished cell(s) of this matrix: --resume keeps them and "
+def _refuse_overwrite(out: Path, plan: Plan, store: ResultStore) -> None:
+    done = [c for c in plan.cells if stored_complete(store, c) or is_complete(out / c.relpath, c)]
+    if done:
+        raise UsageError(f"{out} holds {len(done)} finished cell(s) of this matrix: --resume keeps them and "
                          f"runs the rest, --overwrite runs every cell again")
 
 
@@ -206,12 +233,19 @@ def run_matrix(plan: Plan, out: Path, *, resume: bool = False, overwrite: bool =
     if resume and overwrite:
         raise UsageError("--resume keeps finished cells and --overwrite runs them again: give one of them")
     with locked_directory(out, ".matrix.lock", what="matrix directory", busy="another grpo-bench matrix is running in"):
+        store = ResultStore.open(out)  # a corrupt or foreign store stops here, before any work
         if not resume and not overwrite:
-            _refuse_overwrite(out, plan)
-        return _run_locked(plan, out, resume=resume, progress=progress, executor=executor or SubprocessExecutor())
+            _refuse_overwrite(out, plan, store)
+        if resume:
+            store.keep_only({c.relpath: c.spec() for c in plan.cells})
+        else:
+            store = ResultStore(store.path, {}, {})
+            store.write()  # --overwrite: the previous cells are gone from the store now, not when a cell ends
+        return _run_locked(plan, out, store, resume=resume, progress=progress, executor=executor or SubprocessExecutor())
 
 
-def _run_locked(plan: Plan, out: Path, *, resume: bool, progress: bool, executor: Executor) -> dict[str, int]:
+def _run_locked(plan: Plan, out: Path, store: ResultStore, *, resume: bool, progress: bool,
+                executor: Executor) -> dict[str, int]:
     previous = read_json(out / "matrix.json") or {}
     sessions = previous.get("sessions", []) if resume else []
     from benchmarks.matrix.timing import SESSION_KEYS, cell_timing
@@ -228,11 +262,14 @@ def _run_locked(plan: Plan, out: Path, *, resume: bool, progress: bool, executor
     start = time.perf_counter()
     n = len(plan.cells)
     index = {c.relpath: i for i, c in enumerate(plan.cells, 1)}
-    bar = tqdm(total=n, desc=f"matrix {plan.name}", unit="cell", disable=not progress, dynamic_ncols=True)
+    # on a terminal a bar; in a file the per-cell lines below say it all
+    bar = progress_bar(n, desc=f"matrix {plan.name}", unit="cell", enabled=progress and sys.stderr.isatty())
     jobs = []
     for cell in plan.cells:
         cell_dir = out / cell.relpath
-        if resume and is_complete(cell_dir, cell):
+        if resume and not stored_complete(store, cell) and is_complete(cell_dir, cell):
+            store_cell(store, cell, cell_dir, read_json(cell_dir / "summary.json"))  # finished before the store knew
+        if resume and stored_complete(store, cell):
             counts["skipped"] += 1
             session["cells_skipped"] += 1
             tqdm.write(f"[{index[cell.relpath]}/{n}] {cell.name}: complete, skipped")
@@ -242,6 +279,9 @@ def _run_locked(plan: Plan, out: Path, *, resume: bool, progress: bool, executor
 
     def on_done(job: CellJob, summary: dict) -> None:
         counts["complete" if summary.get("status") == CELL_COMPLETE else "failed"] += 1
+        # which session made the cell: the report's wall-clock counts the sessions whose cells it shows
+        summary = {**summary, "matrix_session": len(sessions) - 1, "finished_at": _now()}
+        store_cell(store, job.cell, job.cell_dir, summary)
         session["cells_run"] += 1
         session["jobs"] = getattr(executor, "jobs", None) or session["jobs"]  # resolved by run() (0: what fits the cores)
         for key, value in cell_timing(summary).items():
@@ -252,7 +292,7 @@ def _run_locked(plan: Plan, out: Path, *, resume: bool, progress: bool, executor
         bar.update(1)
 
     try:
-        executor.run(jobs, on_done)
+        executor.run(first_cell_of_each_task_first(jobs), on_done)
     finally:
         bar.close()
         session["elapsed_s"] = time.perf_counter() - start

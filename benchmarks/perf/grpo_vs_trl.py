@@ -32,7 +32,6 @@ and generation's tokens/s are put beside this machine's measured 2048x2048 matmu
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import json
@@ -92,6 +91,12 @@ SIDES = ("ours", *(f"trl_{name}" for name in TRL_SETTINGS))
 
 def workloads_of(algo: str) -> dict[str, Workload]:
     return {name: w for name, w in WORKLOADS.items() if w.algo == algo}
+
+
+def default_workloads(algo: str) -> list[str]:
+    """Every GRPO workload; RLOO's first."""
+    names = list(workloads_of(algo))
+    return names if algo == "grpo" else names[:1]
 
 
 def _rss_bytes() -> int:
@@ -609,7 +614,7 @@ def _ratio_cell(ratio: dict, bold: bool) -> str:
 
 
 def render_markdown(report: dict) -> str:
-    from benchmarks.report.tables import markdown_table
+    from benchmarks.markdown import markdown_table
 
     env = report["environment"]
     trainer = "GRPOTrainer" if report.get("algo", "grpo") == "grpo" else "RLOOTrainer"
@@ -718,40 +723,58 @@ MEMORY_METHOD = ("each side alone in a fresh subprocess, run for two optimizer u
                  "libraries.")
 
 
-# Per algorithm: the command's name, its output files (stem) and its README section.
-COMMANDS = {"grpo": ("grpo-vs-trl", "perf", "perf", "GRPO step: this suite vs TRL"),
-            "rloo": ("rloo-vs-trl", "rloo", "perf-rloo", "RLOO step: this suite vs TRL")}
+# Per algorithm: its output files (stem), its README section and the report's title.
+OUTPUTS = {"grpo": ("perf", "perf", "GRPO step: this suite vs TRL"),
+           "rloo": ("rloo", "perf-rloo", "RLOO step: this suite vs TRL")}
 
 
-def run_bench(args) -> dict:
-    """``grpo-bench bench grpo-vs-trl`` / ``rloo-vs-trl`` (``args.algo``)."""
+@dataclass
+class PerfSettings:
+    """What ``grpo-bench bench grpo-vs-trl`` / ``rloo-vs-trl`` runs."""
+
+    algo: str = "grpo"  # "grpo" (against TRL's GRPOTrainer) or "rloo" (RLOOTrainer)
+    workloads: Optional[list[str]] = None  # names from WORKLOADS of ``algo`` (None: default_workloads(algo))
+    pairs: int = 5  # timed rounds (ours, TRL default, TRL fastest) per workload after a warm-up round
+    allow_few_pairs: bool = False  # accept pairs < 5 (quick tests); min/median/max then say little
+    memory: bool = True  # measure each side's peak memory in its own subprocess
+    max_new_tokens: Optional[int] = None  # override every workload's completion cap (None: the workload's)
+    seed: int = 0  # seed of every side and of the prompt draws
+    device: str = "cpu"  # cpu, cuda or auto
+    out: Optional[str] = None  # output folder (None: results/perf, or results/gpu on CUDA)
+    bf16_steps: int = 0  # GRPO only: timed steps of our bf16-autocast step (0: none)
+    scaling_steps: int = 0  # GRPO only: timed steps of our step per scaling point, after one warm-up (0: none)
+    readme: str = "README.md"  # README whose perf section (perf or perf-rloo) is regenerated ("": none)
+
+
+def run_bench(settings: PerfSettings, command: str) -> dict:
+    """Every workload's comparison (plus bf16 and scaling when their steps are > 0), written to OUT as STEM.md and
+    STEM.json and into the README section; ``command`` is the command line that reproduces them."""
     from benchmarks.io import atomic_write_json, atomic_write_text
-    from benchmarks.report.readme import update_section
+    from benchmarks.markdown import update_section
 
-    algo = getattr(args, "algo", "grpo")
-    command, stem, section, title = COMMANDS[algo]
-    choices = workloads_of(algo)
-    names = [n.strip() for n in args.workloads.split(",") if n.strip()]
+    stem, section, title = OUTPUTS[settings.algo]
+    choices = workloads_of(settings.algo)
+    names = default_workloads(settings.algo) if settings.workloads is None else settings.workloads
     unknown = [n for n in names if n not in choices]
     if unknown:
         raise UsageError(f"unknown workload {unknown[0]!r}; choose from {', '.join(choices)}")
-    if args.pairs < 5 and not args.allow_few_pairs:
-        raise UsageError(f"--pairs must be >= 5 for a min/median/max ratio, got {args.pairs}")
-    if args.pairs < 1:
-        raise UsageError(f"--pairs must be >= 1, got {args.pairs}")
+    if settings.pairs < 5 and not settings.allow_few_pairs:
+        raise UsageError(f"--pairs must be >= 5 for a min/median/max ratio, got {settings.pairs}")
+    if settings.pairs < 1:
+        raise UsageError(f"--pairs must be >= 1, got {settings.pairs}")
     try:
-        device = measure.resolve_device(args.device)
+        device = measure.resolve_device(settings.device)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if args.max_new_tokens is not None and args.max_new_tokens < 1:
-        raise UsageError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    out = Path(args.out or ("results/gpu" if device.type == "cuda" else "results/perf"))
+    if settings.max_new_tokens is not None and settings.max_new_tokens < 1:
+        raise UsageError(f"--max-new-tokens must be >= 1, got {settings.max_new_tokens}")
+    out = Path(settings.out or ("results/gpu" if device.type == "cuda" else "results/perf"))
     out.mkdir(parents=True, exist_ok=True)
     log = print
     started = time.perf_counter()
     report = {
-        "command": f"grpo-bench bench {command} " + " ".join(args.argv),
-        "algo": algo,
+        "command": command,
+        "algo": settings.algo,
         "environment": measure.environment(device),
         "threads": torch.get_num_threads(),
         "trl_settings": TRL_SETTINGS,
@@ -761,33 +784,33 @@ def run_bench(args) -> dict:
         "comparisons": [],
     }
     log(f"matmul 2048: {report['matmul_gflops']['fp32']:.0f} GFLOP/s fp32, {report['matmul_gflops']['bf16']:.0f} bf16")
-    workloads = [dataclasses.replace(choices[n], max_new_tokens=args.max_new_tokens or choices[n].max_new_tokens)
+    workloads = [dataclasses.replace(choices[n], max_new_tokens=settings.max_new_tokens or choices[n].max_new_tokens)
                  for n in names]
     for w in workloads:
-        result = compare(w, pairs=args.pairs, seed=args.seed, device=str(device), log=log)
-        if args.memory:
+        result = compare(w, pairs=settings.pairs, seed=settings.seed, device=str(device), log=log)
+        if settings.memory:
             # Enough steps for two optimizer updates: the second runs with AdamW's state already allocated.
             steps = -(-2 // w.mu)
-            result["memory"] = {side: probe_memory(w, side, steps=steps, seed=args.seed, device=str(device))
+            result["memory"] = {side: probe_memory(w, side, steps=steps, seed=settings.seed, device=str(device))
                                 for side in SIDES}
         report["comparisons"].append(result)
         log(f"{w.name}: TRL/ours median {result['ratios']['default']['median']:.2f} (TRL default), "
             f"{result['ratios']['fastest']['median']:.2f} (TRL fastest); against the faster "
             f"({result['faster_trl']}): min {result['ratio']['min']:.2f}, max {result['ratio']['max']:.2f}; "
             f"same-batch loss diff {result['same_batch']['max_abs_diff']:.1e}")
-    if getattr(args, "bf16_steps", 0) > 0:
-        report["bf16"] = [bf16_speed(w, steps=args.bf16_steps, seed=args.seed, device=str(device))
+    if settings.bf16_steps > 0:
+        report["bf16"] = [bf16_speed(w, steps=settings.bf16_steps, seed=settings.seed, device=str(device))
                           for w in workloads if w.mu == 1]
     tasks = sorted({choices[n].task for n in names})
-    if getattr(args, "scaling_steps", 0) > 0:
-        report["scaling"] = scaling(tasks, steps=args.scaling_steps, seed=args.seed, device=str(device), log=log)
+    if settings.scaling_steps > 0:
+        report["scaling"] = scaling(tasks, steps=settings.scaling_steps, seed=settings.seed, device=str(device), log=log)
         plot_scaling(report["scaling"], out / "scaling.png")
     report["wall_clock_s"] = time.perf_counter() - started
     markdown = render_markdown(report)
     atomic_write_json(out / f"{stem}.json", report)
     atomic_write_text(out / f"{stem}.md", f"# {title}\n\n" + markdown + "\n")
-    if args.readme:
-        update_section(args.readme, section, markdown)
+    if settings.readme:
+        update_section(settings.readme, section, markdown)
     log(f"wrote {out}/{stem}.md, {stem}.json" + (", scaling.png" if report.get("scaling") else "")
         + f" in {report['wall_clock_s']:.0f} s")
     return report

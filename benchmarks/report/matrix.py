@@ -1,13 +1,12 @@
-"""``grpo-bench report DIR``: a matrix directory's cells as tidy tables, learning curves, robust
+"""``grpo-bench report DIR``: a matrix directory's result store (``DIR/results.parquet``) as tidy tables, learning curves, robust
 statistics, verdicts and plots. This module collects the cells and orchestrates; the parts live by concern:
 ``curves`` (learning curves from the evaluations), ``stats`` (AUC, thresholds, t and bootstrap intervals),
-``verdicts`` (rankings and the guidance sentences), ``plots``, ``tables`` (markdown). The report reads
-files only: it never imports the harness or the command line.
+``verdicts`` (rankings and the guidance sentences), ``plots``; markdown through ``benchmarks.markdown``. The
+report reads the store and matrix.json only: never a cell's folder, the harness or the command line.
 
 Writes under DIR:
     tables/cells.csv   one row per cell (complete, failed or missing), every measured number
     tables/evals.csv   accuracy and reward before, during and after training (long format)
-    tables/steps.csv   every training step's metrics (long format: one row per cell and step)
     tables/summary.csv / summary.md   per task and variant: mean and 95% t-interval over seeds
     tables/curves.csv  accuracy on each task's grid of completion counts, per cell
     tables/curve_metrics.csv   per cell: final accuracy, AUC, completions to the threshold
@@ -21,7 +20,6 @@ listed with their error and left out of the means and the statistics.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
@@ -30,12 +28,12 @@ from typing import Optional
 import pandas as pd
 
 from benchmarks.errors import UsageError
-from benchmarks.io import atomic_write_text, read_jsonl
+from benchmarks.io import atomic_write_text, read_json
+from benchmarks.markdown import markdown_table, plus_minus, update_section
 from benchmarks.report import curves as learning_curves
 from benchmarks.report import verdicts
-from benchmarks.report.readme import update_section
 from benchmarks.report.stats import t_interval
-from benchmarks.report.tables import markdown_table, plus_minus
+from benchmarks.store import STORE_FILE, ResultStore
 
 CELL_KEYS = ["task", "variant", "algo", "seed"]
 # (column, heading, format, scale) of the summary table, in order.
@@ -57,52 +55,37 @@ SUMMARY_COLUMNS = [
 # ------------------------------------------------------------------------------------------------
 
 
-def _read_json(path: Path) -> Optional[dict]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
-def _planned_cells(out: Path) -> tuple[dict, list[dict]]:
-    meta = _read_json(out / "matrix.json")
+def _planned_cells(out: Path, store: ResultStore) -> tuple[dict, list[dict]]:
+    meta = read_json(out / "matrix.json")
     if meta:
         return meta, meta.get("cells", [])
-    # No plan (cells copied around, or runs of `grpo-bench run`): whatever cell directories are there.
-    cells = []
-    for marker in sorted({p.parent for p in out.rglob("cell.json")} | {p.parent for p in out.rglob("summary.json")}):
-        spec = _read_json(marker / "cell.json") or {}
-        summary = _read_json(marker / "summary.json") or {}
-        cells.append({
-            "dir": str(marker.relative_to(out)), "task_label": spec.get("task_label", summary.get("task")),
-            "task": spec.get("task", summary.get("task")), "variant": spec.get("variant", summary.get("algo")),
-            "algo": spec.get("algo", summary.get("algo")), "seed": spec.get("seed", summary.get("seed")),
-            "steps": spec.get("steps", summary.get("steps")), "budget": spec.get("budget"),
-            "completions_per_step": spec.get("completions_per_step"), "eval_every": spec.get("eval_every"),
-        })
-    return {}, cells
+    # No plan beside the store (a store copied on its own): the cells it holds.
+    return {}, [{"dir": relpath, **entry["spec"]} for relpath, entry in store.cells.items()]
 
 
 def collect(out: Path) -> dict:
-    """Read every cell of DIR into three tidy frames (cells, evals, steps) plus the matrix's metadata."""
+    """Read DIR's result store into three tidy frames (cells, evals, steps) plus the matrix's metadata."""
     out = Path(out)
     if not out.is_dir():
         raise UsageError(f"no such directory: {out}")
-    meta, planned = _planned_cells(out)
+    store = ResultStore.read(out)
+    if store is None:
+        raise UsageError(f"nothing to report in {out}: no result store ({STORE_FILE}); run: grpo-bench matrix FILE "
+                         f"--out {out} (with --resume it also keeps cells that finished before the store existed)")
+    meta, planned = _planned_cells(out, store)
     if not planned:
-        raise UsageError(f"nothing to report in {out}: no matrix.json and no cell summaries "
-                         f"(run: grpo-bench matrix FILE --out {out})")
+        raise UsageError(f"nothing to report in {out}: the result store holds no cells")
     cell_rows, eval_rows, step_rows = [], [], []
     for spec in planned:
-        cell_dir = out / spec["dir"]
         keys = {"task": spec["task_label"], "variant": spec["variant"], "algo": spec["algo"], "seed": spec["seed"]}
-        summary = _read_json(cell_dir / "summary.json")
-        metrics = read_jsonl(cell_dir / "metrics.jsonl")
+        stored = store.spec(spec["dir"]) == {k: v for k, v in spec.items() if k != "dir"}
+        summary = store.summary(spec["dir"]) if stored else None
+        metrics = store.metrics(spec["dir"]) if stored else []
         row = {**keys, "task_name": spec["task"], "steps_planned": spec.get("steps"), "budget": spec.get("budget"),
                "completions_per_step": spec.get("completions_per_step"), "eval_every": spec.get("eval_every"),
                "dir": spec["dir"]}
         if summary is None:
-            row["status"] = "missing" if not metrics else f"unfinished ({len(metrics)} of {spec.get('steps')} steps)"
+            row["status"] = "missing"
             cell_rows.append(row)
             continue
         row.update(_flatten_summary(summary))
@@ -212,11 +195,9 @@ def render(data: dict, summary: pd.DataFrame, images: list[tuple[str, str]], pre
     if not budgets.empty:
         lines.append("Budget: " + ", ".join(f"{int(b)} generated completions per cell on {t}" for t, b in budgets.values)
                      + "; each variant runs budget // (its completions per step) steps, shown in the table as steps = completions used.")
-    sessions = meta.get("sessions", [])
-    if sessions:
-        lines.append(f"Matrix wall-clock: {sum(s['elapsed_s'] for s in sessions):.0f} s over {len(sessions)} session(s)"
-                     + (f"; training alone {done['wall_clock_s'].sum():.0f} s, the rest is process start-up and evaluation."
-                        if not done.empty else "."))
+    clock = wall_clock_line(meta.get("sessions", []), done)
+    if clock:
+        lines.append(clock)
     counts = cells["status"].value_counts() if "status" in cells else {}
     lines.append(f"Cells: {len(cells)} planned, " + ", ".join(f"{n} {s}" for s, n in counts.items()) + ".")
     if with_verdicts and data.get("analysis") is not None:
@@ -246,7 +227,33 @@ def render(data: dict, summary: pd.DataFrame, images: list[tuple[str, str]], pre
     return "\n".join(lines) + "\n"
 
 
-TABLES = [("summary", ""), ("cells", " (every cell)"), ("evals", ""), ("steps", ""), ("curves", " (accuracy on each task's grid)"),
+def wall_clock_line(sessions: list[dict], done: pd.DataFrame) -> str:
+    """The matrix's elapsed time: the sessions that made the cells shown, each on the clock on the wall, apart
+    from cell time summed over parallel workers (which is not a duration anyone waited for)."""
+    if not sessions:
+        return ""
+    made = done["matrix_session"].dropna().astype(int).tolist() if "matrix_session" in done else []
+    producing = sorted(set(made))
+    parts = []
+    if producing:
+        elapsed = sum(sessions[i]["elapsed_s"] for i in producing if i < len(sessions))
+        jobs = sorted({sessions[i].get("jobs") for i in producing if i < len(sessions)} - {None})
+        parts.append(f"Matrix wall-clock: {elapsed:.0f} s, the elapsed time of the {len(producing)} session(s) that "
+                     f"ran the {len(made)} complete cells shown" + (f" ({', '.join(map(str, jobs))} cell(s) at a time)" if jobs else ""))
+    untagged = len(done) - len(made)
+    if untagged:
+        runs = ", ".join(f"{s['elapsed_s']:.0f} s ({s['cells_run']} cells, {s.get('jobs') or 1} at a time)"
+                         for s in sessions if s.get("cells_run"))
+        parts.append(f"{untagged} cells were finished before the store recorded which session ran each; "
+                     f"the sessions that ran cells took {runs}")
+    if not done.empty:
+        process = done["process_wall_clock_s"].sum() if "process_wall_clock_s" in done else math.nan
+        parts.append(f"cell time summed over workers (not a wall-clock): {process:.0f} s, of which training "
+                     f"{done['wall_clock_s'].sum():.0f} s")
+    return "; ".join(parts) + "."
+
+
+TABLES = [("summary", ""), ("cells", " (every cell)"), ("evals", ""), ("curves", " (accuracy on each task's grid)"),
           ("curve_metrics", " (per cell: AUC, completions to threshold)"), ("verdicts", ""), ("overall", ""),
           ("probability_of_improvement", ""), ("performance_profiles", "")]
 
@@ -274,7 +281,8 @@ def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[s
     data = analyse(collect(out))
     summary = summarize(data["cells"])
     curves, analysis = data["curves"], data["analysis"]
-    frames = [("cells", data["cells"]), ("evals", data["evals"]), ("steps", data["steps"]), ("summary", summary),
+    # Every step's metrics stay in the store alone (a steps.csv repeated them: 26 MB on the default matrix).
+    frames = [("cells", data["cells"]), ("evals", data["evals"]), ("summary", summary),
               ("curves", curves["completions"]), ("curve_metrics", curves["cells"]), ("verdicts", analysis["tasks"]),
               ("overall", analysis["overall"]), ("probability_of_improvement", analysis["poi"]),
               ("performance_profiles", analysis["profiles"])]

@@ -52,7 +52,9 @@ def _save(figure, path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     figure.suptitle(title, y=1.02)
-    atomic_write(path, lambda tmp: figure.savefig(tmp, dpi=110, bbox_inches="tight", format="png"))
+    # 90 dpi: readable on a page, and every regeneration of a matrix's plots is history the repository keeps
+    atomic_write(path, lambda tmp: figure.savefig(tmp, dpi=90, bbox_inches="tight", format="png",
+                                                  pil_kwargs={"optimize": True}))
     plt.close(figure)
 
 

@@ -21,7 +21,7 @@ import pandas as pd
 
 from benchmarks.report import stats
 from benchmarks.report.curves import THRESHOLD_SHARE
-from benchmarks.report.tables import markdown_table, with_interval
+from benchmarks.markdown import markdown_table, with_interval
 
 SATURATED_HIGH, SATURATED_LOW = 0.95, 0.05
 PROFILE_TAUS = np.linspace(0.0, 1.0, 41)

@@ -1,0 +1,161 @@
+"""The result store: one Parquet file (zstd) per matrix, ``DIR/results.parquet``, holding every finished
+cell's spec, summary and per-step metrics rows. It is what a matrix keeps and commits and the only thing
+the report reads; a cell's own folder is working space (config, checkpoints, log) that is not kept.
+
+One table, two kinds of row, keyed by ``cell`` (the cell's folder relative to DIR):
+    kind = "cell"   ``spec`` and ``summary`` as JSON text (the cell's full resolved spec and its summary.json)
+    kind = "step"   ``step`` and one column per metric of that step's metrics.jsonl row
+
+A missing metric is null and a NaN metric stays NaN, so a row reads back exactly as it was written
+(numbers as float64, ``step`` as int64). The file is rewritten whole through a temporary file and a
+rename each time a cell is added, so a kill leaves the previous store or the new one, never a torn file;
+a matrix that grows 10x would want append-only parts, which this layout can add without changing readers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Iterable, Optional
+
+from benchmarks.errors import UsageError
+from benchmarks.io import atomic_write
+
+STORE_FILE = "results.parquet"
+FORMAT = {"format": "grpo-bench result store", "version": 1}
+_KEYS = ("cell", "kind", "spec", "summary", "step")
+
+
+def store_path(out: Path | str) -> Path:
+    return Path(out) / STORE_FILE
+
+
+def _pyarrow():
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    return pa, pq
+
+
+class ResultStore:
+    """The cells of one matrix directory, in memory, written back whole on every change."""
+
+    def __init__(self, path: Path, cells: dict[str, dict], steps: dict[str, list[dict]]):
+        self.path = path
+        self.cells = cells  # relpath -> {"spec": dict, "summary": dict}
+        self.steps = steps  # relpath -> metrics rows, in step order
+        self._tables: dict = {}  # relpath -> its rows as a pyarrow Table, built on the first write
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, out: Path | str) -> "ResultStore":
+        """The store of DIR (empty when there is none yet); a corrupt or foreign file is one UsageError line."""
+        path = store_path(out)
+        if not path.exists():
+            return cls(path, {}, {})
+        return cls(path, *_read(path))
+
+    @classmethod
+    def read(cls, out: Path | str) -> Optional["ResultStore"]:
+        """The store of DIR, or None when DIR has none."""
+        return cls.open(out) if store_path(out).exists() else None
+
+    def summary(self, relpath: str) -> Optional[dict]:
+        entry = self.cells.get(relpath)
+        return entry["summary"] if entry else None
+
+    def spec(self, relpath: str) -> Optional[dict]:
+        entry = self.cells.get(relpath)
+        return entry["spec"] if entry else None
+
+    def metrics(self, relpath: str) -> list[dict]:
+        return self.steps.get(relpath, [])
+
+    # -- writing -----------------------------------------------------------------------------------
+
+    def put(self, relpath: str, spec: dict, summary: dict, metrics: Iterable[dict]) -> None:
+        """Add (or replace) one cell and write the store."""
+        self.cells[relpath] = {"spec": spec, "summary": summary}
+        self.steps[relpath] = list(metrics)
+        self._tables.pop(relpath, None)
+        self.write()
+
+    def keep_only(self, specs: dict[str, dict]) -> None:
+        """Drop every cell that is not planned with the same spec (a changed matrix never reuses a stale cell)."""
+        stale = [k for k, v in self.cells.items() if specs.get(k) != v["spec"]]
+        for key in stale:
+            del self.cells[key]
+            self.steps.pop(key, None)
+            self._tables.pop(key, None)
+        if stale:
+            self.write()
+
+    def write(self) -> None:
+        pa, pq = _pyarrow()
+        # One small table per cell, built once: rewriting the store after each cell then costs a concat and
+        # the compression, not a conversion of every row again.
+        for relpath in self.cells.keys() - self._tables.keys():
+            self._tables[relpath] = _cell_table(relpath, self.cells[relpath], self.steps.get(relpath, []))
+        tables = [self._tables[k] for k in self.cells]
+        table = (pa.concat_tables(tables, promote_options="permissive") if tables
+                 else pa.table({k: pa.array([], pa.string()) for k in ("cell", "kind", "spec", "summary")}))
+        table = table.replace_schema_metadata({"grpo_bench": json.dumps(FORMAT)})
+        atomic_write(self.path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+
+
+def _cell_table(relpath: str, entry: dict, metrics: list[dict]):
+    pa, _ = _pyarrow()
+    rows = [{"cell": relpath, "kind": "cell", "spec": json.dumps(entry["spec"], sort_keys=True, default=str),
+             "summary": json.dumps(entry["summary"], sort_keys=True, default=str)}]
+    rows += [{"cell": relpath, "kind": "step", **_numbers(r)} for r in metrics]
+    names = sorted({k for r in rows for k in r} - set(_KEYS))
+    fields = [("cell", pa.string()), ("kind", pa.string()), ("spec", pa.string()), ("summary", pa.string()), ("step", pa.int64())]
+    for name in names:
+        kinds = {type(r[name]) for r in rows if r.get(name) is not None}
+        fields.append((name, pa.float64() if kinds <= {float} else pa.string()))
+    string_columns = {n for n, t in fields if t == pa.string()}
+    return pa.Table.from_pylist(
+        [{k: (json.dumps(v) if k in string_columns and v is not None and not isinstance(v, str) else v) for k, v in r.items()}
+         for r in rows], schema=pa.schema(fields))
+
+
+def _numbers(row: dict) -> dict:
+    """A metrics row with every number as float (``step`` stays an int): one column type per metric."""
+    return {k: (v if k == "step" else float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)
+            for k, v in row.items()}
+
+
+def _read(path: Path) -> tuple[dict, dict]:
+    pa, pq = _pyarrow()
+    try:
+        table = pq.read_table(path)
+        meta = json.loads((table.schema.metadata or {}).get(b"grpo_bench", b"null"))
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise UsageError(f"{path}: not a readable result store ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT["format"]:
+        raise UsageError(f"{path}: not a grpo-bench result store (a Parquet file without its format tag)")
+    if meta.get("version") != FORMAT["version"]:
+        raise UsageError(f"{path}: result store version {meta.get('version')}, this grpo-bench reads version {FORMAT['version']}")
+    cells: dict[str, dict] = {}
+    steps: dict[str, list[dict]] = {}
+    for row in table.to_pylist():
+        relpath = row.pop("cell")
+        if row.pop("kind") == "cell":
+            cells[relpath] = {"spec": json.loads(row["spec"]), "summary": json.loads(row["summary"])}
+        else:
+            steps.setdefault(relpath, []).append(
+                {k: v for k, v in row.items() if v is not None and k not in ("spec", "summary")})
+    for relpath, rows in steps.items():
+        rows.sort(key=lambda r: r["step"])
+    return cells, steps
+
+
+def same_rows(a: list[dict], b: list[dict]) -> bool:
+    """Rows equal value for value, NaN equal to NaN (what a store round trip must preserve)."""
+
+    def same(x, y):
+        return x == y or (isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y))
+
+    return len(a) == len(b) and all(r.keys() == s.keys() and all(same(r[k], s[k]) for k in r) for r, s in zip(a, b))
