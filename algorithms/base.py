@@ -9,7 +9,7 @@ one training step returning a flat dict of metrics in the shared vocabulary:
 
 Every step is numbered the same way: 1 generate, 2 score, 3 reference/old log-probs,
 4 advantages, 5 update(s), 6 metrics. The training loop, evaluation, checkpoints and memory
-measurement live in the harness (benchmarks/harness.py), never here.
+measurement live in the harness (benchmarks/harness/loop.py), never here.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ the checks, the perf benches and the report all write markdown through it.
 from __future__ import annotations
 
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any, Sequence
@@ -55,44 +56,44 @@ def update_section(path: Path | str, name: str, body: str) -> None:
     atomic_write_text(path, text)
 
 
-# Sections of the top-level README that quote a results/ report whole, in README order:
-# (section name, report file, heading). Reports are written by their own commands; this only copies.
-REPORT_SECTIONS = (
-    ("mu1", "results/mu1/report.md", "Why a GRPO loss reads 0 at mu = 1"),
-    ("trl-check", "results/trl_check/report.md", "GRPO and DPO losses against TRL"),
-    ("trl-train", "results/trl_train/report.md", "TRL's GRPOTrainer and ours, end to end on pizza"),
-    ("ablation", "results/ablation/group_size.md", "Group-size ablation on the bandit"),
+# The reports the README's "checks and benchmarks" table points to, in README order: (report file, what it
+# checks or measures, the command that writes it). Each report is written by its own command; the README
+# keeps one line of each, its headline, so that a newcomer reads the results in minutes.
+REPORTS = (
+    ("results/mu1/report.md", "Why a GRPO loss reads 0 at mu = 1 (pizza)", "grpo-bench check mu1"),
+    ("results/mu1-gsm8k/report.md", "The same on GSM8K with SmolLM2-135M-Instruct", "grpo-bench check mu1 --task gsm8k"),
+    ("results/trl_check/report.md", "GRPO, RLOO and DPO losses against TRL's own code", "grpo-bench check trl"),
+    ("results/trl_train/report.md", "TRL's GRPOTrainer and ours, trained side by side on pizza", "grpo-bench check trl-train"),
+    ("results/perf/perf.md", "One GRPO step against TRL's GRPOTrainer", "grpo-bench bench grpo-vs-trl"),
+    ("results/perf/rloo.md", "One RLOO step against TRL's RLOOTrainer", "grpo-bench bench rloo-vs-trl"),
+    ("results/lora/report.md", "LoRA against full fine-tuning, ours and TRL's", "grpo-bench bench lora"),
+    ("results/executors/executors.md", "Matrix executors, fresh processes against warm workers", "grpo-bench bench executors"),
+    ("results/ablation/group_size.md", "GRPO's group size on the bandit", "grpo-bench ablation"),
+    ("results/gsm8k/README.md", "GSM8K with SmolLM2-135M-Instruct: evaluations and paired tests", "grpo-bench eval, grpo-bench paired"),
 )
 
 
-def _quote_report(report: Path, heading: str) -> str:
-    """The report with its own title replaced by ``heading``, sub-headings demoted, links made repo-relative."""
+def headline(report: Path) -> str:
+    """A report's verdict in one line: its first bold line (every check and bench writes one), else its title."""
     lines = report.read_text().splitlines()
-    if lines and lines[0].startswith("# "):
-        lines = lines[1:]
-    base = report.parent.as_posix()
-    body = []
-    for line in lines:
-        if line.startswith("#"):
-            line = "##" + line
-        line = re.sub(r"(!?\[[^\]]*\]\()(?!https?:|/|results/)([^)]+\))", rf"\g<1>{base}/\g<2>", line)
-        line = re.sub(r"`([\w.-]+\.(?:png|csv|json|md))`", rf"`{base}/\g<1>`", line)
-        body.append(line)
-    text = "\n".join(body).rstrip()
-    for png in sorted(report.parent.glob("*.png")):
-        if f"]({base}/{png.name})" not in text:
-            text += f"\n\n![{png.stem}]({base}/{png.name})"
-    return f"### {heading}\n" + text
+    bold = next((line for line in lines if line.startswith("**")), None)
+    if bold:
+        return bold.strip()
+    title = next((line.lstrip("# ").strip() for line in lines if line.startswith("# ")), "")
+    return title or "(see the report)"
 
 
-def quote_reports(readme: str) -> list[str]:
-    """Copy every written report of REPORT_SECTIONS into ``readme``; returns one line per section."""
-    lines = []
-    for name, path, heading in REPORT_SECTIONS:
+def index_reports(readme: Path | str, section: str = "checks") -> list[str]:
+    """Write README section ``section``: one row per written report of REPORTS, its headline and a link."""
+    readme = Path(readme)
+    rows, lines = [], []
+    for path, what, command in REPORTS:
         report = Path(path)
-        if report.exists():
-            update_section(readme, name, _quote_report(report, heading))
-            lines.append(f"{readme}: section {name} <- {path}")
-        else:
-            lines.append(f"{readme}: section {name} left as it is ({path} not written yet)")
+        if not report.exists():
+            lines.append(f"{readme}: {path} not written yet, left out of section {section}")
+            continue
+        link = Path(os.path.relpath(report.resolve(), readme.resolve().parent)).as_posix()
+        rows.append([f"[{what}]({link})", headline(report), f"`{command}`"])
+    update_section(readme, section, markdown_table(["report", "headline", "written by"], rows))
+    lines.append(f"{readme}: section {section} <- {len(rows)} reports")
     return lines

@@ -6,6 +6,7 @@ user's own task plugs in by subclassing ``Task``.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import typing
 import math
@@ -40,6 +41,13 @@ RewardFn = Callable[[Sequence[str], Sequence[str]], Sequence[float]]
 Sampler = Callable[..., "Samples"]
 
 
+class EvalMetrics(dict):
+    """``evaluate()``'s metrics (name -> float, as every caller expects) with the per-question detail
+    that a paired test needs in ``per_question``: lists in question order, one entry per question."""
+
+    per_question: dict
+
+
 @dataclass(frozen=True)
 class TaskOption:
     """One constructor argument of a task, as the command line and matrix files take it."""
@@ -68,6 +76,13 @@ class Task:
     eval_sampler: Optional[Sampler] = None
     # Help for each constructor argument, shown by --help; a subclass adds its own arguments' entries.
     option_help: dict[str, str] = {"reward_mode": "the task's reward mode"}
+    # The evaluation questions in order, for a task that evaluates a list of prompts (None: its evaluation
+    # set is no such list, e.g. pizza's one prompt). ``evaluation_subset`` slices it together with the other
+    # attributes named in ``eval_question_fields`` (one entry per question each, e.g. GSM8K's problems).
+    eval_prompts: Optional[list[str]] = None
+    eval_question_fields: tuple[str, ...] = ("eval_prompts",)
+    eval_first = 0  # the position of eval_prompts[0] in the task's whole evaluation set (non-zero in a subset)
+    _scored: Optional[list] = None  # what ``score`` was given while ``evaluate_per_question`` listens
 
     @classmethod
     def options(cls) -> dict[str, TaskOption]:
@@ -162,6 +177,57 @@ class Task:
         return out
 
     # --- shared ---------------------------------------------------------------------------------
+    def evaluation_subset(self, first: int, last: Optional[int] = None) -> "Task":
+        """A copy of this task that evaluates only questions ``first`` .. ``last`` - 1 of its evaluation set
+        (``last`` None or past the end: to the end), with every other setting unchanged, so that a long
+        evaluation can run in parts. A task without a list of evaluation questions is one TaskError line."""
+        if self.eval_prompts is None:
+            raise TaskError(f"task {self.name!r} keeps no list of evaluation questions to take a range of")
+        size = len(self.eval_prompts)
+        end = size if last is None else min(last, size)
+        if not 0 <= first < end:
+            raise TaskError(f"questions {first}:{'' if last is None else last} hold none of the {size} evaluation "
+                            f"questions of task {self.name!r}")
+        subset = copy.copy(self)
+        for name in self.eval_question_fields:
+            setattr(subset, name, getattr(self, name)[first:end])
+        subset.eval_first = self.eval_first + first
+        return subset
+
+    def evaluate_per_question(self, model, *, seed: int = 0) -> EvalMetrics:
+        """``evaluate`` with per-question results in ``per_question``, what a paired test between two policies reads.
+
+        A task whose evaluation keeps its own (GSM8K's) returns those. Otherwise they are what ``evaluate``
+        passed to ``score``, grouped by prompt in the order first scored (a prompt asked twice is one
+        question): per question ``row`` (its position in the whole evaluation set), ``prompt``, the samples'
+        ``completions`` and ``reward`` and, where the task has a notion of correct (``success_threshold``),
+        ``correct``. An evaluation that scores no completions (the bandit's is exact) is one TaskError line.
+        """
+        self._scored = scored = []
+        try:
+            metrics = self.evaluate(model, seed=seed)
+        finally:
+            self._scored = None
+        if getattr(metrics, "per_question", None) is not None:
+            return metrics
+        if not scored:
+            raise TaskError(f"task {self.name!r} scores no sampled completions in its evaluation, so it has no "
+                            "per-question results for a paired test")
+        groups: dict[str, dict[str, list]] = {}
+        for prompts, completions, rewards in scored:
+            for prompt, completion, reward in zip(prompts, completions, rewards):
+                group = groups.setdefault(prompt, {"completions": [], "reward": []})
+                group["completions"].append(completion)
+                group["reward"].append(reward)
+        detail = {"row": [self.eval_first + i for i in range(len(groups))], "prompt": list(groups),
+                  "completions": [g["completions"] for g in groups.values()],
+                  "reward": [g["reward"] for g in groups.values()]}
+        if self.success_threshold is not None:
+            detail["correct"] = [[r >= self.success_threshold for r in g["reward"]] for g in groups.values()]
+        out = EvalMetrics(metrics)
+        out.per_question = detail
+        return out
+
     def score(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
         fn = self._custom_reward or self.reward
         fn_name = getattr(fn, "__qualname__", repr(fn))
@@ -180,6 +246,8 @@ class Task:
         for i, v in enumerate(values):
             if not math.isfinite(v):
                 raise RewardError(f"reward function {fn_name} returned {v} for completion {i} ({completions[i]!r})")
+        if self._scored is not None:
+            self._scored.append((list(prompts), list(completions), values))
         return values
 
 

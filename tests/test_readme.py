@@ -40,3 +40,54 @@ def test_ci_runs_the_main_job_as_written_into_a_scratch_directory(capsys):
     module.main(["main", "--matrix", "benchmarks/matrices/smoke.toml", "--out", "/tmp/x"])
     command = capsys.readouterr().out.strip()
     assert "benchmarks/matrices/smoke.toml" in command and "default.toml" not in command
+
+
+def _layout_rows() -> dict[str, str]:
+    """The README's Layout table: folder cell -> modules cell."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Layout"):]
+    section = section[: section.index("\n## ", 1)]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0].startswith("`"):
+            rows[cells[0]] = cells[1]
+    return rows
+
+
+def _named_modules(rows: dict[str, str]) -> set[str]:
+    """Every module the table names, as a path: `name.py` in a folder's row (the bottom row is benchmarks/)."""
+    import re
+
+    named = set()
+    for folder_cell, modules in rows.items():
+        folder = re.match(r"`([\w/]+)/`", folder_cell)
+        if not folder:
+            continue
+        for name in re.findall(r"`([\w]+\.py)`", modules):
+            named.add(f"{folder.group(1)}/{name}")
+    return named
+
+
+def _tree_modules() -> set[str]:
+    found = set()
+    for package in ("algorithms", "tasks", "benchmarks"):
+        for path in (ROOT / package).rglob("*.py"):
+            if path.name != "__init__.py" and "__pycache__" not in path.parts:
+                found.add(path.relative_to(ROOT).as_posix())
+    return found
+
+
+def test_the_layout_table_names_every_module_and_only_modules_that_exist():
+    named, tree = _named_modules(_layout_rows()), _tree_modules()
+    assert not tree - named, f"modules the README's Layout table leaves out: {sorted(tree - named)}"
+    assert not named - tree, f"modules the README's Layout table names that do not exist: {sorted(named - tree)}"
+
+
+def test_the_layout_check_can_fail():
+    rows = _layout_rows()
+    first = next(iter(rows))
+    shrunk = {**rows, first: rows[first].replace("`losses.py`", "")}
+    assert "algorithms/losses.py" in _tree_modules() - _named_modules(shrunk)
+    grown = {**rows, first: rows[first] + " `imaginary.py`"}
+    assert "algorithms/imaginary.py" in _named_modules(grown) - _tree_modules()

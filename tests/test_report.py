@@ -143,7 +143,8 @@ def test_readme_sections_tables_and_plots(reported, matrix_dir):
     data, readme = reported
     text = readme.read_text()
     assert text.startswith("# project\n\nprose above\n")
-    assert "<!-- grpo-bench:results-test -->" in text and "<!-- grpo-bench:results-test-verdicts -->" in text
+    section = text[text.index("<!-- grpo-bench:results-test -->"):text.index("<!-- /grpo-bench:results-test -->")]
+    assert "#### Every measured number" not in section and "/README.md)." in section  # header lines and a link
     verdict_section = text[text.index("<!-- grpo-bench:results-test-verdicts -->"):]
     assert "On `hard`, best or tied with best" in verdict_section
     own = (matrix_dir / "README.md").read_text()

@@ -8,6 +8,7 @@ Nothing imports this module.
 
 from __future__ import annotations
 
+import shlex
 import sys
 from typing import Optional
 
@@ -39,7 +40,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     hf_logging.disable_progress_bar()  # "Loading weights" bars would bury our own progress and errors
     try:
         load_plugins()
+        argv = sys.argv[1:] if argv is None else list(argv)
         args = build_parser().parse_args(argv)
+        # The command as typed, recorded with a result so that running it again reproduces the result.
+        args.argv, args.command_line = argv, shlex.join([PROG, *argv])
         return args.handler(args)
     except (UsageError, TaskError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

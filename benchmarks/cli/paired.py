@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Optional
 
 from benchmarks.errors import UsageError
 from benchmarks.io import atomic_write_json
@@ -44,13 +45,19 @@ def _value(text: str):
         return text
 
 
+def _question_range(text: str) -> tuple[int, Optional[int]]:
+    """'A:B' -> (A, B); A defaults to 0 and B to the end (None)."""
+    first, sep, last = text.partition(":")
+    try:
+        if sep:
+            return int(first or 0), int(last) if last else None
+    except ValueError:
+        pass
+    raise UsageError(f"--questions wants A:B (question numbers; either may be left out), got {text!r}")
+
+
 def cmd_eval(args) -> int:
-    import platform
-    import time
-
-    import torch
-
-    from benchmarks.harness.loop import make_evaluated_task
+    from benchmarks.harness.paired import PairedEvalSettings, evaluate_paired
 
     options = {}
     for item in args.set or []:
@@ -58,34 +65,14 @@ def cmd_eval(args) -> int:
         if not sep:
             raise UsageError(f"--set wants KEY=VALUE, got {item!r}")
         options[key] = _value(value)
-    device = torch.device(args.device)
-    start = time.perf_counter()
-    task = make_evaluated_task(args.task, **options)
-    model = task.load_policy(device)
-    first, last = 0, len(task.eval_prompts)
-    if args.questions:  # a slice of the evaluation questions, so a long evaluation can run in parts
-        a, _, b = args.questions.partition(":")
-        first, last = int(a or 0), min(int(b or last), last)
-        task.eval_problems, task.eval_prompts = task.eval_problems[first:last], task.eval_prompts[first:last]
-    loaded = time.perf_counter()
-    metrics = task.evaluate(model, seed=args.seed)
-    done = time.perf_counter()
-    per_question = getattr(metrics, "per_question", None)
-    if per_question is None:
-        raise UsageError(f"task {args.task!r} keeps no per-question results; a paired test needs them")
-    result = {
-        "label": args.label or json.dumps(options, sort_keys=True), "task": args.task, "options": options, "seed": args.seed,
-        "questions": [first, last],
-        "metrics": dict(metrics), "describe": task.describe(), "per_question": per_question,
-        "seconds": {"load_policy": loaded - start, "evaluate": done - loaded},
-        "environment": {"device": str(device), "cpu": platform.processor() or platform.machine(),
-                        "threads": torch.get_num_threads(), "torch": torch.__version__},
-        "command": "grpo-bench paired eval " + " ".join(getattr(args, "argv", [])),
-    }
+    settings = PairedEvalSettings(task=args.task, task_options=options, seed=args.seed, device=args.device,
+                                  label=args.label, questions=_question_range(args.questions) if args.questions else None,
+                                  command=args.command_line)
+    result = evaluate_paired(settings)
     out = Path(args.out)
     atomic_write_json(out, result)
-    shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if not k.endswith("_se"))
-    print(f"{result['label']}: {shown}; evaluate {done - loaded:.0f} s -> {out}")
+    shown = ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items() if not k.endswith("_se"))
+    print(f"{result['label']}: {shown}; evaluate {result['seconds']['evaluate']:.0f} s -> {out}")
     return 0
 
 
@@ -100,8 +87,7 @@ def cmd_compare(args) -> int:
     if args.out:
         atomic_write_json(Path(args.out), result)
     if args.readme:
-        from benchmarks.report.readme import update_section
-        from benchmarks.report.tables import markdown_table
+        from benchmarks.markdown import markdown_table, update_section
 
         rows = [[key.replace("correct", "accuracy").replace("_", " "), f"{t['accuracy_before']:.3f}", f"{t['accuracy_after']:.3f}",
                  t["b"], t["c"], f"{t['p_value']:.3g}"] for key, t in result["tests"].items()]
@@ -116,9 +102,7 @@ def cmd_compare(args) -> int:
                 f"({seconds['before']:.0f} s and {seconds['after']:.0f} s of evaluation on this CPU):\n\n"
                 + markdown_table(["metric", "before", "after", "right -> wrong (b)", "wrong -> right (c)",
                                   "McNemar exact p"], rows)
-                + "\n\nRegenerate: `grpo-bench paired compare --before " + " ".join(args.before) + " --after "
-                + " ".join(args.after) + (f" --out {args.out}" if args.out else "") + f" --readme {args.readme}"
-                + (f" --section {args.section}" if args.section != "gsm8k-paired" else "") + "`\n")
+                + f"\n\nRegenerate: `{args.command_line}`\n")
         update_section(args.readme, args.section, body)
     for key, t in result["tests"].items():
         print(f"{key}: {t['accuracy_before']:.4f} -> {t['accuracy_after']:.4f} (n {t['n']}, right->wrong b {t['b']}, "

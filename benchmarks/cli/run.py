@@ -27,7 +27,7 @@ def add_run_parser(sub) -> None:
                                 "or underscores) in one flat table; flags given here override the file")
     run_group.add_argument("--task", default=None, help=f"one of: {', '.join(sorted(TASKS))} (required, here or in --config)")
     run_group.add_argument("--algo", default=None, help=f"one of: {', '.join(sorted(ALGORITHMS))} (required, here or in --config)")
-    add_dataclass_options(run_group, RunConfig, {}, "run", skip=("task", "algo"))
+    add_dataclass_options(run_group, RunConfig, {}, "run", skip=("task", "algo", "command"))
     run_group.add_argument("--reward-fn", dest="reward_fn", default=None, metavar="MODULE:FUNC",
                            help="replace the task's reward: FUNC(prompts, completions) -> list of floats "
                                 "(MODULE is an importable module or a path to a .py file)")
@@ -41,7 +41,8 @@ def add_run_parser(sub) -> None:
 def run_options(args) -> tuple[dict, Callable[[str], str]]:
     """The settings of ``--config`` overridden by the flags given, as the flat ``{name: value}`` mapping the
     harness resolves, and how to name a setting in an error (a flag, or a key of the file)."""
-    names = ({f.name for f in dataclasses.fields(RunConfig)} | task_option_names() | {"reward_fn"}
+    # RunConfig's ``command`` is no flag (args.command is the subcommand's name): cmd_run records the command line.
+    names = ({f.name for f in dataclasses.fields(RunConfig)} - {"command"} | task_option_names() | {"reward_fn"}
              | {f.name for cls in ALGORITHMS.values() for f in dataclasses.fields(cls.Config)})
     flags = given_options(args, names)
     from_file = load_config_file(args.config) if getattr(args, "config", None) else {}
@@ -63,6 +64,7 @@ def cmd_run(args) -> int:
 
     options, spell = run_options(args)
     options.setdefault("out", RunConfig.out)  # the API's default is a temporary directory; the command line's a fixed one
+    options["command"] = args.command_line
     summary = train(**options, spell=spell).summary
     rc = summary["config"]["run"]
     print(

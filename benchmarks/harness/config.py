@@ -51,6 +51,8 @@ class RunConfig:
     lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha (TRL ModelConfig's default)"})
     lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout (TRL ModelConfig's default)"})
     lora_target_modules: str = field(default="all-linear", metadata={"help": "LoRA target modules: all-linear (PEFT: every linear layer but the output head, as TRL's examples) or a comma list, e.g. q_proj,v_proj"})
+    # Not a flag: `grpo-bench run` fills it with its own command line, so that config.json says how to run it again.
+    command: Optional[str] = field(default=None, metadata={"help": "the command line that started the run (None from Python)"})
 
     def validate(self) -> None:
         for f in dataclasses.fields(self):
@@ -81,6 +83,10 @@ class RunConfig:
             raise UsageError(f"unknown task {self.task!r}; choose from {', '.join(sorted(TASKS))}")
 
 
+# RunConfig fields that record how a run was asked for, not what it computes: config.json keeps them under
+# "run" but not among the "settings", so a resume typed differently changes no setting and a matrix cell's
+# spec never holds them.
+RECORD_ONLY = ("command",)
 # Run settings that a resumed run may change: the rest must equal the run's config.json.
 RESUMABLE = ("steps", "resume", "overwrite", "out", "eval_every", "checkpoint_every", "save_model", "device",
              "report_to", "run_name", "tracker_group", "tracker_tags")
@@ -212,6 +218,7 @@ def check_types(options: dict[str, Any], *, spell: Callable[[str], str] = repr) 
 
 
 def flat_settings(rc: RunConfig, algo_config, task_options: dict) -> dict[str, Any]:
-    """The inverse of ``resolve``: one flat mapping (what ``cell.json`` and config files hold)."""
-    return {**dataclasses.asdict(rc), **dataclasses.asdict(algo_config),
+    """The inverse of ``resolve``: one flat mapping (what ``cell.json`` and config files hold), RECORD_ONLY fields left out."""
+    run = {k: v for k, v in dataclasses.asdict(rc).items() if k not in RECORD_ONLY}
+    return {**run, **dataclasses.asdict(algo_config),
             **{k: v for k, v in task_options.items() if k != "reward_fn"}}

@@ -179,9 +179,9 @@ def summary_markdown(summary: pd.DataFrame) -> str:
 
 
 def render(data: dict, summary: pd.DataFrame, images: list[tuple[str, str]], prefix: str, source: str,
-           *, with_verdicts: bool = True) -> str:
-    """The report as markdown; ``prefix`` is the path from the README holding it to DIR. The verdicts
-    (``data["analysis"]``) come first unless ``with_verdicts`` is False (a README that holds them in a
+           *, brief: bool = False) -> str:
+    """The report as markdown; ``prefix`` is the path from the README holding it to DIR. ``brief``: what a
+    README section shows, the matrix's header lines and a link to the whole report (the verdicts go in a
     section of their own)."""
     meta, cells = data["meta"], data["cells"]
     done = cells[cells["status"] == "complete"] if "status" in cells else cells.iloc[:0]
@@ -200,7 +200,10 @@ def render(data: dict, summary: pd.DataFrame, images: list[tuple[str, str]], pre
         lines.append(clock)
     counts = cells["status"].value_counts() if "status" in cells else {}
     lines.append(f"Cells: {len(cells)} planned, " + ", ".join(f"{n} {s}" for s, n in counts.items()) + ".")
-    if with_verdicts and data.get("analysis") is not None:
+    if brief:
+        return "\n".join(lines + [f"The verdicts, every measured number, the learning curves, the diagnostics and the "
+                                      f"statistics plots: [{prefix}README.md]({prefix}README.md)."]) + "\n"
+    if data.get("analysis") is not None:
         lines += ["", verdicts.render(data["analysis"]).rstrip()]
     lines += ["", "#### Every measured number", "",
               "Mean ± 95% confidence interval over seeds (Student t); failed and missing cells are left out of the means. "
@@ -274,7 +277,7 @@ def _results_root(out: Path) -> Optional[Path]:
 
 def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[str] = None, plot: bool = True) -> dict:
     """Tables, statistics, plots and README.md of DIR; with ``readme`` (and always for results/README.md when DIR
-    is under results/) also two sections of that README: SECTION (the report) and SECTION-verdicts."""
+    is under results/) two sections of that README: SECTION (the header lines and a link) and SECTION-verdicts."""
     from benchmarks.report.plots import plots
 
     out = Path(out)
@@ -301,7 +304,7 @@ def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[s
         targets.append(Path(readme))
     for target in targets:
         prefix = Path(os.path.relpath(out.resolve(), target.resolve().parent)).as_posix() + "/"
-        update_section(target, section_name, render(data, summary, images, prefix, source, with_verdicts=False))
+        update_section(target, section_name, render(data, summary, images, prefix, source, brief=True))
         update_section(target, f"{section_name}-verdicts", verdicts.render(analysis))
     data["summary"] = summary
     data["written"] = [str(out / "README.md")] + [str(t) for t in targets]
