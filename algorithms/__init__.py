@@ -7,13 +7,17 @@ Never imports ``tasks``: an algorithm only calls a task's ``score``, ``tokenizer
 
 from algorithms.base import ALGORITHMS, Algorithm, AlgoConfig, Sampling, algorithm_class, register_algorithm
 from algorithms.dpo import DPO, DPOConfig
+from algorithms.estimators import ADVANTAGE_ESTIMATORS, advantage_estimator, register_advantage_estimator
 from algorithms.grpo import GRPO, GRPOConfig
+from algorithms.losses import LOSS_TYPES, policy_loss, register_policy_loss
 from algorithms.ppo import PPO, PPOConfig
 from algorithms.reinforce import REINFORCE, REINFORCEConfig
 from algorithms.reinforce_pp import REINFORCEPP, REINFORCEPPConfig
 from algorithms.rloo import RLOO, RLOOConfig
 
 __all__ = [
-    "ALGORITHMS", "Algorithm", "AlgoConfig", "DPO", "DPOConfig", "GRPO", "GRPOConfig", "PPO", "PPOConfig",
-    "REINFORCE", "REINFORCEConfig", "REINFORCEPP", "REINFORCEPPConfig", "RLOO", "RLOOConfig", "Sampling", "algorithm_class", "register_algorithm",
+    "ADVANTAGE_ESTIMATORS", "ALGORITHMS", "Algorithm", "AlgoConfig", "DPO", "DPOConfig", "GRPO", "GRPOConfig", "PPO", "PPOConfig",
+    "LOSS_TYPES", "REINFORCE", "REINFORCEConfig", "REINFORCEPP", "REINFORCEPPConfig", "RLOO", "RLOOConfig", "Sampling",
+    "advantage_estimator", "algorithm_class", "policy_loss", "register_advantage_estimator", "register_algorithm",
+    "register_policy_loss",
 ]

@@ -7,8 +7,12 @@ group-std scaling. The variants are options, not defaults: GSPO's sequence-level
 dr_grpo / dapo / luspo aggregations and the cispo / sapo / vespo objectives (TRL 1.16's loss types);
 clip-higher and two-sided clipping; Dr. GRPO's unscaled advantages; DAPO's overlong masking, overlong
 reward shaping and dynamic sampling; training on high-entropy tokens only; DeepSeek-V3.2's off-policy
-sequence mask; and truncated importance sampling against the sampler's own log-probs when the sampler
-runs at another precision than the update.
+sequence mask; truncated importance sampling against the sampler's own log-probs when the sampler
+runs at another precision than the update; and verl's registered variants: advantage estimators
+(``advantage_estimator``: rloo, reinforce_plus_plus(_baseline), remax, gpg, opo, grpo_passk;
+algorithms/estimators.py), policy losses (``loss_type``: dual_clip, gmpo, clip_cov, kl_cov), its loss
+aggregations (``loss_aggregation``) and KL estimators (``kl_loss_type``). Plug-ins add estimators and
+policy losses by name.
 """
 
 from __future__ import annotations
@@ -21,10 +25,11 @@ import torch
 
 from algorithms import rollout as rollout_lib
 from algorithms.base import Algorithm, AlgoConfig, register_algorithm
+from algorithms.estimators import ADVANTAGE_ESTIMATORS, GREEDY_BASELINE_ESTIMATORS, advantage_estimator
 from algorithms.losses import (
-    ADVANTAGE_SCALES, CLIP_FRACTIONS, CLIPPED_LOSS_TYPES, GRPO_LEVELS, GRPO_LOSS_TYPES, IMPORTANCE_SAMPLING_MODES,
-    LOSS_TYPES, carries_signal, group_advantages, grpo_loss, k3_kl, masked_mean_per_sequence, overlong_penalty,
-    sampling_importance_ratio,
+    ADVANTAGE_SCALES, CLIP_FRACTIONS, CLIPPED_LOSS_TYPES, GRPO_LEVELS, IMPORTANCE_SAMPLING_MODES, KL_PENALTIES,
+    LOSS_AGGREGATIONS, LOSS_TYPES, TOKEN_MEAN_AGGREGATIONS, carries_signal, grpo_loss, k3_kl, masked_mean_per_sequence,
+    overlong_penalty, sampling_importance_ratio,
 )
 
 SAMPLING_PRECISIONS = ("same", "fp32", "bf16")
@@ -33,7 +38,8 @@ LOSS_OPTIONS = (
     "level", "loss_type", "epsilon", "epsilon_high", "delta", "beta", "kl_bias_correction", "sapo_temperature_pos",
     "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg", "top_entropy_quantile",
     "off_policy_mask_threshold", "importance_sampling_correction", "importance_sampling_mode",
-    "importance_sampling_clip_min", "importance_sampling_clip_max",
+    "importance_sampling_clip_min", "importance_sampling_clip_max", "loss_aggregation", "kl_loss_type", "clip_ratio_c",
+    "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "kl_cov_coef",
 )
 
 
@@ -42,7 +48,17 @@ class GRPOConfig(AlgoConfig):
     group_size: int = field(default=8, metadata={"help": "G, completions per prompt (>= 2; the paper uses 64)"})
     mu: int = field(default=1, metadata={"help": "policy updates per generation batch (TRL's num_iterations)"})
     level: str = field(default="token", metadata={"help": "importance ratio per token, or per sequence (GSPO; TRL's importance_sampling_level)", "choices": GRPO_LEVELS})
-    loss_type: str = field(default="grpo", metadata={"help": "grpo (paper), bnpo, dr_grpo, dapo, cispo (MiniMax-M1), sapo (Qwen SAPO), luspo (LUSPO; use level sequence), vespo (VESPO): TRL 1.16's loss types", "choices": GRPO_LOSS_TYPES})
+    # The two registries' choices are live views: a plug-in registered before the parser is built is a choice.
+    advantage_estimator: str = field(default="grpo", metadata={"help": "advantage estimator, by its registered name (algorithms/estimators.py): grpo (paper: group-standardised), rloo, reinforce_plus_plus(_baseline), remax (greedy-completion baseline), gpg, opo, grpo_passk; plug-ins. scale_rewards applies to grpo and grpo_passk", "choices": ADVANTAGE_ESTIMATORS.keys()})
+    loss_type: str = field(default="grpo", metadata={"help": "policy loss, by its registered name: grpo (paper), bnpo, dr_grpo, dapo, cispo (MiniMax-M1), sapo (Qwen SAPO), luspo (LUSPO; use level sequence), vespo (VESPO): TRL 1.16's loss types; dual_clip, gmpo (epsilon is a log-ratio bound; paper: 0.4), clip_cov, kl_cov: verl's; plug-ins", "choices": LOSS_TYPES.keys()})
+    loss_aggregation: Optional[str] = field(default=None, metadata={"help": "replace the loss type's aggregation: grpo, bnpo, dr_grpo, dapo, luspo, or verl's token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm (default: the loss type's own)", "choices": tuple(LOSS_AGGREGATIONS)})
+    kl_loss_type: str = field(default="k3", metadata={"help": "KL term's estimator (verl's kl_loss_type): k1, k2, k3 (paper), low_var_kl (verl's clamped k3), abs; a '+' suffix keeps the value with k2's gradient", "choices": tuple(KL_PENALTIES)})
+    clip_ratio_c: float = field(default=3.0, metadata={"help": "dual_clip: floor -c A on negative-advantage tokens, c > 1 (Ye et al. 2020; verl: 3.0)"})
+    clip_cov_ratio: float = field(default=2e-4, metadata={"help": "clip_cov: share of active tokens whose gradient is cut (Cui et al. 2025, verl: 2e-4)"})
+    clip_cov_lb: float = field(default=1.0, metadata={"help": "clip_cov: lower covariance bound of the candidates (verl: 1.0)"})
+    clip_cov_ub: float = field(default=5.0, metadata={"help": "clip_cov: upper covariance bound of the candidates (verl: 5.0)"})
+    kl_cov_ratio: float = field(default=2e-4, metadata={"help": "kl_cov: share of active tokens, by covariance, that get the |log r| penalty (Cui et al. 2025, verl: 2e-4)"})
+    kl_cov_coef: float = field(default=1.0, metadata={"help": "kl_cov: weight of the |log r| penalty (verl's ppo_kl_coef: 1.0)"})
     epsilon: float = field(default=0.2, metadata={"help": "lower clip range 1 - epsilon (PPO/GRPO: 0.2)"})
     epsilon_high: Optional[float] = field(default=None, metadata={"help": "upper clip range 1 + epsilon_high (default epsilon; DAPO: 0.28); cispo: the IS-weight cap itself (ScaleRL: 5.0)"})
     delta: Optional[float] = field(default=None, metadata={"help": "two-sided clipping: also cap the unclipped ratio at delta (INTELLECT-2; TRL default off; > 1 + epsilon_high)"})
@@ -75,10 +91,20 @@ class GRPOConfig(AlgoConfig):
             raise ValueError(f"group_size must be >= 2 for group-relative advantages, got {self.group_size}")
         if self.mu < 1:
             raise ValueError(f"mu must be >= 1, got {self.mu}")
-        for name, choices in (("level", GRPO_LEVELS), ("loss_type", GRPO_LOSS_TYPES), ("scale_rewards", ADVANTAGE_SCALES),
-                              ("sampling_precision", SAMPLING_PRECISIONS), ("importance_sampling_mode", IMPORTANCE_SAMPLING_MODES)):
+        for name, choices in (("level", GRPO_LEVELS), ("loss_type", LOSS_TYPES), ("scale_rewards", ADVANTAGE_SCALES),
+                              ("sampling_precision", SAMPLING_PRECISIONS), ("importance_sampling_mode", IMPORTANCE_SAMPLING_MODES),
+                              ("advantage_estimator", ADVANTAGE_ESTIMATORS), ("kl_loss_type", KL_PENALTIES)):
             if getattr(self, name) not in choices:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; choose from {', '.join(choices)}")
+        if self.loss_aggregation is not None and self.loss_aggregation not in LOSS_AGGREGATIONS:
+            raise ValueError(f"unknown loss_aggregation {self.loss_aggregation!r}; choose from {', '.join(LOSS_AGGREGATIONS)}")
+        if self.clip_ratio_c <= 1.0:
+            raise ValueError(f"clip_ratio_c must be > 1 (dual-clip's floor), got {self.clip_ratio_c}")
+        for name in ("clip_cov_ratio", "kl_cov_ratio"):
+            if not 0.0 < getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in (0, 1], got {getattr(self, name)}")
+        if self.kl_cov_coef < 0:
+            raise ValueError(f"kl_cov_coef must be >= 0, got {self.kl_cov_coef}")
         for name in ("epsilon", "epsilon_high", "beta", "advantage_clip", "delta", "off_policy_mask_threshold",
                      "importance_sampling_clip_min", "importance_sampling_clip_max", "overlong_buffer_len",
                      "overlong_penalty_factor"):
@@ -128,14 +154,16 @@ class GRPO(Algorithm):
         # (the same numbers as a separate no-grad pass, bit for bit: tested).
         ref_logps = self.frozen_logps(self.ref_policy, rollout) if c.beta > 0 else None
         old_logps = None
-        advantages = self.advantages(rewards)  # 4 advantages
+        baseline_rewards = self.greedy_rewards(rollout) if c.advantage_estimator in GREEDY_BASELINE_ESTIMATORS else None
+        advantages = self.advantages(rewards, rollout.completion_mask.sum(1), baseline_rewards)  # 4 advantages
         if c.advantage_clip is not None:
             advantages = advantages.clamp(-c.advantage_clip, c.advantage_clip)
         # No signal (every advantage 0 and no KL term): no step, which AdamW's momentum would still take.
         # Under data parallelism: a step when any rank has a signal (the gradient all-reduce needs every rank).
         signal = self.any_rank(carries_signal(advantages, mask) or (c.beta > 0 and bool(mask.any())))
         # Token-mean aggregations over the global batch (every rank's tokens).
-        num_items = self.data_parallel_token_count(mask) if LOSS_TYPES[c.loss_type][1] in ("bnpo", "dapo") else None
+        aggregation = c.loss_aggregation or LOSS_TYPES[c.loss_type][1]
+        num_items = self.data_parallel_token_count(mask) if aggregation in TOKEN_MEAN_AGGREGATIONS else None
 
         options = {name: getattr(c, name) for name in LOSS_OPTIONS}
         entropy_masked = c.top_entropy_quantile < 1.0  # then every iteration needs the current policy's entropies
@@ -154,7 +182,7 @@ class GRPO(Algorithm):
                     logps, old_logps, ref_logps, advantages, mask, **options,
                     max_completion_length=self.sampling.max_new_tokens,
                     entropies=entropy if entropy_masked else None, sampling_logps=rollout.sampling_logps,
-                    num_items_in_batch=num_items,
+                    num_items_in_batch=num_items, generator=self.generator,
                 )
                 grad_norm = self.update(loss) if signal else 0.0
             metrics[f"loss/iter{iteration}"] = loss.item()
@@ -181,14 +209,36 @@ class GRPO(Algorithm):
         metrics.update(self.timer.pop())
         return metrics
 
-    def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
-        """Group-relative advantages (B,). Groups are whole on every rank; a batch-wide scale
-        (scale_rewards "batch") is taken over every rank's rewards."""
+    def advantages(self, rewards: torch.Tensor, lengths: Optional[torch.Tensor] = None,
+                   baseline_rewards: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Advantages (B,) by the configured estimator (algorithms/estimators.py; default: group-relative).
+        ``lengths`` (B,) completion lengths, ``baseline_rewards`` (B,) the greedy completions' rewards (ReMax).
+        Groups are whole on every rank; under data parallelism anything batch-wide (scale_rewards "batch",
+        any estimator but grpo) is computed over every rank's rows."""
         c: GRPOConfig = self.config
-        if self.data_parallel is None or c.scale_rewards != "batch":
-            return group_advantages(rewards, c.group_size, c.scale_rewards)
-        everything = group_advantages(self.data_parallel.gather(rewards), c.group_size, c.scale_rewards)
+        estimate = advantage_estimator(c.advantage_estimator)
+        options = {"group_size": c.group_size, "scale": c.scale_rewards}
+        lengths = torch.ones_like(rewards) if lengths is None else lengths.to(rewards.dtype)
+        if self.data_parallel is None or (c.advantage_estimator == "grpo" and c.scale_rewards != "batch"):
+            return estimate(rewards, lengths=lengths, baseline_rewards=baseline_rewards, **options)
+        gather = self.data_parallel.gather
+        everything = estimate(gather(rewards), lengths=gather(lengths),
+                              baseline_rewards=None if baseline_rewards is None else gather(baseline_rewards), **options)
         return everything.view(self.world_size, -1)[self.data_parallel.rank]
+
+    def greedy_rewards(self, rollout: rollout_lib.Rollout) -> torch.Tensor:
+        """ReMax's baseline (Li et al. 2023): the reward of one greedy completion per prompt, repeated over the
+        prompt's group; shaped like the sampled rewards (DAPO's overlong penalty). Not trained on. (B,)"""
+        c: GRPOConfig = self.config
+        prompts = rollout.prompts[:: c.group_size]
+        with self.timer("generate"), self.autocast():
+            greedy = rollout_lib.generate(self.policy, self.tokenizer, prompts, 1, max_new_tokens=self.sampling.max_new_tokens,
+                                          temperature=0.0, generator=self.generator)
+        rewards = self.score(greedy)
+        if c.overlong_buffer_len:
+            rewards = rewards + overlong_penalty(greedy.completion_mask.sum(1), self.sampling.max_new_tokens,
+                                                 c.overlong_buffer_len, c.overlong_penalty_factor)
+        return rewards.repeat_interleave(c.group_size)
 
     def set_data_parallel(self, data_parallel) -> None:
         if data_parallel is not None and self.config.dynamic_sampling:

@@ -5,9 +5,12 @@ Shapes used throughout:
     T  completion length (right-padded); ``mask`` is 1 on completion tokens up to and including
        the first EOS and 0 after it (the mask convention, stated once: algorithms/rollout.py).
 
-Each GRPO loss type is a pair of small named functions, a per-token objective (``POLICY_OBJECTIVES``)
-and an aggregation (``LOSS_AGGREGATIONS``), paired in ``LOSS_TYPES``, rather than a branch inside the
-loss, so reading one variant means reading a few lines.
+Each GRPO loss type (a "policy loss", verl's word) is a pair of small named functions, a per-token
+objective (``POLICY_OBJECTIVES``) and an aggregation (``LOSS_AGGREGATIONS``), paired in ``LOSS_TYPES``,
+rather than a branch inside the loss, so reading one variant means reading a few lines. Objectives are
+registered by name at their definition with ``@register_policy_loss`` (verl's ``register_policy_loss``);
+an installed package adds one the same way (entry-point group ``grpo_bench.policy_losses``). Advantage
+estimators have the same kind of registry in algorithms/estimators.py.
 """
 
 from __future__ import annotations
@@ -20,6 +23,34 @@ import torch.nn.functional as F
 
 GRPO_LEVELS = ("token", "sequence")
 ADVANTAGE_SCALES = ("group", "batch", "none")
+
+
+# --------------------------------------------------------------------------------------------
+# Registries of named functions (policy losses here, advantage estimators in algorithms/estimators.py),
+# the shape of ``register_algorithm``: a name taken by a different function is refused, an unknown name is
+# one ValueError listing the choices.
+# --------------------------------------------------------------------------------------------
+
+
+def register_named(table: dict, kind: str, name: str, fn: Callable) -> Callable:
+    """``table[name] = fn``; a second, different function under ``name`` is refused (the same one again is a
+    no-op, so a module may be imported twice)."""
+    if not callable(fn):
+        raise TypeError(f"{fn!r} is not callable: a {kind} is a function")
+    taken = table.get(name)
+    if taken is not None and taken is not fn:
+        raise ValueError(f"{kind} name {name!r} is taken by {taken.__module__}.{taken.__qualname__}; "
+                         f"{fn.__module__}.{fn.__qualname__} needs another name")
+    table[name] = fn
+    return fn
+
+
+def lookup_named(table: dict, kind: str, name: str):
+    """``table[name]``, or ValueError listing the choices (as an unknown algorithm is reported)."""
+    try:
+        return table[name]
+    except KeyError:
+        raise ValueError(f"unknown {kind} {name!r}; choose from {', '.join(sorted(table))}") from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -93,6 +124,60 @@ def k3_kl(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
     return torch.exp(delta) - delta - 1
 
 
+# The KL term's estimators (Schulman 2020, "Approximating KL divergence"), per token, as verl's
+# ``kl_penalty`` names them (its actor's kl_loss_type); log r = log pi - log pi_ref. "k3" is DeepSeekMath's
+# and TRL's as written (``k3_kl``, the GRPO default); "low_var_kl" is verl's k3, clamped for stability.
+
+
+def kl_k1(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
+    """k1 = log r: unbiased in value, high variance, can be negative."""
+    return logps - ref_logps
+
+
+def kl_abs(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
+    """|log r| (verl's "abs")."""
+    return (logps - ref_logps).abs()
+
+
+def kl_k2(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
+    """k2 = (log r)^2 / 2 (verl's "mse"): biased in value, but its gradient is the KL's gradient in expectation."""
+    return 0.5 * (logps - ref_logps).square()
+
+
+def kl_low_var(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
+    """verl's "low_var_kl": k3 = exp(-log r) + log r - 1 with -log r clamped to [-20, 20] and k3 to [-10, 10]."""
+    delta = torch.clamp(ref_logps - logps, min=-20.0, max=20.0)
+    return torch.clamp(torch.exp(delta) - delta - 1, min=-10.0, max=10.0)
+
+
+def straight_through_k2(estimator: Callable) -> Callable:
+    """verl's "+" variants: the value of ``estimator``, the gradient of k2,  k2 - sg(k2) + sg(kN), because k1's
+    and k3's expected gradients are not the KL's gradient while k2's is."""
+
+    def kl(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
+        k2 = kl_k2(logps, ref_logps)
+        return k2 - k2.detach() + estimator(logps, ref_logps).detach()
+
+    kl.__name__ = kl.__qualname__ = f"{estimator.__name__}_straight_through"
+    kl.__doc__ = f"Value of {estimator.__name__}, gradient of k2 (``straight_through_k2``)."
+    return kl
+
+
+_KL_VALUES = {"k1": kl_k1, "k2": kl_k2, "k3": k3_kl, "low_var_kl": kl_low_var, "abs": kl_abs}
+KL_PENALTIES: dict[str, Callable] = {**_KL_VALUES, **{f"{name}+": straight_through_k2(fn) for name, fn in _KL_VALUES.items()}}
+
+
+def entropy_bonus_loss(entropies: torch.Tensor, mask: torch.Tensor, coef: float, aggregation: str = "token-mean",
+                       max_completion_length: Optional[int] = None) -> torch.Tensor:
+    """The entropy bonus as a loss term (verl's entropy_coeff; Williams & Peng 1991; Mnih et al. 2016, A3C):
+
+        L_ent = -coef * agg_{i,t} H(pi(. | q, o_{i,<t}))
+
+    ``entropies`` (B, T) must carry the graph for the bonus to have a gradient; ``aggregation`` is a
+    ``LOSS_AGGREGATIONS`` name (verl aggregates it as the policy loss). Added to the policy loss."""
+    return -coef * LOSS_AGGREGATIONS[aggregation](entropies, mask.to(entropies.dtype), max_completion_length, None)
+
+
 def _masked_sum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum()
 
@@ -134,13 +219,45 @@ def _aggregate_luspo(per_token: torch.Tensor, mask: torch.Tensor, max_len: Optio
     return (per_token * mask).sum(-1).mean()
 
 
+# verl's loss_agg_mode values (``core_algos.agg_loss``). "token-mean" is bnpo's function itself; the two
+# seq-mean modes leave sequences without an active token out of the mean, which is where they part from
+# grpo (seq-mean-token-mean) and luspo (seq-mean-token-sum): equal whenever every row has a token.
+
+
+def _aggregate_seq_mean_token_mean(per_token: torch.Tensor, mask: torch.Tensor, max_len: Optional[int], n_items) -> torch.Tensor:
+    """verl's "seq-mean-token-mean":  1/|S| sum_{i in S} 1/|o_i| sum_t l_{i,t},  S = rows with an active token."""
+    lengths = mask.sum(-1)
+    nonempty = (lengths > 0).to(per_token.dtype)
+    per_sequence = (per_token * mask).sum(-1) / lengths.clamp(min=1.0)
+    return (per_sequence * nonempty).sum() / nonempty.sum().clamp(min=1.0)
+
+
+def _aggregate_seq_mean_token_sum(per_token: torch.Tensor, mask: torch.Tensor, max_len: Optional[int], n_items) -> torch.Tensor:
+    """verl's "seq-mean-token-sum":  1/|S| sum_{i in S} sum_t l_{i,t},  S = rows with an active token."""
+    nonempty = (mask.sum(-1) > 0).to(per_token.dtype)
+    return ((per_token * mask).sum(-1) * nonempty).sum() / nonempty.sum().clamp(min=1.0)
+
+
+def _aggregate_seq_mean_token_sum_norm(per_token: torch.Tensor, mask: torch.Tensor, max_len: Optional[int], n_items) -> torch.Tensor:
+    """verl's "seq-mean-token-sum-norm" (its Dr. GRPO recipe):  sum_{i,t} l_{i,t} / L,  L = max_completion_length
+    (verl's loss_scale_factor; without it, the padded width T, verl's default). Unlike dr_grpo there is no
+    1/B: dr_grpo = this / B."""
+    return _masked_sum(per_token, mask) / (mask.size(-1) if max_len is None else max_len)
+
+
 LOSS_AGGREGATIONS: dict[str, Callable] = {
     "grpo": _aggregate_grpo,
     "bnpo": _aggregate_bnpo,
     "dr_grpo": _aggregate_dr_grpo,
     "dapo": _aggregate_dapo,
     "luspo": _aggregate_luspo,
+    "token-mean": _aggregate_bnpo,
+    "seq-mean-token-mean": _aggregate_seq_mean_token_mean,
+    "seq-mean-token-sum": _aggregate_seq_mean_token_sum,
+    "seq-mean-token-sum-norm": _aggregate_seq_mean_token_sum_norm,
 }
+# Aggregations whose normaliser is the batch's active-token count (``num_items_in_batch`` under data parallelism).
+TOKEN_MEAN_AGGREGATIONS = ("bnpo", "dapo", "token-mean")
 
 
 def importance_ratio(logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.Tensor, level: str) -> torch.Tensor:
@@ -161,11 +278,64 @@ def importance_ratio(logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.T
 # --------------------------------------------------------------------------------------------
 # GRPO's per-token policy objectives. Each gets the same keyword arguments and reads what it needs:
 #   logps, log_ratio, mask (B, T); ratio (B, T) or (B, 1) (``level``); adv (B, 1); is_ratio: the sampler
-#   correction (B, T), (B, 1) or None; and the hyperparameters by their grpo_loss names.
+#   correction (B, T), (B, 1) or None; generator: a torch.Generator or None (Clip-Cov's random pick); and
+#   the hyperparameters by their grpo_loss names.
 # Returned: (B, T) or (B, 1) per-token loss, before masks, the KL term and aggregation.
 # --------------------------------------------------------------------------------------------
 
+POLICY_OBJECTIVES: dict[str, Callable] = {}  # objective name -> per-token function
+LOSS_TYPES: dict[str, tuple[str, str]] = {}  # policy loss (loss_type) -> (objective name, aggregation name)
 
+
+def register_policy_loss(fn_or_name=None, *, name: Optional[str] = None, aggregation: Optional[str] = None,
+                         objective: Optional[str] = None):
+    """Register a per-token objective as the policy loss (``loss_type``) ``name``, aggregated by
+    ``LOSS_AGGREGATIONS[aggregation]`` (verl's ``register_policy_loss``). As a decorator at the definition,
+    ``@register_policy_loss("name", aggregation="token-mean")``; as a call, ``register_policy_loss(fn, name=...)``
+    (the shape of ``register_algorithm``, which the entry-point group ``grpo_bench.policy_losses`` uses: an
+    installed package's entry point names the function). ``objective`` names the function in
+    ``POLICY_OBJECTIVES`` when several loss types share it (default: the loss type's name). ``aggregation``
+    defaults to "grpo", or to the aggregation the same function already has under ``name``.
+
+    A different function, or another aggregation, under a taken name is refused; the same registration
+    again is a no-op."""
+    if callable(fn_or_name):
+        if name is None:
+            raise TypeError("register_policy_loss(fn, name=...) needs the name")
+        return register_policy_loss(name, aggregation=aggregation, objective=objective)(fn_or_name)
+    name = fn_or_name or name
+    key = objective or name
+    if aggregation is not None:
+        lookup_named(LOSS_AGGREGATIONS, "loss aggregation", aggregation)
+
+    def register(fn: Callable) -> Callable:
+        taken = LOSS_TYPES.get(name)
+        same_fn = taken is not None and POLICY_OBJECTIVES.get(taken[0]) is fn
+        pair = (key, aggregation or (taken[1] if same_fn else "grpo"))
+        if taken is not None and (not same_fn or taken != pair):
+            owner = POLICY_OBJECTIVES[taken[0]]
+            raise ValueError(f"policy loss name {name!r} is taken by {owner.__module__}.{owner.__qualname__} "
+                             f"({taken[1]} aggregation); {fn.__module__}.{fn.__qualname__} needs another name")
+        register_named(POLICY_OBJECTIVES, "policy objective", key, fn)
+        LOSS_TYPES[name] = pair
+        return fn
+
+    return register
+
+
+def policy_loss(name: str) -> tuple[Callable, str]:
+    """The registered policy loss ``name``: (per-token objective, aggregation name), or ValueError listing the choices."""
+    objective, aggregation = lookup_named(LOSS_TYPES, "loss_type", name)
+    return POLICY_OBJECTIVES[objective], aggregation
+
+
+# TRL 1.16's GRPOTrainer._compute_loss pairs (objective, aggregation): the clip objective serves five of them
+# (decorators apply bottom-up, so grpo registers first and leads the choices).
+@register_policy_loss("luspo", aggregation="luspo", objective="clip")
+@register_policy_loss("dapo", aggregation="dapo", objective="clip")
+@register_policy_loss("dr_grpo", aggregation="dr_grpo", objective="clip")
+@register_policy_loss("bnpo", aggregation="bnpo", objective="clip")
+@register_policy_loss("grpo", aggregation="grpo", objective="clip")
 def _objective_clip(*, ratio, adv, epsilon, epsilon_high, delta, **_) -> torch.Tensor:
     """PPO's clipped surrogate as GRPO uses it (DeepSeekMath Eq. 21):  -min(r A, clip(r, 1-eps, 1+eps_high) A).
 
@@ -178,6 +348,7 @@ def _objective_clip(*, ratio, adv, epsilon, epsilon_high, delta, **_) -> torch.T
     return -torch.min(ratio * adv, clipped * adv)
 
 
+@register_policy_loss("cispo", aggregation="dapo")
 def _objective_cispo(*, logps, ratio, adv, epsilon_high, **_) -> torch.Tensor:
     """CISPO (MiniMax-M1, 2025, Eq. 4-5): REINFORCE weighted by a clipped, stop-gradient IS weight,
 
@@ -189,6 +360,7 @@ def _objective_cispo(*, logps, ratio, adv, epsilon_high, **_) -> torch.Tensor:
     return -torch.clamp(ratio, max=epsilon_high).detach() * adv * logps
 
 
+@register_policy_loss("sapo", aggregation="grpo")
 def _objective_sapo(*, ratio, adv, sapo_temperature_pos, sapo_temperature_neg, **_) -> torch.Tensor:
     """SAPO (Soft Adaptive Policy Optimization, Qwen, arXiv 2511.20347): a smooth gate instead of the clip,
 
@@ -237,6 +409,7 @@ def vespo_weights(
     return torch.exp(lam + k * log_w - lam * torch.exp(log_w)).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
 
 
+@register_policy_loss("vespo", aggregation="dapo")
 def _objective_vespo(*, logps, log_ratio, mask, adv, is_ratio, vespo_k_pos, vespo_lambda_pos, vespo_k_neg,
                      vespo_lambda_neg, **_) -> torch.Tensor:
     """VESPO (Variational sequence-level soft policy optimisation, arXiv 2602.10693): REINFORCE weighted by
@@ -246,26 +419,105 @@ def _objective_vespo(*, logps, log_ratio, mask, adv, is_ratio, vespo_k_pos, vesp
     return -phi * adv * logps
 
 
-POLICY_OBJECTIVES: dict[str, Callable] = {
-    "clip": _objective_clip,
-    "cispo": _objective_cispo,
-    "sapo": _objective_sapo,
-    "vespo": _objective_vespo,
-}
+# verl's policy losses that TRL lacks; paired with verl's default aggregation, token-mean, except GMPO,
+# whose per-sequence objective verl averages over sequences.
 
-# loss_type -> (per-token objective, aggregation), as TRL 1.16's GRPOTrainer._compute_loss pairs them.
-LOSS_TYPES: dict[str, tuple[str, str]] = {
-    "grpo": ("clip", "grpo"),
-    "bnpo": ("clip", "bnpo"),
-    "dr_grpo": ("clip", "dr_grpo"),
-    "dapo": ("clip", "dapo"),
-    "cispo": ("cispo", "dapo"),
-    "sapo": ("sapo", "grpo"),
-    "luspo": ("clip", "luspo"),
-    "vespo": ("vespo", "dapo"),
-}
-GRPO_LOSS_TYPES = tuple(LOSS_TYPES)
-CLIPPED_LOSS_TYPES = tuple(name for name, (objective, _) in LOSS_TYPES.items() if objective == "clip")
+
+@register_policy_loss("dual_clip", aggregation="token-mean")
+def _objective_dual_clip(*, ratio, adv, epsilon, epsilon_high, clip_ratio_c, **_) -> torch.Tensor:
+    """Dual-clip PPO (Ye et al. 2020, "Mastering Complex Control in MOBA Games with Deep RL", arXiv 1912.09729; verl's
+    "vanilla" loss with clip_ratio_c): PPO's clip, and for A < 0 a floor c > 1 under the objective,
+
+        l = max( -r A, -clip(r, 1-eps, 1+eps_high) A )          A >= 0
+        l = min( max( -r A, -clip(r, 1-eps, 1+eps_high) A ), -c A )   A < 0
+
+    so a negative-advantage token whose ratio ran far above 1 contributes at most -c A (no gradient there).
+    """
+    clipped = torch.max(-ratio * adv, -torch.clamp(ratio, 1 - epsilon, 1 + epsilon_high) * adv)
+    return torch.where(adv < 0, torch.min(clipped, -clip_ratio_c * adv), clipped)
+
+
+@register_policy_loss("gmpo", aggregation="grpo")
+def _objective_gmpo(*, log_ratio, mask, adv, epsilon, epsilon_high, **_) -> torch.Tensor:
+    """GMPO (Zhao et al. 2025, "Geometric-Mean Policy Optimization", arXiv 2507.20673; verl's
+    "geo_mean"): the geometric mean of the token ratios, each clipped in log space, per sequence,
+
+        l_i = -A_i * exp( 1/|o_i| sum_t sgn(A_i) min( sgn(A_i) log r_{i,t}, sgn(A_i) clip(log r_{i,t}, -eps, eps_high) ) )
+
+    A token-level clip on the log-ratio, then one (B, 1) value per completion: an outlier token moves the
+    geometric mean far less than the arithmetic one. The paper clips to (e^-0.4, e^0.4): epsilon 0.4.
+    ``level`` does not apply (the objective forms its own sequence ratio).
+    """
+    sign = torch.sign(adv)
+    clipped = torch.clamp(log_ratio, -epsilon, epsilon_high)
+    log_ratio = sign * torch.min(sign * log_ratio, sign * clipped)
+    mean_log_ratio = (log_ratio * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1.0)
+    return -adv * torch.exp(mean_log_ratio)
+
+
+@torch.no_grad()
+def token_covariance(logps: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The per-token centred cross-product of advantage and log-prob (Cui et al. 2025),
+
+        Cov_{i,t} = (A_{i,t} - mean(A)) * (log pi(o_{i,t}) - mean(log pi)),   means over active tokens,
+
+    whose positive tail drives the collapse of policy entropy. (B, T); no gradient."""
+    adv = adv.expand_as(logps)
+    active = mask.sum().clamp(min=1.0)
+    mean_adv = (adv * mask).sum() / active
+    mean_logp = (logps * mask).sum() / active
+    return (adv - mean_adv) * (logps - mean_logp)
+
+
+@register_policy_loss("clip_cov", aggregation="token-mean")
+def _objective_clip_cov(*, logps, ratio, adv, mask, epsilon, epsilon_high, clip_cov_ratio, clip_cov_lb,
+                        clip_cov_ub, generator, **_) -> torch.Tensor:
+    """Clip-Cov (Cui et al. 2025, "The Entropy Mechanism of Reinforcement Learning for Reasoning Language
+    Models", arXiv 2505.22617; verl's "clip_cov"): PPO's clipped surrogate, with the gradient of a
+    few high-covariance tokens cut,
+
+        l_{i,t} = max( -r A, -clip(r, 1-eps, 1+eps_high) A ) * (1 - [ (i,t) in I_clip ])
+        I_clip  = max(1, floor(clip_cov_ratio * N)) tokens drawn at random (``generator``) among the active
+                  tokens the ratio clip left alone with  clip_cov_lb < Cov_{i,t} < clip_cov_ub  (``token_covariance``)
+
+    (N active tokens; paper and verl: ratio 2e-4, bounds 1 and 5).
+    """
+    ratio = ratio.expand_as(logps)
+    unclipped, clipped = -ratio * adv, -torch.clamp(ratio, 1 - epsilon, 1 + epsilon_high) * adv
+    active = mask.bool()
+    cov = token_covariance(logps.detach(), adv, mask)
+    candidates = (active & ~(clipped > unclipped) & (cov > clip_cov_lb) & (cov < clip_cov_ub)).flatten().nonzero().flatten()
+    count = min(max(int(clip_cov_ratio * int(active.sum())), 1), candidates.numel())
+    device = generator.device if generator is not None else candidates.device
+    picked = candidates[torch.randperm(candidates.numel(), generator=generator, device=device)[:count].to(candidates.device)]
+    keep = torch.ones_like(logps).flatten().index_fill(0, picked, 0.0).view_as(logps)
+    return torch.max(unclipped, clipped) * keep
+
+
+@register_policy_loss("kl_cov", aggregation="token-mean")
+def _objective_kl_cov(*, logps, log_ratio, ratio, adv, mask, kl_cov_ratio, kl_cov_coef, **_) -> torch.Tensor:
+    """KL-Cov (Cui et al. 2025, arXiv 2505.22617; verl's "kl_cov"): the unclipped surrogate, plus a
+    KL penalty on the tokens of highest covariance,
+
+        l_{i,t} = -r A + kl_cov_coef * |log r|   for the top max(1, floor(kl_cov_ratio * N)) tokens by Cov_{i,t}
+        l_{i,t} = -r A                          otherwise
+
+    (N active tokens; paper and verl: ratio 2e-4, coefficient 1).
+    """
+    ratio = ratio.expand_as(logps)
+    loss = -ratio * adv
+    active = mask.bool().flatten()
+    if not active.any():
+        return loss
+    cov = token_covariance(logps.detach(), adv, mask).flatten().masked_fill(~active, -math.inf)
+    count = max(int(kl_cov_ratio * int(active.sum())), 1)
+    top = torch.zeros_like(cov).index_fill(0, cov.topk(count).indices, 1.0).view_as(logps)
+    return loss + top * kl_cov_coef * log_ratio.abs()
+
+
+# The loss types TRL 1.16 has (the TRL check compares each); the registry holds these and verl's above.
+GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
+CLIPPED_LOSS_TYPES = tuple(name for name in GRPO_LOSS_TYPES if LOSS_TYPES[name][0] == "clip")
 
 
 # --------------------------------------------------------------------------------------------
@@ -368,6 +620,15 @@ def grpo_loss(
     importance_sampling_mode: str = "sequence_mask",
     importance_sampling_clip_min: Optional[float] = None,
     importance_sampling_clip_max: Optional[float] = 3.0,
+    loss_aggregation: Optional[str] = None,
+    kl_loss_type: str = "k3",
+    clip_ratio_c: float = 3.0,
+    clip_cov_ratio: float = 2e-4,
+    clip_cov_lb: float = 1.0,
+    clip_cov_ub: float = 5.0,
+    kl_cov_ratio: float = 2e-4,
+    kl_cov_coef: float = 1.0,
+    generator: Optional[torch.Generator] = None,
 ) -> torch.Tensor:
     """GRPO surrogate loss (DeepSeekMath, Shao et al. 2024, Eq. 21), to be minimised:
 
@@ -393,7 +654,8 @@ def grpo_loss(
         advantages: (B,) one advantage per completion (``group_advantages``).
         mask: (B, T) 1 on completion tokens up to and including the first EOS.
         level: "token" or "sequence".
-        loss_type: one of ``GRPO_LOSS_TYPES``; "dr_grpo" needs max_completion_length.
+        loss_type: a registered policy loss (``LOSS_TYPES``: TRL's ``GRPO_LOSS_TYPES``, verl's dual_clip, gmpo,
+            clip_cov, kl_cov, and plug-ins); "dr_grpo" needs max_completion_length.
         epsilon, epsilon_high: clip range [1 - epsilon, 1 + epsilon_high]; epsilon_high defaults to
             epsilon (DAPO's clip-higher uses 0.28). For cispo, epsilon_high is the IS-weight cap.
         delta: two-sided clipping's cap on the unclipped ratio (INTELLECT-2); None: off.
@@ -411,11 +673,19 @@ def grpo_loss(
         importance_sampling_correction, importance_sampling_mode, importance_sampling_clip_min,
             importance_sampling_clip_max: weight the loss by ``sampling_importance_ratio`` when
             sampling_logps is given (TRL's vllm_importance_sampling_*).
+        loss_aggregation: a ``LOSS_AGGREGATIONS`` name replacing the loss type's own (e.g. verl's
+            "seq-mean-token-sum-norm"); None: the loss type's.
+        kl_loss_type: the KL term's estimator, a ``KL_PENALTIES`` name ("k3": the paper's).
+        clip_ratio_c: dual_clip's floor c > 1 on negative-advantage tokens (Ye et al. 2020, verl: 3.0).
+        clip_cov_ratio, clip_cov_lb, clip_cov_ub, generator: clip_cov's share of tokens, covariance window
+            and the generator of its random pick; kl_cov_ratio, kl_cov_coef: kl_cov's share and coefficient.
     Returns:
         scalar loss tensor.
     """
-    if loss_type not in LOSS_TYPES:
-        raise ValueError(f"unknown loss_type {loss_type!r}; expected one of {GRPO_LOSS_TYPES}")
+    objective_fn, aggregation = policy_loss(loss_type)
+    kl_estimator = lookup_named(KL_PENALTIES, "kl_loss_type", kl_loss_type)
+    aggregation = aggregation if loss_aggregation is None else loss_aggregation
+    aggregate = lookup_named(LOSS_AGGREGATIONS, "loss_aggregation", aggregation)
     if epsilon < 0 or (epsilon_high is not None and epsilon_high < 0) or beta < 0:
         raise ValueError("epsilon, epsilon_high and beta must be >= 0")
     mask = mask.to(logps.dtype)
@@ -426,15 +696,17 @@ def grpo_loss(
     if sampling_logps is not None and importance_sampling_correction:
         is_ratio = sampling_importance_ratio(old_logps, sampling_logps, mask, importance_sampling_mode,
                                              importance_sampling_clip_min, importance_sampling_clip_max)
-    objective, aggregation = LOSS_TYPES[loss_type]
+    objective = LOSS_TYPES[loss_type][0]
     if objective == "vespo" and is_ratio is not None and importance_sampling_mode.startswith("sequence"):
         raise ValueError("loss_type 'vespo' needs a token_* importance_sampling_mode (TRL refuses sequence modes)")
-    per_token = POLICY_OBJECTIVES[objective](
+    per_token = objective_fn(
         logps=logps, log_ratio=logps - old_logps, ratio=ratio, adv=adv, mask=mask, is_ratio=is_ratio,
         epsilon=epsilon, epsilon_high=epsilon if epsilon_high is None else epsilon_high, delta=delta,
         sapo_temperature_pos=sapo_temperature_pos, sapo_temperature_neg=sapo_temperature_neg,
         vespo_k_pos=vespo_k_pos, vespo_lambda_pos=vespo_lambda_pos, vespo_k_neg=vespo_k_neg,
-        vespo_lambda_neg=vespo_lambda_neg,
+        vespo_lambda_neg=vespo_lambda_neg, clip_ratio_c=clip_ratio_c, clip_cov_ratio=clip_cov_ratio,
+        clip_cov_lb=clip_cov_lb, clip_cov_ub=clip_cov_ub, kl_cov_ratio=kl_cov_ratio, kl_cov_coef=kl_cov_coef,
+        generator=generator,
     )
     if off_policy_mask_threshold is not None:
         behaviour = old_logps if sampling_logps is None else sampling_logps
@@ -448,10 +720,10 @@ def grpo_loss(
     if beta != 0.0:
         if ref_logps is None:
             raise ValueError("beta > 0 needs ref_logps")
-        kl = k3_kl(logps, ref_logps)
+        kl = kl_estimator(logps, ref_logps)
         per_token = per_token + beta * (kl * ratio if kl_bias_correction else kl)
     per_token = per_token.expand_as(logps)  # sequence level with beta = 0 is still (B, 1)
-    return LOSS_AGGREGATIONS[aggregation](per_token, mask, max_completion_length, num_items_in_batch)
+    return aggregate(per_token, mask, max_completion_length, num_items_in_batch)
 
 
 def clip_fraction(
@@ -492,8 +764,10 @@ def cispo_clip_fraction(
     return (clipped.to(mask.dtype) * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-# Per objective, the share of tokens its clip bound; sapo and vespo have no hard clip and report none.
-CLIP_FRACTIONS: dict[str, Callable] = {"clip": clip_fraction, "cispo": cispo_clip_fraction}
+# Per objective, the share of tokens its clip bound; sapo and vespo have no hard clip and report none, gmpo's
+# clip is on the log-ratio and kl_cov has none. dual_clip and clip_cov report PPO's ratio clip.
+CLIP_FRACTIONS: dict[str, Callable] = {"clip": clip_fraction, "cispo": cispo_clip_fraction, "dual_clip": clip_fraction,
+                                       "clip_cov": clip_fraction}
 
 
 def masked_mean_per_sequence(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

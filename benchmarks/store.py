@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from benchmarks.errors import UsageError
 from benchmarks.io import atomic_write
@@ -82,9 +82,9 @@ class ResultStore:
         self._tables.pop(relpath, None)
         self.write()
 
-    def keep_only(self, specs: dict[str, dict]) -> None:
-        """Drop every cell that is not planned with the same spec (a changed matrix never reuses a stale cell)."""
-        stale = [k for k, v in self.cells.items() if specs.get(k) != v["spec"]]
+    def keep_only(self, same: Callable[[str, dict], bool]) -> None:
+        """Drop every cell for which ``same(relpath, spec)`` is False (a changed matrix never reuses a stale cell)."""
+        stale = [k for k, v in self.cells.items() if not same(k, v["spec"])]
         for key in stale:
             del self.cells[key]
             self.steps.pop(key, None)

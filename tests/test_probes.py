@@ -209,8 +209,10 @@ def fake_cells(monkeypatch, tmp_path):
     return path, scripts, runs
 
 
-def matrix(run_cli, path, out, *flags):
-    return run_cli("matrix", path, "--out", out, "--executor", "subprocess", "--no-progress", *flags)
+def matrix(run_cli, path, out, *flags, report=False):
+    """The matrix command; its report (tables, plots) only when asked: the cells and the exit status are the point here."""
+    return run_cli("matrix", path, "--out", out, "--executor", "subprocess", "--no-progress",
+                   *([] if report else ["--no-report"]), *flags)
 
 
 def test_matrix_again_on_a_finished_out_is_refused_and_overwrite_reruns(run_cli, tmp_path, fake_cells):
@@ -230,7 +232,7 @@ def test_matrix_exit_status_is_1_when_a_cell_failed(run_cli, tmp_path, fake_cell
     """cmd_matrix today: 1 when any cell failed (the others still run and are recorded), else 0."""
     path, scripts, _ = fake_cells
     scripts[1] = FAILING_CELL
-    code, printed, _ = matrix(run_cli, path, tmp_path / "out")
+    code, printed, _ = matrix(run_cli, path, tmp_path / "out", report=True)  # the report, with a failed cell, still exits 1
     assert code == 1
     assert "1 run and complete, 0 already complete, 1 failed" in printed
     scripts[1] = COMPLETE_CELL
@@ -251,15 +253,28 @@ def test_bad_matrix_file_one_line_with_file_and_line(run_cli, tmp_path, text, fr
     assert not (tmp_path / "out").exists()
 
 
-def test_report_counts_a_corrupt_summary_as_missing(run_cli, tmp_path, fake_cells):
+def test_the_report_reads_the_store_not_the_cells_files(run_cli, tmp_path, fake_cells):
+    """A finished matrix's record is its store: a cell's summary.json cut short afterwards changes nothing, a
+    cell missing from the store is reported missing, and a store cut short is one line and exit 2."""
+    from benchmarks.store import STORE_FILE, ResultStore
+
     path, _, _ = fake_cells
     out = tmp_path / "out"
     assert matrix(run_cli, path, out)[0] == 0
     (out / "pizza" / "grpo" / "seed1" / "summary.json").write_text('{"status": "compl')  # cut short
     code, printed, err = run_cli("report", out, "--no-plots")
     assert code == 0, err
-    assert "2 cells: 1 complete, 1 missing" in printed
-    assert "missing: pizza grpo seed 1" in printed
+    assert "2 cells: 2 complete" in printed
+    store = ResultStore.open(out)
+    del store.cells["pizza/grpo/seed1"]
+    store.write()
+    code, printed, err = run_cli("report", out, "--no-plots")
+    assert code == 0, err
+    assert "2 cells: 1 complete, 1 missing" in printed and "missing: pizza grpo seed 1" in printed
+    data = (out / STORE_FILE).read_bytes()
+    (out / STORE_FILE).write_bytes(data[: len(data) // 2])
+    code, printed, err = run_cli("report", out, "--no-plots")
+    assert code == 2 and "not a readable result store" in err and len(err.strip().splitlines()) == 1
 
 
 # --- reward functions: the row test_cli_errors.py lacks ----------------------------------------------

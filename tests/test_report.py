@@ -98,7 +98,8 @@ def test_curves_share_one_grid_and_are_measured(reported):
     # [0.2, 0.5, 0.78, 0.8, 0.8] over 0..256 by 64: trapezoid / 256
     assert cell["auc"] == pytest.approx((0.35 + 0.64 + 0.79 + 0.8) / 4)
     assert curves["thresholds"]["hard"] == pytest.approx(0.8 * 0.80)
-    assert cell["completions_to_threshold"] == 128  # 0.78 >= 0.64 at the second evaluation
+    # linear between 0.5 at 64 and 0.78 at 128 completions; the first evaluation at or above it is still recorded
+    assert cell["completions_to_threshold"] == pytest.approx(96) and cell["completions_to_threshold_measured"] == 128
     slow = curves["cells"][(curves["cells"]["task"] == "hard") & (curves["cells"]["variant"] == "slow")]
     assert (slow["completions_to_threshold"] == math.inf).all()  # 0.40 never reaches 0.64
 

@@ -40,10 +40,13 @@ def test_normalised_auc_refuses_curves_it_cannot_integrate():
         normalised_auc([0, 100], [0.1, 0.2], 0)
 
 
-def test_completions_to_threshold_is_the_first_measured_point_and_not_reached_is_inf():
+def test_completions_to_threshold_is_interpolated_between_evaluations_and_not_reached_is_inf():
     x, y = [0, 256, 512, 768, 1024], [0.2, 0.5, 0.79, 0.8, 0.7]
-    assert completions_to_threshold(x, y, 0.8) == 768  # at or above; measured points only (no interpolation)
+    assert completions_to_threshold(x, y, 0.8) == pytest.approx(768)  # at or above: reached exactly at an evaluation
     assert completions_to_threshold(x, y, 0.5) == 256
+    assert completions_to_threshold(x, y, 0.35) == pytest.approx(128)  # linear between 0 (0.2) and 256 (0.5)
+    assert completions_to_threshold(x, y, 0.795) == pytest.approx(512 + 256 * 0.5)
+    assert completions_to_threshold(x, y, 0.795, interpolate=False) == 768  # the first measured point at or above
     assert completions_to_threshold(x, y, 0.1) == 0  # the starting policy already there
     assert completions_to_threshold(x, y, 0.81) == math.inf  # "not reached" is a value
     assert np.median([256, 512, math.inf]) == 512 and np.median([256, math.inf, math.inf]) == math.inf

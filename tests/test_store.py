@@ -53,7 +53,8 @@ def test_keep_only_drops_cells_of_another_plan(tmp_path):
     store = ResultStore.open(tmp_path)
     store.put("a", SPEC, SUMMARY, ROWS)
     store.put("b", {**SPEC, "seed": 1}, SUMMARY, ROWS)
-    store.keep_only({"a": SPEC, "b": {**SPEC, "seed": 1, "steps": 4}})  # b's spec changed: its result is stale
+    planned = {"a": SPEC, "b": {**SPEC, "seed": 1, "steps": 4}}  # b's spec changed: its result is stale
+    store.keep_only(lambda relpath, spec: planned.get(relpath) == spec)
     assert list(ResultStore.open(tmp_path).cells) == ["a"]
 
 
@@ -108,7 +109,9 @@ def test_a_matrix_resumes_from_its_store_alone_and_reports_it(tmp_path, capsys):
         assert (cell_dir / ".gitignore").read_text() == "*\n"  # working space, never committed
         rows = [json.loads(line) for line in (cell_dir / "metrics.jsonl").read_text().splitlines()]
         assert same_rows(store.metrics(relpath), rows)
-        assert store.summary(relpath) == json.loads((cell_dir / "summary.json").read_text())
+        # the store's copy adds which session ran the cell and when it ended
+        assert store.summary(relpath) == {**json.loads((cell_dir / "summary.json").read_text()),
+                                          "matrix_session": 0, "finished_at": store.summary(relpath)["finished_at"]}
         shutil.rmtree(cell_dir)
     capsys.readouterr()
     assert main(["matrix", str(matrix), "--out", str(out), "--resume", "--jobs", "1", "--no-progress"]) == 0
@@ -116,3 +119,21 @@ def test_a_matrix_resumes_from_its_store_alone_and_reports_it(tmp_path, capsys):
     assert "0 run and complete, 2 already complete" in printed
     assert (out / "tables" / "summary.csv").read_text() == first
     assert not any((out / relpath).exists() for relpath in store.cells)  # nothing was re-run
+
+
+def test_a_new_option_at_its_default_keeps_finished_cells(tmp_path):
+    """A stored cell that predates an option (its spec lacks the setting) is the same experiment while the
+    plan leaves that option at its default, and a different one once the plan sets it."""
+    from benchmarks.matrix import parse
+    from benchmarks.matrix.execute import same_experiment
+
+    path = tmp_path / "m.toml"
+    path.write_text('seeds = [0]\nbudget = 64\n[tasks.pizza]\n[algorithms.grpo]\n')
+    cell = parse(path).cells[0]
+    old = cell.spec()
+    old["settings"] = {k: v for k, v in old["settings"].items() if k != "loss_type"}  # "ran before loss_type existed"
+    assert same_experiment(cell.spec(), cell) and same_experiment(old, cell)
+    path.write_text('seeds = [0]\nbudget = 64\n[tasks.pizza]\n[algorithms.grpo]\nloss_type = "dapo"\n')
+    changed = parse(path).cells[0]
+    assert not same_experiment(old, changed)
+    assert not same_experiment({**old, "seed": 1}, cell)

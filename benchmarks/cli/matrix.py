@@ -15,28 +15,33 @@ def add_matrix_parser(sub) -> None:
     p.add_argument("--dry-run", action="store_true", help="validate the file and list the cells without running them")
     p.add_argument("--no-report", action="store_true", help="do not write the report (tables, plots, verdicts) when the cells are done")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (the per-cell lines remain)")
-    g = p.add_argument_group("executor (where the cells run)")
-    g.add_argument("--executor", default="local", choices=("local", "subprocess", "ray", "slurm"),
-                   help="local: warm worker processes on this machine (default); subprocess: a fresh process per cell, "
-                        "one at a time; ray: a Ray task per cell; slurm: a submitit job per cell")
-    g.add_argument("--jobs", type=int, default=0,
-                   help="local: cells at once (default: the cores // each cell's num_cpus); each gets its share of threads")
-    g.add_argument("--ray-address", default=None, help="ray: an existing cluster's address (default: a local Ray instance)")
-    g.add_argument("--slurm-partition", default=None, help="slurm: the partition to submit to")
-    g.add_argument("--slurm-time", type=int, default=60, help="slurm: minutes per cell job (default 60; timeout_s overrides)")
-    g.add_argument("--slurm-gpus-per-cell", type=float, default=0, help="slurm: GPUs per cell job (default 0; num_gpus overrides)")
-    g.add_argument("--slurm-cluster", default=None, help="slurm: submitit cluster (default: slurm where sbatch exists; local: local processes)")
+    add_executor_options(p)
     p.set_defaults(handler=cmd_matrix)
+
+
+def add_executor_options(parser) -> None:
+    """``--executor NAME`` and a flag for every option some registered executor declares, grouped by executor."""
+    import inspect
+
+    from benchmarks.cli.options import add_dataclass_options
+    from benchmarks.matrix.executors import EXECUTORS
+
+    parser.add_argument_group("executor (where the cells run)").add_argument(
+        "--executor", default="local", help=f"one of: {', '.join(sorted(EXECUTORS))} (default: local); each one's "
+                                            "options are listed under its name")
+    owners: dict[str, set] = {}
+    for name, cls in sorted(EXECUTORS.items()):
+        summary = inspect.getdoc(cls).split("\n\n")[0] if cls.__doc__ else None
+        add_dataclass_options(parser.add_argument_group(f"--executor {name}", summary), cls.Options, owners, name)
 
 
 def cmd_matrix(args) -> int:
     from benchmarks.io import read_json
     from benchmarks.matrix import parse, run_matrix
-    from benchmarks.matrix.executors import make_executor
+    from benchmarks.cli.options import given_options
+    from benchmarks.matrix.executors import executor_option_names, make_executor
 
-    executor = make_executor(args.executor, jobs=args.jobs, ray_address=args.ray_address,
-                             slurm_partition=args.slurm_partition, slurm_time=args.slurm_time,
-                             slurm_gpus_per_cell=args.slurm_gpus_per_cell, slurm_cluster=args.slurm_cluster)
+    executor = make_executor(args.executor, **given_options(args, executor_option_names()))
     plan = parse(args.file)
     out = Path(args.out)
     budgets = sorted({(c.task_label, c.budget) for c in plan.cells})
@@ -90,32 +95,41 @@ def cmd_report(args) -> int:
 
 
 def add_readme_parser(sub) -> None:
-    p = sub.add_parser("readme", help="copy the latest results/ reports into the README's generated sections")
+    p = sub.add_parser("readme", help="the README's table of checks and benchmarks: each results/ report's headline and a link")
     p.add_argument("--readme", default="README.md", help="README to update")
     p.set_defaults(handler=cmd_readme)
 
 
 def cmd_readme(args) -> int:
-    from benchmarks.report.readme import quote_reports
+    from benchmarks.markdown import index_reports
 
-    for line in quote_reports(args.readme):
+    for line in index_reports(args.readme):
         print(line)
     return 0
 
 
 def add_ablation_parser(sub) -> None:
+    from benchmarks.matrix.ablation import AblationSettings
+
+    defaults = AblationSettings()
     p = sub.add_parser("ablation", help="GRPO group-size ablation on the toy bandit (G = 2, 4, 8, 16)")
-    p.add_argument("--out", default="results/ablation", help="output directory (default: results/ablation)")
-    p.add_argument("--group-sizes", type=int, nargs="+", default=[2, 4, 8, 16], help="values of G (default: 2 4 8 16)")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (default: 0 1 2)")
-    p.add_argument("--steps", type=int, default=200, help="GRPO steps per run (default: 200)")
-    p.add_argument("--eval-every", type=int, default=10, help="exact evaluation every N steps (default: 10)")
-    p.add_argument("--reward-mode", default="rm", choices=("rm", "verifiable"), help="the bandit's reward (default: rm)")
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--out", default=defaults.out, help=f"output directory (default: {defaults.out})")
+    p.add_argument("--group-sizes", type=int, nargs="+", default=defaults.group_sizes,
+                   help=f"values of G (default: {' '.join(map(str, defaults.group_sizes))})")
+    p.add_argument("--seeds", type=int, nargs="+", default=defaults.seeds,
+                   help=f"seeds (default: {' '.join(map(str, defaults.seeds))})")
+    p.add_argument("--steps", type=int, default=defaults.steps, help=f"GRPO steps per run (default: {defaults.steps})")
+    p.add_argument("--eval-every", type=int, default=defaults.eval_every,
+                   help=f"exact evaluation every N steps (default: {defaults.eval_every})")
+    p.add_argument("--reward-mode", default=defaults.reward_mode, choices=("rm", "verifiable"),
+                   help=f"the bandit's reward (default: {defaults.reward_mode})")
+    p.add_argument("--device", default=defaults.device, help="auto, cpu or cuda")
     p.set_defaults(handler=cmd_ablation)
 
 
 def cmd_ablation(args) -> int:
-    from benchmarks.matrix.ablation import run_ablation
+    from benchmarks.matrix.ablation import AblationSettings, run_ablation
 
-    return run_ablation(args)
+    settings = AblationSettings(out=args.out, group_sizes=args.group_sizes, seeds=args.seeds, steps=args.steps,
+                                eval_every=args.eval_every, reward_mode=args.reward_mode, device=args.device)
+    return run_ablation(settings, command=args.command_line)

@@ -35,6 +35,7 @@ from typing import Callable, Optional, Protocol
 from tqdm.auto import tqdm
 
 from benchmarks.errors import UsageError
+from benchmarks.harness.config import flat_settings, resolve
 from benchmarks.progress import progress as progress_bar
 from benchmarks.io import atomic_write_json, locked_directory, read_json, read_jsonl
 from benchmarks.matrix.plan import CELL_COMPLETE, Cell, Plan
@@ -72,8 +73,25 @@ def finished(summary: Optional[dict], cell: Cell) -> bool:
 
 
 def stored_complete(store: ResultStore, cell: Cell) -> bool:
-    """The store holds ``cell`` (same spec), finished."""
-    return store.spec(cell.relpath) == cell.spec() and finished(store.summary(cell.relpath), cell)
+    """The store holds ``cell`` (the same experiment), finished."""
+    stored = store.spec(cell.relpath)
+    return stored is not None and same_experiment(stored, cell) and finished(store.summary(cell.relpath), cell)
+
+
+def same_experiment(stored: dict, cell: Cell) -> bool:
+    """A stored cell is ``cell`` when its spec is the same, or when the only difference is settings that did not
+    exist when it ran and that ``cell`` leaves at their defaults: a new option whose default keeps the old
+    behaviour (a new loss, a new estimator) must not invalidate every finished cell of a matrix."""
+    planned = cell.spec()
+    if stored == planned:
+        return True
+    added = set(planned["settings"]) - set(stored.get("settings", {}))
+    if not added:
+        return False
+    defaults = flat_settings(*resolve({"task": cell.task, "algo": cell.algo, **cell.task_options}))
+    if any(planned["settings"][k] != defaults.get(k, ...) for k in added):
+        return False
+    return stored == {**planned, "settings": {k: v for k, v in planned["settings"].items() if k not in added}}
 
 
 def store_cell(store: ResultStore, cell: Cell, cell_dir: Path, summary: dict) -> None:
@@ -237,7 +255,8 @@ def run_matrix(plan: Plan, out: Path, *, resume: bool = False, overwrite: bool =
         if not resume and not overwrite:
             _refuse_overwrite(out, plan, store)
         if resume:
-            store.keep_only({c.relpath: c.spec() for c in plan.cells})
+            planned = {c.relpath: c for c in plan.cells}
+            store.keep_only(lambda relpath, spec: relpath in planned and same_experiment(spec, planned[relpath]))
         else:
             store = ResultStore(store.path, {}, {})
             store.write()  # --overwrite: the previous cells are gone from the store now, not when a cell ends

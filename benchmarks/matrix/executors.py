@@ -1,8 +1,10 @@
-"""Executors that run a matrix's cells in parallel: ``local`` (warm worker processes on this machine, the
-default), ``ray`` (a Ray task per cell, local instance or a cluster) and ``slurm`` (a submitit job per
-cell). ``subprocess`` (``execute.SubprocessExecutor``: one fresh process per cell, one at a time) is the
-baseline. Each implements ``run(jobs, on_done)``; ``on_done`` is always called in the driver, which alone
-writes the matrix's record.
+"""Executors that run a matrix's cells, each registered by name with ``@register_executor``: ``local`` (warm
+worker processes on this machine, the default), ``subprocess`` (a fresh process per cell: one at a time, the
+baseline, or ``jobs`` at once), ``ray`` (a Ray task per cell, local instance or a cluster) and ``slurm`` (a
+submitit job per cell). Each declares its options as a dataclass, ``Options``, whose fields become
+``grpo-bench matrix`` flags, and implements ``run(jobs, on_done)``; ``on_done`` is always called in the
+driver, which alone writes the matrix's record. An installed package adds one through the entry-point group
+``grpo_bench.executors``, registered when this module is first imported (``load_executor_plugins``).
 
 Semantics shared by all: a cell is finished only when its summary says complete (``--resume`` skips
 finished cells and re-runs the others from their last checkpoint where the cell directory holds one); a
@@ -35,19 +37,100 @@ from benchmarks.io import atomic_write_json, read_json
 from benchmarks.matrix.execute import (
     CellJob, SubprocessExecutor, _child_env, _die_with_parent, finish_cell, prepare_cell_dir,
 )
+from benchmarks.plugins import register_entry_points
 
-EXECUTORS = ("local", "subprocess", "ray", "slurm")
-EXTRAS = {"ray": ("ray", "ray"), "slurm": ("submitit", "slurm")}  # executor -> (module, pip extra)
+# ------------------------------------------------------------------------------------------------
+# The registry
+# ------------------------------------------------------------------------------------------------
 
 
-def require_extra(executor: str):
-    """The module an executor needs, or UsageError naming the pip command (one line, exit status 2)."""
-    module, extra = EXTRAS[executor]
+class RegisteredExecutor:
+    """What ``register_executor`` takes: a ``name``, an ``Options`` dataclass whose fields (each with a one-line
+    ``help`` in its metadata) are the executor's ``grpo-bench matrix`` flags, and ``run(jobs, on_done)``
+    (``execute.Executor``). It is built as ``cls(options)``; ``requires`` names a module it needs and the pip
+    extra of this package that installs it."""
+
+    name: str
+    Options: type
+    requires: Optional[tuple[str, str]] = None  # (module, pip extra)
+    jobs: Optional[int] = None  # cells at once, resolved by run(); matrix.json's session records it
+
+    def __init__(self, options=None):
+        self.options = self.Options() if options is None else options
+
+
+# Filled by ``register_executor`` at each executor's definition and, for installed plug-ins, from the
+# entry-point group ``grpo_bench.executors`` (``load_executor_plugins``, at the end of this module).
+EXECUTORS: dict[str, type[RegisteredExecutor]] = {}
+
+
+def register_executor(cls=None, *, name: Optional[str] = None):
+    """Class decorator: ``EXECUTORS[name or cls.name] = cls``. A second, different class under a taken name is
+    refused (re-registering the same class is a no-op, so a module may be imported twice)."""
+
+    def register(cls):
+        if not (isinstance(cls, type) and issubclass(cls, RegisteredExecutor)
+                and dataclasses.is_dataclass(getattr(cls, "Options", None))):
+            raise TypeError(f"{cls!r} is not a subclass of benchmarks.matrix.executors.RegisteredExecutor "
+                            "with an Options dataclass")
+        key = name or cls.name
+        taken = EXECUTORS.get(key)
+        if taken is not None and taken is not cls:
+            raise ValueError(f"executor name {key!r} is taken by {taken.__module__}.{taken.__qualname__}; "
+                             f"{cls.__module__}.{cls.__qualname__} needs another name")
+        EXECUTORS[key] = cls
+        return cls
+
+    return register if cls is None else register(cls)
+
+
+def executor_class(name: str) -> type[RegisteredExecutor]:
+    """The registered executor ``name``, or one UsageError line listing the choices."""
+    try:
+        return EXECUTORS[name]
+    except KeyError:
+        raise UsageError(f"unknown executor {name!r}; choose from {', '.join(sorted(EXECUTORS))}") from None
+
+
+def executor_option_names() -> set[str]:
+    """Every registered executor's option names (the flags ``grpo-bench matrix`` adds for executors)."""
+    return {f.name for cls in EXECUTORS.values() for f in dataclasses.fields(cls.Options)}
+
+
+def make_executor(name: str, **options) -> RegisteredExecutor:
+    """The executor ``--executor NAME`` names, built from those of ``options`` that are its own; another
+    executor's options are ignored (the command line hands over every executor flag given), a name no executor
+    declares is a TypeError. A missing optional extra is a UsageError naming its pip command."""
+    cls = executor_class(name)
+    unknown = set(options) - executor_option_names()
+    if unknown:
+        raise TypeError(f"make_executor() got options no executor declares: {', '.join(sorted(unknown))}")
+    own = {f.name for f in dataclasses.fields(cls.Options)}
+    executor = cls(cls.Options(**{k: v for k, v in options.items() if k in own}))
+    if cls.requires:
+        require_extra(cls)  # fail before anything runs
+    return executor
+
+
+def require_extra(executor):
+    """The module ``executor`` (a class or an instance) requires, or UsageError naming the pip command (one line,
+    exit status 2)."""
+    module, extra = executor.requires
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise UsageError(f"--executor {executor} needs {module}, which is not installed: "
+        raise UsageError(f"--executor {executor.name} needs {module}, which is not installed: "
                          f"pip install -e \".[{extra}]\"") from None
+
+
+def _check_jobs(jobs: int) -> None:
+    if jobs < 0:
+        raise UsageError(f"--jobs must be >= 1 (or 0: what fits the cores), got {jobs}")
+
+
+# ------------------------------------------------------------------------------------------------
+# Shared by the executors
+# ------------------------------------------------------------------------------------------------
 
 
 def cpu_count() -> int:
@@ -65,6 +148,51 @@ def default_jobs(jobs: list[CellJob] | None = None) -> int:
 
 def _cell_threads(job: CellJob, share: int) -> int:
     return job.threads or job.cell.resources.get("num_cpus") or share
+
+
+def slots_and_share(requested: int, jobs: list[CellJob]) -> tuple[int, int]:
+    """How many cells run at once (``requested``; 0: what fits the cores; never more than there are cells) and
+    each one's share of the cores as torch threads, which a cell whose matrix names no num_cpus runs with."""
+    slots = min(requested or default_jobs(jobs), len(jobs))
+    return slots, max(1, cpu_count() // slots)
+
+
+def run_in_slots(slots: int, jobs: list[CellJob], run_cell: Callable[[int, CellJob], dict],
+                 on_done: Callable[[CellJob, dict], None]) -> None:
+    """``run_cell(slot, job)`` for every job on ``slots`` threads, each slot taking the next job when its cell
+    ends; ``on_done`` is called one cell at a time. An exception in a slot stops every slot from taking another
+    cell and is raised here once they are back."""
+    todo: queue.Queue = queue.Queue()
+    for job in jobs:
+        todo.put(job)
+    lock, stop, errors = threading.Lock(), threading.Event(), []
+
+    def slot(i: int) -> None:
+        try:
+            while not stop.is_set():
+                try:
+                    job = todo.get_nowait()
+                except queue.Empty:
+                    return
+                summary = run_cell(i, job)
+                with lock:
+                    if not stop.is_set():
+                        on_done(job, summary)
+        except BaseException as exc:  # noqa: BLE001 -- handed to the driver's thread
+            errors.append(exc)
+            stop.set()
+
+    threads = [threading.Thread(target=slot, args=(i,), daemon=True) for i in range(slots)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():  # joined in short waits, so that Ctrl-C reaches the driver
+                t.join(0.2)
+    finally:
+        stop.set()
+    if errors:
+        raise errors[0]
 
 
 def _process_age_s() -> float:
@@ -129,68 +257,53 @@ class _Worker:
             self.kill()
 
 
-class LocalExecutor:
-    """``jobs`` warm worker processes on this machine, each running cells one after another with its share of
-    the cores as torch threads (``--executor local --jobs N``). A worker pays the torch / transformers import
-    once; a cell it runs writes the same metrics as in a fresh process (``cell.reset_process_state``). A cell
-    that kills its worker is recorded as failed and the slot starts a new worker."""
+@dataclasses.dataclass
+class LocalOptions:
+    jobs: int = dataclasses.field(default=0, metadata={
+        "help": "cells at once, each on cores // jobs torch threads (0: what fits the cores, given each cell's num_cpus)"})
+
+    def __post_init__(self):
+        _check_jobs(self.jobs)
+
+
+@register_executor
+class LocalExecutor(RegisteredExecutor):
+    """Warm worker processes on this machine, each running cells one after another (the default).
+
+    ``jobs`` workers, each cell with its share of the cores as torch threads (``--executor local --jobs N``). A
+    worker pays the torch / transformers import once; a cell it runs writes the same metrics as in a fresh
+    process (``cell.reset_process_state``). A cell that kills its worker is recorded as failed and the slot
+    starts a new worker."""
 
     name = "local"
-
-    def __init__(self, jobs: int = 0, threads: int = 0):
-        self.jobs, self.threads = jobs, threads
+    Options = LocalOptions
 
     def run(self, jobs: list[CellJob], on_done: Callable[[CellJob, dict], None]) -> None:
         if not jobs:
             return
-        n = min(self.jobs or default_jobs(jobs), len(jobs))
-        self.jobs = self.jobs or n
-        share = self.threads or max(1, cpu_count() // n)
-        todo: queue.Queue = queue.Queue()
-        for job in jobs:
-            todo.put(job)
-        lock, stop, errors = threading.Lock(), threading.Event(), []
+        self.jobs, share = slots_and_share(self.options.jobs, jobs)
         workers: dict[int, _Worker] = {}
         gpus = _visible_gpus()
 
-        def slot(i: int) -> None:
-            env = {"CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]} if gpus else {}
-            try:
-                while not stop.is_set():
-                    try:
-                        job = todo.get_nowait()
-                    except queue.Empty:
-                        return
-                    job = prepare_cell_dir(job)
-                    threads = _cell_threads(job, share)
-                    start = time.perf_counter()
-                    if i not in workers or not workers[i].alive():
-                        workers[i] = _Worker(i, threads, env)
-                    worker = workers[i]
-                    record = {"executor": "local", "queue_wait_s": start - job.queued_at, "worker": i,
-                              "worker_pid": worker.proc.pid, "worker_cell_index": worker.cells}
-                    returncode, error = worker.run(job, threads, job.timeout_s)
-                    summary = finish_cell(job, returncode, time.perf_counter() - start, error, record)
-                    with lock:
-                        if not stop.is_set():
-                            on_done(job, summary)
-            except BaseException as exc:  # noqa: BLE001 -- handed to the driver's thread
-                errors.append(exc)
-                stop.set()
+        def run_cell(slot: int, job: CellJob) -> dict:
+            job = prepare_cell_dir(job)
+            threads = _cell_threads(job, share)
+            start = time.perf_counter()
+            if slot not in workers or not workers[slot].alive():
+                workers[slot] = _Worker(slot, threads, {"CUDA_VISIBLE_DEVICES": gpus[slot % len(gpus)]} if gpus else {})
+            worker = workers[slot]
+            record = {"executor": "local", "queue_wait_s": start - job.queued_at, "worker": slot,
+                      "worker_pid": worker.proc.pid, "worker_cell_index": worker.cells}
+            returncode, error = worker.run(job, threads, job.timeout_s)
+            return finish_cell(job, returncode, time.perf_counter() - start, error, record)
 
-        threads = [threading.Thread(target=slot, args=(i,), daemon=True) for i in range(n)]
+        finished = False
         try:
-            for t in threads:
-                t.start()
-            for t in threads:
-                while t.is_alive():
-                    t.join(0.2)
+            run_in_slots(self.jobs, jobs, run_cell, on_done)
+            finished = True
         finally:
-            stop.set()
-            for w in list(workers.values()):
-                w.kill() if errors or any(t.is_alive() for t in threads) else w.close()
-        if errors:
-            raise errors[0]
+            for worker in list(workers.values()):
+                worker.close() if finished else worker.kill()
 
 
 def _visible_gpus() -> list[str]:
@@ -200,6 +313,44 @@ def _visible_gpus() -> list[str]:
         return [str(i) for i in range(torch.cuda.device_count())]
     except Exception:  # noqa: BLE001 -- no CUDA, no placement
         return []
+
+
+# ------------------------------------------------------------------------------------------------
+# subprocess: a fresh process per cell
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class SubprocessOptions:
+    jobs: int = dataclasses.field(default=1, metadata={
+        "help": "cells at once, a fresh process each, on cores // jobs torch threads as local pins its workers "
+                "(1: one at a time, on the process's default threads)"})
+
+    def __post_init__(self):
+        _check_jobs(self.jobs)
+
+
+@register_executor
+class FreshProcessExecutor(SubprocessExecutor, RegisteredExecutor):
+    """A fresh process per cell, paying process start-up and imports every time: the baseline.
+
+    ``execute.SubprocessExecutor`` (one cell after another) with ``jobs`` cells at once (``--executor subprocess
+    --jobs N``), each cell pinned to its share of the cores exactly as the local executor pins its warm workers,
+    so that the two compare at equal parallelism (``grpo-bench bench executors``)."""
+
+    name = "subprocess"
+    Options = SubprocessOptions
+
+    def run(self, jobs: list[CellJob], on_done: Callable[[CellJob, dict], None]) -> None:
+        if self.options.jobs == 1:
+            # the baseline as it always ran: on the cell's num_cpus, else on the process's default threads
+            super().run(jobs, on_done)
+            return
+        if not jobs:
+            return
+        self.jobs, share = slots_and_share(self.options.jobs, jobs)
+        run_in_slots(self.jobs, jobs, lambda slot, job: self.run_one(
+            dataclasses.replace(job, threads=_cell_threads(job, share))), on_done)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -355,8 +506,15 @@ def ray_get(ref):
     return ray.get(ref)
 
 
-class RayExecutor:
-    """Each cell a Ray task with the cell's ``num_cpus`` / ``num_gpus`` (``--executor ray [--ray-address A]``).
+@dataclasses.dataclass
+class RayOptions:
+    ray_address: Optional[str] = dataclasses.field(default=None, metadata={
+        "help": "an existing cluster's address, HOST:6379 (none: a local Ray instance)"})
+
+
+@register_executor
+class RayExecutor(RegisteredExecutor):
+    """Each cell a Ray task with the cell's num_cpus / num_gpus, on a local Ray instance or a cluster.
 
     No address: a local Ray instance, shut down at the end. The worker runs the cell in a temporary directory
     and returns its files; the driver writes them (no shared filesystem needed). A worker that dies is retried
@@ -364,10 +522,9 @@ class RayExecutor:
     matrix has ``checkpoint_every``), else from the start."""
 
     name = "ray"
-
-    def __init__(self, address: Optional[str] = None, max_retries: int = 3, threads: int = 0):
-        self.address, self.max_retries, self.threads = address, max_retries, threads
-        self.jobs: Optional[int] = None
+    Options = RayOptions
+    requires = ("ray", "ray")
+    max_retries = 3
 
     def _init(self, ray) -> bool:
         if ray.is_initialized():
@@ -377,8 +534,8 @@ class RayExecutor:
         for key in ("GRPO_BENCH_CACHE", "HF_HOME", "TOKENIZERS_PARALLELISM"):
             if key in os.environ:
                 env[key] = os.environ[key]
-        if self.address:
-            ray.init(address=self.address, log_to_driver=False)
+        if self.options.ray_address:
+            ray.init(address=self.options.ray_address, log_to_driver=False)
         else:
             # A driver killed with SIGKILL takes its raylet with it; Ray's agents notice by the zombie-prone
             # parent-pid check unless told to watch the raylet's pipe, and in a container whose init does not
@@ -391,7 +548,7 @@ class RayExecutor:
     def run(self, jobs: list[CellJob], on_done: Callable[[CellJob, dict], None]) -> None:
         if not jobs:
             return
-        ray = require_extra("ray")
+        ray = require_extra(self)
         started = self._init(ray)
         try:
             self.jobs = int(ray.cluster_resources().get("CPU", 1))
@@ -405,7 +562,7 @@ class RayExecutor:
                 ref = task.options(num_cpus=cpus, num_gpus=gpus, max_retries=self.max_retries,
                                    retry_exceptions=False, name=f"cell {job.cell.relpath}").remote(
                     job.cell.relpath, pack_dir(job.cell_dir, checkpoints=job.resume), job.resume,
-                    job.threads or self.threads or cpus, job.timeout_s, time.time(), store)
+                    job.threads or cpus, job.timeout_s, time.time(), store)
                 pending[ref] = (job, time.perf_counter())
             while pending:
                 done, _ = ray.wait(list(pending), num_returns=1)
@@ -471,38 +628,48 @@ def _cancel_stale_job(cell_dir: Path) -> None:
 
 
 @dataclasses.dataclass
-class SlurmExecutor:
-    """Each cell a submitit job (``--executor slurm``): on Slurm with ``partition``, ``time_min``,
-    ``gpus_per_cell`` and the cell's num_cpus; ``cluster="local"`` runs the jobs as local processes
-    (submitit's LocalExecutor, what the tests use). A job whose process dies is resubmitted (``max_retries``)
-    and resumes from the cell's newest checkpoint on the shared filesystem."""
+class SlurmOptions:
+    slurm_partition: Optional[str] = dataclasses.field(default=None, metadata={"help": "the partition to submit to"})
+    slurm_time: int = dataclasses.field(default=60, metadata={
+        "help": "minutes per cell job (a matrix's timeout_s overrides)"})
+    slurm_gpus_per_cell: float = dataclasses.field(default=0, metadata={
+        "help": "GPUs per cell job (a cell's num_gpus overrides)"})
+    slurm_cluster: Optional[str] = dataclasses.field(default=None, metadata={
+        "help": "submitit cluster; local: local processes (none: slurm where sbatch exists)"})
 
-    partition: Optional[str] = None
-    time_min: int = 60
-    gpus_per_cell: float = 0
-    cluster: Optional[str] = None
-    max_retries: int = 2
-    poll_s: float = 0.5
-    name: str = "slurm"
-    jobs: Optional[int] = None
+
+@register_executor
+class SlurmExecutor(RegisteredExecutor):
+    """Each cell a submitit job on Slurm (or, with --slurm-cluster local, a local process).
+
+    On Slurm with the partition, time, GPUs per cell and the cell's num_cpus; ``slurm_cluster="local"`` runs
+    the jobs as local processes (submitit's LocalExecutor, what the tests use). A job whose process dies is
+    resubmitted (``max_retries``) and resumes from the cell's newest checkpoint on the shared filesystem."""
+
+    name = "slurm"
+    Options = SlurmOptions
+    requires = ("submitit", "slurm")
+    max_retries = 2
+    poll_s = 0.5
 
     def _executor(self, submitit, folder: Path, job: CellJob):
-        executor = submitit.AutoExecutor(folder=folder, cluster=self.cluster)
+        options = self.options
+        executor = submitit.AutoExecutor(folder=folder, cluster=options.slurm_cluster)
         cpus = job.cell.resources.get("num_cpus", 1)
-        gpus = int(job.cell.resources.get("num_gpus", self.gpus_per_cell) or 0)
-        minutes = max(1, int(-(-job.timeout_s // 60))) if job.timeout_s else self.time_min
+        gpus = int(job.cell.resources.get("num_gpus", options.slurm_gpus_per_cell) or 0)
+        minutes = max(1, int(-(-job.timeout_s // 60))) if job.timeout_s else options.slurm_time
         params = {"timeout_min": minutes, "cpus_per_task": cpus, "nodes": 1, "tasks_per_node": 1}
         if gpus:
             params["gpus_per_node"] = gpus
-        if self.partition:
-            params["slurm_partition"] = self.partition
+        if options.slurm_partition:
+            params["slurm_partition"] = options.slurm_partition
         executor.update_parameters(**params)
         return executor
 
     def run(self, jobs: list[CellJob], on_done: Callable[[CellJob, dict], None]) -> None:
         if not jobs:
             return
-        submitit = require_extra("slurm")
+        submitit = require_extra(self)
         folder = (jobs[0].out_dir or jobs[0].cell_dir.parents[2]) / ".submitit"
         self.jobs = len(jobs)
         running = {}
@@ -546,23 +713,15 @@ class SlurmExecutor:
 
 
 # ------------------------------------------------------------------------------------------------
+# Installed plug-ins
+# ------------------------------------------------------------------------------------------------
 
 
-def make_executor(name: str, *, jobs: int = 0, ray_address: Optional[str] = None,
-                  slurm_partition: Optional[str] = None, slurm_time: int = 60, slurm_gpus_per_cell: float = 0,
-                  slurm_cluster: Optional[str] = None):
-    """The executor ``--executor NAME`` names; a missing optional extra is a UsageError naming its pip command."""
-    if name not in EXECUTORS:
-        raise UsageError(f"unknown executor {name!r}; choose from {', '.join(EXECUTORS)}")
-    if jobs < 0:
-        raise UsageError(f"--jobs must be >= 1, got {jobs}")
-    if name in EXTRAS:
-        require_extra(name)  # fail before anything runs
-    if name == "local":
-        return LocalExecutor(jobs)
-    if name == "subprocess":
-        return SubprocessExecutor()
-    if name == "ray":
-        return RayExecutor(ray_address)
-    return SlurmExecutor(partition=slurm_partition, time_min=slurm_time, gpus_per_cell=slurm_gpus_per_cell,
-                         cluster=slurm_cluster)
+def load_executor_plugins() -> list[str]:
+    """Register the executors installed packages declare (entry-point group ``grpo_bench.executors``); returns
+    'group:name' of each. Runs as this module is imported, after the built-in executors, so that a plug-in
+    cannot take their names."""
+    return register_entry_points("grpo_bench.executors", register_executor)
+
+
+load_executor_plugins()

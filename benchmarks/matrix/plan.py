@@ -57,6 +57,8 @@ RUN_KEYS = {
     "timeout_s": "seconds before a cell is stopped and recorded as failed (0: none)",
     "num_cpus": "CPU cores (torch threads) per cell; also settable per [tasks.X] / [algorithms.Y] table",
     "num_gpus": "GPUs per cell (Ray's num_gpus, may be a fraction); also settable per table",
+    "equivalent": "groups of variants that compute the same gradient (A/A controls): the report measures how often "
+                  "its procedure separates them",
     "tasks": "[tasks.NAME] tables",
     "algorithms": "[algorithms.NAME] tables",
 }
@@ -272,7 +274,19 @@ def parse(path: str | Path) -> Plan:
                 ))
     if not cells:
         check.fail((), None, "the matrix has no cells: add [tasks.NAME] and [algorithms.NAME] tables")
+    _check_equivalent(check, data.get("equivalent", []), {c.variant for c in cells})
     return Plan(str(path), text, str(data.get("name", path.stem)), str(data.get("description", "")), cells, float(timeout_s))
+
+
+def _check_equivalent(check: _Checker, groups, variants: set[str]) -> None:
+    """``equivalent``: a list of groups, each a list of at least two variants of this matrix."""
+    if not isinstance(groups, list) or not all(isinstance(g, list) and len(g) >= 2 and all(isinstance(v, str) for v in g)
+                                               for g in groups):
+        check.fail((), "equivalent", f"equivalent must be a list of lists of at least two variant names, got {groups!r}")
+    unknown = sorted({v for g in groups for v in g} - variants)
+    if unknown:
+        check.fail((), "equivalent", f"equivalent names variants this matrix does not define: {', '.join(unknown)} "
+                                     f"(its variants: {', '.join(sorted(variants))})")
 
 
 def _eval_steps(check: _Checker, task_table: Optional[str], task_label: str, variant: str, eval_every: int, cps: int) -> int:

@@ -1,12 +1,20 @@
-"""``grpo-bench bench executors FILE``: one matrix run twice, side by side in one command: one cell at a
-time in fresh processes (``subprocess``), then the default ``local`` executor (warm workers, cells in
-parallel). Reports each run's wall-clock and where it went (start-up, build, training, evaluation,
-idle slots), the ratio, and whether every cell's metrics rows are equal (timing columns aside)."""
+"""``grpo-bench bench executors FILE``: one matrix run in three arms, one after another in one command, which
+separate what warm workers gain from what running cells side by side gains:
+
+    fresh-1   ``--executor subprocess``: one cell at a time, a fresh process each (the baseline)
+    fresh-N   ``--executor subprocess --jobs N``: N fresh processes at once, each cell on cores // N threads
+    warm-N    ``--executor local --jobs N`` (the default executor): N warm workers, each cell on cores // N threads
+
+warm-N / fresh-N is the warm start at equal parallelism, fresh-N / fresh-1 the gain from running N cells at
+once. The report gives each arm's wall-clock and where it went (start-up, build, training, evaluation, idle
+slots), those ratios on lines of their own, whether every cell's metrics rows are equal across arms (timing
+columns aside), and every cell's final accuracy under each arm."""
 
 from __future__ import annotations
 
 import csv
 import dataclasses
+import itertools
 import json
 import statistics
 import time
@@ -18,38 +26,75 @@ from benchmarks.io import atomic_write_json, atomic_write_text, read_jsonl
 from benchmarks.matrix import parse, run_matrix
 from benchmarks.matrix.executors import make_executor
 from benchmarks.matrix.timing import wallclock_breakdown
-from benchmarks.report.tables import markdown_table
+from benchmarks.markdown import markdown_table
 
 PHASES = ("startup_s", "build_s", "train_s", "eval_s", "reset_s", "other_s", "idle_s")
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    executor: str
+    jobs: Optional[int]  # cells at once; None: the bench's N (--jobs)
+    what: str  # as the report describes it, with N as {n}
+
+
+# In the order they run and are shown.
+ARMS = {
+    "fresh-1": Arm("subprocess", 1, "one cell at a time, a fresh process each"),
+    "fresh-N": Arm("subprocess", None, "{n} cells at once, a fresh process each, on cores // {n} torch threads"),
+    "warm-N": Arm("local", None, "{n} cells at once in warm worker processes, on cores // {n} torch threads: the "
+                                 "default executor"),
+}
+DEFAULT_JOBS = 2
+
+# (faster arm, slower arm, what their wall-clock ratio measures, the ratio aimed at), each a paragraph of its own;
+# the first is the report's headline (the README's index of reports quotes its first bold line).
+GAINS = (
+    ("warm-N", "fresh-N", "**Warm start at equal parallelism** ({n} cells at once)", None),
+    ("fresh-N", "fresh-1", "**Parallelism** (fresh processes, {n} at once against one at a time)", None),
+    ("warm-N", "fresh-1", "**Both together** (the default against the baseline)", 0.40),
+)
 
 
 def _rows_without_timing(path: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in read_jsonl(path)]
 
 
-def compare_executors(matrix_file: str, out: Path, *, jobs: int = 0, names=("subprocess", "local"),
+def compare_executors(matrix_file: str, out: Path, *, jobs: int = DEFAULT_JOBS, arms: Sequence[str] = tuple(ARMS),
                       seeds: Optional[Sequence[int]] = None) -> dict:
+    """Run the matrix's cells (of ``seeds`` only, if given) under each of ``arms`` into ``out/ARM``."""
+    if jobs < 2:
+        raise UsageError(f"--jobs must be >= 2 (the cells at once of the fresh-N and warm-N arms), got {jobs}")
+    unknown = sorted(set(arms) - set(ARMS))
+    if unknown:
+        raise UsageError(f"unknown arm {', '.join(unknown)}; choose from {', '.join(ARMS)}")
+    arms = [arm for arm in ARMS if arm in arms]
     plan = parse(matrix_file)
-    if seeds:  # the matrix's cells of these seeds only, so that two full runs of a large matrix fit a session
+    if seeds:  # the matrix's cells of these seeds only, so that every arm's run of a large matrix fits a session
         missing = sorted(set(seeds) - {c.seed for c in plan.cells})
         if missing:
             raise UsageError(f"--seeds {' '.join(map(str, missing))}: not among the seeds of {matrix_file}")
         plan = dataclasses.replace(plan, cells=[c for c in plan.cells if c.seed in seeds])
     runs = {}
-    for name in names:
+    for arm in arms:
+        executor, cells_at_once = ARMS[arm].executor, ARMS[arm].jobs or jobs
         start = time.perf_counter()
-        counts = run_matrix(plan, out / name, overwrite=True, progress=True, executor=make_executor(name, jobs=jobs))
+        counts = run_matrix(plan, out / arm, overwrite=True, progress=True,
+                            executor=make_executor(executor, jobs=cells_at_once))
         elapsed = time.perf_counter() - start
-        breakdown = wallclock_breakdown(out / name)
-        runs[name] = {"elapsed_s": elapsed, "counts": counts, "timing": breakdown["total"],
-                      "jobs": (breakdown["sessions"][-1] if breakdown["sessions"] else {}).get("jobs")}
-    base, fast = names
-    same = [c.relpath for c in plan.cells
-            if _rows_without_timing(out / base / c.relpath / "metrics.jsonl") == _rows_without_timing(out / fast / c.relpath / "metrics.jsonl")]
-    return {"matrix": matrix_file, "seeds": sorted({c.seed for c in plan.cells}), "cells": len(plan.cells),
-            "executors": list(names), "runs": runs,
-            "ratio": runs[fast]["elapsed_s"] / runs[base]["elapsed_s"], "identical_cells": len(same),
-            "differing_cells": [c.relpath for c in plan.cells if c.relpath not in same]}
+        breakdown = wallclock_breakdown(out / arm)
+        session = breakdown["sessions"][-1] if breakdown["sessions"] else {}
+        runs[arm] = {"executor": executor, "jobs": session.get("jobs") or cells_at_once, "elapsed_s": elapsed,
+                     "counts": counts, "timing": breakdown["total"]}
+    identical = []
+    for a, b in itertools.combinations(arms, 2):
+        differing = [c.relpath for c in plan.cells if _rows_without_timing(out / a / c.relpath / "metrics.jsonl")
+                     != _rows_without_timing(out / b / c.relpath / "metrics.jsonl")]
+        identical.append({"arms": [a, b], "identical_cells": len(plan.cells) - len(differing),
+                          "differing_cells": differing})
+    return {"matrix": matrix_file, "seeds": sorted({c.seed for c in plan.cells}),
+            "selected_seeds": list(seeds) if seeds else None, "cells": len(plan.cells), "jobs": jobs, "arms": arms,
+            "runs": runs, "identical": identical}
 
 
 def seed_spread(matrix_dir: Path) -> dict[str, dict[str, float]]:
@@ -63,96 +108,125 @@ def seed_spread(matrix_dir: Path) -> dict[str, dict[str, float]]:
             for key, values in by_variant.items() if len(values) > 1}
 
 
-def compare_accuracy(out: Path, names: Sequence[str], spread: Optional[dict[str, dict[str, float]]] = None) -> dict:
-    """Every cell's final accuracy under both executors, their threads per cell, and (given the seed spread of
-    another run of the same matrix) whether a difference is within that spread."""
-    base, fast = names
+def compare_accuracy(out: Path, arms: Sequence[str], spread: Optional[dict[str, dict[str, float]]] = None) -> dict:
+    """Every cell's final accuracy under each arm, their threads per cell, and (given the seed spread of another
+    run of the same matrix) whether a difference between the arms is within that spread."""
     cells = []
-    for summary_path in sorted((out / base).glob("**/summary.json")):
-        relpath = str(summary_path.parent.relative_to(out / base))
-        other = out / fast / relpath / "summary.json"
-        if not other.exists():
+    for summary_path in sorted((out / arms[0]).glob("**/summary.json")):
+        relpath = str(summary_path.parent.relative_to(out / arms[0]))
+        paths = [out / arm / relpath / "summary.json" for arm in arms]
+        if not all(p.exists() for p in paths):
             continue
-        a, b = (json.loads(p.read_text()) for p in (summary_path, other))
-        if a.get("accuracy_after") is None or b.get("accuracy_after") is None:
+        summaries = [json.loads(p.read_text()) for p in paths]
+        accuracy = [s.get("accuracy_after") for s in summaries]
+        if None in accuracy:
             continue
-        variant = relpath.rsplit("/", 1)[0]
-        cells.append({"cell": relpath, "task": relpath.split("/", 1)[0], base: a["accuracy_after"], fast: b["accuracy_after"],
-                      "threads": [a.get("threads"), b.get("threads")], "seeds": (spread or {}).get(variant)})
-    tasks = {}
+        cells.append({"cell": relpath, "task": relpath.split("/", 1)[0], "accuracy": dict(zip(arms, accuracy)),
+                      "difference": max(accuracy) - min(accuracy), "threads": [s.get("threads") for s in summaries],
+                      "seeds": (spread or {}).get(relpath.rsplit("/", 1)[0])})
+    tasks: dict[str, list[dict]] = {}
     for cell in cells:
-        t = tasks.setdefault(cell["task"], {"cells": 0, base: [], fast: [], "abs_diff": [], "seed_std": []})
-        t["cells"] += 1
-        t[base].append(cell[base])
-        t[fast].append(cell[fast])
-        t["abs_diff"].append(abs(cell[base] - cell[fast]))
-        if cell["seeds"] is not None:
-            t["seed_std"].append(cell["seeds"]["std"])
-    equal = sum(c[base] == c[fast] for c in cells)
-    judged = [c for c in cells if c[base] != c[fast] and c["seeds"] is not None]
-    within = sum(abs(c[base] - c[fast]) <= c["seeds"]["std"] for c in judged)
-    in_range = sum(c["seeds"]["min"] <= min(c[base], c[fast]) and max(c[base], c[fast]) <= c["seeds"]["max"] for c in judged)
-    return {"cells": cells, "equal": equal, "differing_judged": len(judged), "within_seed_std": within,
-            "within_seed_range": in_range,
+        tasks.setdefault(cell["task"], []).append(cell)
+    judged = [c for c in cells if c["difference"] and c["seeds"] is not None]
+    return {"cells": cells, "equal": sum(not c["difference"] for c in cells), "differing_judged": len(judged),
+            "within_seed_std": sum(c["difference"] <= c["seeds"]["std"] for c in judged),
+            "within_seed_range": sum(c["seeds"]["min"] <= min(c["accuracy"].values())
+                                     and max(c["accuracy"].values()) <= c["seeds"]["max"] for c in judged),
             "threads": sorted({tuple(c["threads"]) for c in cells}),
-            "tasks": {name: {"cells": t["cells"], f"{base}_mean": statistics.fmean(t[base]), f"{fast}_mean": statistics.fmean(t[fast]),
-                             "max_abs_diff": max(t["abs_diff"]),
-                             "mean_seed_std": statistics.fmean(t["seed_std"]) if t["seed_std"] else None}
-                      for name, t in tasks.items()}}
+            "tasks": {task: {"cells": len(group),
+                             "mean": {arm: statistics.fmean(c["accuracy"][arm] for c in group) for arm in arms},
+                             "max_abs_diff": max(c["difference"] for c in group),
+                             "mean_seed_std": statistics.fmean(c["seeds"]["std"] for c in group if c["seeds"])
+                             if any(c["seeds"] for c in group) else None}
+                      for task, group in tasks.items()}}
 
 
-def _executor_order(result: dict) -> list[str]:
-    """One cell at a time first, then the default (a stored result's ``runs`` may come back key-sorted)."""
-    return result.get("executors") or sorted(result["runs"], key=lambda name: name != "subprocess")
+def _ratio(result: dict, fast: str, slow: str) -> Optional[float]:
+    runs = result["runs"]
+    if fast not in runs or slow not in runs or not runs[slow]["elapsed_s"]:
+        return None
+    return runs[fast]["elapsed_s"] / runs[slow]["elapsed_s"]
+
+
+def gain_lines(result: dict) -> list[str]:
+    """A line per pair of arms run: their wall-clock ratio and what it measures."""
+    lines = []
+    for fast, slow, what, target in GAINS:
+        ratio = _ratio(result, fast, slow)
+        if ratio is None:
+            continue
+        line = f"{what.format(n=result['jobs'])}: {fast} / {slow} wall-clock **{ratio:.2f}**"
+        if target is not None:
+            line += f" (target: at most {target:.2f})"
+        lines.append(line + (f", {1 / ratio:.2f}x as fast." if ratio else "."))  # 0: the faster arm ran nothing
+    return lines
+
+
+def _versus(values) -> str:
+    return " vs ".join(f"{v:.3f}" for v in values)
+
+
+def _cells_text(cells: list[str]) -> str:
+    return ", ".join(cells[:6]) + (" ..." if len(cells) > 6 else "")
 
 
 def render(result: dict, command: str) -> str:
-    headers = ["executor", "jobs", "cells complete", "wall-clock (s)"] + [p[:-2].replace("_", " ") + " (s)" for p in PHASES]
-    rows = []
-    names = _executor_order(result)
-    for name in names:
-        run, t = result["runs"][name], result["runs"][name]["timing"]
-        rows.append([name, run["jobs"] or 1, run["counts"]["complete"], f"{run['elapsed_s']:.0f}"]
-                    + [f"{t.get(p, 0.0):.0f}" for p in PHASES])
-    seeds = result.get("seeds")
-    lines = [
+    arms, runs, n = result["arms"], result["runs"], result["jobs"]
+    headers = ["arm", "executor", "jobs", "cells complete", "wall-clock (s)"] + [p[:-2].replace("_", " ") + " (s)" for p in PHASES]
+    rows = [[arm, runs[arm]["executor"], runs[arm]["jobs"], runs[arm]["counts"]["complete"], f"{runs[arm]['elapsed_s']:.0f}"]
+            + [f"{runs[arm]['timing'].get(p, 0.0):.0f}" for p in PHASES] for arm in arms]
+    seeds = result["seeds"]
+    paragraphs = [
         f"Matrix `{result['matrix']}` ({result['cells']} cells"
-        + (f", seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}" if seeds else "") + f") run twice in one command: `{names[0]}` (one cell at a "
-        f"time, a fresh process each) then `{names[1]}` (the default). Phase columns are summed over cells; idle is "
-        "worker slots x wall-clock minus the cells' process time.", "",
-        markdown_table(headers, rows), "",
-        f"**{names[1]} / {names[0]} wall-clock: {result['ratio']:.2f}** (target: at most 0.40).",
-        f"Metrics rows identical (timing columns aside) in {result['identical_cells']} of {result['cells']} cells"
-        + ("." if not result["differing_cells"] else
-           f"; they differ in {', '.join(result['differing_cells'][:6])}" + (" ..." if len(result["differing_cells"]) > 6 else "")
-           + "."),
+        + (f", seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}" if seeds else "")
+        + f") run in {len(arms)} arm{'s' if len(arms) > 1 else ''}, one after another in one command: "
+        + "; ".join(f"`{arm}` ({ARMS[arm].what.format(n=n)})" for arm in arms)
+        + ". A cell whose matrix names its num_cpus runs on that many threads instead. Phase columns are summed "
+        "over cells; idle is worker slots x wall-clock minus the cells' process time.",
+        markdown_table(headers, rows),
+        *gain_lines(result),
     ]
+    if result["identical"]:
+        paragraphs.append(f"Metrics rows identical (timing columns aside), of {result['cells']} cells: " + "; ".join(
+            f"{' and '.join(pair['arms'])} in {pair['identical_cells']}"
+            + (f" (they differ in {_cells_text(pair['differing_cells'])})" if pair["differing_cells"] else "")
+            for pair in result["identical"]) + ".")
     accuracy = result.get("accuracy")
     if accuracy and accuracy["cells"]:
-        threads = "; ".join(f"{a} vs {b}" for a, b in accuracy["threads"])
-        lines += ["", f"Final accuracy per task, mean over its cells, under both (torch threads per cell, {names[0]} vs "
-                  f"{names[1]}: {threads}); the seed spread is the standard deviation over seeds of each variant's "
-                  f"final accuracy in `{accuracy['spread_from']}`, averaged over the task's variants:" if accuracy.get("spread_from")
-                  else f"Final accuracy per task, mean over its cells, under both (torch threads per cell, {names[0]} vs "
-                  f"{names[1]}: {threads}):", ""]
-        rows = [[task, t["cells"], f"{t[names[0] + '_mean']:.3f}", f"{t[names[1] + '_mean']:.3f}", f"{t['max_abs_diff']:.3f}",
+        threads = "; ".join(" vs ".join(map(str, t)) for t in accuracy["threads"])
+        intro = (f"Final accuracy per task, mean over its cells, under each arm (torch threads per cell, "
+                 f"{' vs '.join(arms)}: {threads})")
+        if accuracy.get("spread_from"):
+            intro += ("; the seed spread is the standard deviation over seeds of each variant's final accuracy in "
+                      f"`{accuracy['spread_from']}`, averaged over the task's variants")
+        rows = [[task, t["cells"], *(f"{t['mean'][arm]:.3f}" for arm in arms), f"{t['max_abs_diff']:.3f}",
                  "" if t["mean_seed_std"] is None else f"{t['mean_seed_std']:.3f}"] for task, t in accuracy["tasks"].items()]
-        lines += [markdown_table(["task", "cells", names[0], names[1], "largest cell difference", "seed spread"], rows), ""]
-        verdict = f"Final accuracy equal in {accuracy['equal']} of {len(accuracy['cells'])} cells"
+        verdict = f"Final accuracy equal under every arm in {accuracy['equal']} of {len(accuracy['cells'])} cells"
         if accuracy["differing_judged"]:
             verdict += (f"; of the {accuracy['differing_judged']} that differ, {accuracy['within_seed_std']} differ by no "
                         f"more than their variant's standard deviation over seeds, and {accuracy['within_seed_range']} "
-                        "have both values inside their variant's range over seeds (min to max)")
-            verdict += ": " + "; ".join(f"{c['cell']} {c[names[0]]:.3f} vs {c[names[1]]:.3f} (seeds {c['seeds']['min']:.3f} to "
-                                        f"{c['seeds']['max']:.3f}, std {c['seeds']['std']:.3f})"
-                                        for c in accuracy["cells"] if c[names[0]] != c[names[1]] and c["seeds"])
-        lines.append(verdict + ".")
-    lines += ["", f"Regenerate: `{command}`"]
-    return "\n".join(lines) + "\n"
+                        "have every value inside their variant's range over seeds (min to max): ")
+            verdict += "; ".join(f"{c['cell']} {_versus(c['accuracy'].values())} (seeds {c['seeds']['min']:.3f} to "
+                                 f"{c['seeds']['max']:.3f}, std {c['seeds']['std']:.3f})"
+                                 for c in accuracy["cells"] if c["difference"] and c["seeds"])
+        paragraphs += [intro + ":", markdown_table(["task", "cells", *arms, "largest cell difference", "seed spread"], rows),
+                       verdict + "."]
+    paragraphs.append(f"Regenerate: `{command}`")
+    return "\n\n".join(p for p in paragraphs if p) + "\n"
 
 
-def run_bench_executors(matrix_file: str, out: str, jobs: int = 0, readme: Optional[str] = None,
-                        seeds: Optional[Sequence[int]] = None, section: str = "executors",
+def _command(result: dict, out: str, readme: Optional[str], section: str, spread_from: Optional[str]) -> str:
+    """The command that runs this comparison again (paths as they were typed)."""
+    return (f"grpo-bench bench executors {result['matrix']} --out {out}"
+            + (f" --jobs {result['jobs']}" if result["jobs"] != DEFAULT_JOBS else "")
+            + (f" --arms {' '.join(result['arms'])}" if result["arms"] != list(ARMS) else "")
+            + (f" --seeds {' '.join(map(str, result['selected_seeds']))}" if result["selected_seeds"] else "")
+            + (f" --spread-from {spread_from}" if spread_from else "")
+            + (f" --readme {readme}" if readme else "") + (f" --section {section}" if section != "executors" else ""))
+
+
+def run_bench_executors(matrix_file: str, out: str, jobs: int = DEFAULT_JOBS, arms: Sequence[str] = tuple(ARMS),
+                        readme: Optional[str] = None, seeds: Optional[Sequence[int]] = None, section: str = "executors",
                         spread_from: Optional[str] = None, rerender: bool = False) -> dict:
     """Run the comparison (or, with ``rerender``, re-read a finished one's executors.json and runs) and write
     its report; ``spread_from`` names a finished run of the same matrix whose seed spread judges differences."""
@@ -162,30 +236,23 @@ def run_bench_executors(matrix_file: str, out: str, jobs: int = 0, readme: Optio
             result = json.loads((out_dir / "executors.json").read_text())
         except (OSError, ValueError) as e:
             raise UsageError(f"--rerender needs a finished comparison in {out_dir}: {e}") from None
+        if "arms" not in result:
+            raise UsageError(f"--rerender: {out_dir / 'executors.json'} is from before the comparison had its "
+                             "fresh-N arm; run it again")
     else:
-        result = compare_executors(matrix_file, out_dir / "runs", jobs=jobs, seeds=seeds)
+        result = compare_executors(matrix_file, out_dir / "runs", jobs=jobs, arms=arms, seeds=seeds)
     try:
         spread = seed_spread(Path(spread_from)) if spread_from else None
     except OSError as e:
         raise UsageError(f"--spread-from {spread_from}: {e}") from None
-    for name, run in result["runs"].items():
-        # A run recorded before sessions stored the resolved --jobs counted one slot: the cells' worker slots say
-        # how many ran at once, and the idle time follows from them.
-        slots = len({json.loads(p.read_text()).get("worker") for p in (out_dir / "runs" / name).glob("**/summary.json")})
-        if slots > (run.get("jobs") or 1) and "process_s" in run["timing"]:
-            run["jobs"] = slots
-            run["timing"]["idle_s"] = max(0.0, slots * run["timing"]["elapsed_s"] - run["timing"]["process_s"])
-    result["accuracy"] = {**compare_accuracy(out_dir / "runs", _executor_order(result), spread), "spread_from": spread_from}
-    command = (f"grpo-bench bench executors {matrix_file} --out {out}" + (f" --jobs {jobs}" if jobs else "")
-               + (f" --seeds {' '.join(map(str, seeds))}" if seeds else "")
-               + (f" --spread-from {spread_from}" if spread_from else "")
-               + (f" --readme {readme}" if readme else "") + (f" --section {section}" if section != "executors" else ""))
-    body = render(result, command)
+    result["accuracy"] = {**compare_accuracy(out_dir / "runs", result["arms"], spread), "spread_from": spread_from}
+    body = render(result, _command(result, out, readme, section, spread_from))
     atomic_write_json(out_dir / "executors.json", result)
-    atomic_write_text(out_dir / "executors.md", "# Executors: one cell at a time vs the default\n\n" + body)
+    title = "Executors: warm workers against fresh processes, at equal parallelism"
+    atomic_write_text(out_dir / "executors.md", f"# {title}\n\n" + body)
     print(body)
     if readme:
-        from benchmarks.report.readme import update_section
+        from benchmarks.markdown import update_section
 
-        update_section(readme, section, "### Executors: one cell at a time vs warm workers in parallel\n\n" + body)
+        update_section(readme, section, f"### {title}\n\n" + body)
     return result

@@ -9,7 +9,8 @@ Against seconds, seeds never share instants: each seed's curve is interpolated o
 points from 0 to the task's longest training time, and a run that has finished is held at its final
 accuracy (its policy no longer changes).
 
-AUC and completions-to-threshold are computed from each cell's measured points, not the grid.
+AUC, completions-to-threshold (linear between evaluations) and collapse are computed from each cell's
+measured points, not the grid.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from benchmarks.report.stats import completions_to_threshold, normalised_auc
+from benchmarks.report.stats import collapsed, completions_to_threshold, normalised_auc
 
 CURVE_KEYS = ["task", "variant", "seed"]
 THRESHOLD_SHARE = 0.8  # completions to reach 80% of the best variant's mean final accuracy on the task
@@ -57,7 +58,8 @@ def build(cells: pd.DataFrame, evals: pd.DataFrame) -> dict:
     Returns {"completions": long frame (task, variant, seed, completions, accuracy, measured),
              "seconds": long frame (task, variant, seed, seconds, accuracy),
              "cells": per cell (task, variant, seed, budget, accuracy_before, final_accuracy, auc,
-                      completions_to_threshold), "thresholds": {task: accuracy threshold},
+                      peak_accuracy, collapsed, completions_to_threshold (interpolated),
+                      completions_to_threshold_measured (the first evaluation at or above)), "thresholds": {task: accuracy threshold},
              "aligned": {task: True when every grid point of every cell was measured}}."""
     empty = {"completions": pd.DataFrame(), "seconds": pd.DataFrame(), "cells": pd.DataFrame(), "thresholds": {}, "aligned": {}}
     if evals.empty or "accuracy" not in evals:
@@ -84,7 +86,8 @@ def build(cells: pd.DataFrame, evals: pd.DataFrame) -> dict:
         after = frame[frame["phase"] == "after"]["accuracy"] if "phase" in frame else frame["accuracy"].iloc[-1:]
         per_cell.append({"task": task, "variant": variant, "seed": seed, "budget": budgets[task],
                          "accuracy_before": y[0], "final_accuracy": float(after.iloc[-1]) if len(after) else y[-1],
-                         "auc": normalised_auc(x, y, budgets[task]), "x": x, "y": y})
+                         "auc": normalised_auc(x, y, budgets[task]), "peak_accuracy": float(np.max(y)),
+                         "collapsed": collapsed(y), "x": x, "y": y})
     if not per_cell:
         return empty
     cell_frame = pd.DataFrame(per_cell)
@@ -92,6 +95,8 @@ def build(cells: pd.DataFrame, evals: pd.DataFrame) -> dict:
     thresholds = {task: THRESHOLD_SHARE * value for task, value in best.items()}
     cell_frame["threshold"] = cell_frame["task"].map(thresholds)
     cell_frame["completions_to_threshold"] = [completions_to_threshold(r.x, r.y, r.threshold) for r in cell_frame.itertuples()]
+    cell_frame["completions_to_threshold_measured"] = [completions_to_threshold(r.x, r.y, r.threshold, interpolate=False)
+                                                       for r in cell_frame.itertuples()]
     return {"completions": pd.concat(by_completions, ignore_index=True),
             "seconds": pd.concat(by_seconds, ignore_index=True),
             "cells": cell_frame.drop(columns=["x", "y"]), "thresholds": thresholds, "aligned": aligned}

@@ -258,13 +258,15 @@ def wall_clock_line(sessions: list[dict], done: pd.DataFrame) -> str:
 
 TABLES = [("summary", ""), ("cells", " (every cell)"), ("evals", ""), ("curves", " (accuracy on each task's grid)"),
           ("curve_metrics", " (per cell: AUC, completions to threshold)"), ("verdicts", ""), ("overall", ""),
-          ("probability_of_improvement", ""), ("performance_profiles", "")]
+          ("probability_of_improvement", ""), ("performance_profiles", ""),
+          ("scaling_fits", " (ScaleRL fits per task and variant)"), ("power", " (minimum detectable difference per task)"),
+          ("aa_pairs", " (declared-equivalent pairs)")]
 
 
 def analyse(data: dict) -> dict:
     """Learning curves and the statistics over them, added to ``data`` as "curves" and "analysis"."""
     data["curves"] = learning_curves.build(data["cells"], data["evals"])
-    data["analysis"] = verdicts.analyse(data["cells"], data["curves"])
+    data["analysis"] = verdicts.analyse(data["cells"], data["curves"], meta=data["meta"])
     return data
 
 
@@ -288,6 +290,7 @@ def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[s
     frames = [("cells", data["cells"]), ("evals", data["evals"]), ("summary", summary),
               ("curves", curves["completions"]), ("curve_metrics", curves["cells"]), ("verdicts", analysis["tasks"]),
               ("overall", analysis["overall"]), ("probability_of_improvement", analysis["poi"]),
+              ("scaling_fits", analysis["scaling_fits"]), ("power", analysis["power"]), ("aa_pairs", analysis["aa"]),
               ("performance_profiles", analysis["profiles"])]
     for name, frame in frames:
         atomic_write_text(out / "tables" / f"{name}.csv", frame.to_csv(index=False))
@@ -296,16 +299,17 @@ def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[s
     source = str(out)
     atomic_write_text(out / "README.md", "# grpo-bench results\n\n" + render(data, summary, images, "", source))
     section_name = section or f"matrix-{out.name}"
-    targets = []
+    targets = []  # (README, whether it also gets the verdicts): results/README.md is an index of the matrices
     root = _results_root(out.resolve())
     if root is not None and root != out.resolve():
-        targets.append(root / "README.md")
+        targets.append((root / "README.md", False))
     if readme:
-        targets.append(Path(readme))
-    for target in targets:
+        targets.append((Path(readme), True))
+    for target, with_verdicts in targets:
         prefix = Path(os.path.relpath(out.resolve(), target.resolve().parent)).as_posix() + "/"
         update_section(target, section_name, render(data, summary, images, prefix, source, brief=True))
-        update_section(target, f"{section_name}-verdicts", verdicts.render(analysis))
+        if with_verdicts:
+            update_section(target, f"{section_name}-verdicts", verdicts.render(analysis, scaling=False))
     data["summary"] = summary
-    data["written"] = [str(out / "README.md")] + [str(t) for t in targets]
+    data["written"] = [str(out / "README.md")] + [str(t) for t, _ in targets]
     return data

@@ -5,11 +5,17 @@ The rules, stated once:
   * a task *ranks nothing* when every variant's mean final accuracy is >= 0.95 or every one is <= 0.05
     (saturated: the task cannot tell the variants apart, whatever the intervals say);
   * on a task that ranks, the variant with the highest mean final accuracy is "best"; another is
-    "tied with best" when the 95% stratified-bootstrap interval of its mean's difference to the best's
-    contains 0, else "worse" (stats.mark_against_best; fewer than 3 seeds: no mark);
+    "tied with best" when the 95% Welch t interval of its mean's difference to the best's contains 0,
+    else "worse" (stats.mark_against_best; fewer than 3 seeds: no mark; why Welch and not the bootstrap:
+    benchmarks.report.calibration);
   * "the statistics do not separate the variants on TASK" when every variant is best or tied;
   * "X is best or tied with best on all N tasks that rank" only when that holds for X on every such
     task; "of those, Y has the lowest mean training time" names the measured minimum, nothing more.
+
+Beside the marks, per task: the power of that comparison (the minimum detectable difference at 80% power
+for the task's seed count and pooled seed-to-seed spread), per variant the collapse rate with its Wilson
+interval, the ScaleRL compute-scaling fit (benchmarks.report.fits), and, when the matrix declares groups of
+equivalent variants (top-level ``equivalent``), the share of those A/A pairs the intervals separate.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from benchmarks.report import stats
+from benchmarks.report import calibration, fits, stats
 from benchmarks.report.curves import THRESHOLD_SHARE
 from benchmarks.markdown import markdown_table, with_interval
 
@@ -51,17 +57,36 @@ def _pooled(per_cell: pd.DataFrame, column: str, tasks: list[str]) -> dict[str, 
     return out
 
 
-def analyse(cells: pd.DataFrame, curves: dict, *, reps: int = stats.REPS, seed: int = stats.SEED) -> dict:
+def power(per_cell: pd.DataFrame, column: str = "final_accuracy") -> pd.DataFrame:
+    """Per task: the seed count (the median over variants), the pooled seed-to-seed standard deviation (the
+    root mean of the variants' variances, those with 2 or more seeds) and the minimum detectable difference
+    of two variants' means at 80% power, two-sided 5% (stats.minimum_detectable_difference)."""
+    rows = []
+    for task, frame in per_cell.groupby("task", sort=False):
+        groups = frame.groupby("variant", sort=False)[column]
+        sizes, variances = groups.count(), groups.var(ddof=1)
+        variances = variances[sizes >= 2].dropna()
+        n = int(np.median(sizes)) if len(sizes) else 0
+        sd = float(np.sqrt(variances.mean())) if len(variances) else math.nan
+        rows.append({"task": task, "seeds": n, "pooled_sd": sd, "mdd": stats.minimum_detectable_difference(sd, n)})
+    return pd.DataFrame(rows, columns=["task", "seeds", "pooled_sd", "mdd"])
+
+
+def analyse(cells: pd.DataFrame, curves: dict, *, reps: int = stats.REPS, seed: int = stats.SEED,
+            meta: dict | None = None, equivalent: list | None = None, scaling: bool = True) -> dict:
     """Everything the verdict section and its tables need.
 
     Returns {"tasks": per (task, variant) row with final accuracy and AUC estimates, completions to the
     threshold, the mark and the costs; "overall": normalised mean / IQM per variant over tasks;
     "poi": P(X > Y) per task and overall; "profiles": performance profiles of normalised final
-    accuracy; "saturated": {task: bool}; "sentences": the guidance}."""
+    accuracy; "saturated": {task: bool}; "sentences": the guidance; "power": per task MDD; "scaling_fits":
+    per (task, variant) ScaleRL fit; "aa": the A/A pairs of the ``equivalent`` groups (default: those
+    ``meta``'s matrix file declares) and whether each is separated}."""
     per_cell = curves.get("cells", pd.DataFrame())
     if per_cell.empty:
         return {"tasks": pd.DataFrame(), "overall": pd.DataFrame(), "poi": pd.DataFrame(), "profiles": pd.DataFrame(),
-                "saturated": {}, "sentences": [], "thresholds": {}}
+                "saturated": {}, "sentences": [], "thresholds": {}, "power": pd.DataFrame(),
+                "scaling_fits": pd.DataFrame(columns=fits.COLUMNS), "aa": pd.DataFrame()}
     done = cells[cells["status"] == "complete"]
     cost = done.groupby(["task", "variant"], sort=False)[["wall_clock_s", "peak_memory_bytes"]].mean()
     rows, saturated, poi = [], {}, []
@@ -75,13 +100,18 @@ def analyse(cells: pd.DataFrame, curves: dict, *, reps: int = stats.REPS, seed: 
         final_est = stats.mean_and_iqm(final, reps=reps, seed=seed).set_index("name")
         auc_est = stats.mean_and_iqm(auc, reps=reps, seed=seed).set_index("name")
         for variant in marks.index:
-            ctt = frame[frame["variant"] == variant]["completions_to_threshold"].to_numpy(float)
+            mine = frame[frame["variant"] == variant]
+            ctt = mine["completions_to_threshold"].to_numpy(float)
+            n_collapsed = int(mine["collapsed"].sum()) if "collapsed" in mine else 0
+            collapse_low, collapse_high = stats.wilson_interval(n_collapsed, len(mine))
             row = {"task": task, "variant": variant, "seeds": len(final[variant]),
                    **{f"final_{k}": v for k, v in final_est.loc[variant].items()},
                    **{f"auc_{k}": v for k, v in auc_est.loc[variant].items()},
                    "threshold": curves["thresholds"][task],
                    "completions_to_threshold": float(np.median(ctt)) if len(ctt) else math.nan,
                    "threshold_reached": int(np.isfinite(ctt).sum()),
+                   "collapsed": n_collapsed, "collapse_rate": n_collapsed / len(mine) if len(mine) else math.nan,
+                   "collapse_low": collapse_low, "collapse_high": collapse_high,
                    **marks.loc[variant, ["diff", "diff_low", "diff_high", "mark"]].to_dict(),
                    "saturated": saturated[task]}
             if (task, variant) in cost.index:
@@ -109,6 +139,11 @@ def analyse(cells: pd.DataFrame, curves: dict, *, reps: int = stats.REPS, seed: 
               "saturated": saturated, "thresholds": curves["thresholds"], "aligned": curves.get("aligned", {}),
               "pooled_tasks": [t for t in tasks if per_cell[per_cell["task"] == t]["accuracy_before"].mean() < 1.0]}
     result["sentences"] = guidance(table)
+    result["power"] = power(per_cell)
+    result["scaling_fits"] = fits.scaling_fits(curves.get("completions"), seed=seed) if scaling else pd.DataFrame(columns=fits.COLUMNS)
+    groups = calibration.equivalent_groups(meta) if equivalent is None else equivalent
+    result["equivalent"] = groups
+    result["aa"] = calibration.false_separation(per_cell, groups, reps=reps, seed=seed)
     return result
 
 
@@ -164,25 +199,66 @@ def _threshold_text(r) -> str:
     return f"not reached ({reached})" if math.isinf(r["completions_to_threshold"]) else f"{r['completions_to_threshold']:.0f} ({reached})"
 
 
-def render(analysis: dict) -> str:
-    """The verdict section as markdown."""
+def _collapse_text(r) -> str:
+    if pd.isna(r.get("collapse_rate")):
+        return "-"
+    return f"{r['collapsed']}/{r['seeds']} [{r['collapse_low']:.2f}, {r['collapse_high']:.2f}]"
+
+
+def _scaling_lines(analysis: dict, task: str, frame: pd.DataFrame) -> list[str]:
+    """The ScaleRL fits of a task that ranks (saturated tasks' fits are in tables/scaling_fits.csv only)."""
+    fitted = analysis.get("scaling_fits", pd.DataFrame())
+    if fitted is None or fitted.empty or frame["saturated"].iloc[0]:
+        return []
+    fitted = fitted[fitted["task"] == task].set_index("variant")
+    rows = [[v, f"{f['R0']:.3f}", with_interval(f["A"], f["A_low"], f["A_high"]),
+             with_interval(f["C_mid"], f["C_mid_low"], f["C_mid_high"], "{:.0f}"), f"{f['B']:.2f}",
+             f"{f['half_mae']:.3f}", f"{f['half_final_error']:+.3f}"]
+            for v, f in fitted.reindex(list(frame["variant"])).dropna(subset=["R0"]).iterrows()]
+    if not rows:
+        return []
+    return ["", "Compute scaling (ScaleRL's R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) on the mean curve; intervals: "
+                "seeds resampled; *half-budget error*: fitted on the first half of the budget, its mean absolute error "
+                "on the second half's evaluations and its error at the budget):", "",
+            markdown_table(["variant", "R0", "asymptote A [95% CI]", "C_mid [95% CI]", "B", "half-budget MAE",
+                            "error at budget"], rows)]
+
+
+def render(analysis: dict, *, scaling: bool = True) -> str:
+    """The verdict section as markdown; ``scaling``: with a compute-scaling table per ranking task (without,
+    one line pointing to tables/scaling_fits.csv: what a README section shows)."""
     table = analysis["tasks"]
     if table.empty:
         return "### Verdicts\n\nNo complete cells with evaluations yet: nothing to rank.\n"
     lines = ["### Verdicts", "",
              "Final accuracy on each task's held-out evaluation set, over seeds: mean and interquartile mean (IQM) "
              f"with stratified-bootstrap 95% intervals ({stats.REPS} resamples, seed {stats.SEED}; rliable, Agarwal et al. "
-             "2021). A variant is *tied with best* when the 95% interval of its mean's difference to the best's contains 0. "
+             "2021). A variant is *tied with best* when the 95% Welch t interval of its mean's difference to the best's "
+             "contains 0 (with 3-5 seeds a bootstrap interval covers only 81-88% of the time; the Welch interval 95%: "
+             "benchmarks/report/calibration.py). *MDD*: the smallest difference of two means that 80% of matrices like this "
+             "one would detect (two-sided 5%, t with 2n - 2 degrees of freedom, the task's pooled seed-to-seed sd). "
              "AUC is the area under accuracy against generated completions, divided by the budget (1 = perfect from the "
-             "start). *To threshold*: the median over seeds of the completions after which an evaluation first reached "
-             f"{THRESHOLD_SHARE:.0%} of the best variant's mean final accuracy (seeds that reached it in brackets). "
-             "Costs are means over seeds: training seconds and peak memory.", ""]
+             "start). *To threshold*: the median over seeds of the completions at which the curve (linear between "
+             f"evaluations) first reached {THRESHOLD_SHARE:.0%} of the best variant's mean final accuracy (seeds that reached "
+             f"it in brackets). *Collapsed*: seeds ending >= {stats.COLLAPSE_DROP} below their peak or below the start, "
+             "with a Wilson 95% interval. Costs are means over seeds: training seconds and peak memory.", ""]
     lines += [f"- {s}" for s in analysis["sentences"]]
+    aa = analysis.get("aa", pd.DataFrame())
+    if aa is not None and not aa.empty:
+        lines.append(f"- A/A check: of the {len(aa)} pairs of variants declared equivalent (same update), over tasks, "
+                     f"{int(aa['separated'].sum())} ({aa['separated'].mean():.0%}) are separated by the 95% intervals "
+                     "(expected: about 5% or fewer).")
+    power_by_task = analysis.get("power", pd.DataFrame())
+    power_by_task = power_by_task.set_index("task") if not power_by_task.empty else power_by_task
     for task, frame in table.groupby("task", sort=False):
         note = " (ranks nothing: saturated)" if frame["saturated"].iloc[0] else ""
         aligned = analysis.get("aligned", {}).get(task, True)
+        power_text = ""
+        if task in power_by_task.index:
+            p = power_by_task.loc[task]
+            power_text = (f" MDD {p['mdd']:.3f} ({int(p['seeds'])} seeds, pooled seed-to-seed sd {p['pooled_sd']:.3f}).")
         lines += ["", f"#### `{task}`{note}", "",
-                  f"Threshold: accuracy {analysis['thresholds'][task]:.3f}."
+                  f"Threshold: accuracy {analysis['thresholds'][task]:.3f}." + power_text
                   + ("" if aligned else " Some curves were evaluated at other completion counts than the task's grid "
                                         "(variable completions per step); their points were interpolated for the plots."),
                   ""]
@@ -193,11 +269,18 @@ def render(analysis: dict) -> str:
                          with_interval(r["final_iqm"], r["final_iqm_low"], r["final_iqm_high"]),
                          with_interval(r["diff"], r["diff_low"], r["diff_high"], "{:+.3f}"), r["mark"],
                          with_interval(r["auc_mean"], r["auc_mean_low"], r["auc_mean_high"]), _threshold_text(r),
+                         _collapse_text(r),
                          "-" if pd.isna(r.get("wall_clock_s")) else f"{r['wall_clock_s']:.1f}",
                          "-" if pd.isna(r.get("peak_memory_bytes")) else f"{r['peak_memory_bytes'] / 2**20:.0f}"])
         lines.append(markdown_table(["rank", "variant", "seeds", "final accuracy mean [95% CI]", "IQM [95% CI]",
                                      "difference to best [95% CI]", "verdict", "AUC mean [95% CI]", "completions to threshold",
-                                     "training s", "peak MiB"], rows))
+                                     "collapsed [95% CI]", "training s", "peak MiB"], rows))
+        if scaling:
+            lines += _scaling_lines(analysis, task, frame)
+    fitted = analysis.get("scaling_fits")
+    if not scaling and fitted is not None and not fitted.empty:
+        lines += ["", "Compute-scaling fits (ScaleRL's sigmoid of accuracy against completions: asymptote, midpoint, "
+                      "half-budget extrapolation error) per task and variant: the matrix report and tables/scaling_fits.csv."]
     overall = analysis["overall"]
     if not overall.empty and len(analysis["pooled_tasks"]) > 1:
         lines += ["", f"#### All tasks ({', '.join(f'`{t}`' for t in analysis['pooled_tasks'])})", "",

@@ -1,0 +1,231 @@
+"""Executors are registered by name and their options are flags: the built-ins, an unknown name, a plug-in
+through the ``grpo_bench.executors`` entry-point group; the subprocess executor with cells side by side; and the
+executor bench's three arms, whose report states the warm start and the parallelism on lines of their own."""
+
+import dataclasses
+import json
+import threading
+from importlib import metadata
+
+import pytest
+
+from benchmarks.io import read_jsonl
+from benchmarks.markdown import headline
+from benchmarks.matrix import executors
+from benchmarks.matrix.execute import CellJob, finish_cell, prepare_cell_dir
+from benchmarks.matrix.executors import RegisteredExecutor
+from tests.conftest import strip_timing
+
+# Two cells of two GRPO steps (64 completions = 2 x 4 prompts x G 8) on one thread each.
+TINY = """\
+seeds = [0]
+budget = 64
+num_cpus = 1
+device = "cpu"
+
+[tasks.pizza]
+eval_samples = 16
+
+[algorithms.grpo]
+level = ["token", "sequence"]
+"""
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY)
+    return path
+
+
+# ------------------------------------------------------------------------------------------------
+# The registry
+# ------------------------------------------------------------------------------------------------
+
+
+def test_the_registry_holds_the_built_in_executors_and_takes_the_old_keywords():
+    assert {"local", "subprocess", "ray", "slurm"} <= set(executors.EXECUTORS)
+    assert all(dataclasses.is_dataclass(cls.Options) for cls in executors.EXECUTORS.values())
+    # Every keyword make_executor took before the registry still works; another executor's are ignored.
+    old = {"jobs": 3, "ray_address": None, "slurm_partition": "gpu", "slurm_time": 5, "slurm_gpus_per_cell": 1.0,
+           "slurm_cluster": "local"}
+    assert executors.make_executor("local", **old).options.jobs == 3
+    assert executors.make_executor("subprocess", **old).options.jobs == 3
+    slurm = executors.make_executor("slurm", **old).options
+    assert (slurm.slurm_partition, slurm.slurm_time, slurm.slurm_cluster) == ("gpu", 5, "local")
+    with pytest.raises(TypeError, match="no executor declares: job"):
+        executors.make_executor("local", job=2)
+    with pytest.raises(ValueError, match="executor name 'local' is taken by benchmarks.matrix.executors.LocalExecutor"):
+        executors.register_executor(RecordingExecutor, name="local")
+    executors.register_executor(executors.LocalExecutor)  # the same class again is a no-op
+
+
+def test_an_unknown_executor_is_one_line(tiny, tmp_path, run_cli):
+    code, _, err = run_cli("matrix", tiny, "--out", tmp_path / "out", "--executor", "nope")
+    assert code == 2
+    assert err.strip() == "grpo-bench: error: unknown executor 'nope'; choose from local, ray, slurm, subprocess"
+    assert not (tmp_path / "out").exists()
+
+
+@dataclasses.dataclass
+class LabelOptions:
+    label: str = dataclasses.field(default="none", metadata={"help": "a word the recording executor writes"})
+
+
+class RecordingExecutor(RegisteredExecutor):
+    """Records each cell as failed without running it, with its label."""
+
+    name = "recording"
+    Options = LabelOptions
+
+    def run(self, jobs, on_done):
+        for job in jobs:
+            job = prepare_cell_dir(job)
+            on_done(job, finish_cell(job, 1, 0.0, f"not run, label {self.options.label}"))
+
+
+@pytest.fixture
+def plugin_executor(monkeypatch):
+    """RecordingExecutor as an installed package would declare it: an entry point of ``grpo_bench.executors``."""
+    import benchmarks.plugins as plugins
+
+    entry = metadata.EntryPoint("recording", f"{__name__}:RecordingExecutor", "grpo_bench.executors")
+    monkeypatch.setattr(plugins.metadata, "entry_points", lambda group: [entry] if group == "grpo_bench.executors" else [])
+    monkeypatch.setattr(executors, "EXECUTORS", dict(executors.EXECUTORS))  # the plug-in leaves with the test
+    assert executors.load_executor_plugins() == ["grpo_bench.executors:recording"]
+
+
+def test_a_plugin_executor_is_usable_by_name_and_its_option_is_a_flag(plugin_executor, tiny, tmp_path, run_cli, capsys):
+    with pytest.raises(SystemExit):
+        run_cli("matrix", "--help")
+    assert "--label LABEL" in capsys.readouterr().out
+    out = tmp_path / "out"
+    code, text, err = run_cli("matrix", tiny, "--out", out, "--executor", "recording", "--label", "seen",
+                              "--no-report", "--no-progress")
+    assert code == 1, err  # the cells it was handed are recorded as failed, by design
+    assert text.count("FAILED: not run, label seen") == 2
+    assert json.loads((out / "matrix.json").read_text())["sessions"][-1]["executor"] == "recording"
+
+
+# ------------------------------------------------------------------------------------------------
+# subprocess --jobs N
+# ------------------------------------------------------------------------------------------------
+
+
+def test_fresh_processes_side_by_side_each_get_their_share_of_the_cores(tmp_path, monkeypatch):
+    from benchmarks.matrix import parse
+
+    monkeypatch.setattr(executors, "cpu_count", lambda: 8)
+    path = tmp_path / "no_num_cpus.toml"
+    path.write_text(TINY.replace("num_cpus = 1\n", ""))
+    plan = parse(path)
+    jobs = [CellJob(c, tmp_path / c.relpath, resume=False) for c in plan.cells]
+    both_running = threading.Barrier(2, timeout=30)
+    threads = []
+
+    def run_one(job):
+        both_running.wait()  # returns only when the other cell is in flight too
+        threads.append(job.threads)
+        return {"status": "complete"}
+
+    monkeypatch.setattr(executors.FreshProcessExecutor, "run_one", staticmethod(run_one))
+    done = []
+    executor = executors.make_executor("subprocess", jobs=2)
+    executor.run(jobs, lambda job, summary: done.append(job.cell.relpath))
+    assert threads == [4, 4] and executor.jobs == 2 and sorted(done) == sorted(c.relpath for c in plan.cells)
+
+    def one_at_a_time(job):
+        threads.append(job.threads)
+        return {"status": "complete"}
+
+    monkeypatch.setattr(executors.FreshProcessExecutor, "run_one", staticmethod(one_at_a_time))
+    threads.clear()
+    executors.make_executor("subprocess").run(jobs, lambda job, summary: None)
+    assert threads == [0, 0]  # one at a time: the process's default threads, as the baseline always ran
+
+
+def test_subprocess_jobs_2_writes_the_rows_of_jobs_1(tiny, tmp_path, run_cli):
+    for jobs in ("1", "2"):
+        code, _, err = run_cli("matrix", tiny, "--out", tmp_path / jobs, "--executor", "subprocess", "--jobs", jobs,
+                               "--no-report", "--no-progress")
+        assert code == 0, err
+    assert json.loads((tmp_path / "2" / "matrix.json").read_text())["sessions"][-1]["jobs"] == 2
+    for cell in ("pizza/grpo_level=token/seed0", "pizza/grpo_level=sequence/seed0"):
+        rows = [strip_timing(read_jsonl(tmp_path / jobs / cell / "metrics.jsonl")) for jobs in ("1", "2")]
+        assert rows[0] and rows[0] == rows[1], cell
+
+
+# ------------------------------------------------------------------------------------------------
+# grpo-bench bench executors
+# ------------------------------------------------------------------------------------------------
+
+
+def test_the_bench_runs_each_arm_with_its_executor_and_jobs(tiny, tmp_path, run_cli, monkeypatch):
+    import benchmarks.perf.executors as bench
+
+    ran = {}
+
+    def fake_run_matrix(plan, out, executor, **kw):  # the executors themselves are tested above
+        ran[out.name] = (executor.name, executor.options.jobs)
+        return {"complete": len(plan.cells), "failed": 0}
+
+    monkeypatch.setattr(bench, "run_matrix", fake_run_matrix)
+    monkeypatch.setattr(bench, "wallclock_breakdown", lambda out: {"total": {}, "sessions": []})
+    code, text, err = run_cli("bench", "executors", tiny, "--out", tmp_path / "b", "--jobs", "3")
+    assert code == 0, err
+    assert ran == {"fresh-1": ("subprocess", 1), "fresh-N": ("subprocess", 3), "warm-N": ("local", 3)}
+    ran.clear()
+    code, text, err = run_cli("bench", "executors", tiny, "--out", tmp_path / "c", "--arms", "warm-N", "fresh-N")
+    assert code == 0, err
+    assert ran == {"fresh-N": ("subprocess", 2), "warm-N": ("local", 2)}
+    assert "--arms fresh-N warm-N`" in text and "**Parallelism**" not in text
+    code, _, err = run_cli("bench", "executors", tiny, "--out", tmp_path / "d", "--jobs", "1")
+    assert code == 2 and err.strip().count("\n") == 0 and "--jobs must be >= 2" in err
+
+
+def _hand_made_comparison(out, arms, elapsed, accuracies):
+    for cell, values in accuracies.items():
+        for arm, accuracy in zip(arms, values):
+            (out / "runs" / arm / cell).mkdir(parents=True)
+            summary = {"accuracy_after": accuracy, "threads": 2 if arm == "fresh-1" else 1}
+            (out / "runs" / arm / cell / "summary.json").write_text(json.dumps(summary))
+    executor = {"fresh-1": "subprocess", "fresh-N": "subprocess", "warm-N": "local"}
+    runs = {arm: {"executor": executor[arm], "jobs": 1 if arm == "fresh-1" else 2, "elapsed_s": elapsed[arm],
+                  "counts": {"complete": len(accuracies), "failed": 0}, "timing": {"startup_s": 9.0}} for arm in arms}
+    (out / "executors.json").write_text(json.dumps({
+        "matrix": "m.toml", "seeds": [0], "selected_seeds": None, "cells": len(accuracies), "jobs": 2, "arms": arms,
+        "runs": runs, "identical": [{"arms": ["fresh-N", "warm-N"], "identical_cells": len(accuracies), "differing_cells": []}]}))
+
+
+def test_the_report_states_the_warm_start_and_the_parallelism_on_lines_of_their_own(tmp_path, run_cli, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # paths as typed, relative: the report must not show where this machine keeps them
+    arms = ["fresh-1", "fresh-N", "warm-N"]
+    accuracies = {"pizza/grpo/seed0": (0.90, 0.90, 0.90), "pizza/reinforce/seed0": (0.80, 0.84, 0.84)}
+    _hand_made_comparison(tmp_path / "b", arms, {"fresh-1": 100.0, "fresh-N": 60.0, "warm-N": 24.0}, accuracies)
+    code, text, err = run_cli("bench", "executors", "m.toml", "--out", "b", "--rerender")
+    assert code == 0, err
+    lines = text.splitlines()
+    assert ("**Warm start at equal parallelism** (2 cells at once): warm-N / fresh-N wall-clock **0.40**, "
+            "2.50x as fast.") in lines
+    assert ("**Parallelism** (fresh processes, 2 at once against one at a time): fresh-N / fresh-1 wall-clock "
+            "**0.60**, 1.67x as fast.") in lines
+    assert "| fresh-N | subprocess | 2 | 2 | 60 | 9 |" in text
+    assert "(torch threads per cell, fresh-1 vs fresh-N vs warm-N: 2 vs 1 vs 1)" in text
+    assert "| pizza | 2 | 0.850 | 0.870 | 0.870 | 0.040 |  |" in text
+    assert "Final accuracy equal under every arm in 1 of 2 cells." in text
+    assert "Regenerate: `grpo-bench bench executors m.toml --out b`" in text
+    written = (tmp_path / "b" / "executors.md").read_text()
+    assert str(tmp_path) not in text + written and "/tmp" not in text + written
+    # The README's index of reports quotes the first bold line: the gain at equal parallelism.
+    assert headline(tmp_path / "b" / "executors.md").startswith("**Warm start at equal parallelism**")
+
+
+def test_the_report_of_two_arms_leaves_out_the_ratio_it_cannot_give(tmp_path, run_cli):
+    out = tmp_path / "b"
+    _hand_made_comparison(out, ["fresh-N", "warm-N"], {"fresh-N": 50.0, "warm-N": 25.0}, {"pizza/grpo/seed0": (0.9, 0.9)})
+    code, text, err = run_cli("bench", "executors", "m.toml", "--out", out, "--rerender")
+    assert code == 0, err
+    assert "warm-N / fresh-N wall-clock **0.50**" in text and "fresh-1" not in text
+    (out / "executors.json").write_text(json.dumps({"runs": {"local": {}, "subprocess": {}}, "ratio": 0.3}))
+    code, _, err = run_cli("bench", "executors", "m.toml", "--out", out, "--rerender")
+    assert code == 2 and err.strip().count("\n") == 0 and "run it again" in err
