@@ -241,3 +241,11 @@ def test_ablation_plot_compares_group_sizes_at_equal_steps_and_equal_samples(tmp
              "accuracy": 0.5 + 0.001 * s} for g in (2, 4) for seed in (0, 1) for s in (0, 10, 20)]
     plot(pd.DataFrame(rows), 0.5, 0.486, tmp_path / "g.png")
     assert (tmp_path / "g.png").stat().st_size > 1000
+
+
+def test_a_readme_may_take_the_header_without_the_verdicts(matrix_dir, tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# project\n")
+    report(matrix_dir, readme=str(readme), section="demo", plot=False, verdicts_section=False)
+    text = readme.read_text()
+    assert "<!-- grpo-bench:demo -->" in text and "grpo-bench:demo-verdicts" not in text

@@ -76,13 +76,16 @@ def add_report_parser(sub) -> None:
     p.add_argument("--readme", default=None, help="also update a section of this README (e.g. README.md)")
     p.add_argument("--section", default=None, help="the README section's name (default: matrix-<dir name>)")
     p.add_argument("--no-plots", action="store_true", help="tables and markdown only")
+    p.add_argument("--no-verdicts-section", action="store_true",
+                   help="with --readme: the header lines and a link only, not the SECTION-verdicts section")
     p.set_defaults(handler=cmd_report)
 
 
 def cmd_report(args) -> int:
     from benchmarks.report.matrix import report, summary_markdown
 
-    data = report(args.dir, readme=args.readme, section=args.section, plot=not args.no_plots)
+    data = report(args.dir, readme=args.readme, section=args.section, plot=not args.no_plots,
+                  verdicts_section=not args.no_verdicts_section)
     cells = data["cells"]
     counts = cells["status"].value_counts()
     print(f"{len(cells)} cells: " + ", ".join(f"{n} {s}" for s, n in counts.items()))

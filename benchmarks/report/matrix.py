@@ -277,7 +277,8 @@ def _results_root(out: Path) -> Optional[Path]:
     return None
 
 
-def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[str] = None, plot: bool = True) -> dict:
+def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[str] = None, plot: bool = True,
+           verdicts_section: bool = True) -> dict:
     """Tables, statistics, plots and README.md of DIR; with ``readme`` (and always for results/README.md when DIR
     is under results/) two sections of that README: SECTION (the header lines and a link) and SECTION-verdicts."""
     from benchmarks.report.plots import plots
@@ -304,7 +305,7 @@ def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[s
     if root is not None and root != out.resolve():
         targets.append((root / "README.md", False))
     if readme:
-        targets.append((Path(readme), True))
+        targets.append((Path(readme), verdicts_section))
     for target, with_verdicts in targets:
         prefix = Path(os.path.relpath(out.resolve(), target.resolve().parent)).as_posix() + "/"
         update_section(target, section_name, render(data, summary, images, prefix, source, brief=True))
