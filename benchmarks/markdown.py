@@ -67,7 +67,8 @@ REPORTS = (
     ("results/perf/perf.md", "One GRPO step against TRL's GRPOTrainer", "grpo-bench bench grpo-vs-trl"),
     ("results/perf/rloo.md", "One RLOO step against TRL's RLOOTrainer", "grpo-bench bench rloo-vs-trl"),
     ("results/lora/report.md", "LoRA against full fine-tuning, ours and TRL's", "grpo-bench bench lora"),
-    ("results/executors/executors.md", "Matrix executors, fresh processes against warm workers", "grpo-bench bench executors"),
+    ("results/executors-default/executors.md", "Matrix executors on the default matrix: warm workers against fresh processes",
+     "grpo-bench bench executors benchmarks/matrices/default.toml --seeds 0"),
     ("results/ablation/group_size.md", "GRPO's group size on the bandit", "grpo-bench ablation"),
     ("results/gsm8k/README.md", "GSM8K with SmolLM2-135M-Instruct: evaluations and paired tests", "grpo-bench eval, grpo-bench paired"),
 )
