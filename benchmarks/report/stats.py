@@ -277,7 +277,8 @@ def mark_against_best(scores: Mapping[str, Sequence[float]], *, method: str = ME
 
     The best is "best"; another is "tied with best" when the 95% interval (``method``, Welch t by
     default) of the difference of its mean to the best's contains 0, else "worse". With fewer than
-    MIN_SEEDS_FOR_VERDICT runs in either, the mark is "too few seeds". Rows: variant, mean, diff,
+    MIN_SEEDS_FOR_VERDICT runs in either, the mark is "too few seeds". Every variant whose mean equals the
+    highest (to rounding) is "best": list order must not pick between equal means. Rows: variant, mean, diff,
     diff_low, diff_high, mark, sorted by mean (highest first; ties keep the given order)."""
     means = {v: float(np.mean(s)) for v, s in scores.items() if len(s)}
     if not means:
@@ -295,7 +296,8 @@ def mark_against_best(scores: Mapping[str, Sequence[float]], *, method: str = ME
         if min(len(x), len(y)) < MIN_SEEDS_FOR_VERDICT:
             mark = f"too few seeds (< {MIN_SEEDS_FOR_VERDICT})"
         else:
-            mark = BEST if variant == best else TIED if low <= 0.0 <= high else WORSE
+            # equal up to the rounding of summing the same numbers in another order
+            mark = BEST if math.isclose(mean, means[best], rel_tol=1e-12, abs_tol=1e-15) else TIED if low <= 0.0 <= high else WORSE
         rows.append({"variant": variant, "mean": mean, "diff": diff, "diff_low": low, "diff_high": high, "mark": mark})
     frame = pd.DataFrame(rows)
     return frame.sort_values("mean", ascending=False, kind="stable").reset_index(drop=True)
