@@ -380,3 +380,42 @@ def test_bench_executors_rerender_judges_accuracy_differences_against_the_seed_s
     assert json.loads((out / "executors.json").read_text())["accuracy"]["within_seed_std"] == 1
     code, _, err = run_cli("bench", "executors", "m.toml", "--out", tmp_path / "none", "--rerender")
     assert code == 2 and "--rerender needs a finished comparison" in err and err.strip().count("\n") == 0
+
+
+# ------------------------------------------------------------------------------------------------
+# A cell's files travel as an archive (Ray): unpacking it is interruptible without losing rows
+# ------------------------------------------------------------------------------------------------
+
+
+def test_unpack_interrupted_leaves_whole_files_and_no_summary_ahead_of_its_metrics(tmp_path, monkeypatch):
+    from benchmarks.matrix import executors
+
+    finished = tmp_path / "finished"
+    (finished / "checkpoints").mkdir(parents=True)
+    (finished / "checkpoints" / "step_0000009.pt").write_bytes(b"x" * 1000)
+    (finished / "metrics.jsonl").write_text("".join(f'{{"step": {s}}}\n' for s in range(1, 11)))
+    (finished / "summary.json").write_text('{"status": "complete"}')
+    (finished / ".run.lock").write_text("")
+    data = executors.pack_dir(finished)
+    cell = tmp_path / "cell"
+    cell.mkdir()
+    (cell / "metrics.jsonl").write_text('{"step": 1}\n')
+    replaced, real_replace = [], os.replace
+
+    def killed_after_two(src, dst):  # the driver dies after renaming two files into place
+        if len(replaced) == 2:
+            raise KeyboardInterrupt
+        replaced.append(Path(dst).name)
+        real_replace(src, dst)
+
+    monkeypatch.setattr(executors.os, "replace", killed_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        executors.unpack_dir(data, cell)
+    assert replaced == ["step_0000009.pt", "metrics.jsonl"]
+    assert not (cell / "summary.json").exists()  # summary.json is renamed in last
+    assert (cell / "metrics.jsonl").read_text().count("\n") == 10  # whole, never cut short
+    assert sorted(p.name for p in cell.iterdir()) == ["checkpoints", "metrics.jsonl"]  # no staging left behind
+    monkeypatch.setattr(executors.os, "replace", real_replace)
+    executors.unpack_dir(data, cell)
+    assert (cell / "summary.json").read_text() == '{"status": "complete"}' and not (cell / ".run.lock").exists()
+    assert executors.pack_dir(cell) == data  # and a cell packs back to the same archive

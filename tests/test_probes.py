@@ -149,7 +149,28 @@ def test_resume_with_every_checkpoint_corrupt_starts_over_and_says_so(run_cli, r
     code, printed, err = run_cli(*GRPO, *FAST[2:], "--steps", "4", "--resume", "--out", run_dir)
     assert code == 0, err
     assert err.count("unreadable checkpoint") == 2
-    assert f"no readable checkpoint in {run_dir}: starting from step 0" in printed + err
+    assert f"no resumable checkpoint in {run_dir}: starting from step 0" in printed + err
+    assert [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl")] == [1, 2, 3, 4]
+
+
+def test_resume_skips_a_checkpoint_ahead_of_the_metrics(run_cli, run_dir):
+    # What a driver killed while unpacking a finished cell left: the newest checkpoint, but not its rows.
+    metrics = run_dir / "metrics.jsonl"
+    metrics.write_text(metrics.read_text().splitlines(keepends=True)[0])
+    (run_dir / "summary.json").unlink()
+    code, _, err = run_cli(*GRPO, *FAST[2:], "--steps", "4", "--resume", "--out", run_dir)
+    assert code == 0, err
+    newest = run_dir / "checkpoints" / "step_0000002.pt"
+    assert f"{newest}: metrics.jsonl lacks 1 of its 2 steps (first: 2)" in err
+    assert [r["step"] for r in read_jsonl(metrics)] == [1, 2, 3, 4]  # resumed after step 1, no row lost
+
+
+def test_resume_with_no_metrics_starts_over(run_cli, run_dir):
+    (run_dir / "metrics.jsonl").unlink()
+    (run_dir / "summary.json").unlink()
+    code, printed, err = run_cli(*GRPO, *FAST[2:], "--steps", "4", "--resume", "--out", run_dir)
+    assert code == 0, err
+    assert f"no resumable checkpoint in {run_dir}: starting from step 0" in printed + err
     assert [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl")] == [1, 2, 3, 4]
 
 

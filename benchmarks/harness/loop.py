@@ -53,14 +53,22 @@ def _save_checkpoint(out: Path, step: int, payload: dict, keep: int = 2) -> None
         old.unlink(missing_ok=True)
 
 
-def _newest_readable_checkpoint(out: Path, device) -> Optional[dict]:
-    """The newest checkpoint that loads; an unreadable one (a disk error, a file cut short by hand) is
-    reported and skipped, falling back to the one before it."""
+def _newest_resumable_checkpoint(out: Path, device, rows: list[dict]) -> Optional[dict]:
+    """The newest checkpoint that loads and whose steps metrics.jsonl all holds. An unreadable one (a disk
+    error, a file cut short) is reported and skipped, and so is one ahead of the metrics (a directory
+    copied in part, e.g. a driver killed while it unpacked a cell): resuming from it would lose rows."""
+    logged = {r.get("step") for r in rows}
     for path in reversed(_checkpoints(out)):
         try:
-            return torch.load(path, map_location=device, weights_only=False)
+            state = torch.load(path, map_location=device, weights_only=False)
         except Exception as exc:  # torch.load raises pickle, zip and runtime errors for a damaged file
             tqdm.write(f"{path}: unreadable checkpoint ({type(exc).__name__}); falling back to an older one", file=sys.stderr)
+            continue
+        missing = [s for s in range(1, state["step"] + 1) if s not in logged]
+        if not missing:
+            return state
+        tqdm.write(f"{path}: metrics.jsonl lacks {len(missing)} of its {state['step']} steps (first: {missing[0]}); "
+                   "falling back to an older checkpoint", file=sys.stderr)
     return None
 
 
@@ -240,7 +248,7 @@ def _train_and_record(out: Path, rc: RunConfig, task: Task, policy, algo: Algori
     measure.reset_peak_memory(device)
 
     start_step, elapsed, before = 0, 0.0, None
-    state = _newest_readable_checkpoint(out, device) if rc.resume else None
+    state = _newest_resumable_checkpoint(out, device, read_jsonl(metrics_path)) if rc.resume else None
     if state is not None:
         policy.load_state_dict(state["policy"])
         algo.load_state_dict(state["algorithm"])
@@ -250,7 +258,7 @@ def _train_and_record(out: Path, rc: RunConfig, task: Task, policy, algo: Algori
         rewrite_jsonl(metrics_path, [r for r in read_jsonl(metrics_path) if r.get("step", 0) <= start_step])
     else:
         if rc.resume:
-            tqdm.write(f"no readable checkpoint in {out}: starting from step 0", file=sys.stderr)
+            tqdm.write(f"no resumable checkpoint in {out}: starting from step 0", file=sys.stderr)
         metrics_path.unlink(missing_ok=True)
         before = _evaluate(task, policy, rc.seed)
 

@@ -359,13 +359,14 @@ class FreshProcessExecutor(SubprocessExecutor, RegisteredExecutor):
 
 
 def pack_dir(cell_dir: Path, *, checkpoints: bool = True, only_newest_checkpoint: bool = False) -> bytes:
-    """The cell's files as a tar archive in memory (checkpoints optional; lock files left out)."""
+    """The cell's files as a tar archive in memory (checkpoints optional; hidden entries such as lock files
+    and a staging folder left out)."""
     buf = io.BytesIO()
     newest = sorted((cell_dir / "checkpoints").glob("step_*.pt"))[-1:] if (cell_dir / "checkpoints").is_dir() else []
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for path in sorted(cell_dir.rglob("*")):
             rel = path.relative_to(cell_dir)
-            if not path.is_file() or rel.name.startswith(".") or rel.name.endswith(".tmp"):
+            if not path.is_file() or any(part.startswith(".") for part in rel.parts) or rel.name.endswith(".tmp"):
                 continue
             if rel.parts[0] == "checkpoints" and (not checkpoints or (only_newest_checkpoint and path not in newest)):
                 continue
@@ -374,14 +375,26 @@ def pack_dir(cell_dir: Path, *, checkpoints: bool = True, only_newest_checkpoint
 
 
 def unpack_dir(data: bytes, cell_dir: Path) -> None:
-    """Write an archive from ``pack_dir`` into ``cell_dir``, replacing the files it holds."""
+    """Write an archive from ``pack_dir`` into ``cell_dir``, replacing the files it holds.
+
+    Each file is extracted beside the cell and renamed into place, summary.json last: a process killed
+    half-way leaves whole files, old or new, and never a summary ahead of the metrics it describes (the
+    harness resumes only from a checkpoint whose steps metrics.jsonl holds)."""
+    import tempfile
+
     cell_dir.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
-        names = tar.getnames()
-        if any(n.startswith("checkpoints/") for n in names):  # the archive's checkpoints are the cell's now
+    # Inside the cell (whose .gitignore and pack_dir leave hidden entries out), on the same filesystem.
+    with tempfile.TemporaryDirectory(prefix=".unpack-", dir=cell_dir) as staging:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
+            tar.extractall(staging, filter="data")
+        names = sorted((p.relative_to(staging) for p in Path(staging).rglob("*") if p.is_file()),
+                       key=lambda rel: (rel.name == "summary.json", str(rel)))
+        if any(rel.parts[0] == "checkpoints" for rel in names):  # the archive's checkpoints are the cell's now
             for old in (cell_dir / "checkpoints").glob("step_*.pt"):
                 old.unlink()
-        tar.extractall(cell_dir, filter="data")
+        for rel in names:
+            (cell_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(Path(staging) / rel, cell_dir / rel)
 
 
 def _redirected(log_path: Path):
