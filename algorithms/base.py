@@ -56,6 +56,11 @@ class AlgoConfig:
         """Completions generated per step: the unit of the matrix's sample budget."""
         return self.prompts_per_step
 
+    def completions_per_step_vary(self) -> bool:
+        """Whether a step may generate more than ``completions_per_step`` (re-sampling): such a variant is
+        evaluated by completion count, since its steps fall at other counts than its rivals'."""
+        return False
+
 
 def config_fields(config_cls) -> dict[str, Any]:
     return {f.name: f for f in fields(config_cls)}

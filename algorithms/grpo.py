@@ -139,6 +139,9 @@ class GRPOConfig(AlgoConfig):
         """Completions per step; with dynamic sampling the minimum (one round), the step reports what it used."""
         return self.prompts_per_step * self.group_size
 
+    def completions_per_step_vary(self) -> bool:
+        return self.dynamic_sampling
+
 
 @register_algorithm
 class GRPO(Algorithm):

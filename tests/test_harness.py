@@ -81,3 +81,27 @@ def test_grpo_learns_pizza(tmp_path):
     summary = small_run(tmp_path, steps=30)
     assert summary["accuracy_before"] < 0.3
     assert summary["accuracy_after"] >= 0.85
+
+
+def test_a_resampling_variant_is_evaluated_where_its_completions_cross_the_grid(tmp_path):
+    # DAPO's dynamic sampling draws extra groups in some steps, so its step counts fall at other completion
+    # counts than its rivals': it is evaluated at the step whose completions cross each multiple of 64.
+    rc = RunConfig(task="pizza", algo="grpo", steps=8, seed=0, out=str(tmp_path), eval_every=1,
+                   eval_every_completions=64, checkpoint_every=0, device="cpu")
+    run(rc, GRPOConfig(dynamic_sampling=True, prompts_per_step=2, group_size=4), {"eval_samples": 16}, progress=False)
+    rows = read_jsonl(tmp_path / "metrics.jsonl")
+    total, crossed = 0, []
+    for r in rows:
+        before, total = total, total + r["completions"]
+        crossed.append(total // 64 > before // 64 and r is not rows[-1])
+    assert any(r["completions"] > 8 for r in rows), "no step re-sampled: the test would not tell steps from counts"
+    assert [("eval/accuracy" in r) for r in rows] == crossed and any(crossed)  # eval_every=1 is overridden
+
+
+def test_the_matrix_evaluates_only_resampling_variants_by_completion_count():
+    from benchmarks.matrix import parse
+
+    cells = {(c.task, c.variant): c for c in parse("benchmarks/matrices/verdicts.toml").cells if c.seed == 0}
+    dapo, rloo = cells[("addition", "dapo")], cells[("addition", "rloo")]
+    assert dapo.settings["eval_every_completions"] == 1024 and dapo.settings["dynamic_sampling"]
+    assert rloo.settings["eval_every_completions"] == 0 and rloo.settings["eval_every"] * 8 == 1024

@@ -33,6 +33,7 @@ class RunConfig:
     precision: str = field(default="auto", metadata={"help": "fp32, bf16 (autocast), or auto (bf16 on CUDA)"})
     out: str = field(default="runs/latest", metadata={"help": "run directory"})
     eval_every: int = field(default=50, metadata={"help": "evaluate every N steps (0: only before and after)"})
+    eval_every_completions: int = field(default=0, metadata={"help": "evaluate each time the completions generated cross a multiple of N, instead of every --eval-every steps (0: off); the matrix sets it for variants that re-sample (DAPO's dynamic sampling), so they are evaluated at their rivals' completion counts"})
     checkpoint_every: int = field(default=50, metadata={"help": "checkpoint every N steps (0: never)"})
     max_new_tokens: Optional[int] = field(default=None, metadata={"help": "completion length cap (default: the task's)"})
     temperature: Optional[float] = field(default=None, metadata={"help": "sampling temperature (default: the task's)"})
@@ -63,8 +64,8 @@ class RunConfig:
             raise UsageError(f"--steps must be >= 1, got {self.steps}")
         if self.budget is not None and self.budget < 1:
             raise UsageError(f"--budget must be >= 1, got {self.budget}")
-        if self.eval_every < 0 or self.checkpoint_every < 0:
-            raise UsageError("--eval-every and --checkpoint-every must be >= 0")
+        if self.eval_every < 0 or self.eval_every_completions < 0 or self.checkpoint_every < 0:
+            raise UsageError("--eval-every, --eval-every-completions and --checkpoint-every must be >= 0")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise UsageError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
         if self.temperature is not None and self.temperature < 0:
@@ -88,7 +89,7 @@ class RunConfig:
 # spec never holds them.
 RECORD_ONLY = ("command",)
 # Run settings that a resumed run may change: the rest must equal the run's config.json.
-RESUMABLE = ("steps", "resume", "overwrite", "out", "eval_every", "checkpoint_every", "save_model", "device",
+RESUMABLE = ("steps", "resume", "overwrite", "out", "eval_every", "eval_every_completions", "checkpoint_every", "save_model", "device",
              "report_to", "run_name", "tracker_group", "tracker_tags")
 
 

@@ -224,6 +224,13 @@ def run(rc: RunConfig, algo_config, task_options: Optional[dict] = None, *, task
         return _train_and_record(out, rc, task, policy, algo, resolved, previous, on_step, progress)
 
 
+def _evaluation_due(rc: RunConfig, step: int, generated_before: float, generated: float) -> bool:
+    """Every ``eval_every_completions`` completions (the step that crosses a multiple), else every ``eval_every`` steps."""
+    if rc.eval_every_completions:
+        return generated // rc.eval_every_completions > generated_before // rc.eval_every_completions
+    return bool(rc.eval_every) and step % rc.eval_every == 0
+
+
 def _rank_run(rc: RunConfig, algo_config, task_options) -> None:
     run(rc, algo_config, task_options, progress=int(__import__("os").environ.get("RANK", "0")) == 0)
 
@@ -270,11 +277,11 @@ def _train_and_record(out: Path, rc: RunConfig, task: Task, policy, algo: Algori
     generated = sum(r.get("completions", 0.0) for r in read_jsonl(metrics_path))
     try:
         for step, metrics, seconds in steps:
-            generated += metrics.get("completions", 0.0)
+            generated_before, generated = generated, generated + metrics.get("completions", 0.0)
             elapsed += seconds
             row = {"step": step, **metrics, "time/step": seconds, "time/wall": elapsed}
             last = step == rc.steps or (rc.budget is not None and generated >= rc.budget)
-            if rc.eval_every and step % rc.eval_every == 0 and not last:
+            if _evaluation_due(rc, step, generated_before, generated) and not last:
                 row.update({f"eval/{k}": v for k, v in _evaluate(task, policy, rc.seed).items()})
             append_jsonl(metrics_path, row)
             trackers.log(row)

@@ -253,7 +253,7 @@ def parse(path: str | Path) -> Plan:
             algo_options = {**algo_options, **overrides}
             settings = _resolved(check, task_name, task_label, task_options, algo_name, variant, algo_options, table,
                                  overrides)
-            cps = settings.pop("completions_per_step")
+            cps, vary = settings.pop("completions_per_step"), settings.pop("completions_per_step_vary")
             steps = budget_t // cps
             if steps < 1:
                 where = ("tasks", task_name) if task_budget else ()
@@ -262,6 +262,8 @@ def parse(path: str | Path) -> Plan:
             eval_steps = _eval_steps(check, task_name if task_eval is not None else None, task_label, variant, eval_t, cps)
             run = {"steps": steps, "budget": budget_t, "eval_every": eval_steps, "device": device,
                    "checkpoint_every": max(1, checkpoint_every // cps) if checkpoint_every else 0, "precision": precision}
+            if vary and eval_t:  # its steps fall at other completion counts than its rivals': evaluate by count
+                run["eval_every_completions"] = eval_t
             for seed in seeds:
                 cells.append(Cell(
                     task=task_name, task_label=task_label, task_options=task_options, algo=algo_name,
@@ -317,7 +319,8 @@ def _resolved(check: _Checker, task: str, task_label: str, task_options: dict, a
     settings = flat_settings(rc, algo_config, resolved_task_options)
     for name in ("out", "resume", "overwrite"):  # the executor's to set, per cell
         settings.pop(name)
-    return {**settings, "completions_per_step": algo_config.completions_per_step()}
+    return {**settings, "completions_per_step": algo_config.completions_per_step(),
+            "completions_per_step_vary": algo_config.completions_per_step_vary()}
 
 
 def _resources(check: _Checker, table: dict, where: tuple) -> dict:
