@@ -249,3 +249,25 @@ def test_a_readme_may_take_the_header_without_the_verdicts(matrix_dir, tmp_path)
     report(matrix_dir, readme=str(readme), section="demo", plot=False, verdicts_section=False)
     text = readme.read_text()
     assert "<!-- grpo-bench:demo -->" in text and "grpo-bench:demo-verdicts" not in text
+
+
+def test_collapse_plot_shows_the_run_that_learned_then_fell(tmp_path):
+    from benchmarks.report import plots
+
+    def cell(variant, before, peak, final, collapsed):
+        return {"task": "t", "variant": variant, "seed": 0, "accuracy_before": before, "peak_accuracy": peak,
+                "final_accuracy": final, "collapsed": collapsed}
+
+    cells = pd.DataFrame([cell("drifts", 0.9, 0.9, 0.0, True),    # falls furthest, but only from its start
+                          cell("learns", 0.2, 0.8, 0.3, True),    # learned, then fell: the one to look at
+                          cell("steady", 0.2, 0.7, 0.7, False)])
+    evals = pd.DataFrame([{"task": "t", "variant": v, "seed": 0, "samples": x, "accuracy": y}
+                          for v, ys in [("drifts", [0.9, 0.5, 0.0]), ("learns", [0.2, 0.8, 0.3]), ("steady", [0.2, 0.5, 0.7])]
+                          for x, y in zip([0, 10, 20], ys)])
+    steps = pd.DataFrame([{"task": "t", "variant": v, "seed": 0, "step": i, "samples": 2 * i, "reward/mean": i % 3,
+                           "kl": 0.1 * i} for v in ("drifts", "learns", "steady") for i in range(1, 11)])
+    written = plots._collapse({"evals": evals, "steps": steps}, {"cells": cells}, tmp_path)
+    assert written == [("collapse.png", "a collapse up close: t, learns, seed 0, per-step diagnostics around it")]
+    assert (tmp_path / "collapse.png").stat().st_size > 0
+    no_collapse = cells.assign(collapsed=False)
+    assert plots._collapse({"evals": evals, "steps": steps}, {"cells": no_collapse}, tmp_path / "none") == []

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.io import atomic_write
-from benchmarks.report.stats import t_band
+from benchmarks.report.stats import COLLAPSE_DROP, t_band
 
 CELL_KEYS = ["task", "variant", "algo", "seed"]
 # Per-step metrics worth watching, in panel order; those absent from every cell are skipped.
@@ -92,6 +92,7 @@ def plots(data: dict, curves: dict, analysis: dict, out: Path) -> list[tuple[str
     written += _training_reward(data["steps"], style, out)
     written += _bars(cells, style, out)
     written += _diagnostics(data["steps"], style, out)
+    written += _collapse(data, curves, out)
     written += _robust(analysis, style, out)
     return written
 
@@ -207,6 +208,65 @@ def _diagnostics(steps: pd.DataFrame, style: _Style, out: Path) -> list[tuple[st
         _save(fig, out / name, f"{task}: per-step diagnostics (mean over seeds, smoothed)")
         written.append((name, f"{task}: per-step diagnostics"))
     return written
+
+
+# What the steps before a collapse show (the panels present in a cell's metrics, in this order).
+COLLAPSE_PANELS = [("reward/mean", "training reward"), ("reward/std", "reward std (batch)"),
+                   ("advantage/std", "advantage std"), ("kl", "KL to reference"), ("entropy", "entropy"),
+                   ("grad_norm", "gradient norm"), ("clipfrac", "clip fraction"), ("loss/value", "value loss")]
+
+
+def _collapse(data: dict, curves: dict, out: Path) -> list[tuple[str, str]]:
+    """For the collapsed seed with the largest fall from a peak above its start (else from its start):
+    held-out accuracy and the raw per-step
+    diagnostics of that one run, with the peak evaluation and the first evaluation at least
+    ``COLLAPSE_DROP`` below it marked. A mean over seeds would hide the collapse in the seeds that did not."""
+    import matplotlib.pyplot as plt
+
+    cells, evals, steps = curves.get("cells", pd.DataFrame()), data["evals"], data["steps"]
+    if cells.empty or not cells["collapsed"].any() or evals.empty or steps.empty:
+        return []
+    # A run that learned and then fell tells more than one that only fell from its start (DPO's drift).
+    fallen = cells[cells["collapsed"]].assign(fall=lambda f: f["peak_accuracy"] - f["final_accuracy"],
+                                              learned=lambda f: f["peak_accuracy"] > f["accuracy_before"])
+    worst = fallen.sort_values(["learned", "fall"], ascending=False, kind="stable").iloc[0]
+    key = {"task": worst["task"], "variant": worst["variant"], "seed": worst["seed"]}
+
+    def of_cell(frame):
+        return frame[(frame["task"] == key["task"]) & (frame["variant"] == key["variant"]) & (frame["seed"] == key["seed"])]
+
+    points = of_cell(evals).sort_values("samples")
+    rows = of_cell(steps).sort_values("step")
+    panels = [(m, label) for m, label in COLLAPSE_PANELS if m in rows and rows[m].notna().any()]
+    peak_at = float(points.loc[points["accuracy"].idxmax(), "samples"])
+    after_peak = points[(points["samples"] > peak_at) & (points["accuracy"] <= points["accuracy"].max() - COLLAPSE_DROP)]
+    fell_at = float(after_peak["samples"].iloc[0]) if len(after_peak) else None
+    cols = 3
+    fig, axes = plt.subplots(-(-(len(panels) + 1) // cols), cols, figsize=(4.2 * cols, 2.8 * (-(-(len(panels) + 1) // cols))),
+                             squeeze=False)
+    flat = list(axes.flat)
+    flat[0].plot(points["samples"], points["accuracy"], marker="o", color="black", linewidth=1)
+    flat[0].set_title("held-out accuracy", fontsize=9)
+    for ax, (metric, label) in zip(flat[1:], panels):
+        part = rows[["samples", metric]].dropna()
+        ax.plot(part["samples"], part[metric], color="tab:blue", alpha=0.35, linewidth=0.6)
+        ax.plot(part["samples"], part[metric].rolling(max(1, len(part) // 20), min_periods=1).mean(), color="tab:blue",
+                linewidth=1.2)
+        ax.set_title(f"{label} ({metric})", fontsize=9)
+    for ax in flat[:len(panels) + 1]:
+        ax.axvline(peak_at, color="tab:green", linestyle="--", linewidth=0.8)
+        if fell_at is not None:
+            ax.axvline(fell_at, color="tab:red", linestyle="--", linewidth=0.8)
+        ax.set_xlabel("generated completions")
+    for ax in flat[len(panels) + 1:]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    name = "collapse.png"
+    where = f"{key['task']}, {key['variant']}, seed {key['seed']}"
+    _save(fig, out / name, f"A collapse up close: {where} (peak {worst['peak_accuracy']:.3f}, final "
+                           f"{worst['final_accuracy']:.3f}; green: the peak evaluation, red: the first "
+                           f">= {COLLAPSE_DROP} below it; per step, raw and smoothed)")
+    return [(name, f"a collapse up close: {where}, per-step diagnostics around it")]
 
 
 def _robust(analysis: dict, style: _Style, out: Path) -> list[tuple[str, str]]:
