@@ -14,7 +14,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("algorithms", "tasks", "benchmarks")
 # What the report may read: its own modules, run files (io, the store) and the markdown writer beside io.
-REPORT_READS = ("benchmarks.report", "benchmarks.io", "benchmarks.markdown", "benchmarks.errors", "benchmarks.store")
+REPORT_READS = ("benchmarks.report", "benchmarks.io", "benchmarks.markdown", "benchmarks.errors", "benchmarks.store",
+                "benchmarks.curve")
 # The layers the report sits on, beside the command line: none of them imports it.
 BELOW_THE_REPORT = ("benchmarks.harness", "benchmarks.matrix", "benchmarks.checks", "benchmarks.perf", "algorithms", "tasks")
 

@@ -44,13 +44,17 @@ def cmd_matrix(args) -> int:
     executor = make_executor(args.executor, **given_options(args, executor_option_names()))
     plan = parse(args.file)
     out = Path(args.out)
-    budgets = sorted({(c.task_label, c.budget) for c in plan.cells})
-    print(f"matrix {plan.name}: {len(plan.cells)} cells, budget "
+    evaluation = plan.cells or [g.candidates[0][i] for g in plan.tuning for i in range(len(g.candidates[0]))]
+    budgets = sorted({(c.task_label, c.budget) for c in evaluation})
+    tuning = (f" after {len(plan.tuning_cells())} tuning cells (seeds {plan.tuning_seeds}; the grid point of highest "
+              f"mean AUC is each variant's)" if plan.tuning else "")
+    print(f"matrix {plan.name}: {len(evaluation)} cells{tuning}, budget "
           + ", ".join(f"{t} {b}" for t, b in budgets) + " generated completions per cell")
     if args.dry_run:
-        for cell in plan.cells:
+        for cell in plan.tuning_cells() + evaluation:
             print(f"  {cell.relpath}: {cell.steps} steps x {cell.completions_per_step} completions "
-                  f"= {cell.steps * cell.completions_per_step}, eval every {cell.eval_every or '-'} steps")
+                  f"= {cell.steps * cell.completions_per_step}, eval every {cell.eval_every or '-'} steps"
+                  + (" (at the chosen grid point)" if plan.tuning and not cell.tuning_point else ""))
         return 0
     counts = run_matrix(plan, out, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress,
                         executor=executor)

@@ -238,8 +238,8 @@ def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def _refuse_overwrite(out: Path, plan: Plan, store: ResultStore) -> None:
-    done = [c for c in plan.cells if stored_complete(store, c) or is_complete(out / c.relpath, c)]
+def _refuse_overwrite(out: Path, cells: list[Cell], store: ResultStore) -> None:
+    done = [c for c in cells if stored_complete(store, c) or is_complete(out / c.relpath, c)]
     if done:
         raise UsageError(f"{out} holds {len(done)} finished cell(s) of this matrix: --resume keeps them and "
                          f"runs the rest, --overwrite runs every cell again")
@@ -247,44 +247,71 @@ def _refuse_overwrite(out: Path, plan: Plan, store: ResultStore) -> None:
 
 def run_matrix(plan: Plan, out: Path, *, resume: bool = False, overwrite: bool = False, progress: bool = True,
                executor: Optional[Executor] = None) -> dict[str, int]:
-    """Run (or resume) every cell through ``executor``; returns counts of complete, failed and skipped cells."""
+    """Run (or resume) every cell through ``executor``; returns counts of complete, failed and skipped cells.
+
+    With ``[tuning]``: the tuning cells first, then each variant's evaluation cells at its chosen grid point
+    (benchmarks/matrix/tuning.py)."""
+    from benchmarks.matrix import tuning
+
     if resume and overwrite:
         raise UsageError("--resume keeps finished cells and --overwrite runs them again: give one of them")
+    every_cell = plan.cells + plan.tuning_cells() + plan.candidate_cells()
     with locked_directory(out, ".matrix.lock", what="matrix directory", busy="another grpo-bench matrix is running in"):
         store = ResultStore.open(out)  # a corrupt or foreign store stops here, before any work
         if not resume and not overwrite:
-            _refuse_overwrite(out, plan, store)
+            _refuse_overwrite(out, every_cell, store)
         if resume:
-            planned = {c.relpath: c for c in plan.cells}
+            planned = {c.relpath: c for c in every_cell}
             store.keep_only(lambda relpath, spec: relpath in planned and same_experiment(spec, planned[relpath]))
         else:
             store = ResultStore(store.path, {}, {})
             store.write()  # --overwrite: the previous cells are gone from the store now, not when a cell ends
-        return _run_locked(plan, out, store, resume=resume, progress=progress, executor=executor or SubprocessExecutor())
+        executor = executor or SubprocessExecutor()
+        if not plan.tuning:
+            return _run_locked(plan, plan.cells, out, store, resume=resume, progress=progress, executor=executor)
+        tuned = {"seeds": plan.tuning_seeds, "cells": [{"dir": c.relpath, **c.spec()} for c in plan.tuning_cells()],
+                 "table": None}
+        counts = _run_locked(plan, plan.tuning_cells(), out, store, resume=resume, progress=progress,
+                             executor=executor, stage="tuning", tuned=tuned)
+        chosen, tuned["table"] = tuning.choose(plan, store)
+        plan = plan.choose(chosen)
+        for group in tuned["table"]:
+            point = group["points"][group["chosen"]]
+            tqdm.write(f"tuning: {group['task']} {group['variant']}: {point['point']} (AUC {point['auc']:.3f} over "
+                       f"{point['seeds']} tuning seed(s))")
+        more = _run_locked(plan, plan.cells, out, store, resume=resume, progress=progress, executor=executor,
+                           stage="evaluation", tuned=tuned, same_invocation=True)
+        return {k: counts[k] + more[k] for k in counts}
 
 
-def _run_locked(plan: Plan, out: Path, store: ResultStore, *, resume: bool, progress: bool,
-                executor: Executor) -> dict[str, int]:
+def _run_locked(plan: Plan, cells: list[Cell], out: Path, store: ResultStore, *, resume: bool, progress: bool,
+                executor: Executor, stage: str = "evaluation", tuned: Optional[dict] = None,
+                same_invocation: bool = False) -> dict[str, int]:
     previous = read_json(out / "matrix.json") or {}
-    sessions = previous.get("sessions", []) if resume else []
+    sessions = previous.get("sessions", []) if resume or same_invocation else []
     from benchmarks.matrix.timing import SESSION_KEYS, cell_timing
 
     session = {"started": _now(), "elapsed_s": 0.0, "cells_run": 0, "cells_skipped": 0, "resume": resume,
                "executor": getattr(executor, "name", type(executor).__name__), "jobs": getattr(executor, "jobs", None),
                "timing": dict.fromkeys(SESSION_KEYS, 0.0)}
+    if tuned is not None:
+        session["stage"] = stage
     sessions.append(session)
     meta = {"name": plan.name, "description": plan.description, "file": plan.path, "toml": plan.text,
             "unit": "generated completions per cell", "cells": [{"dir": c.relpath, **c.spec()} for c in plan.cells],
             "sessions": sessions}
+    if tuned is not None:
+        meta["tuning"] = tuned
     atomic_write_json(out / "matrix.json", meta)
     counts = {"complete": 0, "failed": 0, "skipped": 0}
     start = time.perf_counter()
-    n = len(plan.cells)
-    index = {c.relpath: i for i, c in enumerate(plan.cells, 1)}
+    n = len(cells)
+    index = {c.relpath: i for i, c in enumerate(cells, 1)}
     # on a terminal a bar; in a file the per-cell lines below say it all
-    bar = progress_bar(n, desc=f"matrix {plan.name}", unit="cell", enabled=progress and sys.stderr.isatty())
+    bar = progress_bar(n, desc=f"matrix {plan.name}" + (f" ({stage})" if tuned is not None else ""), unit="cell",
+                       enabled=progress and sys.stderr.isatty())
     jobs = []
-    for cell in plan.cells:
+    for cell in cells:
         cell_dir = out / cell.relpath
         if resume and not stored_complete(store, cell) and is_complete(cell_dir, cell):
             store_cell(store, cell, cell_dir, read_json(cell_dir / "summary.json"))  # finished before the store knew

@@ -32,6 +32,7 @@ full settings of its run (``Cell.settings``), which ``benchmarks.matrix.execute`
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import re
 import tomllib
@@ -59,6 +60,9 @@ RUN_KEYS = {
     "num_gpus": "GPUs per cell (Ray's num_gpus, may be a fraction); also settable per table",
     "equivalent": "groups of variants that compute the same gradient (A/A controls): the report measures how often "
                   "its procedure separates them",
+    "tuning": "[tuning]: seeds of its own and a grid of algorithm settings (learning_rate = [...]; "
+              "[tuning.algorithms.Y] adds a table's own keys); each variant runs its evaluation seeds at the grid "
+              "point with the highest mean AUC on the tuning seeds",
     "tasks": "[tasks.NAME] tables",
     "algorithms": "[algorithms.NAME] tables",
 }
@@ -136,20 +140,42 @@ class Cell:
     settings: dict  # the run's full resolved settings (harness.config.resolve's names), but ``out``
     # {"num_cpus": int, "num_gpus": float} where the matrix file names them; the executor's default otherwise
     resources: dict = dataclasses.field(default_factory=dict)
+    # A tuning cell: its grid point's label (e.g. "learning_rate=0.0001"); "" for an evaluation cell.
+    tuning_point: str = ""
 
     @property
     def relpath(self) -> str:
+        if self.tuning_point:
+            return f"tune/{_slug(self.task_label)}/{_slug(self.variant)}/{_slug(self.tuning_point)}/seed{self.seed}"
         return f"{_slug(self.task_label)}/{_slug(self.variant)}/seed{self.seed}"
 
     @property
     def name(self) -> str:
+        if self.tuning_point:
+            return f"{self.task_label} {self.variant} [{self.tuning_point}] seed {self.seed} (tuning)"
         return f"{self.task_label} {self.variant} seed {self.seed}"
 
     def spec(self) -> dict:
-        """The cell's identity, as cell.json holds it (resources left out: they do not change the experiment)."""
+        """The cell's identity, as cell.json holds it (resources left out: they do not change the experiment;
+        the tuning point is in the settings already)."""
         spec = dataclasses.asdict(self)
-        spec.pop("resources")
+        spec.pop("resources"), spec.pop("tuning_point")
         return spec
+
+
+@dataclasses.dataclass
+class TuningGroup:
+    """One variant on one task under tuning: per grid point, its tuning cells and its evaluation cells."""
+
+    task_label: str
+    variant: str
+    points: list[dict]  # the grid's settings, in the file's order (the first wins a tie)
+    tuning_cells: list[list[Cell]]  # [point][tuning seed]
+    candidates: list[list[Cell]]  # [point][evaluation seed]: the cells run once the point is chosen
+
+    @staticmethod
+    def label(point: dict) -> str:
+        return ",".join(f"{k}={v}" for k, v in point.items())
 
 
 @dataclasses.dataclass
@@ -158,8 +184,21 @@ class Plan:
     text: str
     name: str
     description: str
-    cells: list[Cell]
+    cells: list[Cell]  # the evaluation cells; with tuning, empty until ``choose`` picks each variant's point
     timeout_s: float
+    tuning: list[TuningGroup] = dataclasses.field(default_factory=list)
+    tuning_seeds: list[int] = dataclasses.field(default_factory=list)
+
+    def tuning_cells(self) -> list[Cell]:
+        return [c for group in self.tuning for cells in group.tuning_cells for c in cells]
+
+    def candidate_cells(self) -> list[Cell]:
+        return [c for group in self.tuning for cells in group.candidates for c in cells]
+
+    def choose(self, chosen: list[int]) -> "Plan":
+        """This plan with its evaluation cells at grid point ``chosen[i]`` of tuning group i."""
+        cells = [c for group, i in zip(self.tuning, chosen) for c in group.candidates[i]]
+        return dataclasses.replace(self, cells=cells)
 
 
 def _slug(label: str) -> str:
@@ -244,40 +283,102 @@ def parse(path: str | Path) -> Plan:
     algos = _algorithms(check, data)
     tasks = _tasks(check, data)
     per_task = _per_task_algorithm_options(check, data, algos)
-    cells = []
-    for task_name, task_label, task_options, task_budget, task_eval, task_resources in tasks:
+    tuning_seeds, grids = _tuning(check, data, algos, seeds)
+    cells, groups = [], []
+    for task in tasks:
+        task_name, task_label, _, task_budget, task_eval, _ = task
         budget_t = task_budget or budget
         eval_t = eval_every if task_eval is None else task_eval
         for algo_name, variant, algo_options, table, algo_resources in algos:
             overrides = per_task.get((task_name, table), {})
             algo_options = {**algo_options, **overrides}
-            settings = _resolved(check, task_name, task_label, task_options, algo_name, variant, algo_options, table,
-                                 overrides)
-            cps, vary = settings.pop("completions_per_step"), settings.pop("completions_per_step_vary")
-            steps = budget_t // cps
-            if steps < 1:
-                where = ("tasks", task_name) if task_budget else ()
-                check.fail(where, "budget", f"budget {budget_t} completions is less than one step of {variant} "
-                                            f"({cps} completions per step)")
-            eval_steps = _eval_steps(check, task_name if task_eval is not None else None, task_label, variant, eval_t, cps)
-            run = {"steps": steps, "budget": budget_t, "eval_every": eval_steps, "device": device,
-                   "checkpoint_every": max(1, checkpoint_every // cps) if checkpoint_every else 0, "precision": precision}
-            if vary and eval_t:  # its steps fall at other completion counts than its rivals': evaluate by count
-                run["eval_every_completions"] = eval_t
-            for seed in seeds:
-                cells.append(Cell(
-                    task=task_name, task_label=task_label, task_options=task_options, algo=algo_name,
-                    variant=variant, algo_options=algo_options, seed=seed, budget=budget_t,
-                    completions_per_step=cps, steps=steps,
-                    eval_every=eval_steps,
-                    checkpoint_every=max(1, checkpoint_every // cps) if checkpoint_every else 0,
-                    device=device, precision=precision, settings={**settings, **run, "seed": seed},
-                    resources={**top_resources, **task_resources, **algo_resources},
-                ))
-    if not cells:
+            make = functools.partial(_cells, check, task, (algo_name, variant, table, algo_resources), overrides,
+                                     budget=budget_t, eval_every=eval_t, checkpoint_every=checkpoint_every,
+                                     device=device, precision=precision, resources=top_resources)
+            if not tuning_seeds:
+                cells += make(algo_options, seeds)
+                continue
+            points = grids[table]
+            groups.append(TuningGroup(task_label, variant, points,
+                                      [make({**algo_options, **pt}, tuning_seeds, TuningGroup.label(pt)) for pt in points],
+                                      [make({**algo_options, **pt}, seeds) for pt in points]))
+    if not cells and not groups:
         check.fail((), None, "the matrix has no cells: add [tasks.NAME] and [algorithms.NAME] tables")
-    _check_equivalent(check, data.get("equivalent", []), {c.variant for c in cells})
-    return Plan(str(path), text, str(data.get("name", path.stem)), str(data.get("description", "")), cells, float(timeout_s))
+    _check_equivalent(check, data.get("equivalent", []), {c.variant for c in cells} | {g.variant for g in groups})
+    return Plan(str(path), text, str(data.get("name", path.stem)), str(data.get("description", "")), cells,
+                float(timeout_s), groups, tuning_seeds)
+
+
+def _cells(check: _Checker, task: tuple, algo: tuple, overrides: dict, algo_options: dict, seeds: list[int],
+           tuning_point: str = "", *, budget: int, eval_every: int, checkpoint_every: int, device: str, precision: str,
+           resources: dict) -> list[Cell]:
+    """One variant's cells on one task, one per seed, their settings resolved (and checked) here."""
+    task_name, task_label, task_options, task_budget, task_eval, task_resources = task
+    algo_name, variant, table, algo_resources = algo
+    settings = _resolved(check, task_name, task_label, task_options, algo_name, variant, algo_options, table, overrides)
+    cps, vary = settings.pop("completions_per_step"), settings.pop("completions_per_step_vary")
+    steps = budget // cps
+    if steps < 1:
+        where = ("tasks", task_name) if task_budget else ()
+        check.fail(where, "budget", f"budget {budget} completions is less than one step of {variant} "
+                                    f"({cps} completions per step)")
+    eval_steps = _eval_steps(check, task_name if task_eval is not None else None, task_label, variant, eval_every, cps)
+    checkpoint_steps = max(1, checkpoint_every // cps) if checkpoint_every else 0
+    run = {"steps": steps, "budget": budget, "eval_every": eval_steps, "device": device,
+           "checkpoint_every": checkpoint_steps, "precision": precision}
+    if vary and eval_every:  # its steps fall at other completion counts than its rivals': evaluate by count
+        run["eval_every_completions"] = eval_every
+    return [Cell(task=task_name, task_label=task_label, task_options=task_options, algo=algo_name, variant=variant,
+                 algo_options=algo_options, seed=seed, budget=budget, completions_per_step=cps, steps=steps,
+                 eval_every=eval_steps, checkpoint_every=checkpoint_steps, device=device, precision=precision,
+                 settings={**settings, **run, "seed": seed}, resources={**resources, **task_resources, **algo_resources},
+                 tuning_point=tuning_point)
+            for seed in seeds]
+
+
+def _tuning(check: _Checker, data: dict, algos: list, seeds: list[int]) -> tuple[list[int], dict[str, list[dict]]]:
+    """``[tuning]``: its seeds (disjoint from the evaluation seeds, so that the verdicts are not measured on
+    the seeds that chose the settings) and, per algorithm table, the grid: the product of the top-level keys'
+    lists and the table's own ``[tuning.algorithms.Y]`` lists, in the file's order. ([], {}) without one."""
+    table = data.get("tuning")
+    if table is None:
+        return [], {}
+    where = ("tuning",)
+    if not isinstance(table, dict):
+        check.fail((), "tuning", "tuning must be a table: [tuning]")
+    table = dict(table)
+    tuning_seeds = table.pop("seeds", None)
+    if (not isinstance(tuning_seeds, list) or not tuning_seeds
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in tuning_seeds)
+            or len(set(tuning_seeds)) != len(tuning_seeds)):
+        check.fail(where, "seeds", f"tuning needs seeds = a list of distinct integers, got {tuning_seeds!r}")
+    shared_seeds = sorted(set(tuning_seeds) & set(seeds))
+    if shared_seeds:
+        check.fail(where, "seeds", f"tuning seeds must differ from the evaluation seeds; both have {shared_seeds}")
+    per_table = table.pop("algorithms", {})
+    if not isinstance(per_table, dict):
+        check.fail(where, "algorithms", "tuning.algorithms must hold [tuning.algorithms.NAME] tables")
+    tables = {t: a for a, _, _, t, _ in algos}
+    unknown = sorted(set(per_table) - set(tables))
+    if unknown:
+        check.fail(where + ("algorithms", unknown[0]), None, f"no [algorithms.{unknown[0]}] table to tune; the matrix has: "
+                                                             f"{', '.join(tables)}")
+    grids = {}
+    for name, algo in tables.items():
+        keys = {**table, **per_table.get(name, {})}
+        config_cls = ALGORITHMS[algo].Config
+        fields = {f.name for f in dataclasses.fields(config_cls)}
+        for key, values in keys.items():
+            at = where + (("algorithms", name) if key in per_table.get(name, {}) else ())
+            if key not in fields:
+                check.fail(at, key, f"tuning key {key!r} is not an option of {algo} (table {name}); its options: "
+                                    f"{', '.join(sorted(fields))}")
+            kind = field_type(config_cls, key)
+            if not isinstance(values, list) or not values or not all(_type_ok(v, kind) for v in values):
+                check.fail(at, key, f"tuning key {key} must be a non-empty list of {getattr(kind, '__name__', kind)}, "
+                                    f"got {values!r}")
+        grids[name] = [dict(zip(keys, combo)) for combo in itertools.product(*keys.values())] if keys else [{}]
+    return tuning_seeds, grids
 
 
 def _check_equivalent(check: _Checker, groups, variants: set[str]) -> None:

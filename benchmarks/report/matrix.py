@@ -260,7 +260,7 @@ TABLES = [("summary", ""), ("cells", " (every cell)"), ("evals", ""), ("curves",
           ("curve_metrics", " (per cell: AUC, completions to threshold)"), ("verdicts", ""), ("overall", ""),
           ("probability_of_improvement", ""), ("performance_profiles", ""),
           ("scaling_fits", " (ScaleRL fits per task and variant)"), ("power", " (minimum detectable difference per task)"),
-          ("aa_pairs", " (declared-equivalent pairs)")]
+          ("aa_pairs", " (declared-equivalent pairs)"), ("tuning", " (each variant's grid on the tuning seeds)")]
 
 
 def analyse(data: dict) -> dict:
@@ -292,7 +292,7 @@ def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[s
               ("curves", curves["completions"]), ("curve_metrics", curves["cells"]), ("verdicts", analysis["tasks"]),
               ("overall", analysis["overall"]), ("probability_of_improvement", analysis["poi"]),
               ("scaling_fits", analysis["scaling_fits"]), ("power", analysis["power"]), ("aa_pairs", analysis["aa"]),
-              ("performance_profiles", analysis["profiles"])]
+              ("performance_profiles", analysis["profiles"]), ("tuning", analysis["tuning"])]
     for name, frame in frames:
         atomic_write_text(out / "tables" / f"{name}.csv", frame.to_csv(index=False))
     atomic_write_text(out / "tables" / "summary.md", summary_markdown(summary) + "\n")

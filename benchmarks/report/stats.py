@@ -31,6 +31,8 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from benchmarks.curve import normalised_auc  # noqa: F401 -- one home, below the report and the matrix
+
 REPS = 2000  # bootstrap resamples per estimate
 SEED = 0  # the bootstrap's seed: the same numbers give the same report
 CONFIDENCE = 0.95
@@ -40,28 +42,6 @@ MIN_SEEDS_FOR_VERDICT = 3  # fewer runs leave a t interval 1 or 0 degrees of fre
 # ------------------------------------------------------------------------------------------------
 # Learning curves
 # ------------------------------------------------------------------------------------------------
-
-
-def normalised_auc(x: Sequence[float], y: Sequence[float], x_max: float) -> float:
-    """Area under the curve (x, y) over [0, x_max] by the trapezoid rule, divided by ``x_max``.
-
-    ``x`` (completions, non-decreasing) starts at 0, the evaluation before training; ``y`` is accuracy in
-    [0, 1], so the result is in [0, 1]: a curve at 1 throughout gives 1. A curve ending before ``x_max``
-    is held at its last value (the run is over; its policy stays as it is), one going past is cut at
-    ``x_max`` (linear interpolation there)."""
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if x.ndim != 1 or x.shape != y.shape or len(x) == 0:
-        raise ValueError(f"x and y must be 1-d of the same non-zero length, got {x.shape} and {y.shape}")
-    if x_max <= 0:
-        raise ValueError(f"x_max must be > 0, got {x_max}")
-    if x[0] != 0:
-        raise ValueError(f"a learning curve starts at 0 completions (the evaluation before training), got {x[0]}")
-    if np.any(np.diff(x) < 0):
-        raise ValueError("x must be non-decreasing")
-    inside = x < x_max
-    xs = np.append(x[inside], x_max)
-    ys = np.append(y[inside], np.interp(x_max, x, y))  # np.interp holds the last value past the end
-    return float(np.sum(np.diff(xs) * (ys[1:] + ys[:-1]) / 2) / x_max)
 
 
 def completions_to_threshold(x: Sequence[float], y: Sequence[float], threshold: float, *,

@@ -86,7 +86,7 @@ def analyse(cells: pd.DataFrame, curves: dict, *, reps: int = stats.REPS, seed: 
     if per_cell.empty:
         return {"tasks": pd.DataFrame(), "overall": pd.DataFrame(), "poi": pd.DataFrame(), "profiles": pd.DataFrame(),
                 "saturated": {}, "sentences": [], "thresholds": {}, "power": pd.DataFrame(),
-                "scaling_fits": pd.DataFrame(columns=fits.COLUMNS), "aa": pd.DataFrame()}
+                "scaling_fits": pd.DataFrame(columns=fits.COLUMNS), "aa": pd.DataFrame(), "tuning": tuning_table(meta)}
     done = cells[cells["status"] == "complete"]
     cost = done.groupby(["task", "variant"], sort=False)[["wall_clock_s", "peak_memory_bytes"]].mean()
     rows, saturated, poi = [], {}, []
@@ -141,10 +141,52 @@ def analyse(cells: pd.DataFrame, curves: dict, *, reps: int = stats.REPS, seed: 
     result["sentences"] = guidance(table)
     result["power"] = power(per_cell)
     result["scaling_fits"] = fits.scaling_fits(curves.get("completions"), seed=seed) if scaling else pd.DataFrame(columns=fits.COLUMNS)
+    result["tuning"] = tuning_table(meta)
     groups = calibration.equivalent_groups(meta) if equivalent is None else equivalent
     result["equivalent"] = groups
     result["aa"] = calibration.false_separation(per_cell, groups, reps=reps, seed=seed)
     return result
+
+
+def tuning_table(meta: dict | None) -> pd.DataFrame:
+    """Per (task, variant) and grid point of the matrix's ``[tuning]``: the mean AUC and final accuracy on the
+    tuning seeds, which point was chosen, and the variant's sensitivity (the spread of final accuracy across
+    its grid: how forgiving it is of the setting). Empty without tuning."""
+    table = ((meta or {}).get("tuning") or {}).get("table") or []
+    rows = []
+    for group in table:
+        finals = [p["final_accuracy"] for p in group["points"] if p["seeds"]]
+        spread = (max(finals) - min(finals)) if finals else math.nan
+        for i, point in enumerate(group["points"]):
+            rows.append({"task": group["task"], "variant": group["variant"], "point": point["point"],
+                         "chosen": i == group["chosen"], "auc": point["auc"], "final_accuracy": point["final_accuracy"],
+                         "tuning_seeds": point["seeds"], "failed": point["failed"], "sensitivity": spread})
+    return pd.DataFrame(rows)
+
+
+def _tuning_lines(analysis: dict, task: str) -> list[str]:
+    tuned = analysis.get("tuning", pd.DataFrame())
+    if tuned is None or tuned.empty or task not in set(tuned["task"]):
+        return []
+    mine = tuned[tuned["task"] == task]
+    points = list(dict.fromkeys(mine["point"]))
+    rows = []
+    for variant, group in mine.groupby("variant", sort=False):
+        by_point = group.set_index("point")
+        cells = []
+        for point in points:
+            if point not in by_point.index:
+                cells.append("")
+                continue
+            r = by_point.loc[point]
+            text = "failed" if r["failed"] else f"{r['auc']:.3f} / {r['final_accuracy']:.3f}"
+            cells.append(f"**{text}**" if r["chosen"] else text)
+        rows.append([variant, *cells, f"{group['sensitivity'].iloc[0]:.3f}"])
+    n = int(mine["tuning_seeds"].max())
+    return ["", f"Tuning ({n} tuning seed(s), disjoint from the seeds above): AUC / final accuracy at each grid point, "
+                "mean over the tuning seeds; **bold** is the point each variant ran with (highest AUC). *Sensitivity*: "
+                "the spread of final accuracy across the grid (small: forgiving of the setting).", "",
+            markdown_table(["variant", *points, "sensitivity"], rows)]
 
 
 def _names(variants: list[str]) -> str:
@@ -275,6 +317,7 @@ def render(analysis: dict, *, scaling: bool = True) -> str:
         lines.append(markdown_table(["rank", "variant", "seeds", "final accuracy mean [95% CI]", "IQM [95% CI]",
                                      "difference to best [95% CI]", "verdict", "AUC mean [95% CI]", "completions to threshold",
                                      "collapsed [95% CI]", "training s", "peak MiB"], rows))
+        lines += _tuning_lines(analysis, task)
         if scaling:
             lines += _scaling_lines(analysis, task, frame)
     fitted = analysis.get("scaling_fits")

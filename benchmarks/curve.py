@@ -1,0 +1,46 @@
+"""One cell's learning curve: held-out accuracy against generated completions, and the area under it.
+
+Below the matrix (which chooses a tuned setting by it) and the report (which ranks by it): both read the
+same curve from the same stored summary and metrics rows, so a tuning choice and a verdict never disagree
+on what a run's AUC was.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+
+def accuracy_curve(summary: dict, metrics: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """A finished cell's held-out accuracy against generated completions: before training (0), at each
+    evaluation during training, and after (all the completions generated)."""
+    x, y, generated = [0.0], [summary["accuracy_before"]], 0.0
+    for row in metrics:
+        generated += row.get("completions", 0.0)
+        if "eval/accuracy" in row:
+            x.append(generated), y.append(row["eval/accuracy"])
+    x.append(float(summary.get("completions_generated", generated))), y.append(summary["accuracy_after"])
+    return np.asarray(x), np.asarray(y)
+
+
+def normalised_auc(x: Sequence[float], y: Sequence[float], x_max: float) -> float:
+    """Area under the curve (x, y) over [0, x_max] by the trapezoid rule, divided by ``x_max``.
+
+    ``x`` (completions, non-decreasing) starts at 0, the evaluation before training; ``y`` is accuracy in
+    [0, 1], so the result is in [0, 1]: a curve at 1 throughout gives 1. A curve ending before ``x_max``
+    is held at its last value (the run is over; its policy stays as it is), one going past is cut at
+    ``x_max`` (linear interpolation there)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.ndim != 1 or x.shape != y.shape or len(x) == 0:
+        raise ValueError(f"x and y must be 1-d of the same non-zero length, got {x.shape} and {y.shape}")
+    if x_max <= 0:
+        raise ValueError(f"x_max must be > 0, got {x_max}")
+    if x[0] != 0:
+        raise ValueError(f"a learning curve starts at 0 completions (the evaluation before training), got {x[0]}")
+    if np.any(np.diff(x) < 0):
+        raise ValueError("x must be non-decreasing")
+    inside = x < x_max
+    xs = np.append(x[inside], x_max)
+    ys = np.append(y[inside], np.interp(x_max, x, y))  # np.interp holds the last value past the end
+    return float(np.sum(np.diff(xs) * (ys[1:] + ys[:-1]) / 2) / x_max)

@@ -1,0 +1,57 @@
+"""Tuned baselines: every variant gets the same tuning budget before it is compared.
+
+A matrix with a ``[tuning]`` table runs in two stages. First each variant runs every point of its grid
+(for example four learning rates; DPO's table may add its beta) on the tuning seeds. Then each variant's
+evaluation seeds run at the point whose mean AUC over the tuning seeds is highest (accuracy against
+generated completions, normalised by the budget: reaching an accuracy early counts, as does reaching it
+at all). The verdicts use the evaluation seeds only, so the seeds that chose a setting never judge it.
+A point where any tuning seed failed (diverged, timed out) is never chosen; a tie goes to the grid's
+first point in the file's order.
+
+``choose`` is a pure function of the store, so a resumed matrix chooses the same points again and skips
+the evaluation cells it already has. The table it returns (every point's mean AUC and final accuracy)
+is kept in matrix.json; the report turns it into each variant's chosen setting and its sensitivity:
+how much final accuracy moves across the grid.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+
+from benchmarks.curve import accuracy_curve, normalised_auc
+from benchmarks.matrix.plan import Plan, TuningGroup
+from benchmarks.store import ResultStore
+
+
+def _score(store: ResultStore, cell) -> Optional[tuple[float, float]]:
+    """(AUC, final accuracy) of a finished tuning cell; None when it failed or is missing."""
+    summary = store.summary(cell.relpath)
+    if not summary or summary.get("status") != "complete":
+        return None
+    x, y = accuracy_curve(summary, store.metrics(cell.relpath))
+    return normalised_auc(x, y, cell.budget), float(summary["accuracy_after"])
+
+
+def choose(plan: Plan, store: ResultStore) -> tuple[list[int], list[dict]]:
+    """Per tuning group, the index of the chosen grid point, and the table behind the choice."""
+    chosen, table = [], []
+    for group in plan.tuning:
+        rows = [_point_row(group, i, store) for i in range(len(group.points))]
+        usable = [r for r in rows if r["failed"] == 0 and r["seeds"] > 0]
+        best = max(usable, key=lambda r: r["auc"]) if usable else rows[0]  # max keeps the first of equal AUCs
+        chosen.append(rows.index(best))
+        table.append({"task": group.task_label, "variant": group.variant, "chosen": rows.index(best), "points": rows})
+    return chosen, table
+
+
+def _point_row(group: TuningGroup, i: int, store: ResultStore) -> dict:
+    scores = [_score(store, cell) for cell in group.tuning_cells[i]]
+    done = [s for s in scores if s is not None]
+    return {"point": TuningGroup.label(group.points[i]), "settings": group.points[i],
+            "seeds": len(done), "failed": len(scores) - len(done),
+            "auc": float(np.mean([a for a, _ in done])) if done else math.nan,
+            "final_accuracy": float(np.mean([f for _, f in done])) if done else math.nan,
+            "cells": [cell.relpath for cell in group.tuning_cells[i]]}
