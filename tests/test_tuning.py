@@ -39,6 +39,13 @@ def _plan(tmp_path, text=MATRIX):
     return parse(path)
 
 
+def _warm():
+    """Warm workers, two at a time: a fresh process per cell would spend most of the test importing torch."""
+    from benchmarks.matrix.executors import make_executor
+
+    return make_executor("local", jobs=2)
+
+
 def test_the_grid_is_each_tables_product_on_the_tuning_seeds(tmp_path):
     plan = _plan(tmp_path)
     assert plan.cells == [] and plan.tuning_seeds == [10, 11]
@@ -113,7 +120,7 @@ def test_a_tuned_matrix_runs_chooses_resumes_and_reports(tmp_path, capsys):
     plan = _plan(tmp_path, MATRIX.replace("[tuning.algorithms.dpo]\nbeta = [0.1, 0.5]\n", "")
                  .replace("[algorithms.dpo]\n", "[algorithms.reinforce]\n"))
     out = tmp_path / "out"
-    counts = run_matrix(plan, out, progress=False)
+    counts = run_matrix(plan, out, progress=False, executor=_warm())
     assert counts == {"complete": 4 * 2 + 2, "failed": 0, "skipped": 0}
     meta = json.loads((out / "matrix.json").read_text())
     assert [s["stage"] for s in meta["sessions"]] == ["tuning", "evaluation"]
@@ -129,7 +136,7 @@ def test_a_tuned_matrix_runs_chooses_resumes_and_reports(tmp_path, capsys):
             cells = point["cells"]
             by_hand = [normalised_auc(*accuracy_curve(store.summary(c), store.metrics(c)), 64) for c in cells]
             assert point["auc"] == pytest.approx(sum(by_hand) / len(by_hand))
-    again = run_matrix(plan, out, resume=True, progress=False)
+    again = run_matrix(plan, out, resume=True, progress=False, executor=_warm())
     assert again == {"complete": 0, "failed": 0, "skipped": 4 * 2 + 2}
     from benchmarks.report.matrix import report
 

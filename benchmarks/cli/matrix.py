@@ -48,6 +48,9 @@ def cmd_matrix(args) -> int:
     budgets = sorted({(c.task_label, c.budget) for c in evaluation})
     tuning = (f" after {len(plan.tuning_cells())} tuning cells (seeds {plan.tuning_seeds}; the grid point of highest "
               f"mean AUC is each variant's)" if plan.tuning else "")
+    if plan.racing:
+        tuning += (f"; racing: up to {plan.racing.max_seeds} seeds per variant, {plan.racing.step} more at a time to "
+                   f"the variants still undecided (target +-{plan.racing.target})")
     print(f"matrix {plan.name}: {len(evaluation)} cells{tuning}, budget "
           + ", ".join(f"{t} {b}" for t, b in budgets) + " generated completions per cell")
     if args.dry_run:
@@ -56,8 +59,10 @@ def cmd_matrix(args) -> int:
                   f"= {cell.steps * cell.completions_per_step}, eval every {cell.eval_every or '-'} steps"
                   + (" (at the chosen grid point)" if plan.tuning and not cell.tuning_point else ""))
         return 0
+    from benchmarks.report.verdicts import undecided
+
     counts = run_matrix(plan, out, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress,
-                        executor=executor)
+                        executor=executor, racing_rule=undecided)
     sessions = (read_json(out / "matrix.json") or {}).get("sessions", [])
     print(f"matrix {plan.name}: {counts['complete']} run and complete, {counts['skipped']} already complete, "
           f"{counts['failed']} failed; {sessions[-1]['elapsed_s']:.0f} s this session, "

@@ -245,17 +245,23 @@ def _refuse_overwrite(out: Path, cells: list[Cell], store: ResultStore) -> None:
                          f"runs the rest, --overwrite runs every cell again")
 
 
+# Racing's rule: {variant: final accuracies} of one task and the target -> the variants still undecided
+# (benchmarks.report.verdicts.undecided; the command line hands it down, the report sits above the matrix).
+RacingRule = Callable[[dict, float], list]
+
+
 def run_matrix(plan: Plan, out: Path, *, resume: bool = False, overwrite: bool = False, progress: bool = True,
-               executor: Optional[Executor] = None) -> dict[str, int]:
+               executor: Optional[Executor] = None, racing_rule: Optional[RacingRule] = None) -> dict[str, int]:
     """Run (or resume) every cell through ``executor``; returns counts of complete, failed and skipped cells.
 
     With ``[tuning]``: the tuning cells first, then each variant's evaluation cells at its chosen grid point
-    (benchmarks/matrix/tuning.py)."""
+    (benchmarks/matrix/tuning.py). With ``[racing]`` and a ``racing_rule``: then rounds of more seeds for the
+    variants the rule calls undecided."""
     from benchmarks.matrix import tuning
 
     if resume and overwrite:
         raise UsageError("--resume keeps finished cells and --overwrite runs them again: give one of them")
-    every_cell = plan.cells + plan.tuning_cells() + plan.candidate_cells()
+    every_cell = plan.cells + plan.tuning_cells() + plan.candidate_cells() + plan.raceable_cells()
     with locked_directory(out, ".matrix.lock", what="matrix directory", busy="another grpo-bench matrix is running in"):
         store = ResultStore.open(out)  # a corrupt or foreign store stops here, before any work
         if not resume and not overwrite:
@@ -267,25 +273,61 @@ def run_matrix(plan: Plan, out: Path, *, resume: bool = False, overwrite: bool =
             store = ResultStore(store.path, {}, {})
             store.write()  # --overwrite: the previous cells are gone from the store now, not when a cell ends
         executor = executor or SubprocessExecutor()
-        if not plan.tuning:
-            return _run_locked(plan, plan.cells, out, store, resume=resume, progress=progress, executor=executor)
-        tuned = {"seeds": plan.tuning_seeds, "cells": [{"dir": c.relpath, **c.spec()} for c in plan.tuning_cells()],
-                 "table": None}
-        counts = _run_locked(plan, plan.tuning_cells(), out, store, resume=resume, progress=progress,
-                             executor=executor, stage="tuning", tuned=tuned)
-        chosen, tuned["table"] = tuning.choose(plan, store)
-        plan = plan.choose(chosen)
-        for group in tuned["table"]:
-            point = group["points"][group["chosen"]]
-            tqdm.write(f"tuning: {group['task']} {group['variant']}: {point['point']} (AUC {point['auc']:.3f} over "
-                       f"{point['seeds']} tuning seed(s))")
-        more = _run_locked(plan, plan.cells, out, store, resume=resume, progress=progress, executor=executor,
-                           stage="evaluation", tuned=tuned, same_invocation=True)
-        return {k: counts[k] + more[k] for k in counts}
+        counts, tuned, stages_run = {"complete": 0, "failed": 0, "skipped": 0}, None, 0
+        staged = bool(plan.tuning or (plan.racing and racing_rule))
+
+        def run_stage(cells: list[Cell], stage: str) -> None:
+            nonlocal stages_run
+            more = _run_locked(plan, cells, out, store, resume=resume, progress=progress, executor=executor,
+                               stage=stage, tuned=tuned, staged=staged, same_invocation=stages_run > 0)
+            stages_run += 1
+            for key in counts:
+                counts[key] += more[key]
+
+        if plan.tuning:
+            tuned = {"seeds": plan.tuning_seeds, "cells": [{"dir": c.relpath, **c.spec()} for c in plan.tuning_cells()],
+                     "table": None}
+            run_stage(plan.tuning_cells(), "tuning")
+            chosen, tuned["table"] = tuning.choose(plan, store)
+            plan = plan.choose(chosen)
+            for group in tuned["table"]:
+                point = group["points"][group["chosen"]]
+                tqdm.write(f"tuning: {group['task']} {group['variant']}: {point['point']} (AUC {point['auc']:.3f} "
+                           f"over {point['seeds']} tuning seed(s))")
+        run_stage(plan.cells, "evaluation")
+        rounds = 0
+        while plan.racing and racing_rule:
+            more_cells = _raced_cells(plan, store, racing_rule)
+            if not more_cells:
+                break
+            rounds += 1
+            plan = dataclasses.replace(plan, cells=plan.cells + more_cells)
+            run_stage(more_cells, f"racing round {rounds}")
+        return counts
+
+
+def _raced_cells(plan: Plan, store: ResultStore, rule: RacingRule) -> list[Cell]:
+    """The next racing round: ``step`` more seeds for each variant the rule calls undecided on its task
+    (failed cells count as no score), none for a variant at ``max_seeds``."""
+    by_variant: dict[tuple[str, str], list[Cell]] = {}
+    for cell in plan.cells:
+        by_variant.setdefault((cell.task_label, cell.variant), []).append(cell)
+    new = []
+    for task in dict.fromkeys(t for t, _ in by_variant):
+        scores = {}
+        for (t, variant), cells in by_variant.items():
+            if t == task:
+                summaries = [store.summary(c.relpath) or {} for c in cells]
+                scores[variant] = [s["accuracy_after"] for s in summaries if s.get("status") == CELL_COMPLETE]
+        for variant in rule(scores, plan.racing.target):
+            cells = by_variant[(task, variant)]
+            seeds = plan.racing.seeds_after([c.seed for c in cells], plan.tuning_seeds)
+            new += [dataclasses.replace(cells[0], seed=s, settings={**cells[0].settings, "seed": s}) for s in seeds]
+    return new
 
 
 def _run_locked(plan: Plan, cells: list[Cell], out: Path, store: ResultStore, *, resume: bool, progress: bool,
-                executor: Executor, stage: str = "evaluation", tuned: Optional[dict] = None,
+                executor: Executor, stage: str = "evaluation", tuned: Optional[dict] = None, staged: bool = False,
                 same_invocation: bool = False) -> dict[str, int]:
     previous = read_json(out / "matrix.json") or {}
     sessions = previous.get("sessions", []) if resume or same_invocation else []
@@ -294,7 +336,7 @@ def _run_locked(plan: Plan, cells: list[Cell], out: Path, store: ResultStore, *,
     session = {"started": _now(), "elapsed_s": 0.0, "cells_run": 0, "cells_skipped": 0, "resume": resume,
                "executor": getattr(executor, "name", type(executor).__name__), "jobs": getattr(executor, "jobs", None),
                "timing": dict.fromkeys(SESSION_KEYS, 0.0)}
-    if tuned is not None:
+    if staged:
         session["stage"] = stage
     sessions.append(session)
     meta = {"name": plan.name, "description": plan.description, "file": plan.path, "toml": plan.text,
@@ -308,7 +350,7 @@ def _run_locked(plan: Plan, cells: list[Cell], out: Path, store: ResultStore, *,
     n = len(cells)
     index = {c.relpath: i for i, c in enumerate(cells, 1)}
     # on a terminal a bar; in a file the per-cell lines below say it all
-    bar = progress_bar(n, desc=f"matrix {plan.name}" + (f" ({stage})" if tuned is not None else ""), unit="cell",
+    bar = progress_bar(n, desc=f"matrix {plan.name}" + (f" ({stage})" if staged else ""), unit="cell",
                        enabled=progress and sys.stderr.isatty())
     jobs = []
     for cell in cells:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import json
 import re
 import tomllib
 import typing
@@ -63,6 +64,8 @@ RUN_KEYS = {
     "tuning": "[tuning]: seeds of its own and a grid of algorithm settings (learning_rate = [...]; "
               "[tuning.algorithms.Y] adds a table's own keys); each variant runs its evaluation seeds at the grid "
               "point with the highest mean AUC on the tuning seeds",
+    "racing": "[racing]: seeds beyond the first ones go only to variants whose mark is undecided (max_seeds, step, "
+              "target: the interval half-width that counts as decided)",
     "tasks": "[tasks.NAME] tables",
     "algorithms": "[algorithms.NAME] tables",
 }
@@ -178,6 +181,26 @@ class TuningGroup:
         return ",".join(f"{k}={v}" for k, v in point.items())
 
 
+@dataclasses.dataclass(frozen=True)
+class Racing:
+    """Seeds allocated by racing: after the matrix's ``seeds``, rounds of ``step`` more seeds go to the
+    variants whose mark is still undecided, until none is or a variant has ``max_seeds``. A mark is decided
+    when the variant is worse than the best, or tied with it by an interval within +-``target``."""
+
+    max_seeds: int
+    step: int = 1
+    target: float = 0.03
+
+    def seeds_after(self, seeds: list[int], avoid: list[int], count: Optional[int] = None) -> list[int]:
+        """The next ``count`` (default ``step``) seeds, never a tuning seed, at most up to ``max_seeds`` in all."""
+        out, candidate = [], max(seeds) + 1
+        while len(out) < min(self.step if count is None else count, self.max_seeds - len(seeds)):
+            if candidate not in avoid and candidate not in seeds:
+                out.append(candidate)
+            candidate += 1
+        return out
+
+
 @dataclasses.dataclass
 class Plan:
     path: str
@@ -188,12 +211,25 @@ class Plan:
     timeout_s: float
     tuning: list[TuningGroup] = dataclasses.field(default_factory=list)
     tuning_seeds: list[int] = dataclasses.field(default_factory=list)
+    racing: Optional["Racing"] = None
 
     def tuning_cells(self) -> list[Cell]:
         return [c for group in self.tuning for cells in group.tuning_cells for c in cells]
 
     def candidate_cells(self) -> list[Cell]:
         return [c for group in self.tuning for cells in group.candidates for c in cells]
+
+    def raceable_cells(self) -> list[Cell]:
+        """Every cell racing could add (each evaluation or candidate cell's variant, seeds up to max_seeds)."""
+        if not self.racing:
+            return []
+        groups: dict[tuple, list[Cell]] = {}
+        for cell in self.cells + self.candidate_cells():
+            setting = json.dumps({k: v for k, v in cell.settings.items() if k != "seed"}, sort_keys=True, default=str)
+            groups.setdefault((cell.task_label, cell.variant, setting), []).append(cell)
+        return [dataclasses.replace(cells[0], seed=s, settings={**cells[0].settings, "seed": s})
+                for cells in groups.values()
+                for s in self.racing.seeds_after([c.seed for c in cells], self.tuning_seeds, self.racing.max_seeds)]
 
     def choose(self, chosen: list[int]) -> "Plan":
         """This plan with its evaluation cells at grid point ``chosen[i]`` of tuning group i."""
@@ -306,7 +342,24 @@ def parse(path: str | Path) -> Plan:
         check.fail((), None, "the matrix has no cells: add [tasks.NAME] and [algorithms.NAME] tables")
     _check_equivalent(check, data.get("equivalent", []), {c.variant for c in cells} | {g.variant for g in groups})
     return Plan(str(path), text, str(data.get("name", path.stem)), str(data.get("description", "")), cells,
-                float(timeout_s), groups, tuning_seeds)
+                float(timeout_s), groups, tuning_seeds, _racing(check, data, seeds))
+
+
+def _racing(check: _Checker, data: dict, seeds: list[int]) -> Optional[Racing]:
+    table = data.get("racing")
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        check.fail((), "racing", "racing must be a table: [racing]")
+    unknown = sorted(set(table) - {"max_seeds", "step", "target"})
+    if unknown:
+        check.fail(("racing",), unknown[0], f"unknown key {unknown[0]!r} of [racing]; it has: max_seeds, step, target")
+    max_seeds = check.int_key(table, "max_seeds", 0, len(seeds) + 1, ("racing",))
+    step = check.int_key(table, "step", 1, 1, ("racing",))
+    target = table.get("target", 0.03)
+    if not isinstance(target, (int, float)) or isinstance(target, bool) or not 0 < target < 1:
+        check.fail(("racing",), "target", f"target must be a number in (0, 1), got {target!r}")
+    return Racing(max_seeds, step, float(target))
 
 
 def _cells(check: _Checker, task: tuple, algo: tuple, overrides: dict, algo_options: dict, seeds: list[int],

@@ -148,6 +148,25 @@ def analyse(cells: pd.DataFrame, curves: dict, *, reps: int = stats.REPS, seed: 
     return result
 
 
+def undecided(scores: dict[str, list[float]], target: float) -> list[str]:
+    """Racing's rule for one task: the variants whose mark more seeds could still change.
+
+    A variant worse than the best is decided; one tied with it is decided when the whole interval of the
+    difference lies within +-``target`` (equivalent for a practitioner's purposes), else undecided; the best
+    is undecided while any rival is (its seeds narrow every comparison). A saturated task decides nothing
+    more (it ranks nothing) and neither does one with too few seeds for a mark (all undecided)."""
+    means = [float(np.mean(v)) for v in scores.values() if len(v)]
+    if means and (all(m >= SATURATED_HIGH for m in means) or all(m <= SATURATED_LOW for m in means)):
+        return []
+    marks = stats.mark_against_best(scores)
+    if marks["mark"].str.startswith("too few").any():
+        return list(scores)
+    open_ = [r.variant for r in marks.itertuples()
+             if r.mark == stats.TIED and max(abs(r.diff_low), abs(r.diff_high)) > target]
+    best = [r.variant for r in marks.itertuples() if r.mark == stats.BEST]
+    return [v for v in scores if v in open_ or (open_ and v in best)]
+
+
 def tuning_table(meta: dict | None) -> pd.DataFrame:
     """Per (task, variant) and grid point of the matrix's ``[tuning]``: the mean AUC and final accuracy on the
     tuning seeds, which point was chosen, and the variant's sensitivity (the spread of final accuracy across
