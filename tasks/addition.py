@@ -264,14 +264,20 @@ class AdditionTask(Task):
         "train_problems": "distinct training problems",
         "eval_problems": "held-out problems evaluated",
         "eval_k": "completions sampled per held-out problem",
+        "eval_temperature": "sampling temperature of the held-out evaluation (default: the task's, 1.0); 0 is greedy, "
+                            "which with eval_k 1 scores the policy without sampling noise",
         "model": "a Hugging Face model id or local directory to start from (default: the pretrained tiny Llama)",
     }
     preference_labelling = ("k=4 samples of the starting policy per train problem; chosen: a highest-reward and "
                             "rejected: a lowest-reward one among those that ended with EOS; ties dropped")
 
     def __init__(self, reward_mode: Optional[str] = None, reward_fn=None, problem_seed: int = 0,
-                 train_problems: int = 2000, eval_problems: int = 128, eval_k: int = 2, model: Optional[str] = None):
+                 train_problems: int = 2000, eval_problems: int = 128, eval_k: int = 2, model: Optional[str] = None,
+                 eval_temperature: Optional[float] = None):
         super().__init__(reward_mode, reward_fn)
+        if eval_temperature is not None and eval_temperature < 0:
+            raise TaskError(f"eval_temperature must be >= 0, got {eval_temperature}")
+        self.eval_temperature = eval_temperature
         for option, value in (("train_problems", train_problems), ("eval_problems", eval_problems), ("eval_k", eval_k)):
             if value < 1:
                 raise TaskError(f"{option} must be >= 1, got {value}")
@@ -305,9 +311,9 @@ class AdditionTask(Task):
 
     def evaluate(self, model, *, seed: int = 0) -> dict[str, float]:
         sampler = self.eval_sampler or sample_batched
+        temperature = self.generation.temperature if self.eval_temperature is None else self.eval_temperature
         samples: Samples = sampler(model, self.tokenizer, self.eval_prompts, k=self.eval_k,
-                                   max_new_tokens=self.generation.max_new_tokens,
-                                   temperature=self.generation.temperature, seed=seed)
+                                   max_new_tokens=self.generation.max_new_tokens, temperature=temperature, seed=seed)
         prompts = [p for p, texts in zip(self.eval_prompts, samples.texts) for _ in texts]
         texts = [t for group in samples.texts for t in group]
         problems = [parse_prompt(p) for p in prompts]
@@ -353,6 +359,7 @@ class AdditionTask(Task):
 
     def describe(self) -> dict:
         return {**super().describe(), "problem_seed": self.problem_seed, "train_problems": len(self.train),
-                "eval_problems": len(self.held_out), "eval_k": self.eval_k, "format_reward": FORMAT_REWARD,
+                "eval_problems": len(self.held_out), "eval_k": self.eval_k, "eval_temperature": self.eval_temperature,
+                "format_reward": FORMAT_REWARD,
                 "model": self.model_path, "pretrain_recipe": None if self.model_path else RECIPE,
                 "eval_sampler": getattr(self.eval_sampler, "__qualname__", "transformers generate (sample_batched)")}

@@ -157,3 +157,17 @@ def test_preference_pairs_rank_by_reward(task):
     for prompt, chosen, rejected in zip(pairs["prompts"], pairs["chosen"], pairs["rejected"]):
         assert task.score([prompt], [chosen])[0] > task.score([prompt], [rejected])[0]
     assert pairs == task.preference_pairs(policy, 16, seed=0)
+
+
+def test_greedy_evaluation_has_no_sampling_noise():
+    greedy = AdditionTask(eval_problems=32, eval_k=1, eval_temperature=0.0)
+    greedy.eval_sampler = _rollout_sampler()
+    policy = greedy.load_policy(torch.device("cpu"))
+    first, second = greedy.evaluate(policy, seed=0), greedy.evaluate(policy, seed=1)
+    assert first == second  # another sampling seed, the same score: the policy's, not the draw's
+    sampled = AdditionTask(eval_problems=32, eval_k=1)
+    sampled.eval_sampler = _rollout_sampler()
+    assert sampled.evaluate(policy, seed=0) != sampled.evaluate(policy, seed=1)
+    assert greedy.describe()["eval_temperature"] == 0.0
+    with pytest.raises(TaskError, match="eval_temperature must be >= 0"):
+        AdditionTask(eval_temperature=-1.0)
