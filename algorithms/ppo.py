@@ -38,6 +38,9 @@ class PPOConfig(AlgoConfig):
     lam: float = field(default=0.95, metadata={"help": "GAE lambda (TRL: 0.95)"})
     kl_coef: float = field(default=0.05, metadata={"help": "per-token KL penalty in the reward (TRL: 0.05; 0 skips the reference)"})
     whiten_advantages: bool = field(default=True, metadata={"help": "standardise advantages over the batch's tokens"})
+    # TRL 1.12, verl 0.9 and OpenRLHF 0.11 whiten unconditionally (a 1e-8 eps on the variance is their only
+    # guard): when every reward ties, what is left is the critic's error, scaled to unit variance.
+    skip_tied_batches: bool = field(default=False, metadata={"help": "when every score of the batch ties (every rank's), zero the policy's advantages: no policy step, the critic still learns (off: TRL, verl and OpenRLHF, which whiten the critic's error to unit variance then)"})
     critic_learning_rate: Optional[float] = field(default=None, metadata={"help": "the critic's AdamW rate (default: 10x the policy's: its head starts from zero)"})
 
     def validate(self) -> None:
@@ -119,6 +122,11 @@ class PPO(Algorithm):
         rows = advantages.size(0)
         return everything[self.data_parallel.rank * rows:(self.data_parallel.rank + 1) * rows, :advantages.size(1)]
 
+    def batch_tied(self, scores: torch.Tensor) -> bool:
+        """Every score of the global batch equal (under data parallelism, every rank's)."""
+        everything = scores if self.data_parallel is None else self.data_parallel.gather(scores)
+        return bool((everything == everything[0]).all())
+
     def step(self, prompts: list[str]) -> dict[str, float]:
         c: PPOConfig = self.config
         rollout = self.generate(prompts, c.samples_per_prompt)  # 1 generate
@@ -134,7 +142,11 @@ class PPO(Algorithm):
         last = mask.sum(1).long() - 1  # (B,)
         rewards[torch.arange(rewards.size(0), device=self.device), last] += scores
         advantages, returns = gae(rewards, old_values, mask, c.gamma, c.lam)
-        if c.whiten_advantages:
+        raw_std = advantages[mask.bool()].std().item()
+        tied = self.batch_tied(scores)
+        if c.skip_tied_batches and tied:
+            advantages = torch.zeros_like(advantages)
+        elif c.whiten_advantages:
             advantages = self.whiten(advantages, mask)
 
         batch, size = mask.size(0), mask.size(0) // c.minibatches
@@ -171,6 +183,8 @@ class PPO(Algorithm):
         metrics.update(self.rollout_metrics(rollout, scores))
         metrics["advantage/mean"] = masked_mean(advantages, mask).item()
         metrics["advantage/std"] = advantages[mask.bool()].std().item()
+        metrics["advantage/raw_std"] = raw_std  # before whitening: the signal whitening scales up
+        metrics["tied_batch"] = float(tied)
         metrics["value/mean"] = masked_mean(old_values, mask).item()
         metrics.update(self.timer.pop())
         return metrics

@@ -160,6 +160,25 @@ def test_ppo_critic_is_separate_and_learns_only_from_the_value_loss():
     assert any(not torch.equal(b, p) for b, p in zip(before, critic.parameters()))
 
 
+@pytest.mark.parametrize("skip", [False, True])
+def test_ppo_on_a_tied_batch_whitens_the_critics_error_unless_told_to_skip(skip):
+    # Every reward ties: GAE's advantages are the critic's errors (and the KL term). TRL, verl and OpenRLHF
+    # whiten them to unit variance and step the policy on that noise; skip_tied_batches steps the critic only.
+    _, policy, ppo, _ = _build("bandit", "ppo", skip_tied_batches=skip)
+    ppo.score = lambda rollout: torch.full((rollout.completion_ids.size(0),), 0.5)
+    policy_before = [p.detach().clone() for p in policy.parameters()]
+    critic_before = [p.detach().clone() for p in ppo.critic.parameters()]
+    metrics = ppo.step(ppo.task.train_prompts()[:4])
+    assert metrics["tied_batch"] == 1.0 and metrics["advantage/raw_std"] > 0
+    policy_moved = any(not torch.equal(b, p) for b, p in zip(policy_before, policy.parameters()))
+    assert any(not torch.equal(b, p) for b, p in zip(critic_before, ppo.critic.parameters()))  # the critic learns
+    if skip:
+        assert not policy_moved and metrics["skipped_update"] == 1.0 and metrics["advantage/std"] == 0.0
+    else:
+        assert policy_moved and metrics["skipped_update"] == 0.0
+        assert metrics["advantage/std"] == pytest.approx(1.0, abs=1e-3)  # noise at unit variance
+
+
 @pytest.mark.parametrize("task", ["pizza", "bandit"])
 @pytest.mark.parametrize("algo", ["reinforce", "ppo", "dpo", "grpo"])
 def test_seeded_runs_repeat_exactly(tmp_path, task, algo):
