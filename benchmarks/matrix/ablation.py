@@ -7,7 +7,8 @@ also means more completions per step, as in the notebook; the table reports comp
 
     grpo-bench ablation --out results/ablation
 
-writes OUT/curves.csv (step, G, seed, metrics), OUT/group_size.md (mean over seeds at a few steps)
+writes OUT/curves.csv (step, G, seed, metrics), OUT/group_size.md (mean over seeds at equal completions,
+then at a few steps)
 and OUT/group_size.png (mean curves with min-max bands over seeds, against steps and against generated
 completions, so G is compared both at equal steps and at equal samples).
 """
@@ -64,6 +65,37 @@ def table(curves: pd.DataFrame, steps: list[int]) -> str:
         lines.append(f"| {g} | {int(group['completions_per_step'].iloc[0])} | " + " | ".join(cells)
                      + f" | {mean.loc[(g, steps[-1]), 'accuracy']:.3f} | {group['seed'].nunique()} |")
     return "\n".join(lines) + "\n"
+
+
+def at_completions(curves: pd.DataFrame, points: list[float]) -> pd.DataFrame:
+    """Each (G, seed) curve read at the given completion counts (linear between its evaluations), then the
+    mean over seeds: rows G, columns (metric, completions)."""
+    import numpy as np
+
+    rows = []
+    for (g, seed), group in curves.groupby(["G", "seed"]):
+        group = group.sort_values("step")
+        x = (group["step"] * group["completions_per_step"]).to_numpy(float)
+        rows += [{"G": g, "seed": seed, "completions": c, **{m: float(np.interp(c, x, group[m])) for m in METRICS}}
+                 for c in points]
+    return pd.DataFrame(rows).groupby(["G", "completions"])[list(METRICS)].mean()
+
+
+def equal_completions_table(curves: pd.DataFrame) -> tuple[str, str]:
+    """Markdown at equal samples: mean true reward over seeds at 1/4, 1/2 and all of the completions the
+    smallest G generated (every G reached them), and the headline at the last of them."""
+    budget = float((curves["step"] * curves["completions_per_step"]).groupby(curves["G"]).max().min())
+    points = [0.0, budget / 4, budget / 2, budget]
+    mean = at_completions(curves, points)
+    lines = ["| G | " + " | ".join(f"true reward @ {c:.0f} completions" for c in points)
+             + f" | accuracy @ {budget:.0f} |", "|" + "---|" * (len(points) + 2)]
+    for g in sorted(curves["G"].unique()):
+        lines.append(f"| {g} | " + " | ".join(f"{mean.loc[(g, c), 'true_reward']:.3f}" for c in points)
+                     + f" | {mean.loc[(g, budget), 'accuracy']:.3f} |")
+    headline = (f"**At equal completions ({budget:.0f} each), true reward by group size: "
+                + ", ".join(f"G = {g} {mean.loc[(g, budget), 'true_reward']:.3f}" for g in sorted(curves["G"].unique()))
+                + "; at equal steps the larger groups spend more samples (table below).**")
+    return "\n".join(lines) + "\n", headline
 
 
 def plot(curves: pd.DataFrame, optimum: float, rm_optimum: float, path: Path) -> None:
@@ -125,9 +157,13 @@ def run_ablation(settings: AblationSettings, command: str) -> int:
     task = make_task("bandit", reward_mode=settings.reward_mode)
     optimum = task.prefs.max(dim=1).values.mean().item()
     rm_optimum = task.prefs.gather(1, task.rm.argmax(dim=1, keepdim=True)).mean().item()  # where reward hacking leads
-    body = (f"GRPO on the bandit (reward mode `{settings.reward_mode}`), {steps} steps, seeds {settings.seeds}; mean "
-            f"exact true reward over seeds (optimal policy: {optimum:.3f}; always taking the RM's best action: "
-            f"{rm_optimum:.3f}).\n\n" + table(curves, marks) + f"\nRegenerate: `{command}`\n")
+    samples_table, headline = equal_completions_table(curves)
+    body = (f"{headline}\n\nGRPO on the bandit (reward mode `{settings.reward_mode}`), {steps} steps, seeds "
+            f"{settings.seeds}; mean exact true reward over seeds (optimal policy: {optimum:.3f}; always taking the "
+            f"RM's best action: {rm_optimum:.3f}).\n\nAt equal samples (every G read at the same generated "
+            f"completions, linear between its evaluations; the comparison a practitioner's budget makes):\n\n"
+            + samples_table + "\nAt equal steps (G = 16 generates 8 times the completions of G = 2 per step):\n\n"
+            + table(curves, marks) + f"\nRegenerate: `{command}`\n")
     atomic_write_text(out / "group_size.md", body)
     plot(curves, optimum, rm_optimum, out / "group_size.png")
     print(body)
