@@ -271,3 +271,21 @@ def test_collapse_plot_shows_the_run_that_learned_then_fell(tmp_path):
     assert (tmp_path / "collapse.png").stat().st_size > 0
     no_collapse = cells.assign(collapsed=False)
     assert plots._collapse({"evals": evals, "steps": steps}, {"cells": no_collapse}, tmp_path / "none") == []
+
+
+def test_agreement_counts_flipped_marks_and_means_outside_the_first_runs_interval(tmp_path, monkeypatch):
+    from benchmarks.report import agreement
+
+    def verdicts(rows):
+        return pd.DataFrame([{"task": "t", "variant": v, "seeds": 5, "final_mean": m, "final_mean_low": m - 0.02,
+                              "final_mean_high": m + 0.02, "mark": mark, "saturated": False} for v, m, mark in rows])
+
+    first = verdicts([("a", 0.80, "best"), ("b", 0.79, "tied with best"), ("c", 0.50, "worse")])
+    rerun = verdicts([("a", 0.81, "best"), ("b", 0.70, "worse"), ("c", 0.51, "worse")])
+    monkeypatch.setattr(agreement, "_verdicts", lambda d: first if d.name == "first" else rerun)
+    table, text = agreement.write_agreement(tmp_path / "first", tmp_path / "rerun", tmp_path / "agree.md")
+    assert table.set_index("variant")["same_mark"].to_dict() == {"a": True, "b": False, "c": True}
+    assert table.set_index("variant")["mean_b_in_a"].to_dict() == {"a": True, "b": False, "c": True}
+    assert ("**2 of 3 marks agree on the tasks that rank; 2 of 3 means of the rerun lie inside the first run's "
+            "95% interval.**") in text
+    assert (tmp_path / "agree.md").read_text() == text

@@ -90,6 +90,23 @@ def add_report_parser(sub) -> None:
     p.set_defaults(handler=cmd_report)
 
 
+def add_agreement_parser(sub) -> None:
+    p = sub.add_parser("agreement", help="does a rerun of a matrix (another machine or thread count) reach the same verdicts?")
+    p.add_argument("first", help="a matrix directory (the committed run)")
+    p.add_argument("second", help="the rerun's directory (the same matrix file)")
+    p.add_argument("--out", required=True, help="the markdown report to write")
+    p.set_defaults(handler=cmd_agreement)
+
+
+def cmd_agreement(args) -> int:
+    from benchmarks.report.agreement import write_agreement
+
+    _, text = write_agreement(args.first, args.second, args.out)
+    print(text.splitlines()[2] if len(text.splitlines()) > 2 else text)
+    print(f"wrote {args.out}")
+    return 0
+
+
 def cmd_report(args) -> int:
     from benchmarks.report.matrix import report, summary_markdown
 
