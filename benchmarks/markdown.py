@@ -66,6 +66,8 @@ REPORTS = (
     ("results/trl_train/report.md", "TRL's GRPOTrainer and ours, trained side by side on pizza", "grpo-bench check trl-train"),
     ("results/perf/perf.md", "One GRPO step against TRL's GRPOTrainer", "grpo-bench bench grpo-vs-trl"),
     ("results/perf/rloo.md", "One RLOO step against TRL's RLOOTrainer", "grpo-bench bench rloo-vs-trl"),
+    ("results/perf/roof.md", "Generation (SmolLM2-135M) against the roof of the measured bandwidth and FLOP rate",
+     "grpo-bench bench roof"),
     ("results/lora/report.md", "LoRA against full fine-tuning, ours and TRL's", "grpo-bench bench lora"),
     ("results/executors-default/executors.md", "Matrix executors on the default matrix: warm workers against fresh processes",
      "grpo-bench bench executors benchmarks/matrices/default.toml --seeds 0"),

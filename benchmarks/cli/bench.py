@@ -7,6 +7,7 @@ import argparse
 
 from benchmarks.cli.bench_executors import add_executors_parser
 from benchmarks.cli.bench_lora import add_bench_lora_parser
+from benchmarks.cli.bench_roof import add_bench_roof_parser
 from benchmarks.perf.grpo_vs_trl import PerfSettings, default_workloads, run_bench, workloads_of
 
 
@@ -41,6 +42,7 @@ def add_bench_parser(sub) -> None:
     p.set_defaults(bf16_steps=PerfSettings.bf16_steps, scaling_steps=PerfSettings.scaling_steps)  # RLOO's report has neither part
     add_executors_parser(which)
     add_bench_lora_parser(which)
+    add_bench_roof_parser(which)
 
 
 def cmd_bench(args) -> int:
