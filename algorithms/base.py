@@ -232,9 +232,11 @@ class Algorithm:
             rewards = self.task.score(rollout.prompts, rollout.completions)
         return torch.tensor(rewards, dtype=torch.float32, device=self.device)  # (B,)
 
-    def logps(self, model, rollout: rollout_lib.Rollout, *, with_entropy: bool = False):
+    def logps(self, model, rollout: rollout_lib.Rollout, *, with_entropy: bool = False, entropy_grad: bool = False,
+              with_sum_pi_squared: bool = False):
         with self.autocast():
-            return rollout_lib.rollout_logps(model, rollout, temperature=self.sampling.temperature, with_entropy=with_entropy)
+            return rollout_lib.rollout_logps(model, rollout, temperature=self.sampling.temperature, with_entropy=with_entropy,
+                                             entropy_grad=entropy_grad, with_sum_pi_squared=with_sum_pi_squared)
 
     def frozen_logps(self, model, rollout: rollout_lib.Rollout) -> torch.Tensor:
         """Log-probs that no gradient flows through (old, reference): computed in inference mode, returned

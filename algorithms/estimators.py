@@ -16,7 +16,10 @@ Every estimator takes the same keyword arguments and reads what it needs:
     baseline_rewards  (B,) the reward of the greedy completion of each row's prompt, or None; estimators
                       registered with ``needs_greedy_baseline=True`` (ReMax) get it
 
-and returns (B,) advantages, no gradient. A group whose rewards all tie gets 0 exactly (no signal, as
+and returns (B,) advantages, no gradient. Estimators registered with ``needs_token_statistics=True`` (the optimal
+token baseline) also get ``mask`` (B, T), ``old_logps`` (B, T) (the sampling policy's log-probs of the sampled
+tokens) and ``sum_pi_squared`` (B, T) (sum over the vocabulary of pi_old(v)^2 at each position), and return (B, T)
+per-token advantages, 0 on padding. A group whose rewards all tie gets 0 exactly (no signal, as
 ``group_advantages`` guarantees; see algorithms/losses.py on why rounding must not leak into a step).
 """
 
@@ -34,24 +37,31 @@ from algorithms.losses import (
 ADVANTAGE_ESTIMATORS: dict[str, Callable] = {}
 # Estimators whose baseline is the reward of a greedy completion of the same prompt: GRPO samples one per prompt.
 GREEDY_BASELINE_ESTIMATORS: set[str] = set()
+# Estimators of per-token advantages from the sampling policy's token statistics (old log-probs, sum of pi^2).
+TOKEN_STATISTICS_ESTIMATORS: set[str] = set()
 
 
-def register_advantage_estimator(fn_or_name=None, *, name: Optional[str] = None, needs_greedy_baseline: bool = False):
+def register_advantage_estimator(fn_or_name=None, *, name: Optional[str] = None, needs_greedy_baseline: bool = False,
+                                 needs_token_statistics: bool = False):
     """Register an advantage estimator: ``ADVANTAGE_ESTIMATORS[name] = fn``. As a decorator at the definition,
     ``@register_advantage_estimator("name")``; as a call, ``register_advantage_estimator(fn, name=...)`` (the
     shape of ``register_algorithm``, which the entry-point group ``grpo_bench.advantage_estimators`` uses).
-    ``needs_greedy_baseline``: GRPO passes ``baseline_rewards``, a greedy completion's reward per prompt. A
-    second, different function under ``name`` is refused; the same one again is a no-op."""
+    ``needs_greedy_baseline``: GRPO passes ``baseline_rewards``, a greedy completion's reward per prompt;
+    ``needs_token_statistics``: GRPO passes ``mask``, ``old_logps`` and ``sum_pi_squared`` and takes (B, T)
+    advantages back. A second, different function under ``name`` is refused; the same one again is a no-op."""
     if callable(fn_or_name):
         if name is None:
             raise TypeError("register_advantage_estimator(fn, name=...) needs the name")
-        return register_advantage_estimator(name, needs_greedy_baseline=needs_greedy_baseline)(fn_or_name)
+        return register_advantage_estimator(name, needs_greedy_baseline=needs_greedy_baseline,
+                                            needs_token_statistics=needs_token_statistics)(fn_or_name)
     name = fn_or_name or name
 
     def register(fn: Callable) -> Callable:
         register_named(ADVANTAGE_ESTIMATORS, "advantage estimator", name, fn)
         if needs_greedy_baseline:
             GREEDY_BASELINE_ESTIMATORS.add(name)
+        if needs_token_statistics:
+            TOKEN_STATISTICS_ESTIMATORS.add(name)
         return fn
 
     return register
@@ -189,6 +199,44 @@ def grpo_passk_advantages(rewards: torch.Tensor, *, group_size: int, scale: str 
     return torch.zeros_like(grouped).scatter(1, index[:, :1], margin).view(-1)
 
 
-# verl's "optimal_token_baseline" (per-token baseline weighted by the cumulative path variance
-# 1 - 2 pi_t + sum_v pi_v^2) needs every token's sum of squared probabilities over the vocabulary, which the
-# shared log-prob pass does not return; it is left out until rollout.py can provide it.
+@register_advantage_estimator("optimal_token_baseline", needs_token_statistics=True)
+@torch.no_grad()
+def optimal_token_baseline_advantages(rewards: torch.Tensor, *, group_size: int, mask: torch.Tensor,
+                                      old_logps: torch.Tensor, sum_pi_squared: torch.Tensor,
+                                      handle_zero_tail: bool = True, eps: float = 1e-8, **_) -> torch.Tensor:
+    """The optimal token baseline (verl 0.9.1's "optimal_token_baseline"): one baseline per position t of each
+    group, the variance-minimising baseline of the score-function gradient, weighted by each path's accumulated
+    score norm,
+
+        w_{i,j} = ||grad_z log pi(o_{i,j})||^2 = 1 - 2 pi_old(o_{i,j}) + sum_v pi_old(v)^2   (z: the logits at j)
+        W_{i,t} = sum_{j <= t} w_{i,j}                                 (cumulative path variance)
+        B_t     = sum_i G_{i,t} W_{i,t} / (sum_i W_{i,t} + eps),  over the group's completions active at t
+        A_{i,t} = G_{i,t} - B_t
+
+    with G_{i,t} the reward-to-go, r_i on every token for an outcome reward (gamma 1). ``handle_zero_tail`` (verl's
+    default): where a group's single longest completion runs past the second longest, its baseline is 0 (alone
+    there, it would be its own baseline and learn nothing). A group whose rewards all tie gets 0 (this module's
+    rule; verl leaves r_i on such a tail). ``mask``, ``old_logps``, ``sum_pi_squared`` (B, T). Returns (B, T)."""
+    grouped = _grouped(rewards, group_size)
+    mask = mask.to(rewards.dtype)
+    n, width = grouped.size(0), mask.size(1)
+    returns = (rewards.unsqueeze(1) * mask).view(n, group_size, width)  # (n, G, T)
+    path = ((1 - 2 * torch.exp(old_logps) + sum_pi_squared).to(rewards.dtype) * mask).cumsum(-1)
+    path, active = path.view(n, group_size, width), mask.view(n, group_size, width)
+    if group_size < 2:
+        return returns.view(-1, width)
+    baseline = (returns * path * active).sum(1, keepdim=True) / ((path * active).sum(1, keepdim=True) + eps)
+    baseline = baseline.expand(n, group_size, width)
+    if handle_zero_tail:
+        lengths = active.sum(-1)  # (n, G)
+        ordered = lengths.sort(dim=1).values
+        longest, second = ordered[:, -1:], ordered[:, -2:-1]  # (n, 1)
+        alone = (lengths == longest) & ((lengths == longest).sum(1, keepdim=True) == 1) & (longest > second)
+        tail = torch.arange(width, device=mask.device).view(1, 1, -1) >= second.unsqueeze(-1)  # (n, 1, T)
+        baseline = baseline.masked_fill(alone.unsqueeze(-1) & tail, 0.0)
+    advantages = (returns - baseline) * active
+    return advantages.masked_fill(tied_rows(grouped).unsqueeze(-1), 0.0).view(-1, width)
+
+
+# verl's "tir_optimal_token_baseline" (the multi-turn variant, tool-call tokens masked out of the path) is not here:
+# this suite's rollouts are single-turn.

@@ -9,10 +9,11 @@ clip-higher and two-sided clipping; Dr. GRPO's unscaled advantages; DAPO's overl
 reward shaping and dynamic sampling; training on high-entropy tokens only; DeepSeek-V3.2's off-policy
 sequence mask; truncated importance sampling against the sampler's own log-probs when the sampler
 runs at another precision than the update; and verl's registered variants: advantage estimators
-(``advantage_estimator``: rloo, reinforce_plus_plus(_baseline), remax, gpg, opo, grpo_passk;
-algorithms/estimators.py), policy losses (``loss_type``: dual_clip, gmpo, clip_cov, kl_cov), its loss
-aggregations (``loss_aggregation``) and KL estimators (``kl_loss_type``). Plug-ins add estimators and
-policy losses by name.
+(``advantage_estimator``: rloo, reinforce_plus_plus(_baseline), remax, gpg, opo, grpo_passk, and the
+per-token optimal_token_baseline; algorithms/estimators.py), policy losses (``loss_type``: dual_clip, gmpo,
+clip_cov, kl_cov, dppo_tv, dppo_kl), its loss aggregations (``loss_aggregation``) and KL estimators
+(``kl_loss_type``); and an entropy bonus (``entropy_coef``, TRL's, verl's and OpenRLHF's knob; off in the paper).
+Plug-ins add estimators and policy losses by name.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ import torch
 
 from algorithms import rollout as rollout_lib
 from algorithms.base import Algorithm, AlgoConfig, register_algorithm
-from algorithms.estimators import ADVANTAGE_ESTIMATORS, GREEDY_BASELINE_ESTIMATORS, advantage_estimator
+from algorithms.estimators import (
+    ADVANTAGE_ESTIMATORS, GREEDY_BASELINE_ESTIMATORS, TOKEN_STATISTICS_ESTIMATORS, advantage_estimator,
+)
 from algorithms.losses import (
     ADVANTAGE_SCALES, CLIP_FRACTIONS, CLIPPED_LOSS_TYPES, GRPO_LEVELS, IMPORTANCE_SAMPLING_MODES, KL_PENALTIES,
     LOSS_AGGREGATIONS, LOSS_TYPES, TOKEN_MEAN_AGGREGATIONS, carries_signal, grpo_loss, k3_kl, masked_mean_per_sequence,
@@ -39,8 +42,10 @@ LOSS_OPTIONS = (
     "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg", "top_entropy_quantile",
     "off_policy_mask_threshold", "importance_sampling_correction", "importance_sampling_mode",
     "importance_sampling_clip_min", "importance_sampling_clip_max", "loss_aggregation", "kl_loss_type", "clip_ratio_c",
-    "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "kl_cov_coef",
+    "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "kl_cov_coef", "entropy_coef",
 )
+# Policy losses and options that need one advantage per completion (a per-token estimator cannot feed them).
+SEQUENCE_ADVANTAGE_LOSS_TYPES = ("vespo", "gmpo")
 
 
 @dataclass
@@ -49,16 +54,17 @@ class GRPOConfig(AlgoConfig):
     mu: int = field(default=1, metadata={"help": "policy updates per generation batch (TRL's num_iterations)"})
     level: str = field(default="token", metadata={"help": "importance ratio per token, or per sequence (GSPO; TRL's importance_sampling_level)", "choices": GRPO_LEVELS})
     # The two registries' choices are live views: a plug-in registered before the parser is built is a choice.
-    advantage_estimator: str = field(default="grpo", metadata={"help": "advantage estimator, by its registered name (algorithms/estimators.py): grpo (paper: group-standardised), rloo, reinforce_plus_plus(_baseline), remax (greedy-completion baseline), gpg, opo, grpo_passk; plug-ins. scale_rewards applies to grpo and grpo_passk", "choices": ADVANTAGE_ESTIMATORS.keys()})
-    loss_type: str = field(default="grpo", metadata={"help": "policy loss, by its registered name: grpo (paper), bnpo, dr_grpo, dapo, cispo (MiniMax-M1), sapo (Qwen SAPO), luspo (LUSPO; use level sequence), vespo (VESPO): TRL 1.16's loss types; dual_clip, gmpo (epsilon is a log-ratio bound; paper: 0.4), clip_cov, kl_cov: verl's; plug-ins", "choices": LOSS_TYPES.keys()})
+    advantage_estimator: str = field(default="grpo", metadata={"help": "advantage estimator, by its registered name (algorithms/estimators.py): grpo (paper: group-standardised), rloo, reinforce_plus_plus(_baseline), remax (greedy-completion baseline), gpg, opo, grpo_passk, optimal_token_baseline (verl's per-token baseline; an extra no-grad forward per step); plug-ins. scale_rewards applies to grpo and grpo_passk", "choices": ADVANTAGE_ESTIMATORS.keys()})
+    loss_type: str = field(default="grpo", metadata={"help": "policy loss, by its registered name: grpo (paper), bnpo, dr_grpo, dapo, cispo (MiniMax-M1), sapo (Qwen SAPO), luspo (LUSPO; use level sequence), vespo (VESPO): TRL 1.16's loss types; dual_clip, gmpo (epsilon is a log-ratio bound; paper: 0.4), clip_cov, kl_cov, dppo_tv, dppo_kl (epsilon, epsilon_high are divergence bounds; clip_ratio_c truncates the IS weight): verl's; plug-ins", "choices": LOSS_TYPES.keys()})
     loss_aggregation: Optional[str] = field(default=None, metadata={"help": "replace the loss type's aggregation: grpo, bnpo, dr_grpo, dapo, luspo, or verl's token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm (default: the loss type's own)", "choices": tuple(LOSS_AGGREGATIONS)})
     kl_loss_type: str = field(default="k3", metadata={"help": "KL term's estimator (verl's kl_loss_type): k1, k2, k3 (paper), low_var_kl (verl's clamped k3), abs; a '+' suffix keeps the value with k2's gradient", "choices": tuple(KL_PENALTIES)})
-    clip_ratio_c: float = field(default=3.0, metadata={"help": "dual_clip: floor -c A on negative-advantage tokens, c > 1 (Ye et al. 2020; verl: 3.0)"})
+    clip_ratio_c: float = field(default=3.0, metadata={"help": "dual_clip: floor -c A on negative-advantage tokens, c > 1 (Ye et al. 2020; verl: 3.0); dppo_tv/dppo_kl: the cap of the truncated IS weight (verl's actor: 3.0; the DPPO paper: large, e.g. 20)"})
     clip_cov_ratio: float = field(default=2e-4, metadata={"help": "clip_cov: share of active tokens whose gradient is cut (Cui et al. 2025, verl: 2e-4)"})
     clip_cov_lb: float = field(default=1.0, metadata={"help": "clip_cov: lower covariance bound of the candidates (verl: 1.0)"})
     clip_cov_ub: float = field(default=5.0, metadata={"help": "clip_cov: upper covariance bound of the candidates (verl: 5.0)"})
     kl_cov_ratio: float = field(default=2e-4, metadata={"help": "kl_cov: share of active tokens, by covariance, that get the |log r| penalty (Cui et al. 2025, verl: 2e-4)"})
     kl_cov_coef: float = field(default=1.0, metadata={"help": "kl_cov: weight of the |log r| penalty (verl's ppo_kl_coef: 1.0)"})
+    entropy_coef: float = field(default=0.0, metadata={"help": "entropy bonus: loss -= coef * mean entropy of the trained tokens (TRL's entropy_coef, verl's entropy_coeff; off in the paper; typical 1e-3)"})
     epsilon: float = field(default=0.2, metadata={"help": "lower clip range 1 - epsilon (PPO/GRPO: 0.2)"})
     epsilon_high: Optional[float] = field(default=None, metadata={"help": "upper clip range 1 + epsilon_high (default epsilon; DAPO: 0.28); cispo: the IS-weight cap itself (ScaleRL: 5.0)"})
     delta: Optional[float] = field(default=None, metadata={"help": "two-sided clipping: also cap the unclipped ratio at delta (INTELLECT-2; TRL default off; > 1 + epsilon_high)"})
@@ -105,7 +111,7 @@ class GRPOConfig(AlgoConfig):
                 raise ValueError(f"{name} must be in (0, 1], got {getattr(self, name)}")
         if self.kl_cov_coef < 0:
             raise ValueError(f"kl_cov_coef must be >= 0, got {self.kl_cov_coef}")
-        for name in ("epsilon", "epsilon_high", "beta", "advantage_clip", "delta", "off_policy_mask_threshold",
+        for name in ("epsilon", "epsilon_high", "beta", "advantage_clip", "delta", "off_policy_mask_threshold", "entropy_coef",
                      "importance_sampling_clip_min", "importance_sampling_clip_max", "overlong_buffer_len",
                      "overlong_penalty_factor"):
             value = getattr(self, name)
@@ -118,6 +124,13 @@ class GRPOConfig(AlgoConfig):
             raise ValueError(f"top_entropy_quantile must be in [0, 1], got {self.top_entropy_quantile}")
         if self.dynamic_sampling_max_rounds < 1:
             raise ValueError(f"dynamic_sampling_max_rounds must be >= 1, got {self.dynamic_sampling_max_rounds}")
+        if self.advantage_estimator in TOKEN_STATISTICS_ESTIMATORS:
+            if LOSS_TYPES[self.loss_type][0] in SEQUENCE_ADVANTAGE_LOSS_TYPES:
+                raise ValueError(f"loss_type {self.loss_type!r} needs one advantage per completion; advantage_estimator "
+                                 f"{self.advantage_estimator!r} gives one per token")
+            if self.off_policy_mask_threshold is not None:
+                raise ValueError(f"off_policy_mask_threshold reads one advantage per completion; advantage_estimator "
+                                 f"{self.advantage_estimator!r} gives one per token")
         if self.delta is not None and self.loss_type not in CLIPPED_LOSS_TYPES:
             raise ValueError(f"delta caps the clipped surrogate of {', '.join(CLIPPED_LOSS_TYPES)}; "
                              f"loss_type {self.loss_type!r} has none")
@@ -158,27 +171,30 @@ class GRPO(Algorithm):
         ref_logps = self.frozen_logps(self.ref_policy, rollout) if c.beta > 0 else None
         old_logps = None
         baseline_rewards = self.greedy_rewards(rollout) if c.advantage_estimator in GREEDY_BASELINE_ESTIMATORS else None
-        advantages = self.advantages(rewards, rollout.completion_mask.sum(1), baseline_rewards)  # 4 advantages
+        token_statistics = self.token_statistics(rollout) if c.advantage_estimator in TOKEN_STATISTICS_ESTIMATORS else None
+        advantages = self.advantages(rewards, rollout.completion_mask.sum(1), baseline_rewards,  # 4 advantages
+                                     token_statistics=token_statistics)
         if c.advantage_clip is not None:
             advantages = advantages.clamp(-c.advantage_clip, c.advantage_clip)
-        # No signal (every advantage 0 and no KL term): no step, which AdamW's momentum would still take.
+        # No signal (every advantage 0 and no KL or entropy term): no step, which AdamW's momentum would still take.
         # Under data parallelism: a step when any rank has a signal (the gradient all-reduce needs every rank).
-        signal = self.any_rank(carries_signal(advantages, mask) or (c.beta > 0 and bool(mask.any())))
+        signal = self.any_rank(carries_signal(advantages, mask) or ((c.beta > 0 or c.entropy_coef != 0.0) and bool(mask.any())))
         # Token-mean aggregations over the global batch (every rank's tokens).
         aggregation = c.loss_aggregation or LOSS_TYPES[c.loss_type][1]
         num_items = self.data_parallel_token_count(mask) if aggregation in TOKEN_MEAN_AGGREGATIONS else None
 
         options = {name: getattr(c, name) for name in LOSS_OPTIONS}
-        entropy_masked = c.top_entropy_quantile < 1.0  # then every iteration needs the current policy's entropies
+        # Every iteration needs the current policy's entropies for the entropy mask, and with their graph for the bonus.
+        entropy_masked = c.top_entropy_quantile < 1.0 or c.entropy_coef != 0.0
         clip_fraction = CLIP_FRACTIONS.get(LOSS_TYPES[c.loss_type][0])
         for iteration in range(1, c.mu + 1):  # 5 update(s) on the same batch
             with self.timer("update"):
                 if iteration == 1 or entropy_masked:
-                    logps, entropy = self.logps(self.policy, rollout, with_entropy=True)
+                    logps, entropy = self.logps(self.policy, rollout, with_entropy=True, entropy_grad=c.entropy_coef != 0.0)
                 else:
                     logps = self.logps(self.policy, rollout)
                 if iteration == 1:  # entropy, KL and mismatch describe the batch as sampled: the first iteration's
-                    first_logps, first_entropy = logps.detach(), entropy
+                    first_logps, first_entropy = logps.detach(), entropy.detach()
                     if c.mu > 1:
                         old_logps = first_logps
                 loss = grpo_loss(
@@ -213,21 +229,31 @@ class GRPO(Algorithm):
         return metrics
 
     def advantages(self, rewards: torch.Tensor, lengths: Optional[torch.Tensor] = None,
-                   baseline_rewards: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Advantages (B,) by the configured estimator (algorithms/estimators.py; default: group-relative).
+                   baseline_rewards: Optional[torch.Tensor] = None, token_statistics: Optional[dict] = None) -> torch.Tensor:
+        """Advantages (B,) by the configured estimator (algorithms/estimators.py; default: group-relative), or
+        (B, T) from a per-token estimator, which gets ``token_statistics`` (``token_statistics()``).
         ``lengths`` (B,) completion lengths, ``baseline_rewards`` (B,) the greedy completions' rewards (ReMax).
         Groups are whole on every rank; under data parallelism anything batch-wide (scale_rewards "batch",
-        any estimator but grpo) is computed over every rank's rows."""
+        any estimator but grpo and the per-token ones, which read their own group) is computed over every rank's rows."""
         c: GRPOConfig = self.config
         estimate = advantage_estimator(c.advantage_estimator)
-        options = {"group_size": c.group_size, "scale": c.scale_rewards}
+        options = {"group_size": c.group_size, "scale": c.scale_rewards, **(token_statistics or {})}
         lengths = torch.ones_like(rewards) if lengths is None else lengths.to(rewards.dtype)
-        if self.data_parallel is None or (c.advantage_estimator == "grpo" and c.scale_rewards != "batch"):
+        group_local = (c.advantage_estimator == "grpo" and c.scale_rewards != "batch") or token_statistics is not None
+        if self.data_parallel is None or group_local:
             return estimate(rewards, lengths=lengths, baseline_rewards=baseline_rewards, **options)
         gather = self.data_parallel.gather
         everything = estimate(gather(rewards), lengths=gather(lengths),
                               baseline_rewards=None if baseline_rewards is None else gather(baseline_rewards), **options)
         return everything.view(self.world_size, -1)[self.data_parallel.rank]
+
+    def token_statistics(self, rollout: rollout_lib.Rollout) -> dict:
+        """What a per-token estimator reads of the sampling policy (the policy before this step's update): the mask,
+        the sampled tokens' log-probs and each position's sum of pi(v)^2 over the vocabulary, (B, T) each; one
+        no-grad forward."""
+        with self.timer("logprobs"), torch.inference_mode():
+            old_logps, sum_pi_squared = self.logps(self.policy, rollout, with_sum_pi_squared=True)
+        return {"mask": rollout.completion_mask, "old_logps": old_logps.clone(), "sum_pi_squared": sum_pi_squared.clone()}
 
     def greedy_rewards(self, rollout: rollout_lib.Rollout) -> torch.Tensor:
         """ReMax's baseline (Li et al. 2023): the reward of one greedy completion per prompt, repeated over the

@@ -260,6 +260,12 @@ LOSS_AGGREGATIONS: dict[str, Callable] = {
 TOKEN_MEAN_AGGREGATIONS = ("bnpo", "dapo", "token-mean")
 
 
+def per_token_advantages(advantages: torch.Tensor) -> torch.Tensor:
+    """(B,) one advantage per completion -> (B, 1); (B, T) per-token advantages (an estimator such as
+    ``optimal_token_baseline``) as they are. Either broadcasts against (B, T) per-token losses."""
+    return advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
+
+
 def importance_ratio(logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.Tensor, level: str) -> torch.Tensor:
     """pi_theta / pi_theta_old, per token (B, T) or per completion (B, 1).
 
@@ -515,6 +521,48 @@ def _objective_kl_cov(*, logps, log_ratio, ratio, adv, mask, kl_cov_ratio, kl_co
     return loss + top * kl_cov_coef * log_ratio.abs()
 
 
+@torch.no_grad()
+def _dppo_truncated_ratio(log_ratio: torch.Tensor, cap: float) -> torch.Tensor:
+    """sg(min(r, C)), r = exp(log r) with log r clamped to [-20, 20] (verl's guard against overflow)."""
+    return torch.clamp(torch.exp(torch.clamp(log_ratio, -20.0, 20.0)), max=cap)
+
+
+@register_policy_loss("dppo_tv", aggregation="token-mean")
+def _objective_dppo_tv(*, logps, old_logps, log_ratio, adv, epsilon, epsilon_high, clip_ratio_c, **_) -> torch.Tensor:
+    """DPPO-Binary-TV (arXiv 2602.04879, verl's "dppo_tv"): REINFORCE weighted by a truncated, stop-gradient
+    IS ratio, on the tokens whose sampled-token probability moved less than a total-variation bound,
+
+        l_{i,t} = -A_{i,t} * sg(min(r_{i,t}, C)) * log pi(o_{i,t}) * sg(m_{i,t})
+        m_{i,t} = [ pi(o_{i,t}) - pi_old(o_{i,t}) <= eps_high ]    A > 0
+                = [ pi(o_{i,t}) - pi_old(o_{i,t}) >= -eps ]        A <= 0
+
+    The trust region is a divergence bound (``epsilon``, ``epsilon_high``: TV thresholds, not ratio ranges) instead of
+    PPO's ratio clip; C = ``clip_ratio_c`` truncates the IS weight (the paper: large, e.g. 20; verl's actor config 3.0).
+    Token-level by definition: ``level`` does not apply."""
+    with torch.no_grad():
+        moved = torch.exp(logps) - torch.exp(old_logps)
+        keep = torch.where(adv > 0, moved <= epsilon_high, moved >= -epsilon).to(logps.dtype)
+    return -adv * _dppo_truncated_ratio(log_ratio, clip_ratio_c) * logps * keep
+
+
+@register_policy_loss("dppo_kl", aggregation="token-mean")
+def _objective_dppo_kl(*, logps, old_logps, log_ratio, adv, epsilon, epsilon_high, clip_ratio_c, **_) -> torch.Tensor:
+    """DPPO-Binary-KL (arXiv 2602.04879, verl's "dppo_kl"): as ``dppo_tv``, with the binary KL between the
+    sampled token's old and new probabilities as the divergence,
+
+        D_{i,t} = p_old log(p_old / p) + (1 - p_old) log((1 - p_old + 1e-8) / (1 - p + 1e-8)),  p = pi(o_{i,t})
+        m_{i,t} = [ D <= eps_high  or  p <= p_old ]     A > 0      (only a move up is bounded)
+                = [ D <= eps       or  p >= p_old ]     A <= 0     (only a move down is bounded)
+        l_{i,t} = -A_{i,t} * sg(min(r_{i,t}, C)) * log pi(o_{i,t}) * sg(m_{i,t})
+    """
+    with torch.no_grad():
+        p, p_old = torch.exp(logps), torch.exp(old_logps)
+        divergence = p_old * (old_logps - logps) + (1 - p_old) * torch.log((1.0 - p_old + 1e-8) / (1.0 - p + 1e-8))
+        keep = torch.where(adv > 0, (divergence <= epsilon_high) | (p <= p_old),
+                           (divergence <= epsilon) | (p >= p_old)).to(logps.dtype)
+    return -adv * _dppo_truncated_ratio(log_ratio, clip_ratio_c) * logps * keep
+
+
 # The loss types TRL 1.16 has (the TRL check compares each); the registry holds these and verl's above.
 GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
 CLIPPED_LOSS_TYPES = tuple(name for name in GRPO_LOSS_TYPES if LOSS_TYPES[name][0] == "clip")
@@ -628,6 +676,7 @@ def grpo_loss(
     clip_cov_ub: float = 5.0,
     kl_cov_ratio: float = 2e-4,
     kl_cov_coef: float = 1.0,
+    entropy_coef: float = 0.0,
     generator: Optional[torch.Generator] = None,
 ) -> torch.Tensor:
     """GRPO surrogate loss (DeepSeekMath, Shao et al. 2024, Eq. 21), to be minimised:
@@ -651,7 +700,8 @@ def grpo_loss(
             ratio is exp(logps - logps.detach()) = 1 in value with the policy gradient as its gradient,
             which is why the loss *value* is 0 at mu = 1 and beta = 0 with loss_type "grpo".
         ref_logps: (B, T) reference-policy log-probs; may be None when beta == 0.
-        advantages: (B,) one advantage per completion (``group_advantages``).
+        advantages: (B,) one advantage per completion (``group_advantages``), or (B, T) one per token (an
+            estimator such as ``optimal_token_baseline``; not for vespo, gmpo or the off-policy mask).
         mask: (B, T) 1 on completion tokens up to and including the first EOS.
         level: "token" or "sequence".
         loss_type: a registered policy loss (``LOSS_TYPES``: TRL's ``GRPO_LOSS_TYPES``, verl's dual_clip, gmpo,
@@ -679,6 +729,9 @@ def grpo_loss(
         clip_ratio_c: dual_clip's floor c > 1 on negative-advantage tokens (Ye et al. 2020, verl: 3.0).
         clip_cov_ratio, clip_cov_lb, clip_cov_ub, generator: clip_cov's share of tokens, covariance window
             and the generator of its random pick; kl_cov_ratio, kl_cov_coef: kl_cov's share and coefficient.
+        entropy_coef: the entropy bonus, loss -= coef * H with H the mean entropy over the tokens trained on
+            (``entropy_bonus_loss``, token-mean whatever the aggregation, as TRL and OpenRLHF; ``entropies`` must
+            then carry the graph). 0: off (the paper).
     Returns:
         scalar loss tensor.
     """
@@ -691,7 +744,7 @@ def grpo_loss(
     mask = mask.to(logps.dtype)
     old_logps = logps.detach() if old_logps is None else old_logps
     ratio = importance_ratio(logps, old_logps, mask, level)  # (B, T) or (B, 1)
-    adv = advantages.unsqueeze(-1)  # (B, 1)
+    adv = per_token_advantages(advantages)  # (B, 1), or (B, T) per-token advantages
     is_ratio = None
     if sampling_logps is not None and importance_sampling_correction:
         is_ratio = sampling_importance_ratio(old_logps, sampling_logps, mask, importance_sampling_mode,
@@ -700,7 +753,7 @@ def grpo_loss(
     if objective == "vespo" and is_ratio is not None and importance_sampling_mode.startswith("sequence"):
         raise ValueError("loss_type 'vespo' needs a token_* importance_sampling_mode (TRL refuses sequence modes)")
     per_token = objective_fn(
-        logps=logps, log_ratio=logps - old_logps, ratio=ratio, adv=adv, mask=mask, is_ratio=is_ratio,
+        logps=logps, old_logps=old_logps, log_ratio=logps - old_logps, ratio=ratio, adv=adv, mask=mask, is_ratio=is_ratio,
         epsilon=epsilon, epsilon_high=epsilon if epsilon_high is None else epsilon_high, delta=delta,
         sapo_temperature_pos=sapo_temperature_pos, sapo_temperature_neg=sapo_temperature_neg,
         vespo_k_pos=vespo_k_pos, vespo_lambda_pos=vespo_lambda_pos, vespo_k_neg=vespo_k_neg,
@@ -711,10 +764,13 @@ def grpo_loss(
     if off_policy_mask_threshold is not None:
         behaviour = old_logps if sampling_logps is None else sampling_logps
         per_token = per_token * off_policy_sequence_mask(logps, behaviour, advantages, mask, off_policy_mask_threshold)
+    trained = mask  # the tokens the loss trains on, which the entropy bonus averages over (TRL's effective mask)
     if top_entropy_quantile < 1.0:
         if entropies is None:
             raise ValueError("top_entropy_quantile < 1 needs the tokens' entropies")
-        per_token = per_token * high_entropy_mask(entropies, mask, top_entropy_quantile)
+        entropy_mask = high_entropy_mask(entropies, mask, top_entropy_quantile)
+        per_token = per_token * entropy_mask
+        trained = mask * entropy_mask
     if is_ratio is not None and objective != "vespo":
         per_token = per_token * is_ratio
     if beta != 0.0:
@@ -723,7 +779,12 @@ def grpo_loss(
         kl = kl_estimator(logps, ref_logps)
         per_token = per_token + beta * (kl * ratio if kl_bias_correction else kl)
     per_token = per_token.expand_as(logps)  # sequence level with beta = 0 is still (B, 1)
-    return aggregate(per_token, mask, max_completion_length, num_items_in_batch)
+    loss = aggregate(per_token, mask, max_completion_length, num_items_in_batch)
+    if entropy_coef != 0.0:
+        if entropies is None:
+            raise ValueError("entropy_coef != 0 needs the tokens' entropies (with their graph)")
+        loss = loss + entropy_bonus_loss(entropies, trained, entropy_coef)
+    return loss
 
 
 def clip_fraction(
@@ -740,7 +801,7 @@ def clip_fraction(
     (r < 1-eps with A < 0, or r > 1+eps_high with A > 0), as TRL's ``clip_ratio/region_mean``."""
     mask = mask.to(logps.dtype)
     ratio = importance_ratio(logps.detach(), old_logps, mask, level).expand_as(logps)
-    adv = advantages.unsqueeze(-1)
+    adv = per_token_advantages(advantages)
     high = 1 + (epsilon if epsilon_high is None else epsilon_high)
     clipped = ((ratio < 1 - epsilon) & (adv < 0)) | ((ratio > high) & (adv > 0))
     return (clipped.to(mask.dtype) * mask).sum() / mask.sum().clamp(min=1.0)
@@ -760,7 +821,7 @@ def cispo_clip_fraction(
     mask = mask.to(logps.dtype)
     ratio = importance_ratio(logps.detach(), old_logps, mask, level).expand_as(logps)
     cap = epsilon if epsilon_high is None else epsilon_high
-    clipped = (ratio > cap) & (advantages.unsqueeze(-1) > 0)
+    clipped = (ratio > cap) & (per_token_advantages(advantages) > 0)
     return (clipped.to(mask.dtype) * mask).sum() / mask.sum().clamp(min=1.0)
 
 
@@ -1048,7 +1109,10 @@ def approx_kl(logps: torch.Tensor, ref_logps: torch.Tensor, estimator: str = "k1
     elif estimator == "k2":
         kl = log_ratio ** 2 / 2.0
     elif estimator == "k3":
-        kl = torch.exp(-log_ratio) - 1 + log_ratio
+        # log r < -10 already gives k3 > 10, the cap: bounding it first keeps exp from overflowing into a
+        # 0 * inf = NaN gradient (OpenRLHF does the same).
+        bounded = log_ratio.clamp(min=-10.0)
+        kl = torch.exp(-bounded) - 1 + bounded
     else:
         raise ValueError(f"unknown KL estimator {estimator!r}; expected one of {KL_ESTIMATORS}")
     return kl.clamp(min=-10.0, max=10.0)

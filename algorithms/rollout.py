@@ -438,11 +438,15 @@ def per_token_logps(
     temperature: float = 1.0,
     with_entropy: bool = False,
     group_size: int = 1,
+    entropy_grad: bool = False,
+    with_sum_pi_squared: bool = False,
 ):
     """(B, T) log pi(o_t | q, o_<t) of each completion token (logits / temperature, as sampled).
 
     Gradients flow iff the caller is not under ``torch.no_grad()``. With ``with_entropy`` also
-    returns the (B, T) entropy of each next-token distribution (detached). With ``group_size`` G > 1
+    returns the (B, T) entropy of each next-token distribution, detached unless ``entropy_grad`` (an
+    entropy bonus in the loss). With ``with_sum_pi_squared`` also (last) the (B, T) sum over the
+    vocabulary of pi(v)^2, detached (the optimal token baseline's score norm). With ``group_size`` G > 1
     and rows grouped by prompt (G consecutive rows share one prompt), each prompt is encoded once:
     packed with its G completions into one row (``_packed_completion_logits``) when that row is short,
     else through a KV cache where that saves more than it costs (``SHARED_PROMPT_MIN_WORK``).
@@ -463,15 +467,21 @@ def per_token_logps(
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
     logps = selective_log_softmax(logits, completion_ids)  # (B, T)
-    if not with_entropy:
+    if not (with_entropy or with_sum_pi_squared):
         return logps
-    with torch.no_grad():
-        log_probs = F.log_softmax(logits, dim=-1)
-        entropy = -(log_probs.exp() * log_probs).sum(-1)  # (B, T)
-    return logps, entropy
+    outputs = [logps]
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        log_probs = F.log_softmax(logits, dim=-1)  # (B, T, V)
+        if with_entropy:
+            outputs.append(-(log_probs.exp() * log_probs).sum(-1))  # (B, T)
+    if with_sum_pi_squared:
+        with torch.no_grad():
+            outputs.append(log_probs.detach().mul(2).exp().sum(-1))  # (B, T)
+    return tuple(outputs)
 
 
-def rollout_logps(model, rollout: Rollout, *, temperature: float = 1.0, with_entropy: bool = False):
+def rollout_logps(model, rollout: Rollout, *, temperature: float = 1.0, with_entropy: bool = False,
+                  entropy_grad: bool = False, with_sum_pi_squared: bool = False):
     return per_token_logps(
         model,
         rollout.prompt_ids,
@@ -481,6 +491,8 @@ def rollout_logps(model, rollout: Rollout, *, temperature: float = 1.0, with_ent
         temperature=temperature,
         with_entropy=with_entropy,
         group_size=rollout.group_size,
+        entropy_grad=entropy_grad,
+        with_sum_pi_squared=with_sum_pi_squared,
     )
 
 

@@ -98,6 +98,24 @@ def test_reinforce_pp_estimators_whiten_over_tokens():
     assert est("reinforce_plus_plus_baseline", [0.4, 0.4], 2, lengths=torch.tensor([3.0, 1.0])) == [0.0, 0.0]
 
 
+def test_optimal_token_baseline_weights_each_path_by_its_score_norm():
+    # G = 2, rewards [1, 0], lengths 3 and 1. Row 0: pi_old = 0.5, sum pi^2 = 0.5 -> w = 1 - 1 + 0.5 = 0.5 per token,
+    # W = [0.5, 1.0, 1.5]; row 1: pi_old = 0.25, sum pi^2 = 0.25 -> w = 1 - 0.5 + 0.25 = 0.75, W = [0.75].
+    # B_0 = (1 * 0.5 + 0 * 0.75) / 1.25 = 0.4 (an unweighted mean would say 0.5); B_1 = B_2 = 1 (row 0 alone).
+    # handle_zero_tail: row 0 is the single longest, past the second longest (1): baseline 0 from t = 1.
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    old = torch.log(torch.tensor([[0.5, 0.5, 0.5], [0.25, 0.9, 0.9]]))
+    spp = torch.tensor([[0.5, 0.5, 0.5], [0.25, 0.9, 0.9]])
+    run = lambda rewards, **kw: advantage_estimator("optimal_token_baseline")(  # noqa: E731
+        torch.tensor(rewards), group_size=2, lengths=torch.ones(2), mask=mask, old_logps=old, sum_pi_squared=spp, **kw)
+    assert run([1.0, 0.0]).flatten().tolist() == pytest.approx([0.6, 1.0, 1.0, -0.4, 0.0, 0.0], abs=1e-6)
+    assert run([1.0, 0.0], handle_zero_tail=False).flatten().tolist() == pytest.approx([0.6, 0.0, 0.0, -0.4, 0.0, 0.0], abs=1e-6)
+    assert torch.equal(run([0.5, 0.5]), torch.zeros(2, 3))  # a tied group: no signal
+    assert estimators.TOKEN_STATISTICS_ESTIMATORS >= {"optimal_token_baseline"}
+    with pytest.raises(ValueError, match="one advantage per completion"):
+        GRPOConfig(learning_rate=1e-3, advantage_estimator="optimal_token_baseline", loss_type="gmpo").validate()
+
+
 # --- policy losses, by hand -------------------------------------------------------------------------------
 
 
@@ -246,6 +264,47 @@ def test_entropy_bonus_loss():
     assert entropy_bonus_loss(entropies, mask, 0.01, "seq-mean-token-mean").item() == pytest.approx(-0.0225)
 
 
+def test_dppo_tv_keeps_tokens_inside_the_total_variation_bound():
+    # Row 0: p 0.5 -> 0.6 (moved +0.1 <= eps_high 0.2), A = +1: kept, weight sg(min(1.2, 3)) = 1.2,
+    # l = -1 * 1.2 * log 0.6. Row 1: p 0.5 -> 0.2 (moved -0.3 < -eps), A = -1: dropped. token-mean over 2 tokens.
+    logps = torch.log(torch.tensor([[0.6], [0.2]])).requires_grad_()
+    old = torch.log(torch.tensor([[0.5], [0.5]]))
+    loss = grpo_loss(logps, old, None, torch.tensor([1.0, -1.0]), torch.ones(2, 1), loss_type="dppo_tv")
+    assert loss.item() == pytest.approx(-1.2 * math.log(0.6) / 2, rel=1e-5)
+    loss.backward()
+    assert logps.grad.flatten().tolist() == pytest.approx([-0.6, 0.0], abs=1e-6)  # d(-A w log p)/d log p = -A w / 2
+    # the IS weight is truncated at clip_ratio_c: C = 1.1 -> weight 1.1
+    capped = grpo_loss(logps, old, None, torch.tensor([1.0, -1.0]), torch.ones(2, 1), loss_type="dppo_tv", clip_ratio_c=1.1)
+    assert capped.item() == pytest.approx(-1.1 * math.log(0.6) / 2, rel=1e-5)
+
+
+def test_dppo_kl_bounds_only_the_move_the_advantage_pushes():
+    # A = +1 on both rows, eps = eps_high = 0.01. Row 0: p 0.5 -> 0.6, binary KL 0.5 log(0.5/0.6) + 0.5 log(0.5/0.4)
+    # = 0.0204 > 0.01 and p went up: dropped. Row 1: p 0.5 -> 0.2 went down, which A > 0 does not bound: kept,
+    # weight 0.4, l = -0.4 log 0.2. token-mean over 2 tokens.
+    logps = torch.log(torch.tensor([[0.6], [0.2]])).requires_grad_()
+    old = torch.log(torch.tensor([[0.5], [0.5]]))
+    loss = grpo_loss(logps, old, None, torch.tensor([1.0, 1.0]), torch.ones(2, 1), loss_type="dppo_kl", epsilon=0.01)
+    assert loss.item() == pytest.approx(-0.4 * math.log(0.2) / 2, rel=1e-5)
+    loss.backward()
+    assert logps.grad.flatten().tolist() == pytest.approx([0.0, -0.2], abs=1e-6)
+    # a looser bound keeps row 0 too
+    loose = grpo_loss(logps, old, None, torch.tensor([1.0, 1.0]), torch.ones(2, 1), loss_type="dppo_kl", epsilon=0.05)
+    assert loose.item() == pytest.approx((-1.2 * math.log(0.6) - 0.4 * math.log(0.2)) / 2, rel=1e-5)
+
+
+def test_entropy_coef_subtracts_the_token_mean_entropy_with_its_gradient():
+    # On-policy grpo: per-row means of -A: -1 and 2, mean 0.5. Entropy token-mean over the 4 active tokens:
+    # (1 + 2 + 3 + 4) / 4 = 2.5 -> -0.1 * 2.5 = -0.25; total 0.25. d/dH = -0.1 / 4 on active tokens, 0 on padding.
+    entropies = torch.tensor([[1.0, 2.0, 3.0], [4.0, 9.0, 9.0]], requires_grad=True)
+    loss = grpo_loss(LOGPS, None, None, ADV, MASK, entropies=entropies, entropy_coef=0.1)
+    assert loss.item() == pytest.approx(0.25, rel=1e-6)
+    loss.backward()
+    assert entropies.grad.flatten().tolist() == pytest.approx([-0.025, -0.025, -0.025, -0.025, 0.0, 0.0])
+    with pytest.raises(ValueError, match="entropy_coef"):
+        grpo_loss(LOGPS, None, None, ADV, MASK, entropy_coef=0.1)
+
+
 # --- the registries ---------------------------------------------------------------------------------------
 
 
@@ -287,7 +346,7 @@ def test_an_unknown_name_is_one_line_listing_the_choices():
             lookup("nope")
         message = str(info.value)
         assert message.startswith(f"unknown {kind} 'nope'; choose from ") and "\n" not in message
-    assert "gpg, grpo, grpo_passk, opo, reinforce_plus_plus" in str(pytest.raises(ValueError, advantage_estimator, "x").value)
+    assert "gpg, grpo, grpo_passk, opo, optimal_token_baseline, reinforce_plus_plus" in str(pytest.raises(ValueError, advantage_estimator, "x").value)
     assert "clip_cov" in str(pytest.raises(ValueError, grpo_loss, LOGPS, None, None, ADV, MASK, loss_type="x").value)
     for field, value in (("advantage_estimator", "nope"), ("loss_type", "nope"), ("kl_loss_type", "k9"), ("loss_aggregation", "sum")):
         with pytest.raises(ValueError, match=f"unknown {field} '{value}'; choose from "):
@@ -338,7 +397,10 @@ def test_a_plugin_registered_at_runtime_is_usable_through_the_config(clean_regis
 @pytest.mark.parametrize("options", [{"advantage_estimator": "remax"}, {"advantage_estimator": "gpg", "loss_type": "gmpo"},
                                      {"advantage_estimator": "opo", "loss_type": "clip_cov", "mu": 2},
                                      {"advantage_estimator": "grpo_passk", "loss_type": "kl_cov", "mu": 2},
-                                     {"loss_type": "dual_clip", "loss_aggregation": "seq-mean-token-sum-norm"}])
+                                     {"loss_type": "dual_clip", "loss_aggregation": "seq-mean-token-sum-norm"},
+                                     {"advantage_estimator": "optimal_token_baseline", "mu": 2},
+                                     {"loss_type": "dppo_tv", "mu": 2}, {"loss_type": "dppo_kl", "mu": 2},
+                                     {"entropy_coef": 0.01, "top_entropy_quantile": 0.5}])
 def test_grpo_steps_with_the_new_variants(options):
     metrics = _pizza_grpo(**options).step(["ravin likes "] * 2)
     assert all(math.isfinite(v) for v in metrics.values())
