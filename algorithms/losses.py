@@ -239,10 +239,10 @@ def _aggregate_seq_mean_token_sum(per_token: torch.Tensor, mask: torch.Tensor, m
 
 
 def _aggregate_seq_mean_token_sum_norm(per_token: torch.Tensor, mask: torch.Tensor, max_len: Optional[int], n_items) -> torch.Tensor:
-    """verl's "seq-mean-token-sum-norm" (its Dr. GRPO recipe):  sum_{i,t} l_{i,t} / L,  L = max_completion_length
-    (verl's loss_scale_factor; without it, the padded width T, verl's default). Unlike dr_grpo there is no
-    1/B: dr_grpo = this / B."""
-    return _masked_sum(per_token, mask) / (mask.size(-1) if max_len is None else max_len)
+    """verl's "seq-mean-token-sum-norm" (its Dr. GRPO recipe):  1/(|S| L) sum_{i in S} sum_t l_{i,t},  S = rows with an
+    active token, L = max_completion_length (verl's loss_scale_factor; without it, the padded width T, verl's default).
+    It is dr_grpo's B x L normaliser with the all-masked rows left out of B: equal to dr_grpo when every row has a token."""
+    return _aggregate_seq_mean_token_sum(per_token, mask, max_len, n_items) / (mask.size(-1) if max_len is None else max_len)
 
 
 LOSS_AGGREGATIONS: dict[str, Callable] = {

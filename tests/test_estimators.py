@@ -218,12 +218,14 @@ def test_verl_aggregation_modes():
     assert agg["grpo"] == pytest.approx(2.0)
     assert agg["seq-mean-token-sum"] == pytest.approx((6 + 4) / 2)  # luspo: 10 / 3
     assert agg["luspo"] == pytest.approx(10 / 3)
-    assert agg["seq-mean-token-sum-norm"] == pytest.approx(10 / 4)  # / max_completion_length; dr_grpo: / (3 * 4)
+    # verl 0.9.1: / (non-empty rows x max_completion_length); dr_grpo counts the empty row: / (3 * 4)
+    assert agg["seq-mean-token-sum-norm"] == pytest.approx(10 / (2 * 4))
     assert agg["dr_grpo"] == pytest.approx(10 / 12)
-    assert LOSS_AGGREGATIONS["seq-mean-token-sum-norm"](per_token, mask, None, None).item() == pytest.approx(10 / 3)  # / T
+    assert LOSS_AGGREGATIONS["seq-mean-token-sum-norm"](per_token, mask, None, None).item() == pytest.approx(10 / (2 * 3))  # / T
     # where every row has a token they coincide with the project's own
     full = torch.ones(2, 3)
-    for verl, ours in (("seq-mean-token-mean", "grpo"), ("seq-mean-token-sum", "luspo"), ("token-mean", "bnpo")):
+    for verl, ours in (("seq-mean-token-mean", "grpo"), ("seq-mean-token-sum", "luspo"), ("token-mean", "bnpo"),
+                       ("seq-mean-token-sum-norm", "dr_grpo")):
         assert LOSS_AGGREGATIONS[verl](per_token[:2], full, 4, None).item() == LOSS_AGGREGATIONS[ours](per_token[:2], full, 4, None).item()
     # a loss type with another aggregation: dual_clip aggregated per sequence equals grpo's loss (ratios < 3)
     assert grpo_loss(LOGPS, OLD, None, ADV, MASK, loss_type="dual_clip", loss_aggregation="seq-mean-token-mean").item() == \

@@ -1,7 +1,8 @@
 """The layering, read from the source with ``ast``: algorithms/ and tasks/ never import each other or
 benchmarks/, nothing imports the command-line entry module, engines never import the command line nor
-argparse, the report reads run data and nothing below it imports the report, and the import graph
-(function-level imports included) has no cycle."""
+argparse, the report reads run data and nothing below it imports the report, only the reference adapters
+(benchmarks/references/) import a reference framework, and the import graph (function-level imports included)
+has no cycle."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ REPORT_READS = ("benchmarks.report", "benchmarks.io", "benchmarks.markdown", "be
                 "benchmarks.curve")
 # The layers the report sits on, beside the command line: none of them imports it.
 BELOW_THE_REPORT = ("benchmarks.harness", "benchmarks.matrix", "benchmarks.checks", "benchmarks.perf", "algorithms", "tasks")
+# The reference frameworks' packages: their configs, trainers and functions are reached through the adapters.
+REFERENCE_FRAMEWORKS = ("trl", "verl", "openrlhf")
 
 
 def _module_name(path: Path) -> str:
@@ -106,6 +109,22 @@ def test_a_planted_argparse_import_is_caught(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "_modules", lambda: {"benchmarks.harness.engine": planted})
     with pytest.raises(AssertionError, match="benchmarks.harness.engine"):
         test_only_the_command_line_sees_argparse()
+
+
+def test_only_the_reference_adapters_import_the_frameworks():
+    """A check or a bench builds TRL's config and trainer through benchmarks/references/trl.py (one mapping of our
+    names to TRL's), never with ``from trl import GRPOConfig`` of its own."""
+    for name, path in _modules().items():
+        if not _within(name, ("benchmarks.references",)):
+            assert not [n for n in _imported_names(path) if _within(n, REFERENCE_FRAMEWORKS)], name
+
+
+def test_a_planted_framework_import_is_caught(tmp_path, monkeypatch):
+    planted = tmp_path / "bench.py"
+    planted.write_text("def args():\n    from trl import GRPOConfig\n    return GRPOConfig(output_dir='x')\n")
+    monkeypatch.setattr(sys.modules[__name__], "_modules", lambda: {"benchmarks.perf.bench": planted})
+    with pytest.raises(AssertionError, match="benchmarks.perf.bench"):
+        test_only_the_reference_adapters_import_the_frameworks()
 
 
 def test_the_report_reads_run_data_and_sits_on_top():

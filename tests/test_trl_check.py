@@ -3,7 +3,10 @@
 The full grid runs in ``grpo-bench check trl``; here one configuration per loss type and option family,
 and a planted error that the check must catch."""
 
+import copy
+import dataclasses
 import math
+import re
 import tempfile
 
 import pytest
@@ -15,6 +18,7 @@ from algorithms import losses  # noqa: E402
 from algorithms.losses import GRPO_LOSS_TYPES  # noqa: E402
 from benchmarks.checks import trl as trl_check  # noqa: E402
 from benchmarks.cli.main import main  # noqa: E402
+from benchmarks.references import trl as trl_ref  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +64,50 @@ def test_grid_covers_every_loss_type_and_option():
     assert "C_min > 1" in trl_check.skip_reason(trl_check.LossConfig(
         "vespo", sampler=True, importance_sampling_mode="token_mask", importance_sampling_clip_min=1.05))
     # Our names reach TRL through the mapping.
-    settings = trl_check.LossConfig("grpo", mu=2, sampler=True, importance_sampling_mode="token_mask").trl_settings()
+    cfg = trl_check.LossConfig("grpo", mu=2, sampler=True, importance_sampling_mode="token_mask")
+    settings = trl_ref.settings({**cfg.ours(), "mu": cfg.mu})
     assert settings["num_iterations"] == 2 and settings["vllm_importance_sampling_mode"] == "token_mask"
+
+
+def test_each_of_our_trl_loss_types_maps_to_one_trl_computes(setup):
+    """The adapter's POLICY_LOSSES covers exactly the loss types TRL 1.16 documents, and each of ours becomes a
+    GRPOConfig on which TRL's GRPOTrainer builds and computes its loss (TRL refuses a loss type it lacks only there,
+    in ``_compute_loss``; the planted name shows that it does)."""
+    import trl
+
+    help_text = next(f.metadata["help"] for f in dataclasses.fields(trl.GRPOConfig) if f.name == "loss_type")
+    documented = set(re.findall(r"'(\w+)'", help_text.split("Supported values are")[1].split(". ")[0]))
+    assert set(trl_ref.POLICY_LOSSES.values()) == documented and set(trl_ref.POLICY_LOSSES) == set(GRPO_LOSS_TYPES)
+    base, tokenizer, batch, out_dir = setup
+    model = copy.deepcopy(base)
+    inputs = {"prompt_ids": batch.prompt_ids, "prompt_mask": batch.prompt_mask, "completion_ids": batch.completion_ids,
+              "completion_mask": batch.completion_mask, "advantages": torch.linspace(-1, 1, len(batch.rewards)),
+              "num_items_in_batch": batch.completion_mask.sum()}
+    for loss_type in GRPO_LOSS_TYPES:
+        level = "sequence" if loss_type == "luspo" else "token"
+        trainer = trl_check.grpo_trainer(model, tokenizer, out_dir, loss_type=loss_type, level=level)
+        assert (trainer.args.loss_type, trainer.args.importance_sampling_level) == (loss_type, level)
+        assert torch.isfinite(trainer.compute_loss(model, dict(inputs))), loss_type
+    trainer.loss_type = "planted"
+    with pytest.raises(ValueError, match="Unknown loss type"):
+        trainer.compute_loss(model, dict(inputs))
+
+
+def test_the_adapter_refuses_what_trl_has_no_counterpart_for(tmp_path):
+    with pytest.raises(ValueError, match="loss_type 'gmpo' has no TRL .* counterpart; TRL has grpo, bnpo"):
+        trl_ref.settings({"loss_type": "gmpo"})  # verl's geometric-mean loss
+    with pytest.raises(ValueError, match="our setting 'kl_loss_type' has no TRL"):
+        trl_ref.settings({"kl_loss_type": "k1"})
+    with pytest.raises(ValueError, match="level 'tokens'"):
+        trl_ref.settings({"level": "tokens"})
+    with pytest.raises(ValueError, match="RLOOConfig has no 'importance_sampling_level' \\(from our 'level'\\)"):
+        trl_ref.config(str(tmp_path), {"group_size": 2, "level": "sequence"}, trainer="rloo")
+    with pytest.raises(ValueError, match="trainer 'ppo'"):
+        trl_ref.config(str(tmp_path), trainer="ppo")
+    # Derived settings: one batch of prompts_per_step groups, a constant learning rate, one reward clip range.
+    assert trl_ref.settings({"group_size": 4, "prompts_per_step": 3, "learning_rate": 1e-3, "reward_clip_max": 2.0}) == {
+        "num_generations": 4, "per_device_train_batch_size": 12, "learning_rate": 1e-3, "lr_scheduler_type": "constant",
+        "warmup_steps": 0, "reward_clip_range": (None, 2.0)}
 
 
 def test_batch_is_ragged_left_padded_with_a_nan_sampler_token(setup):

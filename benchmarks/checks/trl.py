@@ -22,9 +22,10 @@ with TRL's in a row of its own (``check_forward``).
   the same per-token tensor ours gets), and its advantages from a whole ``_generate_and_score_completions``.
 
 TRL's defaults are not DeepSeekMath's GRPO, so every setting that differs is set explicitly
-(``TRL_PINNED``). Our option names differ from TRL's in places (``TRL_NAMES``: the vllm_ prefix dropped,
-num_iterations -> mu, ...); combinations that one side refuses or where the two deliberately differ are
-skipped with the reason (``skip_reason``) and counted in the report.
+(``TRL_PINNED``). Every TRL config and trainer here is built by the TRL adapter (``benchmarks/references/trl.py``)
+from our names; where they differ from TRL's (``TRL_NAMES``, from the adapter's ``KNOBS``: the vllm_ prefix dropped,
+num_iterations -> mu, ...) the report lists them. Combinations that one side refuses or where the two deliberately
+differ are skipped with the reason (``skip_reason``) and counted in the report.
 
 Gradient agreement is max_i |g_ours_i - g_trl_i| / max_i |g_trl_i| over the flattened gradient of all
 model parameters (an element-wise relative error is undefined where a gradient entry is ~0).
@@ -35,11 +36,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
-import logging
 import math
-import os
 import tempfile
-import warnings
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +52,7 @@ from algorithms.losses import (
 from algorithms.rollout import per_token_logps, tokenize_prompts
 from benchmarks.io import atomic_write_json, atomic_write_text
 from benchmarks.markdown import markdown_table
+from benchmarks.references import trl as trl_ref
 
 LOSS_TOL = 1e-6
 GRAD_TOL = 1e-5
@@ -94,19 +93,6 @@ TRL_PINNED = {
     "scale_rewards": "group",
 }
 
-# Our GRPOConfig name -> TRL's GRPOConfig name, where they differ (the same name elsewhere).
-TRL_NAMES = {
-    "level": "importance_sampling_level",
-    "mu": "num_iterations",
-    "kl_bias_correction": "use_bias_correction_kl",
-    "importance_sampling_correction": "vllm_importance_sampling_correction",
-    "importance_sampling_mode": "vllm_importance_sampling_mode",
-    "importance_sampling_clip_min": "vllm_importance_sampling_clip_min",
-    "importance_sampling_clip_max": "vllm_importance_sampling_clip_max",
-}
-RLOO_TRL_NAMES = {"mu": "num_iterations", "normalize_advantages": "normalize_advantages",
-                  "reward_clip_min/max": "reward_clip_range (one tuple)"}
-
 G = 4  # completions per prompt
 T = 7  # completion width = max_completion_length (dr_grpo's constant normaliser)
 PROMPTS = ("ravin likes ", "bob likes ")  # different lengths: the shorter one is left-padded
@@ -131,7 +117,7 @@ class CheckRow:
 
 @dataclass(frozen=True)
 class LossConfig:
-    """One GRPO configuration, in our GRPOConfig's names (``trl_settings`` maps them to TRL's)."""
+    """One GRPO configuration, in our GRPOConfig's names (the TRL adapter maps them to TRL's)."""
 
     loss_type: str
     level: str = "token"
@@ -178,11 +164,10 @@ class LossConfig:
         """grpo_loss keyword arguments (the same names as our GRPOConfig's fields)."""
         return {name: getattr(self, name) for name in self.OPTIONS}
 
-    def trl_settings(self) -> dict:
-        """TRL GRPOConfig keyword arguments: our names through TRL_NAMES, plus num_iterations."""
-        settings = {TRL_NAMES.get(name, name): value for name, value in self.ours().items()}
-        settings[TRL_NAMES["mu"]] = self.mu
-        return settings
+
+# Our GRPOConfig name -> TRL's GRPOConfig name, for the options the check varies whose names differ.
+TRL_NAMES = {ours: theirs for ours, theirs in trl_ref.KNOBS.items()
+             if ours != theirs and ours in (*LossConfig.OPTIONS, "mu")}
 
 
 def skip_reason(cfg: LossConfig) -> Optional[str]:
@@ -319,56 +304,29 @@ def perturb_(model, scale: float, seed: int) -> None:
             p.add_(scale * torch.randn(p.shape, generator=gen))
 
 
-def _silence():
-    """TRL warns on every trainer built here (e.g. sequence-level bnpo); the table is the output."""
-    import datasets
-    from transformers.utils import logging as hf_logging
-
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is "experimental"
-    warnings.filterwarnings("ignore")
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    datasets.disable_progress_bars()
-    logging.getLogger("trl").setLevel(logging.ERROR)
-
-
 def _dataset():
     from datasets import Dataset
 
     return Dataset.from_dict({"prompt": list(PROMPTS) * 4, "reward": [0.0] * (len(PROMPTS) * 4)})
 
 
-def grpo_trainer(model, tokenizer, out_dir: str, rollout_func=None, **overrides):
-    """A real GRPOTrainer on ``model`` with TRL_PINNED plus ``overrides`` (TRL's names)."""
-    from trl import GRPOConfig, GRPOTrainer
-
-    _silence()
-    args = GRPOConfig(
-        output_dir=out_dir, per_device_train_batch_size=len(PROMPTS) * G, num_generations=G,
-        max_completion_length=T, report_to="none", save_strategy="no", logging_steps=1,
-        **{**TRL_PINNED, **overrides},
-    )
-    trainer = GRPOTrainer(model=model, reward_funcs=preset_reward, args=args, train_dataset=_dataset(),
-                          processing_class=tokenizer, rollout_func=rollout_func)
-    # Trainer.train() sets this each step; compute_loss divides by it in train mode.
-    trainer.current_gradient_accumulation_steps = args.gradient_accumulation_steps
-    return trainer
+def grpo_trainer(model, tokenizer, out_dir: str, rollout_func=None, **ours):
+    """A real GRPOTrainer on ``model`` with TRL_PINNED, and ``ours`` (our names) over them."""
+    trl_ref.silence()
+    args = trl_ref.config(out_dir, {"group_size": G, "prompts_per_step": len(PROMPTS), "max_new_tokens": T, **ours},
+                          **TRL_PINNED)
+    return trl_ref.trainer(args, model=model, reward_funcs=preset_reward, train_dataset=_dataset(),
+                           processing_class=tokenizer, rollout_func=rollout_func)
 
 
-def rloo_trainer(model, tokenizer, out_dir: str, **overrides):
-    """A real RLOOTrainer on ``model`` (fp32, CPU, temperature 1, no dropout) with ``overrides``."""
-    from trl import RLOOConfig, RLOOTrainer
-
-    _silence()
-    args = RLOOConfig(
-        output_dir=out_dir, per_device_train_batch_size=len(PROMPTS) * G, num_generations=G,
-        max_completion_length=T, report_to="none", save_strategy="no", logging_steps=1, bf16=False, use_cpu=True,
-        temperature=1.0, disable_dropout=True, gradient_accumulation_steps=1, **overrides,
-    )
-    trainer = RLOOTrainer(model=model, reward_funcs=preset_reward, args=args, train_dataset=_dataset(),
-                          processing_class=tokenizer)
-    trainer.current_gradient_accumulation_steps = 1
-    return trainer
+def rloo_trainer(model, tokenizer, out_dir: str, **ours):
+    """A real RLOOTrainer on ``model`` (fp32, CPU, temperature 1, no dropout) with ``ours`` (our names)."""
+    trl_ref.silence()
+    args = trl_ref.config(out_dir, {"group_size": G, "prompts_per_step": len(PROMPTS), "max_new_tokens": T,
+                                    "temperature": 1.0, **ours},
+                          trainer="rloo", disable_dropout=True, gradient_accumulation_steps=1)
+    return trl_ref.trainer(args, model=model, reward_funcs=preset_reward, train_dataset=_dataset(),
+                           processing_class=tokenizer)
 
 
 def preset_reward(prompts, completions, reward, **kwargs):
@@ -437,7 +395,7 @@ def check_grpo_loss(base_model, tokenizer, batch: Batch, cfg: LossConfig, out_di
     if reason:
         return _skipped("grpo_loss", cfg.name, cfg.family, cfg.loss_type, reason)
     model = copy.deepcopy(base_model).train()
-    trainer = grpo_trainer(model, tokenizer, out_dir, rollout_func=batch.rollout, **cfg.trl_settings())
+    trainer = grpo_trainer(model, tokenizer, out_dir, rollout_func=batch.rollout, mu=cfg.mu, **cfg.ours())
     if cfg.beta > 0:
         perturb_(trainer.ref_model, REF_NOISE, seed=1)
     if cfg.sampler:  # TRL's vLLM path without a vLLM server: generation is rollout_func's, the rest TRL's own
@@ -509,8 +467,7 @@ def check_rloo_loss(base_model, tokenizer, batch: Batch, cfg: dict, out_dir: str
     per-token tensor ours gets (at mu = 1 ours takes the current ones, detached, as RLOO.step does).
     Both losses see TRL's forward (``trl_logps``)."""
     model = copy.deepcopy(base_model).train()
-    trainer = rloo_trainer(model, tokenizer, out_dir, beta=0.0, num_iterations=cfg["mu"],
-                           epsilon_high=cfg["epsilon_high"])
+    trainer = rloo_trainer(model, tokenizer, out_dir, beta=0.0, mu=cfg["mu"], epsilon_high=cfg["epsilon_high"])
     mask = batch.completion_mask
     inputs = {"prompt_ids": batch.prompt_ids, "prompt_mask": batch.prompt_mask, "completion_ids": batch.completion_ids,
               "completion_mask": mask, "advantages": rloo_advantages(batch.rewards, G)}
@@ -538,7 +495,9 @@ def check_rloo_advantages(base_model, tokenizer, cfg: dict, out_dir: str) -> Che
     the policy and TRL's (perturbed) reference on TRL's completions."""
     clip = cfg["reward_clip"]
     trainer = rloo_trainer(copy.deepcopy(base_model), tokenizer, out_dir, beta=cfg["beta"],
-                           normalize_advantages=cfg["normalize_advantages"], reward_clip_range=clip)
+                           normalize_advantages=cfg["normalize_advantages"],
+                           reward_clip_min=None if clip is None else clip[0],
+                           reward_clip_max=None if clip is None else clip[1])
     if cfg["beta"] > 0:
         perturb_(trainer.ref_model, REF_NOISE, seed=1)
     rewards = torch.tensor(ADV_REWARDS)
@@ -559,17 +518,14 @@ def check_rloo_advantages(base_model, tokenizer, cfg: dict, out_dir: str) -> Che
 def check_dpo(base_model, tokenizer, out_dir: str, beta: float = 0.1) -> CheckRow:
     """DPO sigmoid loss: TRL's DPOTrainer.compute_loss (policy and reference forwards inside TRL) vs ours."""
     from datasets import Dataset
-    from trl import DPOConfig, DPOTrainer
 
-    _silence()
+    trl_ref.silence()
     model = copy.deepcopy(base_model)
     ref = copy.deepcopy(base_model).eval()
     perturb_(ref, 0.02, seed=1)  # a reference that differs from the policy, so the log-ratios are not 0
     pairs = Dataset.from_dict({"prompt": ["ravin likes "] * 2, "chosen": ["pizza"] * 2, "rejected": ["pasta"] * 2})
-    args = DPOConfig(output_dir=out_dir, beta=beta, loss_type=["sigmoid"], bf16=False, use_cpu=True,
-                     report_to="none", save_strategy="no", precompute_ref_log_probs=False)
-    trainer = DPOTrainer(model=model, ref_model=ref, args=args, train_dataset=pairs, processing_class=tokenizer)
-    trainer.current_gradient_accumulation_steps = 1
+    args = trl_ref.config(out_dir, {"beta": beta}, trainer="dpo", loss_type=["sigmoid"], precompute_ref_log_probs=False)
+    trainer = trl_ref.trainer(args, model=model, ref_model=ref, train_dataset=pairs, processing_class=tokenizer)
 
     # Two pairs, chosen rows first, then rejected rows (TRL's batch layout); equal-length prompts, and
     # completions of different lengths, each ending in EOS and right-padded.
@@ -724,12 +680,10 @@ def report(rows: list[CheckRow], trl_version: str) -> str:
 
 
 def write_results(rows: list[CheckRow], out: Path) -> None:
-    import trl
-
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "report.md", report(rows, trl.__version__))
+    atomic_write_text(out / "report.md", report(rows, trl_ref.version()))
     atomic_write_json(out / "results.json", {
-        "trl_version": trl.__version__, "torch_version": torch.__version__, "trl_pinned": TRL_PINNED,
+        "trl_version": trl_ref.version(), "torch_version": torch.__version__, "trl_pinned": TRL_PINNED,
         "trl_names": TRL_NAMES, "tolerances": {"loss": LOSS_TOL, "grad_rel": GRAD_TOL, "advantage": ADV_TOL},
         "rows": [dataclasses.asdict(r) for r in rows],
     })
@@ -756,9 +710,7 @@ class TrlCheckSettings:
 
 def run_trl_check(settings: TrlCheckSettings) -> int:
     """Every configuration against TRL, written to OUT; 1 when any compared configuration disagrees."""
-    import trl
-
-    print(f"TRL {trl.__version__}; pinned TRL settings: {TRL_PINNED}")
+    print(f"TRL {trl_ref.version()}; pinned TRL settings: {TRL_PINNED}")
     rows = run_checks(progress=lambda r: print(_progress_line(r), flush=True))
     write_results(rows, Path(settings.out))
     compared = [r for r in rows if not r.skipped]

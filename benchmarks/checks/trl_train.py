@@ -1,8 +1,9 @@
 """``grpo-bench check trl-train``: TRL's GRPOTrainer and ours trained side by side on pizza.
 
-Matched settings (``matched_settings``): the task's pretrained model, G, prompts per step, completion
-length, temperature (no top-k / top-p), AdamW learning rate with a constant schedule, gradient clipping,
-beta, mu, loss type, epsilon, advantage scaling, and no bf16 / no KL bias correction on TRL's side.
+Matched settings (``MATCHED``, in our names; TRL's adapter, ``benchmarks/references/trl.py``, maps them to
+TRL's): the task's pretrained model, G, prompts per step, completion length, temperature (no top-k / top-p),
+AdamW learning rate with a constant schedule, gradient clipping, beta, mu, loss type, epsilon, advantage
+scaling, and no bf16 / no KL bias correction on TRL's side.
 Both are evaluated by the same ``task.evaluate``, and both rewards see the completion text up to the first
 EOS with special tokens kept (the suite's convention; TRL's own ``completions`` text drops special tokens,
 so the TRL reward decodes TRL's ``completion_ids`` instead).
@@ -23,10 +24,14 @@ from pathlib import Path
 
 from benchmarks.errors import UsageError
 from benchmarks.io import atomic_write_json, atomic_write_text, read_jsonl
+from benchmarks.references import trl as trl_ref
 
 TASK = "pizza"
+# Our GRPOConfig's fields, then the run's sampling; both sides read these (TRL's through its adapter).
 MATCHED = {"group_size": 8, "prompts_per_step": 4, "learning_rate": 5e-5, "beta": 0.04, "mu": 1, "loss_type": "grpo",
-           "epsilon": 0.2, "scale_rewards": "group", "max_grad_norm": 1.0, "max_new_tokens": 12, "temperature": 1.0}
+           "epsilon": 0.2, "scale_rewards": "group", "max_grad_norm": 1.0, "kl_bias_correction": False,
+           "max_new_tokens": 12, "temperature": 1.0}
+RUN_SETTINGS = ("max_new_tokens", "temperature")
 
 
 @dataclasses.dataclass
@@ -42,12 +47,9 @@ def run_ours(steps: int, seed: int, out: str) -> dict:
     from algorithms.grpo import GRPOConfig
     from benchmarks.harness import RunConfig, run
 
-    m = MATCHED
     rc = RunConfig(task=TASK, algo="grpo", steps=steps, seed=seed, out=out, eval_every=0, checkpoint_every=0,
-                   max_new_tokens=m["max_new_tokens"], temperature=m["temperature"], precision="fp32")
-    config = GRPOConfig(group_size=m["group_size"], prompts_per_step=m["prompts_per_step"], learning_rate=m["learning_rate"],
-                        beta=m["beta"], mu=m["mu"], loss_type=m["loss_type"], epsilon=m["epsilon"],
-                        scale_rewards=m["scale_rewards"], max_grad_norm=m["max_grad_norm"])
+                   precision="fp32", **{name: MATCHED[name] for name in RUN_SETTINGS})
+    config = GRPOConfig(**{name: value for name, value in MATCHED.items() if name not in RUN_SETTINGS})
     summary = run(rc, config, {}, progress=False)
     return {
         "impl": "grpo-bench", "seed": seed, "accuracy_before": summary["accuracy_before"],
@@ -61,39 +63,27 @@ def run_trl(steps: int, seed: int, out: str) -> dict:
     import torch
     from datasets import Dataset
     from transformers.trainer_callback import PrinterCallback
-    from trl import GRPOConfig, GRPOTrainer
 
     from benchmarks.harness import measure
-    from benchmarks.checks.trl import _silence
     from tasks import make_task
 
-    _silence()
-    m = MATCHED
+    trl_ref.silence()
     device = measure.resolve_device("auto")
     task = make_task(TASK)
     torch.manual_seed(seed)
     model = task.load_policy(device)
     tokenizer = task.tokenizer
-    eos = tokenizer.eos_token_id
 
     def task_reward(prompts, completions, completion_ids, **kwargs):
-        texts = [tokenizer.decode(ids[: ids.index(eos)] if eos in ids else ids, skip_special_tokens=False)
-                 for ids in map(list, completion_ids)]
-        return task.score(prompts, texts)
+        return task.score(prompts, trl_ref.completion_texts(tokenizer, completion_ids, [tokenizer.eos_token_id]))
 
     before = task.evaluate(model, seed=seed)
-    args = GRPOConfig(
-        output_dir=out, seed=seed, max_steps=steps, per_device_train_batch_size=m["group_size"] * m["prompts_per_step"],
-        num_generations=m["group_size"], gradient_accumulation_steps=1, steps_per_generation=1,
-        max_completion_length=m["max_new_tokens"], temperature=m["temperature"], top_k=0, top_p=1.0,
-        learning_rate=m["learning_rate"], lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
-        max_grad_norm=m["max_grad_norm"], beta=m["beta"], num_iterations=m["mu"], loss_type=m["loss_type"],
-        epsilon=m["epsilon"], scale_rewards=m["scale_rewards"], use_bias_correction_kl=False, bf16=False,
-        use_cpu=device.type == "cpu", report_to="none", save_strategy="no", logging_steps=1, disable_tqdm=True,
-    )
+    args = trl_ref.config(out, {**MATCHED, "seed": seed, "steps": steps}, device=device.type, disable_tqdm=True)
     prompts = task.train_prompts()
-    dataset = Dataset.from_dict({"prompt": [prompts[i % len(prompts)] for i in range(steps * m["prompts_per_step"])]})
-    trainer = GRPOTrainer(model=model, reward_funcs=task_reward, args=args, train_dataset=dataset, processing_class=tokenizer)
+    batches = steps * MATCHED["prompts_per_step"]
+    dataset = Dataset.from_dict({"prompt": [prompts[i % len(prompts)] for i in range(batches)]})
+    trainer = trl_ref.trainer(args, model=model, reward_funcs=task_reward, train_dataset=dataset,
+                              processing_class=tokenizer)
     trainer.remove_callback(PrinterCallback)  # it prints every step's log dict when tqdm is off
     measure.reset_peak_memory(device)
     start = time.perf_counter()

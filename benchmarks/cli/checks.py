@@ -1,16 +1,17 @@
-"""``grpo-bench check {trl,mu1,trl-train}``: correctness checks whose numbers go into results/ and the README.
+"""``grpo-bench check {trl,mu1,trl-train,references}``: correctness checks whose numbers go into results/ and the README.
 
 The checks import TRL only when they run: it takes seconds to import and `grpo-bench run` never needs it."""
 
 from __future__ import annotations
 
 from benchmarks.checks.mu1 import Mu1Settings, run_mu1_check
+from benchmarks.checks.references import CASES, FRAMEWORKS, PLANTS, ReferencesSettings, run_references_check
 from benchmarks.checks.trl import TrlCheckSettings, run_trl_check
 from benchmarks.checks.trl_train import TrlTrainSettings, run_trl_train_check
 
 
 def add_check_parser(subparsers) -> None:
-    check = subparsers.add_parser("check", help="cross-check the losses against TRL, or verify the mu = 1 behaviour")
+    check = subparsers.add_parser("check", help="cross-check the losses against TRL, verl and OpenRLHF, or verify the mu = 1 behaviour")
     which = check.add_subparsers(dest="check", required=True, parser_class=type(check))
 
     trl = which.add_parser("trl", help="grpo_loss, group_advantages and dpo_loss against TRL's own trainers")
@@ -42,6 +43,21 @@ def add_check_parser(subparsers) -> None:
     train.add_argument("--out", default=TrlTrainSettings.out, help="directory for report.md, results.json, rewards.png")
     train.set_defaults(handler=cmd_check_trl_train)
 
+    refs = which.add_parser("references", help="every estimator and loss against verl, OpenRLHF and TRL 1.12's PPO")
+    refs.add_argument("--install", action="store_true",
+                      help="first fetch the pinned frameworks (pip install --no-deps --target into "
+                           "$GRPO_BENCH_REFERENCES, default ~/.cache/grpo-bench/references)")
+    refs.add_argument("--out", default=ReferencesSettings.out, help="directory for references.md, references.csv, features.md")
+    refs.add_argument("--frameworks", nargs="+", default=list(FRAMEWORKS), metavar="NAME",
+                      help=f"frameworks to compare against (default: all of {', '.join(FRAMEWORKS)})")
+    refs.add_argument("--cases", nargs="+", default=list(CASES), metavar="CASE",
+                      help=f"batches: {', '.join(CASES)} (default: all)")
+    refs.add_argument("--plant", default=None, metavar="NAME",
+                      help=f"run one planted error and write nothing; exit 1 when it is caught ({', '.join(p.name for p in PLANTS)})")
+    refs.add_argument("--no-plants", dest="plants", action="store_false", help="skip the planted errors")
+    refs.add_argument("--readme", default=None, metavar="README", help="also write the feature table into this README (section 'features')")
+    refs.set_defaults(handler=cmd_check_references)
+
 
 def cmd_check_trl(args) -> int:
     return run_trl_check(TrlCheckSettings(out=args.out))
@@ -59,3 +75,10 @@ def cmd_check_mu1(args) -> int:
 def cmd_check_trl_train(args) -> int:
     settings = TrlTrainSettings(steps=args.steps, seeds=args.seeds, out=args.out)
     return run_trl_train_check(settings, command=args.command_line)
+
+
+def cmd_check_references(args) -> int:
+    settings = ReferencesSettings(out=args.out, frameworks=tuple(args.frameworks), cases=tuple(args.cases),
+                                  install=args.install, plant=args.plant, plants=args.plants,
+                                  readme=args.readme)
+    return run_references_check(settings, command=args.command_line)

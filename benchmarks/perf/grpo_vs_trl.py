@@ -50,6 +50,7 @@ import torch
 
 from benchmarks.harness import measure
 from benchmarks.errors import UsageError
+from benchmarks.references import trl as trl_ref
 
 PHASES = ("generate", "score", "logprobs", "update", "other")
 
@@ -68,6 +69,15 @@ class Workload:
     beta: float = 0.04  # the paper's KL weight, so the reference pass is part of the step
     loss_type: str = "grpo"
     algo: str = "grpo"  # "grpo" (TRL's GRPOTrainer) or "rloo" (TRL's RLOOTrainer)
+
+    def settings(self) -> dict:
+        """Our GRPOConfig (or RLOOConfig) fields, which both sides train with: ours as its config, TRL's through
+        its adapter. The defaults spelled out are those where TRL's differ or that must match."""
+        fields = {"group_size": self.group_size, "prompts_per_step": 1, "mu": self.mu, "beta": self.beta,
+                  "learning_rate": self.learning_rate, "epsilon": 0.2, "max_grad_norm": 1.0}
+        if self.algo == "grpo":  # TRL 1.16's KL bias correction defaults to on; the paper (and ours) has no ratio on KL
+            fields.update(loss_type=self.loss_type, scale_rewards="group", kl_bias_correction=False)
+        return fields
 
 
 WORKLOADS = {
@@ -119,12 +129,7 @@ class Ours:
 
         rc = RunConfig(task=w.task, algo=w.algo, seed=seed, device=device, precision=precision,
                        max_new_tokens=w.max_new_tokens, temperature=w.temperature)
-        if w.algo == "grpo":
-            config = GRPOConfig(group_size=w.group_size, mu=w.mu, beta=w.beta, loss_type=w.loss_type,
-                                learning_rate=w.learning_rate, prompts_per_step=1)
-        else:
-            config = RLOOConfig(group_size=w.group_size, mu=w.mu, beta=w.beta, learning_rate=w.learning_rate,
-                                prompts_per_step=1)
+        config = (GRPOConfig if w.algo == "grpo" else RLOOConfig)(**w.settings())
         self.task, self.policy, self.algo, _ = build(rc, config, {}, task)
         self.workload = w
 
@@ -144,7 +149,6 @@ class Trl:
 
     def __init__(self, w: Workload, *, seed: int, device: str, task=None, setting: str = "default"):
         from datasets import Dataset
-        from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
         from tasks import make_task
 
@@ -157,26 +161,15 @@ class Trl:
         lr = w.learning_rate or self.task.recommended_learning_rate
         temperature = self.task.generation.temperature if w.temperature is None else w.temperature
         self.setting = setting
-        common = dict(
-            output_dir=str(Path(os.environ.get("TMPDIR", "/tmp")) / "grpo-bench-trl"), report_to="none",
-            save_strategy="no", logging_steps=10**9, seed=seed, use_cpu=dev.type == "cpu", bf16=False,
-            per_device_train_batch_size=w.group_size, num_generations=w.group_size,
-            max_completion_length=w.max_new_tokens, temperature=temperature, top_k=0, top_p=1.0,
-            learning_rate=lr, lr_scheduler_type="constant", optim="adamw_torch_fused", weight_decay=0.0,
-            max_grad_norm=1.0, beta=w.beta, num_iterations=w.mu, epsilon=0.2, disable_dropout=True,
-            pad_to_multiple_of=None, **TRL_SETTINGS[setting],
-        )
-        if w.algo == "grpo":
-            args = GRPOConfig(**common, loss_type=w.loss_type, scale_rewards="group",
-                              use_bias_correction_kl=False)  # TRL 1.16 defaults to True; the paper (and ours) has no ratio on KL
-            trainer_cls = GRPOTrainer
-        else:
-            args, trainer_cls = RLOOConfig(**common), RLOOTrainer
+        ours = {**w.settings(), "learning_rate": lr, "max_new_tokens": w.max_new_tokens, "temperature": temperature,
+                "seed": seed}
+        args = trl_ref.config(str(Path(os.environ.get("TMPDIR", "/tmp")) / "grpo-bench-trl"), ours, trainer=w.algo,
+                              device=dev.type, logging_steps=10**9, optim="adamw_torch_fused", disable_dropout=True,
+                              pad_to_multiple_of=None, **TRL_SETTINGS[setting])
         dataset = Dataset.from_dict({"prompt": self.task.train_prompts()[:1]})
-        self.trainer = trainer_cls(model=policy, reward_funcs=[self._reward], args=args, train_dataset=dataset,
-                                   processing_class=self.tokenizer)
+        self.trainer = trl_ref.trainer(args, model=policy, reward_funcs=[self._reward], train_dataset=dataset,
+                                       processing_class=self.tokenizer)
         self.trainer.create_optimizer_and_scheduler(num_training_steps=10**6)
-        self.trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train's loop, which we drive by hand
         self.model = self.trainer.model
         self.times: dict[str, float] = defaultdict(float)
         self.last_rewards: list[float] = []
@@ -187,7 +180,7 @@ class Trl:
 
     def _reward(self, prompts, completions, completion_ids, **_):
         # Score the same text our rollout scores: everything before the first EOS, special tokens kept.
-        texts = [self.tokenizer.decode(_before_eos(ids, self.eos), skip_special_tokens=False) for ids in completion_ids]
+        texts = trl_ref.completion_texts(self.tokenizer, completion_ids, self.eos)
         self.last_texts, self.last_rewards = texts, self.task.score(prompts, texts)
         self.tokens += sum(len(ids) for ids in completion_ids)
         return self.last_rewards
@@ -255,30 +248,20 @@ def _eos_ids(model, tokenizer) -> list[int]:
     return eos_token_ids(model, tokenizer)
 
 
-def _before_eos(ids, eos) -> list[int]:
-    ids = list(ids)
-    for i, tok in enumerate(ids):
-        if tok in eos:
-            return ids[:i]
-    return ids
-
-
 # --------------------------------------------------------------------------------------------
 # Same loss on the same batch
 # --------------------------------------------------------------------------------------------
 
 
-def _trl_batch(trl: Trl, prompts: list[str], trainer_module: str):
+def _trl_batch(trl: Trl, prompts: list[str]):
     """One fresh generation batch from TRL's trainer (its inputs dict, with TRL's shuffling off so completions
     stay grouped by prompt) and the same batch as our Rollout."""
-    from unittest import mock
-
     from algorithms.rollout import Rollout
 
     batch = [{"prompt": p} for p in prompts for _ in range(trl.workload.group_size)]
     trl.model.train()
     trl.trainer._buffered_inputs = None  # force a fresh generation batch
-    with mock.patch(f"trl.trainer.{trainer_module}.shuffle_sequence_dict", lambda d: d):
+    with trl_ref.unshuffled(trl.trainer):
         inputs = trl.trainer._prepare_inputs(batch)
     mask = inputs["completion_mask"]
     rollout = Rollout(
@@ -301,7 +284,7 @@ def same_batch_check(trl: Trl, prompts: list[str]) -> dict[str, float]:
 
     w, t, model = trl.workload, trl.trainer, trl.model
     temperature = t.temperature
-    inputs, rollout = _trl_batch(trl, prompts, "grpo_trainer")
+    inputs, rollout = _trl_batch(trl, prompts)
     mask = inputs["completion_mask"]
     advantages = group_advantages(torch.tensor(trl.last_rewards), w.group_size, "group")
     advantage_source = "task rewards"
@@ -360,7 +343,7 @@ def same_batch_check_rloo(trl: Trl, prompts: list[str]) -> dict[str, float]:
     from algorithms.rollout import rollout_logps
 
     w, t, model = trl.workload, trl.trainer, trl.model
-    inputs, rollout = _trl_batch(trl, prompts, "rloo_trainer")
+    inputs, rollout = _trl_batch(trl, prompts)
     mask = inputs["completion_mask"]
     with torch.no_grad():
         old = rollout_logps(model, rollout, temperature=t.temperature)

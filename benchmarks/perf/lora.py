@@ -84,15 +84,14 @@ def _trl(s: Settings, lora: bool) -> dict:
     import torch
     from datasets import Dataset
     from transformers.trainer_callback import PrinterCallback
-    from trl import GRPOConfig, GRPOTrainer
 
-    from benchmarks.checks.trl import _silence
     from benchmarks.harness import lora as lora_lib
     from benchmarks.harness import measure
     from benchmarks.harness.config import RunConfig
+    from benchmarks.references import trl as trl_ref
     from tasks import make_task
 
-    _silence()
+    trl_ref.silence()
     device = measure.resolve_device(s.device)
     task = make_task("gsm8k", eval_questions=1)
     torch.manual_seed(s.seed)
@@ -104,18 +103,15 @@ def _trl(s: Settings, lora: bool) -> dict:
     def reward(prompts, completions, **_):
         return task.score(prompts, completions)
 
-    batch = s.group_size * s.prompts_per_step
-    args = GRPOConfig(
-        output_dir=str(Path(os.environ.get("TMPDIR", "/tmp")) / "grpo-bench-lora-trl"), seed=s.seed, max_steps=s.steps,
-        per_device_train_batch_size=batch, num_generations=s.group_size, max_completion_length=s.max_new_tokens,
-        temperature=1.0, top_k=0, top_p=1.0, learning_rate=s.learning_rate, lr_scheduler_type="constant",
-        weight_decay=0.0, beta=s.beta, bf16=False, use_cpu=device.type == "cpu", report_to="none",
-        save_strategy="no", logging_steps=1, disable_tqdm=True, optim="adamw_torch_fused",
-    )
+    ours = {"group_size": s.group_size, "prompts_per_step": s.prompts_per_step, "max_new_tokens": s.max_new_tokens,
+            "temperature": 1.0, "seed": s.seed, "steps": s.steps, "learning_rate": s.learning_rate, "beta": s.beta}
+    args = trl_ref.config(str(Path(os.environ.get("TMPDIR", "/tmp")) / "grpo-bench-lora-trl"), ours,
+                          device=device.type, disable_tqdm=True, optim="adamw_torch_fused")
     prompts = task.train_prompts()
-    dataset = Dataset.from_dict({"prompt": [prompts[i % len(prompts)] for i in range(s.steps * batch)]})
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=dataset, processing_class=tokenizer,
-                          peft_config=lora_lib.lora_config(rc) if lora else None)
+    dataset = Dataset.from_dict({"prompt": [prompts[i % len(prompts)]
+                                            for i in range(s.steps * s.group_size * s.prompts_per_step)]})
+    trainer = trl_ref.trainer(args, model=model, reward_funcs=reward, train_dataset=dataset, processing_class=tokenizer,
+                              peft_config=lora_lib.lora_config(rc) if lora else None)
     trainer.remove_callback(PrinterCallback)
     start = time.perf_counter()
     trainer.train()
