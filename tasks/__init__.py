@@ -11,8 +11,9 @@ from tasks.bandit import BanditTask
 from tasks.custom import PromptsTask
 from tasks.gsm8k import GSM8KTask
 from tasks.pizza import PizzaTask
+from tasks.reasoning_gym import ReasoningGymTask
 
 __all__ = [
     "TASKS", "AdditionTask", "BanditTask", "GSM8KTask", "GenerationDefaults", "PizzaTask", "RewardError", "Task", "TaskError",
-    "TaskOption", "PromptsTask", "make_task", "register_task",
+    "TaskOption", "ReasoningGymTask", "PromptsTask", "make_task", "register_task",
 ]

@@ -1,0 +1,138 @@
+"""Start accuracies of a task's starting policy across candidate settings (``grpo-bench survey``).
+
+Made for choosing Reasoning Gym datasets with headroom: each candidate is a set of task options (a
+dataset and its config); the starting policy is loaded once and evaluated on each candidate's held-out
+problems with the task's own evaluation (the shared rollout sampler). One row per candidate, appended
+to OUT/survey.csv as soon as it is measured (a killed survey keeps its rows, and ``--resume`` skips
+candidates already there); OUT/survey.md is the table rewritten from the CSV after every row.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from benchmarks.errors import UsageError
+from benchmarks.harness import measure
+from benchmarks.harness.loop import make_evaluated_task
+from benchmarks.io import atomic_write_text
+from tasks.base import TaskError
+from tasks.smollm import prepare_tokenizer
+
+COLUMNS = ("candidate", "task_options", "questions", "accuracy", "accuracy_se", "score", "format", "truncated",
+           "completion_tokens", "seconds", "in_band")
+
+
+@dataclass(frozen=True)
+class SurveySettings:
+    task: str
+    candidates: tuple[dict, ...]  # task options per candidate, each merged over ``common``
+    common: dict = field(default_factory=dict)  # task options every candidate shares (e.g. eval_problems)
+    band: tuple[float, float] = (0.10, 0.60)  # start accuracy with headroom: marked in_band
+    seed: int = 0
+    device: str = "cpu"
+    command: Optional[str] = None
+
+
+def candidate_label(options: dict) -> str:
+    config = options.get("dataset_config")
+    if isinstance(config, str) and config:
+        config = json.loads(config)
+    label = str(options.get("dataset", "?"))
+    if config:
+        label += " " + ", ".join(f"{k}={v}" for k, v in config.items())
+    rest = {k: v for k, v in options.items() if k not in ("dataset", "dataset_config")}
+    return label + (" | " + ", ".join(f"{k}={v}" for k, v in rest.items()) if rest else "")
+
+
+def _read_rows(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def markdown(rows: list[dict], settings: SurveySettings, environment: str, skipped: Sequence[str] = ()) -> str:
+    lo, hi = settings.band
+    common = ", ".join(f"{k}={v}" for k, v in settings.common.items()) or "the task's defaults"
+    from tasks import TASKS
+
+    defaults = {name: option.default for name, option in TASKS[settings.task].options().items()
+                if name not in ("dataset", "dataset_config", "model", "reward_mode")} if settings.task in TASKS else {}
+    shared = ", ".join(f"{k}={json.dumps(v)}" for k, v in {**defaults, **settings.common}.items())
+    lines = [f"# Start accuracy survey: task `{settings.task}`", "",
+             f"Starting policy evaluated on each candidate's held-out problems ({common}; evaluation seed "
+             f"{settings.seed}; {environment}). Every candidate's task options besides its dataset: {shared}. "
+             f"accuracy: the dataset's score_answer == 1.0; score: its mean "
+             f"score_answer; format: a complete <answer>...</answer> group was written; ± is the binomial standard "
+             f"error; in_band: start accuracy in [{lo:.2f}, {hi:.2f}]. Written by `{settings.command or 'grpo-bench survey'}`.",
+             "", "| candidate | questions | accuracy | score | format | truncated | tokens/completion | seconds | in band |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['candidate']} | {r['questions']} | {float(r['accuracy']):.3f} ± {float(r['accuracy_se']):.3f} | "
+                     f"{float(r['score']):.3f} | {float(r['format']):.3f} | {float(r['truncated']):.3f} | "
+                     f"{float(r['completion_tokens']):.1f} | {float(r['seconds']):.0f} | {r['in_band']} |")
+    if skipped:
+        lines += ["", "Not measured (the task could not be built):", ""] + [f"- {line}" for line in skipped]
+    return "\n".join(lines) + "\n"
+
+
+def run_survey(settings: SurveySettings, out: Path, *, resume: bool = False, log: Callable[[str], None] = print) -> list[dict]:
+    """Evaluate every candidate (skipping, with ``resume``, those already in OUT/survey.csv); returns all rows."""
+    if not settings.candidates:
+        raise UsageError("survey: no candidates")
+    try:
+        device = measure.resolve_device(settings.device)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    out.mkdir(parents=True, exist_ok=True)
+    csv_path, md_path = out / "survey.csv", out / "survey.md"
+    rows = _read_rows(csv_path) if resume else []
+    if not resume and csv_path.exists():
+        csv_path.unlink()
+    environment = measure.environment(device)
+    versions = environment["versions"]
+    env_line = f"{environment['device_name']}, torch {versions.get('torch', '?')}, transformers {versions.get('transformers', '?')}"
+    done = {r["task_options"] for r in rows}
+    model, skipped = None, []
+    for candidate in settings.candidates:
+        options = {**settings.common, **candidate}
+        key = json.dumps(options, sort_keys=True)
+        if key in done:
+            log(f"survey: {candidate_label(candidate)}: already measured, skipped")
+            continue
+        try:
+            task = make_evaluated_task(settings.task, **options)
+        except TaskError as exc:  # one candidate that cannot be built (too few distinct problems) is reported, not fatal
+            skipped.append(f"{candidate_label(candidate)}: {exc}")
+            log(f"survey: {skipped[-1]}")
+            atomic_write_text(md_path, markdown(rows, settings, env_line, skipped))
+            continue
+        if model is None or options.get("model"):
+            model = task.load_policy(device)
+        else:  # the policy loaded once is shared; this task's own tokenizer gets the same padding and ends
+            prepare_tokenizer(model, task.tokenizer)
+        start = time.perf_counter()
+        metrics = task.evaluate(model, seed=settings.seed)
+        seconds = time.perf_counter() - start
+        row = {"candidate": candidate_label(candidate), "task_options": key, "questions": len(task.eval_prompts),
+               "seconds": f"{seconds:.1f}",
+               "in_band": "yes" if settings.band[0] <= metrics["accuracy"] <= settings.band[1] else "no"}
+        for name in ("accuracy", "accuracy_se", "score", "format", "truncated", "completion_tokens"):
+            row[name] = f"{metrics[name]:.4f}"
+        rows.append(row)
+        new = not csv_path.exists()
+        with csv_path.open("a", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=COLUMNS)
+            if new:
+                writer.writeheader()
+            writer.writerow(row)
+        atomic_write_text(md_path, markdown(rows, settings, env_line, skipped))
+        log(f"survey: {row['candidate']}: accuracy {row['accuracy']}, format {row['format']}, "
+            f"{row['completion_tokens']} tokens/completion, {seconds:.0f} s")
+    atomic_write_text(md_path, markdown(rows, settings, env_line, skipped))
+    return rows

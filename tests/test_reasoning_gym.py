@@ -1,0 +1,248 @@
+"""The reasoning_gym task: extraction and scoring on hand-made answers, the seeded disjoint split, one-line errors.
+
+No policy is needed: the tokenizer is a stub without a chat template (prompts are then plain text) and the
+evaluation's sampler is replaced by one that returns hand-written completions.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+pytest.importorskip("reasoning_gym")
+
+from tasks import TaskError, make_task  # noqa: E402
+from tasks import reasoning_gym as rg_task  # noqa: E402
+from tasks.base import Samples  # noqa: E402
+from tasks.reasoning_gym import extracted_answer, last_number, tagged_answer  # noqa: E402
+
+SMALL = '{"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}'
+
+
+class _PlainTokenizer:
+    chat_template = None
+
+
+@pytest.fixture
+def plain_tokenizer(monkeypatch):
+    monkeypatch.setattr(rg_task, "load_tokenizer", lambda model=None: _PlainTokenizer())
+
+
+def _task(**options):
+    return make_task("reasoning_gym", **{"dataset": "chain_sum", "dataset_config": SMALL, "eval_problems": 20,
+                                         "train_problems": 50, "held_out": 20, **options})
+
+
+@pytest.mark.parametrize("text, tagged, last", [
+    ("<answer>42</answer>", "42", "42"),
+    ("<answer> -7 </answer>", "-7", "-7"),
+    ("<answer>1</answer> no, <answer>2</answer>", "2", "2"),  # the last group counts
+    ("1 + 5 = 6.", None, "6"),
+    ("4 - 1 - 7 = -4", None, "-4"),
+    ("5-3", None, "3"),  # a subtraction, not a negative number
+    ("<answer>12", None, "12"),  # unclosed: not tagged
+    ("I do not know.", None, None),
+    ("", None, None),
+])
+def test_extraction_rules(text, tagged, last):
+    assert tagged_answer(text) == tagged
+    assert extracted_answer(text, "tags") == tagged
+    assert extracted_answer(text, "last_number") == (tagged if tagged is not None else last)
+    assert last_number("x 3.5 then 10") == "10"
+
+
+def test_scorer_on_right_wrong_and_malformed_answers(plain_tokenizer):
+    task = _task(reward_mode="sum")
+    prompt = task.eval_prompts[0]
+    answer = task.eval_entries[0]["answer"]
+    wrong = str(int(answer) + 1)
+    assert task.grade(prompt, f"<answer>{answer}</answer>") == (1.0, True)
+    assert task.grade(prompt, f"<answer>{wrong}</answer>") == (0.0, True)
+    assert task.grade(prompt, f"The sum is {answer}.") == (1.0, False)  # right, without the format
+    assert task.grade(prompt, "<answer>banana</answer>") == (0.0, True)  # formatted, malformed answer
+    assert task.grade(prompt, "<answer></answer>") == (0.0, True)
+    assert task.grade(prompt, "no idea") == (0.0, False)
+    assert task.grade(prompt, f"<answer>{answer}") == (1.0, False)  # unclosed tag: the last number, no format
+    assert task.reward([prompt] * 3, [f"<answer>{answer}</answer>", f"{answer}", "x"]) == pytest.approx([1.1, 1.0, 0.0])
+    assert _task().reward([prompt] * 2, [f"<answer>{answer}</answer>", "<answer> and </answer>"]) == [1.0, 0.0]  # default: score
+    strict = _task(extract="tags", reward_mode="score")
+    assert strict.grade(prompt, f"The sum is {answer}.") == (0.0, False)
+    assert strict.reward([prompt], [f"<answer>{answer}</answer>"]) == [1.0]
+    with pytest.raises(TaskError, match="not one of this task's questions"):
+        task.reward(["an unknown prompt"], ["1"])
+
+
+def test_answer_prefill_is_read_in_front_of_the_completion(plain_tokenizer):
+    task = _task(answer_prefill=True)
+    prompt, answer = task.eval_prompts[0], task.eval_entries[0]["answer"]
+    assert prompt.endswith("<answer>")
+    assert task.grade(prompt, f" {answer} </answer>") == (1.0, True)
+
+
+def test_split_is_seeded_and_disjoint(plain_tokenizer):
+    a, b, other = _task(data_seed=3), _task(data_seed=3), _task(data_seed=4)
+    questions = lambda entries: [e["question"] for e in entries]  # noqa: E731
+    assert questions(a.eval_entries) == questions(b.eval_entries)
+    assert questions(a.train_entries) == questions(b.train_entries)
+    assert questions(a.eval_entries) != questions(other.eval_entries)
+    held_out, train = set(questions(a.eval_entries)), set(questions(a.train_entries))
+    assert len(held_out) == 20 and len(train) == 50 and not held_out & train
+    assert a.train_prompts() and all(p not in a.eval_prompts for p in a.train_prompts())
+    # fewer evaluation questions: the same first ones, and the same training problems (the reserve is fixed)
+    fewer = _task(data_seed=3, eval_problems=5)
+    assert questions(fewer.eval_entries) == questions(a.eval_entries)[:5]
+    assert questions(fewer.train_entries) == questions(a.train_entries)
+
+
+def test_spread_split_gives_both_sides_the_easy_questions():
+    """A generator that repeats its 10 easy questions: 'first' holds them all out and trains on hard ones only;
+    'spread' puts them on both sides in proportion, seeded, still disjoint."""
+    import random
+
+    from tasks.reasoning_gym import split_questions
+
+    rng = random.Random(0)
+    stream = [{"question": f"easy {rng.randrange(10)}"} if i % 2 else {"question": f"hard {i}"} for i in range(600)]
+    easy = lambda entries: sum(e["question"].startswith("easy") for e in entries)  # noqa: E731
+    kept, train = split_questions(stream, 40, 40, "first")
+    assert easy(kept) == 10 and easy(train) == 0
+    kept, train = split_questions(stream, 40, 40, "spread", seed=1)
+    assert len(kept) == len(train) == 40 and 2 <= easy(train) <= 8 and easy(kept) + easy(train) == 10
+    assert not {e["question"] for e in kept} & {e["question"] for e in train}
+    assert (kept, train) == split_questions(stream, 40, 40, "spread", seed=1)
+    assert kept != split_questions(stream, 40, 40, "spread", seed=2)[0]
+
+
+def test_split_option_is_checked(plain_tokenizer):
+    with pytest.raises(TaskError, match="split must be one of first, spread"):
+        _task(split="halves")
+    spread = _task(split="spread")
+    assert spread.describe()["split"] == "spread" and len(spread.eval_entries) == 20
+    assert not {e["question"] for e in spread.eval_entries} & {e["question"] for e in spread.train_entries}
+
+
+def test_dataset_may_carry_its_config(plain_tokenizer):
+    inline = make_task("reasoning_gym", dataset=f"chain_sum:{SMALL}", eval_problems=20, train_problems=50, held_out=20)
+    assert inline.dataset_name == "chain_sum" and inline.config == _task().config
+    assert [e["question"] for e in inline.eval_entries] == [e["question"] for e in _task().eval_entries]
+    as_dict = _task(dataset_config={"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2})  # the Python API's form
+    assert [e["question"] for e in as_dict.eval_entries] == [e["question"] for e in _task().eval_entries]
+    with pytest.raises(TaskError, match="set both"):
+        make_task("reasoning_gym", dataset='chain_sum:{"max_terms": 2}', dataset_config='{"max_terms": 3}')
+
+
+def test_too_few_distinct_questions_is_a_task_error(plain_tokenizer):
+    with pytest.raises(TaskError, match="distinct"):
+        _task(dataset_config='{"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}', eval_problems=500)
+
+
+def test_evaluate_keeps_correctness_and_format_apart(plain_tokenizer):
+    task = _task(eval_problems=4, reward_mode="sum")
+    answers = [e["answer"] for e in task.eval_entries]
+    written = [f"<answer>{answers[0]}</answer>", f"= {answers[1]}", "<answer>nope</answer>", "???"]
+
+    def sampler(model, tokenizer, prompts, *, k, max_new_tokens, temperature, seed):
+        return Samples([[written[task.eval_prompts.index(p)]] * k for p in prompts], [[False] * k for _ in prompts], 5 * k * len(prompts))
+
+    task.eval_sampler = sampler
+    metrics = task.evaluate_per_question(model=None)
+    assert metrics["accuracy"] == 0.5 and metrics["format"] == 0.5 and metrics["score"] == 0.5
+    assert metrics["reward"] == pytest.approx((1.1 + 1.0 + 0.1 + 0.0) / 4)
+    assert metrics.per_question["correct"] == [[True], [True], [False], [False]]
+    assert metrics.per_question["formatted"] == [[True], [False], [True], [False]]
+    assert metrics.per_question["row"] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("options, fragment", [
+    ({"dataset": "nope"}, "unknown dataset 'nope'"),
+    ({"dataset": "chain_sun"}, "did you mean chain_sum"),
+    ({"dataset_config": '{"no_such_field": 1}'}, "bad dataset_config"),
+    ({"dataset_config": "{not json"}, "not JSON"),
+    ({"dataset_config": '{"seed": 1}'}, "may not set seed"),
+    ({"extract": "regex"}, "extract must be one of"),
+])
+def test_bad_options_are_task_errors(plain_tokenizer, options, fragment):
+    with pytest.raises(TaskError, match=fragment):
+        _task(**options)
+
+
+def _one_line_exit_2(run_cli, *args) -> str:
+    code, out, err = run_cli(*args)
+    assert code == 2, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_cli_unknown_dataset_is_one_line_exit_2(run_cli, tmp_path):
+    line = _one_line_exit_2(run_cli, "run", "--task", "reasoning_gym", "--dataset", "nope", "--algo", "grpo",
+                            "--out", tmp_path / "run")
+    assert "unknown dataset 'nope'" in line
+
+
+def test_cli_missing_reasoning_gym_is_one_line_exit_2(run_cli, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "reasoning_gym", None)  # import reasoning_gym now raises ImportError
+    line = _one_line_exit_2(run_cli, "run", "--task", "reasoning_gym", "--dataset", "chain_sum", "--algo", "grpo",
+                            "--out", tmp_path / "run")
+    assert "reasoning-gym package is not installed" in line and "pip install -e '.[reasoning]'" in line
+    with pytest.raises(TaskError, match=r"\.\[reasoning\]"):
+        rg_task.import_reasoning_gym()
+
+
+def test_survey_candidates_parse():
+    from benchmarks.cli.survey import parse_candidate
+
+    assert parse_candidate("chain_sum") == {"dataset": "chain_sum"}
+    assert parse_candidate('chain_sum:{"max_terms": 2}') == {"dataset": "chain_sum", "dataset_config": '{"max_terms": 2}'}
+    assert parse_candidate('{"dataset": "products", "answer_prefill": true}') == {"dataset": "products", "answer_prefill": True}
+
+
+def test_preference_pairs_prefer_the_higher_reward(plain_tokenizer):
+    task = _task()
+
+    def sampler(model, tokenizer, prompts, *, k, max_new_tokens, temperature, seed):
+        answers = {p: task.entry_for(p)["answer"] for p in prompts}
+        texts = [[f"<answer>{answers[p]}</answer>", "no idea", "<answer>x</answer>", "no idea"][:k] for p in prompts]
+        return Samples(texts, [[False] * k for _ in prompts], 0)
+
+    task.eval_sampler = sampler
+    pairs = task.preference_pairs(None, 6, seed=0)
+    assert len(pairs["chosen"]) == 6 and all(c.startswith("<answer>") and c != "<answer>x</answer>" for c in pairs["chosen"])
+    assert all(r in ("no idea", "<answer>x</answer>") for r in pairs["rejected"])  # both score 0
+    assert all(p in task.train_prompts() for p in pairs["prompts"])
+
+
+def test_survey_writes_csv_and_markdown_and_resumes(tmp_path, monkeypatch):
+    from benchmarks.harness import survey
+
+    built = []
+
+    class _Stub:
+        eval_prompts = ["q"] * 500
+        tokenizer = None
+
+        def __init__(self, dataset, **options):
+            if dataset == "tiny":
+                raise TaskError("reasoning_gym: tiny has only 10 distinct questions")
+            self.dataset = dataset
+            built.append(dataset)
+
+        def load_policy(self, device):
+            return "policy"
+
+        def evaluate(self, model, *, seed=0):
+            acc = {"a": 0.05, "b": 0.3}[self.dataset]
+            return {"accuracy": acc, "accuracy_se": 0.01, "score": acc, "format": 0.0, "truncated": 0.1,
+                    "completion_tokens": 12.0}
+
+    monkeypatch.setattr(survey, "make_evaluated_task", lambda name, **options: _Stub(**options))
+    monkeypatch.setattr(survey, "prepare_tokenizer", lambda model, tokenizer: None)
+    settings = survey.SurveySettings("reasoning_gym", ({"dataset": "a"}, {"dataset": "tiny"}, {"dataset": "b"}),
+                                     {"eval_problems": 500})
+    rows = survey.run_survey(settings, tmp_path, log=lambda line: None)
+    assert [r["in_band"] for r in rows] == ["no", "yes"] and built == ["a", "b"]
+    text = (tmp_path / "survey.md").read_text()
+    assert "| a | 500 | 0.050 ± 0.010 |" in text and "tiny: reasoning_gym: tiny has only 10" in text
+    assert (tmp_path / "survey.csv").read_text().count("\n") == 3
+    assert len(survey.run_survey(settings, tmp_path, resume=True, log=lambda line: None)) == 2 and built == ["a", "b"]
