@@ -63,6 +63,8 @@ REPORTS = (
     ("results/mu1/report.md", "Why a GRPO loss reads 0 at mu = 1 (pizza)", "grpo-bench check mu1"),
     ("results/mu1-gsm8k/report.md", "The same on GSM8K with SmolLM2-135M-Instruct", "grpo-bench check mu1 --task gsm8k"),
     ("results/trl_check/report.md", "GRPO, RLOO and DPO losses against TRL's own code", "grpo-bench check trl"),
+    ("results/references/references.md", "Every estimator and loss against verl, OpenRLHF and TRL 1.12's PPO",
+     "grpo-bench check references"),
     ("results/trl_train/report.md", "TRL's GRPOTrainer and ours, trained side by side on pizza", "grpo-bench check trl-train"),
     ("results/perf/perf.md", "One GRPO step against TRL's GRPOTrainer", "grpo-bench bench grpo-vs-trl"),
     ("results/perf/rloo.md", "One RLOO step against TRL's RLOOTrainer", "grpo-bench bench rloo-vs-trl"),
@@ -72,6 +74,10 @@ REPORTS = (
     ("results/executors-default/executors.md", "Matrix executors on the default matrix: warm workers against fresh processes",
      "grpo-bench bench executors benchmarks/matrices/default.toml --seeds 0"),
     ("results/ablation/group_size.md", "GRPO's group size on the bandit", "grpo-bench ablation"),
+    ("results/reasoning-gym/survey.md", "Reasoning Gym with SmolLM2-135M-Instruct: start accuracy of candidate datasets",
+     "grpo-bench survey --task reasoning_gym"),
+    ("results/reasoning-gym/paired/README.md", "Reasoning Gym: GRPO before and after on 500 held-out questions (McNemar)",
+     "grpo-bench paired eval, grpo-bench paired compare"),
     ("results/gsm8k/README.md", "GSM8K with SmolLM2-135M-Instruct: evaluations and paired tests", "grpo-bench eval, grpo-bench paired"),
 )
 

@@ -112,6 +112,27 @@ def test_minimum_detectable_difference():
     assert table.loc["t0", "mdd"] == pytest.approx(stats.minimum_detectable_difference(sd, 5))
 
 
+def test_contenders_mdd_leaves_out_a_noisy_loser():
+    """The MDD that decides the close calls is the contenders' (best and tied), not one inflated by a variant
+    that collapses on some seeds: a, b near 0.9 with sd 0.01, c spread over 0.1-0.7."""
+    rows = [{"task": "t", "variant": v, "seed": s, "final_accuracy": x}
+            for v, xs in (("a", [0.90, 0.91, 0.89, 0.90, 0.92]), ("b", [0.89, 0.90, 0.91, 0.88, 0.90]),
+                          ("c", [0.1, 0.7, 0.4, 0.2, 0.6]))
+            for s, x in enumerate(xs)]
+    cells = pd.DataFrame(rows)
+    marks = pd.DataFrame({"task": ["t"] * 3, "variant": ["a", "b", "c"],
+                          "mark": [stats.BEST, stats.TIED, stats.WORSE]})
+    row = verdicts.power(cells, marks=marks).set_index("task").loc["t"]
+    sd_ab = math.sqrt((np.var([0.90, 0.91, 0.89, 0.90, 0.92], ddof=1) + np.var([0.89, 0.90, 0.91, 0.88, 0.90], ddof=1)) / 2)
+    assert row["contenders"] == "a, b" and row["contenders_seeds"] == 5
+    assert row["contenders_sd"] == pytest.approx(sd_ab)
+    assert row["contenders_mdd"] == pytest.approx(stats.minimum_detectable_difference(sd_ab, 5))
+    assert row["contenders_mdd"] < 0.03 < row["mdd"]  # the pooled one carries c's spread
+    # a best that stands alone is compared with its nearest rival
+    alone = marks.assign(mark=[stats.BEST, stats.WORSE, stats.WORSE])
+    assert verdicts.contenders(alone) == ["a", "b"]
+
+
 def test_wilson_interval():
     assert stats.wilson_interval(0, 5) == pytest.approx((0.0, 0.4345), abs=1e-4)
     assert stats.wilson_interval(5, 5) == pytest.approx((0.5655, 1.0), abs=1e-4)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import resource
 import sys
@@ -56,9 +57,20 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
+# Settings that change floating-point rounding without changing the code: the kernels MKL and ATen dispatch to
+# (what differs on another CPU) and the thread count. A rerun's agreement report reads them.
+ROUNDING_SETTINGS = ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "ONEDNN_MAX_CPU_ISA")
+
+
+def rounding_settings() -> dict[str, str]:
+    settings = {name: os.environ[name] for name in ROUNDING_SETTINGS if name in os.environ}
+    settings["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    return settings
+
+
 def environment(device: torch.device) -> dict:
     return {"device": str(device), "device_name": device_name(device), "platform": platform.platform(),
-            "versions": library_versions()}
+            "versions": library_versions(), "rounding": rounding_settings()}
 
 
 def reset_peak_memory(device: torch.device) -> None:

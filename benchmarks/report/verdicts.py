@@ -57,19 +57,43 @@ def _pooled(per_cell: pd.DataFrame, column: str, tasks: list[str]) -> dict[str, 
     return out
 
 
-def power(per_cell: pd.DataFrame, column: str = "final_accuracy") -> pd.DataFrame:
-    """Per task: the seed count (the median over variants), the pooled seed-to-seed standard deviation (the
-    root mean of the variants' variances, those with 2 or more seeds) and the minimum detectable difference
-    of two variants' means at 80% power, two-sided 5% (stats.minimum_detectable_difference)."""
+def _pooled_sd_and_seeds(frame: pd.DataFrame, column: str) -> tuple[float, int]:
+    """The seed count (the median over variants) and the pooled seed-to-seed standard deviation (the root
+    mean of the variants' variances, those with 2 or more seeds) of ``frame``'s cells."""
+    groups = frame.groupby("variant", sort=False)[column]
+    sizes, variances = groups.count(), groups.var(ddof=1)
+    variances = variances[sizes >= 2].dropna()
+    n = int(np.median(sizes)) if len(sizes) else 0
+    return (float(np.sqrt(variances.mean())) if len(variances) else math.nan), n
+
+
+def contenders(marks: pd.DataFrame) -> list[str]:
+    """The variants a verdict is about, for one task's marks (ranked best first): the best and those tied
+    with it, and when the best stands alone, its nearest rival too (the comparison that decided it)."""
+    top = [r.variant for r in marks.itertuples() if r.mark in (stats.BEST, stats.TIED)]
+    if len(top) < 2 and len(marks) >= 2:
+        top = list(marks["variant"].iloc[:2])
+    return top
+
+
+def power(per_cell: pd.DataFrame, column: str = "final_accuracy", marks: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per task: the seed count, the pooled seed-to-seed standard deviation and the minimum detectable
+    difference of two variants' means at 80% power, two-sided 5% (stats.minimum_detectable_difference), over
+    every variant; with ``marks`` (analyse's table), the same over the task's ``contenders`` alone, whose
+    spread is the one that decides the close calls (a collapsing variant's spread says nothing about them)."""
     rows = []
     for task, frame in per_cell.groupby("task", sort=False):
-        groups = frame.groupby("variant", sort=False)[column]
-        sizes, variances = groups.count(), groups.var(ddof=1)
-        variances = variances[sizes >= 2].dropna()
-        n = int(np.median(sizes)) if len(sizes) else 0
-        sd = float(np.sqrt(variances.mean())) if len(variances) else math.nan
-        rows.append({"task": task, "seeds": n, "pooled_sd": sd, "mdd": stats.minimum_detectable_difference(sd, n)})
-    return pd.DataFrame(rows, columns=["task", "seeds", "pooled_sd", "mdd"])
+        sd, n = _pooled_sd_and_seeds(frame, column)
+        row = {"task": task, "seeds": n, "pooled_sd": sd, "mdd": stats.minimum_detectable_difference(sd, n),
+               "contenders": "", "contenders_seeds": 0, "contenders_sd": math.nan, "contenders_mdd": math.nan}
+        if marks is not None and not marks.empty and task in set(marks["task"]):
+            top = contenders(marks[marks["task"] == task])
+            top_sd, top_n = _pooled_sd_and_seeds(frame[frame["variant"].isin(top)], column)
+            row.update(contenders=", ".join(top), contenders_seeds=top_n, contenders_sd=top_sd,
+                       contenders_mdd=stats.minimum_detectable_difference(top_sd, top_n))
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["task", "seeds", "pooled_sd", "mdd", "contenders", "contenders_seeds",
+                                       "contenders_sd", "contenders_mdd"])
 
 
 def analyse(cells: pd.DataFrame, curves: dict, *, reps: int = stats.REPS, seed: int = stats.SEED,
@@ -139,7 +163,7 @@ def analyse(cells: pd.DataFrame, curves: dict, *, reps: int = stats.REPS, seed: 
               "saturated": saturated, "thresholds": curves["thresholds"], "aligned": curves.get("aligned", {}),
               "pooled_tasks": [t for t in tasks if per_cell[per_cell["task"] == t]["accuracy_before"].mean() < 1.0]}
     result["sentences"] = guidance(table)
-    result["power"] = power(per_cell)
+    result["power"] = power(per_cell, marks=table)
     result["scaling_fits"] = fits.scaling_fits(curves.get("completions"), seed=seed) if scaling else pd.DataFrame(columns=fits.COLUMNS)
     result["tuning"] = tuning_table(meta)
     groups = calibration.equivalent_groups(meta) if equivalent is None else equivalent
@@ -317,7 +341,12 @@ def render(analysis: dict, *, scaling: bool = True) -> str:
         power_text = ""
         if task in power_by_task.index:
             p = power_by_task.loc[task]
-            power_text = (f" MDD {p['mdd']:.3f} ({int(p['seeds'])} seeds, pooled seed-to-seed sd {p['pooled_sd']:.3f}).")
+            power_text = (f" MDD {p['mdd']:.3f} ({int(p['seeds'])} seeds, pooled seed-to-seed sd {p['pooled_sd']:.3f})")
+            if p.get("contenders") and np.isfinite(p.get("contenders_mdd", math.nan)):
+                power_text += (f"; among the contenders ({', '.join(f'`{v}`' for v in p['contenders'].split(', '))}) "
+                               f"MDD {p['contenders_mdd']:.3f} ({int(p['contenders_seeds'])} seeds, "
+                               f"sd {p['contenders_sd']:.3f})")
+            power_text += "."
         lines += ["", f"#### `{task}`{note}", "",
                   f"Threshold: accuracy {analysis['thresholds'][task]:.3f}." + power_text
                   + ("" if aligned else " Some curves were evaluated at other completion counts than the task's grid "
