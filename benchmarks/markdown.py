@@ -63,6 +63,8 @@ REPORTS = (
     ("results/mu1/report.md", "Why a GRPO loss reads 0 at mu = 1 (pizza)", "grpo-bench check mu1"),
     ("results/mu1-gsm8k/report.md", "The same on GSM8K with SmolLM2-135M-Instruct", "grpo-bench check mu1 --task gsm8k"),
     ("results/trl_check/report.md", "GRPO, RLOO and DPO losses against TRL's own code", "grpo-bench check trl"),
+    ("results/calibration/report.md", "Calibration of the verdicts: coverage and A/A false separation, simulated and "
+     "measured", "grpo-bench calibration results/verdicts results/verdicts-tuned"),
     ("results/references/references.md", "Every estimator and loss against verl, OpenRLHF and TRL 1.12's PPO",
      "grpo-bench check references"),
     ("results/trl_train/report.md", "TRL's GRPOTrainer and ours, trained side by side on pizza", "grpo-bench check trl-train"),

@@ -210,3 +210,51 @@ def test_the_verdict_section_shows_power_collapse_scaling_and_the_aa_check():
     assert "asymptote A [95% CI]" in text
     brief = verdicts.render(analysis, scaling=False)
     assert "asymptote A [95% CI]" not in brief and "tables/scaling_fits.csv" in brief
+
+
+# ------------------------------------------------------------------------------------------------
+# grpo-bench calibration: the committed numbers
+# ------------------------------------------------------------------------------------------------
+
+
+def test_simulated_aa_false_separation_is_near_nominal_for_welch_and_high_for_the_bootstrap():
+    from benchmarks.report import calibration_report
+
+    table = calibration_report.simulated_false_separation(("welch", "percentile"), (3, 5), sims=2000, reps=500)
+    rate = table.set_index(["method", "seeds"])["false_separation"]
+    assert 0.02 <= rate[("welch", 3)] <= 0.07 and 0.02 <= rate[("welch", 5)] <= 0.07
+    assert rate[("percentile", 3)] > 0.12  # the bootstrap the verdicts used to use: 2-4x the nominal rate
+
+
+def test_calibration_report_reads_declared_groups_and_counts_separated_pairs(tmp_path, monkeypatch):
+    from benchmarks.report import calibration_report
+
+    matrix = tmp_path / "m.toml"
+    matrix.write_text('equivalent = [["a", "b"]]\n')
+    assert calibration_report.declared_groups({"toml": 'equivalent = [["x", "y"]]'}) == ([["x", "y"]], "the matrix file as it ran")
+    groups, source = calibration_report.declared_groups({"toml": "name = 'm'", "file": str(matrix)})
+    assert groups == [["a", "b"]] and "declared after the run" in source
+    assert calibration_report.declared_groups({"toml": "name = 'm'"}) == ([], "none declared")
+
+    rng = np.random.default_rng(0)
+    cells = pd.DataFrame([{"task": t, "variant": v, "seed": s, "final_accuracy": base + shift + 0.01 * rng.standard_normal()}
+                          for t, base in (("t1", 0.5), ("t2", 0.8)) for v, shift in (("a", 0.0), ("b", 0.0), ("c", 0.2))
+                          for s in range(5)])
+    cells.loc[(cells["task"] == "t2") & (cells["variant"] == "b"), "final_accuracy"] += 0.3  # a planted "A/A" gap
+    monkeypatch.setattr("benchmarks.report.matrix.collect", lambda d: {"meta": {"toml": 'equivalent = [["a", "b"]]'},
+                                                                       "cells": cells, "evals": None})
+    monkeypatch.setattr("benchmarks.report.curves.build", lambda cells_, evals: {"cells": cells_})
+    measured, sources = calibration_report.measured_false_separation([tmp_path / "m1"])
+    assert sources == {"m1": "the matrix file as it ran"}
+    assert measured.set_index("task")["separated"].to_dict() == {"t1": False, "t2": True}
+    cover = calibration.coverage(("welch",), (3,), sims=200, reps=10)
+    simulated = calibration_report.simulated_false_separation(("welch",), (3,), sims=200, reps=10)
+    text = calibration_report.render(cover, simulated, measured, sources, "grpo-bench calibration m1")
+    assert "1 of 2 separated (50%" in text and "| m1 | t2 | `a` | `b` |" in text
+
+
+def test_calibration_command_refuses_a_directory_without_a_matrix(run_cli, tmp_path):
+    code, _, err = run_cli("calibration", tmp_path, "--out", tmp_path / "out")
+    assert code == 2 and "not a matrix directory" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run_cli("calibration", tmp_path, "--sims", "5", "--out", tmp_path / "out")
+    assert code == 2 and "--sims" in err

@@ -1,9 +1,12 @@
 """``grpo-bench matrix`` (run a matrix file), ``report`` (its tables and plots), ``readme`` (copy reports
-into the README) and ``ablation`` (GRPO's group size on the bandit)."""
+into the README), ``agreement`` (a rerun's verdicts against the first run's), ``calibration`` (the verdicts'
+coverage and A/A false-separation rate) and ``ablation`` (GRPO's group size on the bandit)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from benchmarks.errors import UsageError
 
 
 def add_matrix_parser(sub) -> None:
@@ -96,6 +99,29 @@ def add_agreement_parser(sub) -> None:
     p.add_argument("second", help="the rerun's directory (the same matrix file)")
     p.add_argument("--out", required=True, help="the markdown report to write")
     p.set_defaults(handler=cmd_agreement)
+
+
+def add_calibration_parser(sub) -> None:
+    p = sub.add_parser("calibration", help="the verdicts' calibration: coverage and A/A false separation, simulated "
+                                           "and measured on matrices' declared-equivalent pairs")
+    p.add_argument("dirs", nargs="+", help="matrix directories whose declared-equivalent pairs are measured")
+    p.add_argument("--out", default="results/calibration", help="folder for report.md and calibration.json")
+    p.add_argument("--sims", type=int, default=4000, help="simulated matrices per case (default: 4000)")
+    p.set_defaults(handler=cmd_calibration)
+
+
+def cmd_calibration(args) -> int:
+    from benchmarks.report.calibration_report import write_calibration
+
+    if args.sims < 100:
+        raise UsageError(f"--sims must be at least 100, got {args.sims}")
+    for directory in args.dirs:
+        if not (Path(directory) / "matrix.json").is_file():
+            raise UsageError(f"{directory}: not a matrix directory (no matrix.json)")
+    text = write_calibration(args.dirs, args.out, sims=args.sims, command=args.command_line)
+    print(text.splitlines()[2])
+    print(f"wrote {args.out}/report.md, calibration.json")
+    return 0
 
 
 def cmd_agreement(args) -> int:
