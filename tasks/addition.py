@@ -56,7 +56,8 @@ import zlib
 from typing import Optional, Sequence
 
 
-from tasks.base import GenerationDefaults, Samples, Task, TaskError, load_pretrained, register_task, sample_batched
+from tasks.base import (GenerationDefaults, Samples, Task, TaskError, load_pretrained, register_task,
+                        reward_ranked_pairs, sample_batched)
 from tasks.tiny_lm import cached_model, char_tokenizer, pretrain, tiny_llama
 
 ALPHABET = list("0123456789+=;#")
@@ -328,34 +329,11 @@ class AdditionTask(Task):
 
     def preference_pairs(self, policy, n_pairs: int, *, seed: int = 0, k: int = 4) -> dict:
         """Up to ``n_pairs`` DPO pairs, one per train problem drawn (seeded): ``k`` samples of ``policy``
-        each, chosen a highest-reward and rejected a lowest-reward one among those that ended with EOS
-        (DPO closes every completion with EOS); problems whose ended samples all tie are dropped."""
+        each, labelled by the reward (``reward_ranked_pairs``)."""
         sampler = self.eval_sampler or sample_batched
-        rng = random.Random(seed)
-        prompts = self.train_prompts()
-        out: dict = {"prompts": [], "chosen": [], "rejected": [], "samples": 0, "ties_dropped": 0,
-                     "labelled_by": self.preference_labelling}
-        for round_ in range(16):
-            chunk = rng.sample(prompts, min(len(prompts), n_pairs))
-            samples = sampler(policy, self.tokenizer, chunk, k=k, max_new_tokens=self.generation.max_new_tokens,
-                              temperature=self.generation.temperature, seed=seed + round_)
-            for prompt, texts, cut in zip(chunk, samples.texts, samples.truncated):
-                out["samples"] += len(texts)
-                ended = [t for t, c in zip(texts, cut) if not c]
-                rewards = self.score([prompt] * len(ended), ended)
-                if len(ended) < 2 or max(rewards) == min(rewards):
-                    out["ties_dropped"] += 1
-                    continue
-                out["prompts"].append(prompt)
-                out["chosen"].append(rng.choice([t for t, r in zip(ended, rewards) if r == max(rewards)]))
-                out["rejected"].append(rng.choice([t for t, r in zip(ended, rewards) if r == min(rewards)]))
-            if len(out["chosen"]) >= n_pairs:
-                break
-        if not out["chosen"]:
-            raise TaskError(f"addition: no preference pairs: all {out['samples']} samples tied or were truncated")
-        for key in ("prompts", "chosen", "rejected"):
-            del out[key][n_pairs:]
-        return out
+        return reward_ranked_pairs(self, self.train_prompts(), n_pairs, rng=random.Random(seed), sample=lambda chunk, round_: sampler(
+            policy, self.tokenizer, chunk, k=k, max_new_tokens=self.generation.max_new_tokens,
+            temperature=self.generation.temperature, seed=seed + round_))
 
     def describe(self) -> dict:
         return {**super().describe(), "problem_seed": self.problem_seed, "train_problems": len(self.train),

@@ -288,6 +288,36 @@ def make_task(name: str, **options) -> Task:
     return TASKS[name](**options)
 
 
+def reward_ranked_pairs(task: "Task", prompts: Sequence[str], n_pairs: int, *, rng: random.Random,
+                        sample: Callable[[list[str], int], "Samples"]) -> dict:
+    """Up to ``n_pairs`` DPO pairs labelled by ``task``'s own reward: in rounds (at most 16), ``n_pairs`` prompts
+    drawn by ``rng`` and sampled by ``sample(chunk, round)``; chosen a highest-reward and rejected a lowest-reward
+    completion among those that ended with EOS (DPO closes every completion with EOS); a prompt whose ended samples
+    all tie is dropped and counted. One TaskError line when no pair could be made."""
+    out: dict = {"prompts": [], "chosen": [], "rejected": [], "samples": 0, "ties_dropped": 0,
+                 "labelled_by": task.preference_labelling}
+    for round_ in range(16):
+        chunk = rng.sample(list(prompts), min(len(prompts), n_pairs))
+        samples = sample(chunk, round_)
+        for prompt, texts, cut in zip(chunk, samples.texts, samples.truncated):
+            out["samples"] += len(texts)
+            ended = [t for t, c in zip(texts, cut) if not c]
+            rewards = task.score([prompt] * len(ended), ended)
+            if len(ended) < 2 or max(rewards) == min(rewards):
+                out["ties_dropped"] += 1
+                continue
+            out["prompts"].append(prompt)
+            out["chosen"].append(rng.choice([t for t, r in zip(ended, rewards) if r == max(rewards)]))
+            out["rejected"].append(rng.choice([t for t, r in zip(ended, rewards) if r == min(rewards)]))
+        if len(out["chosen"]) >= n_pairs:
+            break
+    if not out["chosen"]:
+        raise TaskError(f"{task.name}: no preference pairs: all {out['samples']} samples tied or were truncated")
+    for key in ("prompts", "chosen", "rejected"):
+        del out[key][n_pairs:]
+    return out
+
+
 @contextmanager
 def _sampling(model, tokenizer, seed: int):
     """Eval mode, left padding, no gradients and a forked RNG seeded with ``seed``, all undone on exit

@@ -42,11 +42,13 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import random
 import re
 import time
 from typing import Optional, Sequence
 
-from tasks.base import EvalMetrics, GenerationDefaults, Samples, Task, TaskError, register_task, sample_batched
+from tasks.base import (EvalMetrics, GenerationDefaults, Samples, Task, TaskError, register_task, reward_ranked_pairs,
+                        sample_batched)
 from tasks.smollm import load_causal_lm, load_tokenizer
 
 INSTALL_HINT = "pip install -e '.[reasoning]'"
@@ -157,8 +159,6 @@ def split_questions(dataset, held_out: int, train_problems: int, mode: str = "fi
     accuracy was 0.25 on held-out prompts and 0.03 on training prompts. ``spread``: each distinct question goes to
     the held-out side with probability held_out / (held_out + train_problems), drawn from ``random.Random(seed)``,
     until a side is full; both sides then sample one distribution of distinct questions."""
-    import random
-
     rng = random.Random(seed)
     share = held_out / (held_out + train_problems)
     seen: set[str] = set()
@@ -349,33 +349,9 @@ class ReasoningGymTask(Task):
 
     def preference_pairs(self, policy, n_pairs: int, *, seed: int = 0, k: int = 4) -> dict:
         """Up to ``n_pairs`` DPO pairs, one per train problem drawn (seeded): ``k`` samples of ``policy`` at the
-        training temperature, chosen a highest-reward and rejected a lowest-reward one among those that ended
-        with EOS (DPO closes every completion with EOS); problems whose ended samples all tie are dropped."""
-        import random
-
-        rng = random.Random(seed)
-        out: dict = {"prompts": [], "chosen": [], "rejected": [], "samples": 0, "ties_dropped": 0,
-                     "labelled_by": self.preference_labelling}
-        for round_ in range(16):
-            chunk = rng.sample(self._train_prompts, min(len(self._train_prompts), n_pairs))
-            samples = self.sample(policy, chunk, k=k, temperature=self.generation.temperature, seed=seed + 1000 * round_)
-            for prompt, texts, cut in zip(chunk, samples.texts, samples.truncated):
-                out["samples"] += len(texts)
-                ended = [t for t, c in zip(texts, cut) if not c]
-                rewards = self.score([prompt] * len(ended), ended)
-                if len(ended) < 2 or max(rewards) == min(rewards):
-                    out["ties_dropped"] += 1
-                    continue
-                out["prompts"].append(prompt)
-                out["chosen"].append(rng.choice([t for t, r in zip(ended, rewards) if r == max(rewards)]))
-                out["rejected"].append(rng.choice([t for t, r in zip(ended, rewards) if r == min(rewards)]))
-            if len(out["chosen"]) >= n_pairs:
-                break
-        if not out["chosen"]:
-            raise TaskError(f"reasoning_gym: no preference pairs: all {out['samples']} samples tied or were truncated")
-        for key in ("prompts", "chosen", "rejected"):
-            del out[key][n_pairs:]
-        return out
+        training temperature, labelled by the reward (``reward_ranked_pairs``)."""
+        return reward_ranked_pairs(self, self._train_prompts, n_pairs, rng=random.Random(seed), sample=lambda chunk, round_: self.sample(
+            policy, chunk, k=k, temperature=self.generation.temperature, seed=seed + 1000 * round_))
 
     def describe(self) -> dict:
         return {
