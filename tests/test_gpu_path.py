@@ -1,0 +1,66 @@
+"""The GPU path (benchmarks/matrices/gpu_reasoning_gym.toml, gpu_gsm8k.toml), run on CPU with a tiny version of each
+file: the same tasks, algorithms and options, with the device, precision, seeds, budgets and evaluation sizes cut
+down, and GSM8K on SmolLM2-135M instead of the 1.7B hub model. Every substitution must find its text, so a change
+to a GPU file that this test no longer covers fails here instead of going untested."""
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MATRICES = ROOT / "benchmarks" / "matrices"
+
+COMMON = [('device = "cuda"', 'device = "cpu"'), ('precision = "bf16"', 'precision = "fp32"'),
+          ("num_gpus = 1\n", "")]
+REASONING_GYM = COMMON + [
+    ("seeds = [0, 1, 2]", "seeds = [0]"),
+    ("budget = 5120 ", "budget = 32 "),
+    ("eval_every = 1280 ", "eval_every = 0 "),
+    ("eval_problems = 500", "eval_problems = 4"),
+    (",\n           'products:{\"min_terms\": 2, \"max_terms\": 2, \"min_digits\": 1, \"max_digits\": 2}']", "]"),
+    ("[algorithms.dpo]\n", "[algorithms.dpo]\npairs = 4\npairs_per_step = 2\n"),  # 256 pairs take rounds of 1024 samples
+]
+GSM8K = COMMON + [
+    ("budget = 32000 ", "budget = 2 "),
+    ("eval_every = 6400", "eval_every = 0"),
+    ("checkpoint_every = 3200", "checkpoint_every = 0"),
+    ('model = "HuggingFaceTB/SmolLM2-1.7B-Instruct"\n', ""),
+    ("eval_questions = 1319", "eval_questions = 2"),
+    ("eval_max_new_tokens = 512", "eval_max_new_tokens = 8"),
+    ("eval_batch = 128", "eval_batch = 2"),
+    ("group_size = 8", "group_size = 2"),
+    ("prompts_per_step = 8", "prompts_per_step = 1"),
+]
+
+
+def tiny(name: str, substitutions, tmp_path: Path) -> Path:
+    text = (MATRICES / name).read_text()
+    for old, new in substitutions:
+        assert old in text, f"{name} no longer has {old!r}: update the tiny version in this test"
+        text = text.replace(old, new)
+    assert "cuda" not in text.split("\nname", 1)[1] and "bf16" not in text.split("\nname", 1)[1]
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.slow
+def test_gpu_reasoning_gym_matrix_runs_tiny_on_cpu(run_cli, tmp_path):
+    path = tiny("gpu_reasoning_gym.toml", REASONING_GYM, tmp_path)
+    out = tmp_path / "rg"
+    code, stdout, err = run_cli("matrix", path, "--out", out)
+    assert code == 0, stdout[-2000:] + err[-2000:]
+    assert "6 run and complete, 0 already complete, 0 failed" in stdout, stdout[-1500:]
+    text = (out / "README.md").read_text()
+    for variant in ("grpo", "dapo", "rloo", "reinforce_pp", "ppo", "dpo"):
+        assert f"| {variant} |" in text, variant
+
+
+@pytest.mark.slow
+def test_gpu_gsm8k_matrix_runs_tiny_on_cpu(run_cli, tmp_path, gsm8k_data):
+    path = tiny("gpu_gsm8k.toml", GSM8K, tmp_path)
+    out = tmp_path / "gsm8k"
+    code, stdout, err = run_cli("matrix", path, "--out", out)
+    assert code == 0, stdout[-2000:] + err[-2000:]
+    assert "1 run and complete, 0 already complete, 0 failed" in stdout, stdout[-1500:]
+    assert "| grpo |" in (out / "README.md").read_text()
