@@ -144,6 +144,7 @@ def test_fresh_processes_side_by_side_each_get_their_share_of_the_cores(tmp_path
     assert threads == [0, 0]  # one at a time: the process's default threads, as the baseline always ran
 
 
+@pytest.mark.slow  # two fresh processes side by side: about 20 s
 def test_subprocess_jobs_2_writes_the_rows_of_jobs_1(tiny, tmp_path, run_cli):
     for jobs in ("1", "2"):
         code, _, err = run_cli("matrix", tiny, "--out", tmp_path / jobs, "--executor", "subprocess", "--jobs", jobs,

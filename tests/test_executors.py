@@ -172,8 +172,9 @@ eval_samples = 16
 RESUMABLE_STEPS = 10
 
 
-# The local driver's kill is the fast tier's; the Ray one (its own Ray instance, torn down with the driver) is slow.
-@pytest.mark.parametrize("executor", ["local", pytest.param("ray", marks=pytest.mark.slow)])
+# Both drivers' kills are slow-tier tests (local about 20 s; Ray starts and tears down its own instance).
+@pytest.mark.slow
+@pytest.mark.parametrize("executor", ["local", "ray"])
 def test_sigkill_driver_then_resume_keeps_and_skips_finished_cells(tmp_path, executor):
     if executor == "ray":
         pytest.importorskip("ray")

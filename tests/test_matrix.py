@@ -192,6 +192,7 @@ def killed_and_resumed(tmp_path_factory):
     return info
 
 
+@pytest.mark.slow  # a matrix killed mid-cell and resumed: about 30 s of the fast tier's 300
 def test_sigkill_mid_cell_then_resume_skips_finished_cells_and_completes(killed_and_resumed):
     r = killed_and_resumed
     assert 7 <= r["killed_rows"] < 20, "the kill must land mid-cell"
@@ -213,6 +214,7 @@ def test_sigkill_mid_cell_then_resume_skips_finished_cells_and_completes(killed_
     assert [(s["cells_run"], s["cells_skipped"]) for s in meta["sessions"]] == [(1, 0), (1, 1)]
 
 
+@pytest.mark.slow  # shares the killed matrix above
 def test_report_on_a_partial_directory_names_what_is_missing(killed_and_resumed, tmp_path, capsys):
     out = tmp_path / "results" / "cpu"
     shutil.copytree(killed_and_resumed["out"], out)
