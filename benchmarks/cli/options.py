@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import importlib
 import importlib.util
+import json
 from pathlib import Path
 from typing import Callable
 
@@ -118,3 +119,23 @@ def task_options_for(task: str, given: dict) -> dict:
             owners = sorted(t for t, cls in TASKS.items() if name in cls.options())
             raise UsageError(f"{flag(name)} is an option of task {', '.join(owners)}, not of {task}")
     return given
+
+
+def json_value(text: str):
+    """A command-line value read as JSON where it parses (500, 0.0, true, "sft"), else the text itself."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def set_options(items) -> dict:
+    """``--set KEY=VALUE ...`` as a dict of JSON values; an item without '=' is one UsageError line."""
+    options = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"--set wants KEY=VALUE, got {item!r}")
+        options[key] = json_value(value)
+    return options
+

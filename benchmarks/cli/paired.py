@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from benchmarks.errors import UsageError
+from benchmarks.cli.options import set_options
 from benchmarks.io import atomic_write_json
 
 
@@ -38,13 +39,6 @@ def add_paired_parser(sub) -> None:
     c.set_defaults(handler=cmd_compare)
 
 
-def _value(text: str):
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
 def _question_range(text: str) -> tuple[int, Optional[int]]:
     """'A:B' -> (A, B); A defaults to 0 and B to the end (None)."""
     first, sep, last = text.partition(":")
@@ -59,12 +53,7 @@ def _question_range(text: str) -> tuple[int, Optional[int]]:
 def cmd_eval(args) -> int:
     from benchmarks.harness.paired import PairedEvalSettings, evaluate_paired
 
-    options = {}
-    for item in args.set or []:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise UsageError(f"--set wants KEY=VALUE, got {item!r}")
-        options[key] = _value(value)
+    options = set_options(args.set)
     settings = PairedEvalSettings(task=args.task, task_options=options, seed=args.seed, device=args.device,
                                   label=args.label, questions=_question_range(args.questions) if args.questions else None,
                                   command=args.command_line)

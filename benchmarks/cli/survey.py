@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from benchmarks.cli.options import set_options
 from benchmarks.errors import UsageError
 
 
@@ -27,13 +28,6 @@ def add_survey_parser(sub) -> None:
     p.add_argument("--out", required=True, help="folder for survey.csv and survey.md")
     p.add_argument("--resume", action="store_true", help="keep OUT/survey.csv's rows and skip the candidates in it")
     p.set_defaults(handler=cmd_survey)
-
-
-def _json_value(text: str):
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 def parse_candidate(text: str) -> dict:
@@ -61,12 +55,7 @@ def parse_candidate(text: str) -> dict:
 def cmd_survey(args) -> int:
     from benchmarks.harness.survey import SurveySettings, run_survey
 
-    common = {}
-    for item in args.set or []:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise UsageError(f"--set wants KEY=VALUE, got {item!r}")
-        common[key] = _json_value(value)
+    common = set_options(args.set)
     try:
         lo, hi = (float(x) for x in args.band.split(":"))
     except ValueError:
