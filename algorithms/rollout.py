@@ -211,9 +211,10 @@ def _prefill(model, fast: bool, unique_ids: torch.Tensor, unique_mask: torch.Ten
     first_position = positions[:, -1:].repeat_interleave(group_size, dim=0) + 1  # (B, 1)
     if fast:
         cache = fast_llama.KVCache(model.config.num_hidden_layers)
-        # Under autocast a concatenated weight (not a parameter) would be cast to bf16 at every step.
-        autocast = torch.is_autocast_enabled(unique_ids.device.type)
-        fused = None if autocast else fast_llama.FusedProjections.of(model)
+        # Under autocast the weights are cast once here, not by autocast at every step.
+        device_type = unique_ids.device.type
+        dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+        fused = fast_llama.FusedProjections.of(model, dtype)
         logits = fast_llama.forward(model, unique_ids, positions, unique_mask, cache, logits_to_keep=1, fused=fused)
         cache.fan_out(group_size, capacity)
         padded = not bool(unique_mask.all())  # without padding no step needs a mask

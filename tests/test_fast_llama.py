@@ -158,6 +158,30 @@ def test_bf16_autocast_gives_transformers_numbers_too(which):
             assert torch.equal(a, b)
         model.eval()
         _assert_decoding_matches(model, ids, mask, 2, 5, fused=None)
+        # The sampler's weights cast once to autocast's dtype: the same casts, so the same logits.
+        _assert_decoding_matches(model, ids, mask, 3, 5, fused=fast_llama.FusedProjections.of(model, torch.bfloat16))
+
+
+def test_bf16_sampling_casts_the_weights_once_per_generate_call():
+    """Under inference mode autocast's weight cache stays empty, so each decoding step would cast every
+    weight again; the sampler casts them once, when it prepares its weights."""
+    from torch.profiler import profile
+
+    pizza = make_task("pizza")
+    model = pizza.load_policy(torch.device("cpu"))
+    weight_shapes = {tuple(p.shape) for p in model.parameters() if p.dim() == 2} | {
+        (3 * model.config.hidden_size, model.config.hidden_size)}  # and the fused q/k/v (no GQA in pizza)
+
+    def weight_casts(max_new_tokens: int) -> int:
+        with torch.autocast("cpu", dtype=torch.bfloat16), profile(record_shapes=True) as prof:
+            rollout = generate(model, pizza.tokenizer, ["ravin likes "], 2, max_new_tokens=max_new_tokens,
+                               temperature=1.0, generator=torch.Generator().manual_seed(0))
+        assert rollout.completion_ids.size(1) == max_new_tokens  # no EOS: every step ran
+        return sum(e.count for e in prof.key_averages(group_by_input_shape=True)
+                   if e.key == "aten::_to_copy" and e.input_shapes and tuple(e.input_shapes[0]) in weight_shapes)
+
+    three, five = weight_casts(3), weight_casts(5)  # the seeded completion ends at its 6th token
+    assert three > 0 and five == three  # cast when prepared, never again per step
 
 
 def test_packed_groups_on_a_grouped_query_model_equal_transformers_full_forward(monkeypatch):

@@ -11,30 +11,58 @@ from benchmarks.perf import roof
 def test_roof_report_on_a_tiny_model(tmp_path, monkeypatch):
     from tasks.tiny_lm import char_tokenizer, tiny_llama
 
-    tokenizer = char_tokenizer(list("abcdefghijklmnopqrstuvwxyz .,"))
-    model = tiny_llama(tokenizer, hidden_size=32, num_layers=1, max_positions=128)
+    tokenizer = char_tokenizer(list("abcdefghijklmnopqrstuvwxyz .,?0123456789+"))
+    model = tiny_llama(tokenizer, hidden_size=32, num_layers=1, max_positions=256)
     monkeypatch.setattr("tasks.smollm.load_causal_lm", lambda name=None: (model, tokenizer))
     monkeypatch.setattr(roof, "memory_bandwidth", lambda mib, repeats: 1e9)  # 1 GB/s
-    monkeypatch.setattr(roof, "matmul_flops", lambda size, repeats: 1e9)  # 1 GFLOP/s
+    rates = {"fp32": 1e9, "bf16": 2e9, "int8": 4e9}  # FLOP/s
+    monkeypatch.setattr(roof, "matmul_flops", lambda size, repeats, precision="fp32": rates[precision])
     settings = roof.RoofSettings(batch_sizes=[1, 8], new_tokens=6, repeats=1, out=str(tmp_path))
     result = roof.run_roof(settings, command="grpo-bench bench roof")
     params = sum(p.numel() for p in model.parameters())
+    matrices = sum(p.numel() for p in model.parameters() if p.dim() == 2)  # the tiny model ties its output layer
+    assert [(r["precision"], r["batch"]) for r in result["rows"]] == [(p, b) for p in ("fp32", "bf16", "int8") for b in (1, 8)]
     for row in result["rows"]:
-        by_hand = row["batch"] / max(4 * params / 1e9, 2 * params * row["batch"] / 1e9)
+        width = {"fp32": 4, "bf16": 2, "int8": 1}[row["precision"]]
+        weight_bytes = width * matrices + 4 * (params - matrices)
+        assert row["weight_bytes"] == weight_bytes
+        memory_s, compute_s = weight_bytes / 1e9, 2 * params * row["batch"] / rates[row["precision"]]
+        by_hand = row["batch"] / max(memory_s, compute_s)
         assert row["roof_tokens_per_s"] == pytest.approx(by_hand)
         assert row["share_of_roof"] == pytest.approx(row["tokens_per_s"] / by_hand)
-        assert row["bound"] == ("memory" if 4 * params >= 2 * params * row["batch"] else "compute")
+        assert row["bound"] == ("memory" if memory_s >= compute_s else "compute")
         assert row["tokens_per_s"] > 0 and 2 <= row["decode_steps"] <= 6
+        fp32 = next(r for r in result["rows"] if r["precision"] == "fp32" and r["batch"] == row["batch"])
+        assert row["speed_vs_fp32"] == pytest.approx(row["tokens_per_s"] / fp32["tokens_per_s"])
+    # bf16 and int8 sample a distribution near fp32's, not equal to it
+    for precision in ("bf16", "int8"):
+        agreement = result["agreement_with_fp32"][precision]
+        assert 0 < agreement["kl_mean"] <= agreement["kl_max"] and 0 <= agreement["argmax_agreement"] <= 1
+        assert agreement["positions"] > 4 * 6
     assert json.loads((tmp_path / "roof.json").read_text())["rows"] == result["rows"]
     text = (tmp_path / "roof.md").read_text()
-    assert text.splitlines()[2].startswith("**Decoding at batch 8 runs at") and "Regenerate: `grpo-bench bench roof`" in text
+    assert text.splitlines()[2].startswith("**fp32 decoding at batch 8 runs at") and "Regenerate: `grpo-bench bench roof`" in text
+    assert "| int8 | 8 |" in text and "same most likely token" in text
+
+
+def test_agreement_of_fp32_with_itself_is_exact():
+    from tasks.tiny_lm import char_tokenizer, tiny_llama
+    import contextlib
+
+    tokenizer = char_tokenizer(list("abcdefghijklmnopqrstuvwxyz .,?0123456789+"))
+    model = tiny_llama(tokenizer, hidden_size=32, num_layers=1, max_positions=256).eval()
+    same = roof.agreement_with_fp32(model, tokenizer, model, contextlib.nullcontext)
+    assert same["kl_mean"] == pytest.approx(0, abs=1e-7) and same["argmax_agreement"] == 1.0
 
 
 def test_probes_measure_positive_rates():
     assert roof.memory_bandwidth(8, repeats=1) > 1e8  # any machine moves 100 MB/s
-    assert roof.matmul_flops(256, repeats=1) > 1e8
+    for precision in roof.PRECISIONS:
+        assert roof.matmul_flops(256, repeats=1, precision=precision) > 1e8
 
 
 def test_bad_settings_are_one_line(tmp_path, run_cli):
     code, _, err = run_cli("bench", "roof", "--batch-sizes", "0", "--out", tmp_path)
     assert code == 2 and "--batch-sizes must be >= 1" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run_cli("bench", "roof", "--precisions", "fp8", "--out", tmp_path)
+    assert code == 2 and "--precisions takes fp32, bf16, int8; got fp8" in err and len(err.strip().splitlines()) == 1

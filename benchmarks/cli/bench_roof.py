@@ -16,6 +16,8 @@ def add_bench_roof_parser(which) -> None:
     p.add_argument("--repeats", type=int, default=defaults.repeats, help=f"timed runs per measurement, the best kept (default: {defaults.repeats})")
     p.add_argument("--stream-mib", type=int, default=defaults.stream_mib, help=f"STREAM array size (default: {defaults.stream_mib})")
     p.add_argument("--model", default=defaults.model, help="a HF id or local directory (default: SmolLM2-135M-Instruct from its GGUF)")
+    p.add_argument("--precisions", nargs="+", default=defaults.precisions,
+                   help=f"sampling precisions to measure, of fp32 bf16 int8 (default: {' '.join(defaults.precisions)})")
     p.add_argument("--out", default=defaults.out, help=f"folder for roof.md and roof.json (default: {defaults.out})")
     p.set_defaults(handler=cmd_bench_roof)
 
@@ -24,6 +26,6 @@ def cmd_bench_roof(args) -> int:
     from benchmarks.perf.roof import RoofSettings, run_roof
 
     run_roof(RoofSettings(batch_sizes=args.batch_sizes, new_tokens=args.new_tokens, threads=args.threads,
-                          repeats=args.repeats, stream_mib=args.stream_mib, model=args.model, out=args.out),
+                          repeats=args.repeats, stream_mib=args.stream_mib, model=args.model, precisions=args.precisions, out=args.out),
              command=args.command_line)
     return 0

@@ -69,6 +69,8 @@ class Workload:
     beta: float = 0.04  # the paper's KL weight, so the reference pass is part of the step
     loss_type: str = "grpo"
     algo: str = "grpo"  # "grpo" (TRL's GRPOTrainer) or "rloo" (TRL's RLOOTrainer)
+    task_options: tuple = ()  # (name, value) pairs for make_task, both sides
+    lora_r: int = 0  # > 0: LoRA through PEFT on both sides, the harness's adapter (TRL: the same peft_config)
 
     def settings(self) -> dict:
         """Our GRPOConfig (or RLOOConfig) fields, which both sides train with: ours as its config, TRL's through
@@ -80,6 +82,7 @@ class Workload:
         return fields
 
 
+CHAIN_SUM = (("dataset", 'chain_sum:{"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}'),)
 WORKLOADS = {
     w.name: w
     for w in (
@@ -87,6 +90,15 @@ WORKLOADS = {
         Workload("pizza-mu2", "pizza", group_size=8, max_new_tokens=12, mu=2),
         Workload("gsm8k-mu1", "gsm8k", group_size=4, max_new_tokens=128, mu=1),
         Workload("gsm8k-mu2", "gsm8k", group_size=4, max_new_tokens=128, mu=2),
+        Workload("gsm8k-lora-mu1", "gsm8k", group_size=4, max_new_tokens=128, mu=1, lora_r=16),
+        Workload("gsm8k-lora-mu2", "gsm8k", group_size=4, max_new_tokens=128, mu=2, lora_r=16),
+        # The real-LM track's dataset (benchmarks/matrices/reasoning_gym.toml): short answers, G 8.
+        Workload("chain_sum-mu1", "reasoning_gym", group_size=8, max_new_tokens=24, mu=1, task_options=CHAIN_SUM),
+        Workload("chain_sum-mu2", "reasoning_gym", group_size=8, max_new_tokens=24, mu=2, task_options=CHAIN_SUM),
+        Workload("chain_sum-lora-mu1", "reasoning_gym", group_size=8, max_new_tokens=24, mu=1, task_options=CHAIN_SUM,
+                 lora_r=16),
+        Workload("chain_sum-lora-mu2", "reasoning_gym", group_size=8, max_new_tokens=24, mu=2, task_options=CHAIN_SUM,
+                 lora_r=16),
         # RLOO as TRL's RLOOTrainer defines it: k1 KL folded into the reward, beta 0.05 (TRL's and ours)
         Workload("pizza-rloo", "pizza", group_size=8, max_new_tokens=12, mu=1, beta=0.05, algo="rloo"),
         Workload("pizza-rloo-mu2", "pizza", group_size=8, max_new_tokens=12, mu=2, beta=0.05, algo="rloo"),
@@ -128,9 +140,9 @@ class Ours:
         from benchmarks.harness import RunConfig, build
 
         rc = RunConfig(task=w.task, algo=w.algo, seed=seed, device=device, precision=precision,
-                       max_new_tokens=w.max_new_tokens, temperature=w.temperature)
+                       max_new_tokens=w.max_new_tokens, temperature=w.temperature, lora_r=w.lora_r)
         config = (GRPOConfig if w.algo == "grpo" else RLOOConfig)(**w.settings())
-        self.task, self.policy, self.algo, _ = build(rc, config, {}, task)
+        self.task, self.policy, self.algo, _ = build(rc, config, dict(w.task_options), task)
         self.workload = w
 
     def step(self, prompts: list[str]) -> dict[str, float]:
@@ -150,10 +162,12 @@ class Trl:
     def __init__(self, w: Workload, *, seed: int, device: str, task=None, setting: str = "default"):
         from datasets import Dataset
 
+        from benchmarks.harness import RunConfig
+        from benchmarks.harness.lora import lora_config
         from tasks import make_task
 
         self.workload = w
-        self.task = task or make_task(w.task)
+        self.task = task or make_task(w.task, **dict(w.task_options))
         dev = measure.resolve_device(device)
         policy = self.task.load_policy(dev)
         self.tokenizer = self.task.tokenizer
@@ -167,8 +181,9 @@ class Trl:
                               device=dev.type, logging_steps=10**9, optim="adamw_torch_fused", disable_dropout=True,
                               pad_to_multiple_of=None, **TRL_SETTINGS[setting])
         dataset = Dataset.from_dict({"prompt": self.task.train_prompts()[:1]})
+        peft = lora_config(RunConfig(task=w.task, lora_r=w.lora_r)) if w.lora_r else None  # the harness's adapter
         self.trainer = trl_ref.trainer(args, model=policy, reward_funcs=[self._reward], train_dataset=dataset,
-                                       processing_class=self.tokenizer)
+                                       processing_class=self.tokenizer, peft_config=peft)
         self.trainer.create_optimizer_and_scheduler(num_training_steps=10**6)
         self.model = self.trainer.model
         self.times: dict[str, float] = defaultdict(float)
@@ -272,6 +287,17 @@ def _trl_batch(trl: Trl, prompts: list[str]):
     return inputs, rollout
 
 
+def _reference_logps(built, model, rollout, temperature: float):
+    """The reference's log-probs as TRL takes them: its reference model, or with LoRA (TRL keeps none) the
+    policy with its adapter switched off."""
+    from algorithms.rollout import rollout_logps
+
+    if built.ref_model is not None:
+        return rollout_logps(built.ref_model, rollout, temperature=temperature)
+    with model.disable_adapter():
+        return rollout_logps(model, rollout, temperature=temperature)
+
+
 def same_batch_check(trl: Trl, prompts: list[str]) -> dict[str, float]:
     """TRL samples and scores one batch; both losses are computed on it, before and after one TRL update.
 
@@ -302,7 +328,7 @@ def same_batch_check(trl: Trl, prompts: list[str]) -> dict[str, float]:
         autocast = torch.autocast(model.device.type, dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
         with torch.no_grad(), autocast:
             logps = rollout_logps(model, rollout, temperature=temperature)
-            ref = rollout_logps(t.ref_model, rollout, temperature=temperature) if w.beta > 0 else None
+            ref = _reference_logps(t, model, rollout, temperature) if w.beta > 0 else None
         ours = grpo_loss(logps, old, ref, advantages, mask, **loss_kwargs)
         if inputs_for_trl is None:
             return float(ours), None, logps, ref
@@ -347,7 +373,7 @@ def same_batch_check_rloo(trl: Trl, prompts: list[str]) -> dict[str, float]:
     mask = inputs["completion_mask"]
     with torch.no_grad():
         old = rollout_logps(model, rollout, temperature=t.temperature)
-        ref = rollout_logps(t.ref_model, rollout, temperature=t.temperature) if w.beta > 0 else None
+        ref = _reference_logps(t, model, rollout, t.temperature) if w.beta > 0 else None
     kl = sequence_logps(old - ref, mask) if ref is not None else None
     advantages = rloo_advantages(torch.tensor(trl.last_rewards), w.group_size, kl=kl, beta=w.beta)
     out = {"max_abs_diff_advantages": float((advantages - inputs["advantages"]).abs().max()),
@@ -435,7 +461,9 @@ def compare(w: Workload, *, pairs: int, seed: int, device: str, log=print) -> di
     ratios = {}
     for name in TRL_SETTINGS:
         r = [b["time/step"] / a["time/step"] for a, b in zip(rows["ours"], rows[f"trl_{name}"])]
-        ratios[name] = {"min": min(r), "median": statistics.median(r), "max": max(r), "all": r}
+        low, high = median_interval(r, seed=seed)
+        ratios[name] = {"min": min(r), "median": statistics.median(r), "max": max(r), "all": r,
+                        "median_ci95": [low, high]}
     # The faster TRL setting by the paired estimate (median per-round ratio), robust to a noisy round.
     faster = min(TRL_SETTINGS, key=lambda name: ratios[name]["median"])
     check = (same_batch_check if w.algo == "grpo" else same_batch_check_rloo)(
@@ -454,6 +482,20 @@ def compare(w: Workload, *, pairs: int, seed: int, device: str, log=print) -> di
         med = _median_phases(rows[side])
         result[side] = {"median": med, "rates": _rates(med, params, w.mu), "steps": rows[side]}
     return result
+
+
+def median_interval(values: list[float], *, seed: int = 0, confidence: float = 0.95) -> tuple[float, float]:
+    """Percentile-bootstrap interval of the median of ``values`` (scipy, 10,000 resamples, seeded). With a
+    handful of rounds it can only span observed values, and it is wide: with 5 rounds the median is the largest
+    value in 6% of resamples, so one wild round reaches a 95% interval; 9 rounds keep it out."""
+    import numpy as np
+    from scipy.stats import bootstrap
+
+    if len(values) < 2:
+        return values[0], values[0]
+    result = bootstrap((np.asarray(values),), np.median, confidence_level=confidence, n_resamples=10_000,
+                       method="percentile", rng=np.random.default_rng(seed))
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
 def bf16_speed(w: Workload, *, steps: int, seed: int, device: str) -> dict:
@@ -559,7 +601,7 @@ def _fmt_mem(probe: Optional[dict]) -> str:
     return f"{_fmt_bytes(probe['peak_bytes'])} ({_fmt_bytes(probe['rss_after_imports_bytes'])} at start)"
 
 
-TARGET_RATIO = 2.0  # the issue's bar: twice TRL's speed, no more memory, the same loss on the same batch
+TARGET_RATIO = 2.5  # the bar: 2.5 times TRL's fastest step, no more memory, the same loss on the same batch
 SAME_LOSS_ATOL = 1e-6
 
 
@@ -569,7 +611,7 @@ def _lowest_trl_peak(mem: dict) -> Optional[int]:
 
 
 def target_verdict(report: dict) -> str:
-    """One line: on which workloads the target holds: median TRL/ours >= 2 against TRL's faster setting,
+    """One line: on which workloads the target holds: median TRL/ours >= 2.5 against TRL's faster setting,
     peak memory no higher than the lower of TRL's, the same loss on the same batch."""
     met, missed = [], []
     for r in report["comparisons"]:
@@ -593,7 +635,8 @@ def target_verdict(report: dict) -> str:
 
 def _ratio_cell(ratio: dict, bold: bool) -> str:
     median = f"**{ratio['median']:.2f}**" if bold else f"{ratio['median']:.2f}"
-    return f"{ratio['min']:.2f} / {median} / {ratio['max']:.2f}"
+    interval = f" [{ratio['median_ci95'][0]:.2f}, {ratio['median_ci95'][1]:.2f}]" if "median_ci95" in ratio else ""
+    return f"{ratio['min']:.2f} / {median}{interval} / {ratio['max']:.2f}"
 
 
 def render_markdown(report: dict) -> str:
@@ -609,8 +652,9 @@ def render_markdown(report: dict) -> str:
         f"{report['matmul_gflops']['fp32']:.0f} GFLOP/s fp32, {report['matmul_gflops']['bf16']:.0f} GFLOP/s bf16.",
         "",
         f"TRL runs twice, side by side in the same rounds: its default settings, and its fastest on this device "
-        f"({settings}; TRL's configs turn gradient checkpointing on by default). TRL/ours is min / median / max "
-        "over the rounds; the headline ratio (bold) is against the faster of the two.",
+        f"({settings}; TRL's configs turn gradient checkpointing on by default). TRL/ours is min / median "
+        "[95% percentile-bootstrap interval of the median] / max over the rounds; the headline ratio (bold) is "
+        "against the faster of the two.",
         "",
     ]
     rows = []

@@ -12,6 +12,14 @@ rate with a large fp32 matrix product. The KV cache's reads and the sampling are
 so it is optimistic; a measured rate is the suite's own sampler (``algorithms.rollout.generate``, static KV
 cache), decoding tokens per second with the prefill subtracted (a run of T new tokens minus a run of one).
 
+Precisions. ``fp32`` is what training samples with; ``bf16`` samples under autocast (``sampling_precision
+= "bf16"``), its roof from the bf16 weight bytes and a bf16 matrix product; ``int8`` is dynamic quantisation
+(int8 weights, one scale per output row; activations quantised per call: ``torch.ao``'s
+``quantize_dynamic``, the rollout engines' W8A8), its roof from int8 weight bytes and an int8 product. A
+faster sampler only pays if it samples nearly the same distribution: for each lower precision the report
+gives the KL divergence from the fp32 next-token distribution and how often the two agree on the most likely
+token, over the positions of the model's own greedy fp32 continuations of the prompts.
+
 Every time is the best of ``repeats``: on a shared machine, interference only ever adds time, so the
 minimum is the measurement least disturbed by it.
 """
@@ -37,7 +45,13 @@ class RoofSettings:
     repeats: int = 3  # timed runs per measurement; the best is kept
     stream_mib: int = 256  # size of each STREAM array
     model: str = ""  # a Hugging Face id or local directory; "" is SmolLM2-135M-Instruct from its GGUF
+    precisions: list[str] = dataclasses.field(default_factory=lambda: ["fp32", "bf16", "int8"])
     out: str = "results/perf"
+
+
+PRECISIONS = ("fp32", "bf16", "int8")
+PROMPTS = ("Write a short story about a robot learning to paint.", "What is 17 + 25? Think step by step.",
+           "List three uses of a paperclip.", "Explain why the sky is blue in two sentences.")
 
 
 def _best(fn: Callable[[], None], repeats: int) -> float:
@@ -60,12 +74,80 @@ def memory_bandwidth(mib: int, repeats: int) -> float:
     return 3 * n * 4 / seconds
 
 
-def matmul_flops(size: int, repeats: int) -> float:
-    """FLOP/s of an fp32 (size x size) @ (size x size) product."""
+def matmul_flops(size: int, repeats: int, precision: str = "fp32") -> float:
+    """FLOP/s of a (size x size) @ (size x size) product at ``precision``: fp32, bf16, or int8 as dynamic
+    quantisation runs it (the activations quantised per call, the weight prepacked)."""
     import torch
 
     x, y = torch.rand(size, size), torch.rand(size, size)
+    if precision == "bf16":
+        x, y = x.bfloat16(), y.bfloat16()
+    if precision == "int8":
+        linear = _quantized(torch.nn.Sequential(torch.nn.Linear(size, size, bias=False)))[0]
+        with torch.inference_mode():
+            return 2 * size**3 / _best(lambda: linear(x), repeats)
     return 2 * size**3 / _best(lambda: torch.mm(x, y), repeats)
+
+
+def _quantized(model):
+    """A copy of ``model`` with every ``nn.Linear`` dynamically quantised to int8 (per output row)."""
+    import copy
+    import warnings
+
+    import torch
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    with warnings.catch_warnings():  # torch.ao's quantised tensors are deprecated for torchao; the op still runs
+        warnings.simplefilter("ignore")
+        return quantize_dynamic(copy.deepcopy(model).eval(), {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
+
+
+def _sampler(model, precision: str):
+    """(the model to sample with, a context to sample in) for ``precision``."""
+    import contextlib
+
+    import torch
+
+    if precision == "int8":
+        return _quantized(model), contextlib.nullcontext
+    if precision == "bf16":
+        return model, lambda: torch.autocast("cpu", dtype=torch.bfloat16)
+    return model, contextlib.nullcontext
+
+
+def weight_bytes_read(model, precision: str) -> int:
+    """Bytes of weights one decoding step reads: every parameter but the input embedding (a lookup), whose
+    tied output layer is counted once; matrices at the precision's width (bf16 2, int8 1), vectors in fp32."""
+    embedding = model.get_input_embeddings().weight
+    tied = model.get_output_embeddings() is not None and model.get_output_embeddings().weight is embedding
+    width = {"fp32": 4, "bf16": 2, "int8": 1}[precision]
+    total = 0
+    for p in model.parameters():
+        if p is embedding and not tied:
+            continue
+        total += p.numel() * (width if p.dim() == 2 else 4)
+    return total
+
+
+def agreement_with_fp32(model, tokenizer, sampler, context, new_tokens: int = 32) -> dict:
+    """KL(fp32 || precision) of the next-token distributions and how often their argmax agrees, over the
+    positions of the fp32 model's greedy continuations of ``PROMPTS`` (prompt and continuation)."""
+    import torch
+
+    from algorithms.rollout import _positions, generate
+
+    with torch.inference_mode():
+        rollout = generate(model, tokenizer, list(PROMPTS), 1, max_new_tokens=new_tokens, temperature=0)
+        ids = torch.cat([rollout.prompt_ids, rollout.completion_ids], dim=1)
+        mask = torch.cat([rollout.prompt_mask, rollout.completion_mask], dim=1)
+        reference = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask)).logits.float()
+        with context():
+            other = sampler(input_ids=ids, attention_mask=mask, position_ids=_positions(mask)).logits.float()
+    real = mask.bool()
+    log_p, log_q = reference.log_softmax(-1)[real], other.log_softmax(-1)[real]
+    kl = (log_p.exp() * (log_p - log_q)).sum(-1)
+    return {"positions": int(real.sum()), "kl_mean": float(kl.mean()), "kl_max": float(kl.max()),
+            "argmax_agreement": float((log_p.argmax(-1) == log_q.argmax(-1)).float().mean())}
 
 
 def decode_rate(model, tokenizer, batch: int, new_tokens: int, repeats: int) -> tuple[float, int]:
@@ -99,27 +181,43 @@ def run_roof(settings: RoofSettings, command: str) -> dict:
 
     if not settings.batch_sizes or min(settings.batch_sizes) < 1 or settings.new_tokens < 2 or settings.repeats < 1:
         raise UsageError("--batch-sizes must be >= 1, --new-tokens >= 2 and --repeats >= 1")
+    unknown = sorted(set(settings.precisions) - set(PRECISIONS))
+    if unknown or not settings.precisions:
+        raise UsageError(f"--precisions takes {', '.join(PRECISIONS)}; got {', '.join(unknown) or 'none'}")
     if settings.threads:
         torch.set_num_threads(settings.threads)
     threads = torch.get_num_threads()
     bandwidth = memory_bandwidth(settings.stream_mib, settings.repeats)
-    flops = matmul_flops(2048, settings.repeats)
     model, tokenizer = load_causal_lm(settings.model or None)
+    model.eval()
     params = sum(p.numel() for p in model.parameters())
-    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    rows = []
-    for batch in settings.batch_sizes:
-        step_s = max(weight_bytes / bandwidth, 2 * params * batch / flops)
-        roof = batch / step_s
-        rate, steps = decode_rate(model, tokenizer, batch, settings.new_tokens, settings.repeats)
-        bound = "memory" if weight_bytes / bandwidth >= 2 * params * batch / flops else "compute"
-        rows.append({"batch": batch, "decode_steps": steps, "tokens_per_s": rate, "roof_tokens_per_s": roof,
-                     "share_of_roof": rate / roof, "bound": bound})
-        print(f"batch {batch:3d}: {rate:8.1f} tokens/s, roof {roof:8.1f} ({bound}-bound): {rate / roof:.0%}", flush=True)
+    rows, flops_by_precision, agreement = [], {}, {}
+    fp32_rate: dict[int, float] = {}
+    precisions = sorted(set(settings.precisions), key=PRECISIONS.index)
+    for precision in precisions:
+        flops = flops_by_precision[precision] = matmul_flops(2048, settings.repeats, precision)
+        weight_bytes = weight_bytes_read(model, precision)
+        sampler, context = _sampler(model, precision)
+        if precision != "fp32":
+            agreement[precision] = agreement_with_fp32(model, tokenizer, sampler, context)
+        for batch in settings.batch_sizes:
+            memory_s, compute_s = weight_bytes / bandwidth, 2 * params * batch / flops
+            roof = batch / max(memory_s, compute_s)
+            with context():
+                rate, steps = decode_rate(sampler, tokenizer, batch, settings.new_tokens, settings.repeats)
+            if precision == "fp32":
+                fp32_rate[batch] = rate
+            bound = "memory" if memory_s >= compute_s else "compute"
+            rows.append({"precision": precision, "batch": batch, "decode_steps": steps, "tokens_per_s": rate,
+                         "roof_tokens_per_s": roof, "share_of_roof": rate / roof, "bound": bound,
+                         "weight_bytes": weight_bytes,
+                         "speed_vs_fp32": rate / fp32_rate[batch] if batch in fp32_rate else None})
+            print(f"{precision} batch {batch:3d}: {rate:8.1f} tokens/s, roof {roof:8.1f} ({bound}-bound): {rate / roof:.0%}",
+                  flush=True)
     result = {"command": command, "threads": threads, "memory_bandwidth_bytes_per_s": bandwidth,
-              "matmul_flops_per_s": flops, "model": settings.model or "SmolLM2-135M-Instruct (GGUF, fp32)",
-              "parameters": params, "weight_bytes": weight_bytes, "new_tokens": settings.new_tokens,
-              "repeats": settings.repeats, "rows": rows}
+              "matmul_flops_per_s": flops_by_precision, "model": settings.model or "SmolLM2-135M-Instruct (GGUF, fp32)",
+              "parameters": params, "new_tokens": settings.new_tokens, "repeats": settings.repeats, "rows": rows,
+              "agreement_with_fp32": agreement}
     out = Path(settings.out)
     atomic_write_text(out / "roof.json", json.dumps(result, indent=2) + "\n")
     atomic_write_text(out / "roof.md", render(result))
@@ -129,20 +227,35 @@ def run_roof(settings: RoofSettings, command: str) -> dict:
 
 def render(result: dict) -> str:
     rows = result["rows"]
-    at16 = [r for r in rows if r["batch"] >= 16]
-    best = max(at16 or rows, key=lambda r: r["share_of_roof"])
+    fp32 = [r for r in rows if r["precision"] == "fp32"] or rows
+    at16 = [r for r in fp32 if r["batch"] >= 16]
+    best = max(at16 or fp32, key=lambda r: r["share_of_roof"])
+    rates = ", ".join(f"{p} {v / 1e9:.0f}" for p, v in result["matmul_flops_per_s"].items())
     lines = ["# Generation against its roof", "",
-             f"**Decoding at batch {best['batch']} runs at {best['share_of_roof']:.0%} of its roof "
-             f"({best['tokens_per_s']:.0f} of {best['roof_tokens_per_s']:.0f} tokens/s); "
-             f"measured bandwidth {result['memory_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s, matmul "
-             f"{result['matmul_flops_per_s'] / 1e9:.0f} GFLOP/s on {result['threads']} thread(s).**", "",
-             f"{result['model']}: {result['parameters'] / 1e6:.1f} M parameters, "
-             f"{result['weight_bytes'] / 2**20:.0f} MiB of weights read per decoding step. Roof per step: "
-             "max(weight bytes / bandwidth, 2 x parameters x batch / matmul rate); the KV cache and sampling are "
-             f"left out, so the roof is optimistic. Measured: the suite's sampler, {result['new_tokens']} new tokens "
-             f"minus one (the prefill), best of {result['repeats']}.", "",
-             markdown_table(["batch", "decoded tokens/s", "roof tokens/s", "bound", "share of roof"],
-                            [[r["batch"], f"{r['tokens_per_s']:.1f}", f"{r['roof_tokens_per_s']:.1f}", r["bound"],
-                              f"{r['share_of_roof']:.0%}"] for r in rows]),
-             "", f"Regenerate: `{result['command']}`"]
+             f"**{best['precision']} decoding at batch {best['batch']} runs at {best['share_of_roof']:.0%} of its roof "
+             f"({best['tokens_per_s']:.0f} of {best['roof_tokens_per_s']:.0f} tokens/s); measured bandwidth "
+             f"{result['memory_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s, matmul GFLOP/s {rates}, on "
+             f"{result['threads']} thread(s).**", "",
+             f"{result['model']}: {result['parameters'] / 1e6:.1f} M parameters. Roof per step: max(weight bytes read / "
+             "bandwidth, 2 x parameters x batch / the precision's matmul rate), the weight bytes at the precision's "
+             "width; the KV cache and sampling are left out, so the roof is optimistic. Measured: the suite's "
+             f"sampler, {result['new_tokens']} new tokens minus one (the prefill), best of {result['repeats']}; "
+             "bf16 under autocast, int8 through transformers' forward of the dynamically quantised copy.", "",
+             markdown_table(["precision", "batch", "weights read", "decoded tokens/s", "roof tokens/s", "bound",
+                             "share of roof", "speed vs fp32"],
+                            [[r.get("precision", "fp32"), r["batch"],
+                              f"{r['weight_bytes'] / 2**20:.0f} MiB" if "weight_bytes" in r else "",
+                              f"{r['tokens_per_s']:.1f}", f"{r['roof_tokens_per_s']:.1f}", r["bound"],
+                              f"{r['share_of_roof']:.0%}",
+                              "" if r.get("speed_vs_fp32") is None else f"{r['speed_vs_fp32']:.2f}x"] for r in rows])]
+    agreement = result.get("agreement_with_fp32") or {}
+    if agreement:
+        lines += ["", "Does the faster sampler sample the same distribution? Against fp32, over the positions of its "
+                  "greedy continuations of the prompts (a sampler far from the trainer's distribution makes the "
+                  "importance-sampling correction mask or truncate most tokens):", "",
+                  markdown_table(["precision", "positions", "KL(fp32 || it) mean, nats/token", "KL max",
+                                  "same most likely token"],
+                                 [[p, a["positions"], f"{a['kl_mean']:.4f}", f"{a['kl_max']:.3f}",
+                                   f"{a['argmax_agreement']:.1%}"] for p, a in agreement.items()])]
+    lines += ["", f"Regenerate: `{result['command']}`"]
     return "\n".join(lines) + "\n"
