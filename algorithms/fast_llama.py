@@ -35,6 +35,48 @@ LARGE_WEIGHT = 1 << 18  # below this the two orders cost the same, and the toy m
 
 def supports(model) -> bool:
     """Whether ``forward`` computes this model's function: a plain transformers Llama with sdpa attention."""
+    return _plain_llama(model, lambda m: type(m) is torch.nn.Linear)
+
+
+def sampling_model(model):
+    """The Llama whose function ``forward`` computes when sampling from ``model``, or None: ``model`` itself
+    (``supports``), or the Llama under a PEFT LoRA model, whose adapters ``FusedProjections`` folds into the
+    weights it prepares (W + scaling x B A per projection: the same function without dropout, as sampling
+    runs it, other rounding). Without it a LoRA policy sampled through PEFT's and transformers' forward:
+    chain_sum's GRPO step at 1.95x TRL's against 2.54x with full fine-tuning."""
+    if supports(model):
+        return model
+    base = getattr(getattr(model, "base_model", None), "model", None)
+    if base is None or not hasattr(model, "peft_config") or model._forward_hooks or model._forward_pre_hooks:
+        return None
+    return base if _plain_llama(base, lambda m: type(m) is torch.nn.Linear or _foldable_lora(m)) else None
+
+
+def _foldable_lora(module) -> bool:
+    """A PEFT LoRA ``Linear`` over a plain ``nn.Linear``, unmerged, without DoRA or hooks: its function is
+    its base weight plus each active adapter's ``get_delta_weight``."""
+    cls = type(module)
+    if cls.__name__ != "Linear" or not cls.__module__.startswith("peft.tuners.lora"):
+        return False
+    if type(getattr(module, "base_layer", None)) is not torch.nn.Linear or getattr(module, "merged", True):
+        return False
+    if any(getattr(module, "use_dora", {}).values()) or module._forward_hooks or module._forward_pre_hooks:
+        return False
+    return all(name in module.lora_A for name in module.active_adapters) or bool(module.disable_adapters)
+
+
+def _weight_and_bias(module) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """A projection's effective weight and bias: a Linear's own, or a LoRA layer's with its adapters folded in."""
+    if type(module) is torch.nn.Linear:
+        return module.weight, module.bias
+    weight = module.base_layer.weight
+    if not module.disable_adapters:
+        for name in module.active_adapters:
+            weight = weight + module.get_delta_weight(name).to(weight.dtype)
+    return weight, module.base_layer.bias
+
+
+def _plain_llama(model, plain_linear) -> bool:
     if type(model).__name__ != "LlamaForCausalLM" or type(getattr(model, "model", None)).__name__ != "LlamaModel":
         return False
     if any(m._forward_hooks or m._forward_pre_hooks for m in (model, model.model)):
@@ -49,11 +91,11 @@ def supports(model) -> bool:
     for layer in model.model.layers:
         attn, mlp = layer.self_attn, layer.mlp
         linears = (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)
-        if any(type(m) is not torch.nn.Linear for m in linears):  # LoRA and quantised layers wrap their own forward
+        if not all(plain_linear(m) for m in linears):  # LoRA and quantised layers wrap their own forward
             return False
         if type(layer.input_layernorm).__name__ != "LlamaRMSNorm":
             return False
-    return type(model.lm_head) is torch.nn.Linear
+    return plain_linear(model.lm_head)
 
 
 class KVCache:
@@ -129,6 +171,7 @@ class FusedProjections:
     """
 
     def __init__(self, model, dtype: Optional[torch.dtype] = None):
+        """``model`` is a Llama that ``sampling_model`` returned (LoRA layers are folded)."""
         self.qkv, self.qkv_bias, self.gate_up = [], [], []
         self.o, self.o_bias, self.down, self.down_bias = [], [], [], []
 
@@ -138,17 +181,21 @@ class FusedProjections:
         with torch.no_grad():
             for layer in model.model.layers:
                 attn, mlp = layer.self_attn, layer.mlp
-                projections = (attn.q_proj, attn.k_proj, attn.v_proj)
-                if sum(p.bias is None for p in projections) not in (0, 3) or mlp.gate_proj.bias is not None or mlp.up_proj.bias is not None:
+                (q, q_bias), (k, k_bias), (v, v_bias) = (_weight_and_bias(p) for p in (attn.q_proj, attn.k_proj, attn.v_proj))
+                (gate, gate_bias), (up, up_bias) = _weight_and_bias(mlp.gate_proj), _weight_and_bias(mlp.up_proj)
+                if sum(b is None for b in (q_bias, k_bias, v_bias)) not in (0, 3) or gate_bias is not None or up_bias is not None:
                     raise ValueError("mixed biases")
-                self.qkv.append(cast(torch.cat([p.weight for p in projections])))
-                self.qkv_bias.append(cast(_cat_or_none([p.bias for p in projections])))
-                self.gate_up.append(cast(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])))
-                self.o.append(cast(attn.o_proj.weight))
-                self.o_bias.append(cast(attn.o_proj.bias))
-                self.down.append(cast(mlp.down_proj.weight))
-                self.down_bias.append(cast(mlp.down_proj.bias))
-            self.head, self.head_bias = cast(model.lm_head.weight), cast(model.lm_head.bias)
+                self.qkv.append(cast(torch.cat([q, k, v])))
+                self.qkv_bias.append(cast(_cat_or_none([q_bias, k_bias, v_bias])))
+                self.gate_up.append(cast(torch.cat([gate, up])))
+                o, o_bias = _weight_and_bias(attn.o_proj)
+                down, down_bias = _weight_and_bias(mlp.down_proj)
+                self.o.append(cast(o))
+                self.o_bias.append(cast(o_bias))
+                self.down.append(cast(down))
+                self.down_bias.append(cast(down_bias))
+            head, head_bias = _weight_and_bias(model.lm_head)
+            self.head, self.head_bias = cast(head), cast(head_bias)
 
     @classmethod
     def of(cls, model, dtype: Optional[torch.dtype] = None) -> Optional["FusedProjections"]:

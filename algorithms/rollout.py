@@ -193,14 +193,15 @@ def _fan_out(model, prefilled: DynamicCache, group_size: int, max_length: int, m
     return static
 
 
-def _prefill(model, fast: bool, unique_ids: torch.Tensor, unique_mask: torch.Tensor, group_size: int, max_new_tokens: int):
+def _prefill(model, lean: Optional[tuple], unique_ids: torch.Tensor, unique_mask: torch.Tensor, group_size: int,
+             max_new_tokens: int):
     """Encode each prompt once and fan its KV cache out to the G members of its group.
 
     Returns the first next-token logits (B, V) and ``decode(step, tokens (B, 1)) -> logits (B, V)``, which
     feeds the tokens sampled at ``step`` (0, 1, ...); it keeps the cache, positions and attention mask.
-    Llama-architecture models take the lean forward of ``fast_llama`` (transformers' logits bit for bit,
-    except that decoding matmuls of <= 4 rows round differently); any other model runs transformers' own
-    forward and cache.
+    ``lean`` is ``_lean_sampler``'s (Llama, prepared weights): Llama-architecture models take the lean forward
+    of ``fast_llama`` (transformers' logits bit for bit, except that decoding matmuls of <= 4 rows round
+    differently); with None the model runs transformers' own forward and cache.
     """
     positions = _positions(unique_mask)
     prompt_length = unique_ids.size(1)
@@ -209,12 +210,9 @@ def _prefill(model, fast: bool, unique_ids: torch.Tensor, unique_mask: torch.Ten
     # The whole mask up front: step s attends to the prompt and the s + 1 tokens fed so far (a slice, not a cat).
     attention = torch.cat([attention, attention.new_ones(attention.size(0), max_new_tokens)], dim=1)  # (B, P + T)
     first_position = positions[:, -1:].repeat_interleave(group_size, dim=0) + 1  # (B, 1)
-    if fast:
+    if lean is not None:
+        model, fused = lean
         cache = fast_llama.KVCache(model.config.num_hidden_layers)
-        # Under autocast the weights are cast once here, not by autocast at every step.
-        device_type = unique_ids.device.type
-        dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
-        fused = fast_llama.FusedProjections.of(model, dtype)
         logits = fast_llama.forward(model, unique_ids, positions, unique_mask, cache, logits_to_keep=1, fused=fused)
         cache.fan_out(group_size, capacity)
         padded = not bool(unique_mask.all())  # without padding no step needs a mask
@@ -261,17 +259,32 @@ def generate(
     return rollout.detached_copy()
 
 
+def _lean_sampler(model, device: torch.device):
+    """(the Llama ``fast_llama`` runs, its prepared decoding weights) for ``model``, or None for transformers'
+    forward. Under autocast the weights are cast once here, not by autocast at every step. A LoRA policy
+    samples only through prepared weights (its adapters folded in), never through its projections' own."""
+    llama = fast_llama.sampling_model(model)
+    if llama is None:
+        return None
+    dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
+    fused = fast_llama.FusedProjections.of(llama, dtype)
+    if fused is None and llama is not model:
+        return None
+    return llama, fused
+
+
 def _sample(model, tokenizer, prompts, group_size, *, max_new_tokens, temperature, generator, record_logps=False) -> Rollout:
     device = next(model.parameters()).device
     eos_ids = eos_token_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
     unique_ids, unique_mask = tokenize_prompts(tokenizer, prompts, device)  # (n, P)
 
-    fast = fast_llama.supports(model)  # its forward has no dropout (it declines models that would use any)
+    lean = _lean_sampler(model, device)  # its forward has no dropout (it declines models that would use any)
+    fast = lean is not None
     was_training = model.training
     if not fast:
         model.eval()  # no dropout while sampling
-    next_logits, decode = _prefill(model, fast, unique_ids, unique_mask, group_size, max_new_tokens)  # (B, V)
+    next_logits, decode = _prefill(model, lean, unique_ids, unique_mask, group_size, max_new_tokens)  # (B, V)
     batch = next_logits.size(0)
 
     eos_tensor = torch.tensor(eos_ids, device=device)

@@ -210,3 +210,43 @@ def test_packed_groups_on_a_grouped_query_model_equal_transformers_full_forward(
     real = completion_mask.bool()
     assert (ours.detach() - theirs)[real].abs().max() < 1e-5
     assert not torch.equal(ours[0], ours[3])  # different prompts, different numbers
+
+
+def test_lora_policy_samples_through_folded_weights_with_peft_numbers(monkeypatch):
+    """A PEFT LoRA policy samples through fast_llama with each adapter folded into its weight (W + s B A):
+    PEFT's logits within rounding, the same seeded tokens, and the adapter switched off means the base model."""
+    from benchmarks.harness import RunConfig
+    from benchmarks.harness.lora import wrap
+
+    pizza = make_task("pizza")
+    torch.manual_seed(0)  # PEFT draws A from the global generator
+    policy = wrap(pizza.load_policy(torch.device("cpu")), RunConfig(task="pizza", lora_r=4))
+    with torch.no_grad():  # PEFT starts B at 0 (a zero delta); move every adapter off it
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name))) * 0.3)
+    llama = fast_llama.sampling_model(policy)
+    assert llama is policy.base_model.model and not fast_llama.supports(llama)
+    ids, mask = _padded_batch(policy.config.vocab_size)
+    policy.eval()
+    with torch.no_grad():
+        folded = fast_llama.FusedProjections.of(llama)
+        theirs = policy(input_ids=ids, attention_mask=mask, position_ids=_positions(mask)).logits
+        ours = fast_llama.forward(llama, ids, _positions(mask), mask, fused=folded)
+        base = fast_llama.forward(llama, ids, _positions(mask), mask, fused=fast_llama.FusedProjections.of(
+            pizza.load_policy(torch.device("cpu"))))
+        assert (theirs - base).abs().max() > 1e-2  # the adapters change the function
+        assert (ours - theirs).abs().max() / theirs.abs().max() < 1e-5  # another summation order, not another function
+        with policy.disable_adapter():
+            torch.testing.assert_close(fast_llama.forward(llama, ids, _positions(mask), mask,
+                                                          fused=fast_llama.FusedProjections.of(llama)), base, rtol=0, atol=0)
+
+    def sample():
+        return generate(policy, pizza.tokenizer, ["ravin likes ", "i like "], 4, max_new_tokens=12, temperature=1.0,
+                        generator=torch.Generator().manual_seed(7))
+
+    ours = sample()
+    calls = []
+    monkeypatch.setattr(fast_llama, "sampling_model", lambda model: calls.append(model) or None)  # PEFT's forward
+    theirs = sample()
+    assert calls and torch.equal(ours.completion_ids, theirs.completion_ids)

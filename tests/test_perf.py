@@ -310,3 +310,12 @@ def test_the_command_line_hands_the_bench_typed_settings_and_the_command_as_type
     assert run_cli("bench", "grpo-vs-trl", "--workloads", "pizza-mu1, pizza-mu2", "--bf16-steps", "0")[0] == 0
     assert seen[1][0] == PerfSettings(workloads=["pizza-mu1", "pizza-mu2"], bf16_steps=0, scaling_steps=1)
     assert seen[1][1] == "grpo-bench bench grpo-vs-trl --workloads 'pizza-mu1, pizza-mu2' --bf16-steps 0"
+
+
+def test_scaling_skips_a_task_without_scaling_points():
+    from benchmarks.perf.grpo_vs_trl import SCALING, scaling
+
+    assert "reasoning_gym" not in SCALING
+    lines = []
+    assert scaling(["reasoning_gym"], steps=1, seed=0, device="cpu", log=lines.append) == []
+    assert lines == ["  scaling: no scaling points for reasoning_gym; skipped"]

@@ -558,6 +558,9 @@ SCALING = {
 def scaling(tasks: list[str], *, steps: int, seed: int, device: str, log=print) -> list[dict]:
     rows = []
     for task_name in tasks:
+        if task_name not in SCALING:
+            log(f"  scaling: no scaling points for {task_name}; skipped")
+            continue
         base_name, groups, lengths = SCALING[task_name]
         base = WORKLOADS[base_name]
         base_len = 64 if task_name == "gsm8k" else base.max_new_tokens
@@ -821,6 +824,9 @@ def run_bench(settings: PerfSettings, command: str) -> dict:
             result["memory"] = {side: probe_memory(w, side, steps=steps, seed=settings.seed, device=str(device))
                                 for side in SIDES}
         report["comparisons"].append(result)
+        # What is finished is on disk: a 135M comparison is tens of minutes, and a later part may fail.
+        atomic_write_json(out / f"{stem}.json", report)
+        atomic_write_text(out / f"{stem}.md", f"# {title}\n\n" + render_markdown(report) + "\n")
         log(f"{w.name}: TRL/ours median {result['ratios']['default']['median']:.2f} (TRL default), "
             f"{result['ratios']['fastest']['median']:.2f} (TRL fastest); against the faster "
             f"({result['faster_trl']}): min {result['ratio']['min']:.2f}, max {result['ratio']['max']:.2f}; "

@@ -253,7 +253,7 @@ def render(result: dict) -> str:
         lines += ["", "Does the faster sampler sample the same distribution? Against fp32, over the positions of its "
                   "greedy continuations of the prompts (a sampler far from the trainer's distribution makes the "
                   "importance-sampling correction mask or truncate most tokens):", "",
-                  markdown_table(["precision", "positions", "KL(fp32 || it) mean, nats/token", "KL max",
+                  markdown_table(["precision", "positions", "KL from fp32, mean nats/token", "KL max",
                                   "same most likely token"],
                                  [[p, a["positions"], f"{a['kl_mean']:.4f}", f"{a['kl_max']:.3f}",
                                    f"{a['argmax_agreement']:.1%}"] for p, a in agreement.items()])]
