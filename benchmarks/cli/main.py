@@ -15,7 +15,7 @@ from typing import Optional
 from benchmarks.cli.bench import add_bench_parser
 from benchmarks.cli.checks import add_check_parser
 from benchmarks.cli.matrix import (add_ablation_parser, add_agreement_parser, add_calibration_parser, add_matrix_parser,
-                                   add_readme_parser, add_report_parser)
+                                   add_readme_parser, add_report_parser, add_transfer_parser)
 from benchmarks.cli.options import PROG, OneLineParser
 from benchmarks.cli.paired import add_paired_parser
 from benchmarks.cli.run import add_eval_parser, add_run_parser
@@ -25,7 +25,7 @@ from benchmarks.plugins import load_plugins
 from tasks import TaskError
 
 SUBCOMMANDS = (add_run_parser, add_eval_parser, add_check_parser, add_matrix_parser, add_report_parser, add_agreement_parser,
-               add_calibration_parser, add_ablation_parser, add_readme_parser, add_bench_parser, add_paired_parser,
+               add_transfer_parser, add_calibration_parser, add_ablation_parser, add_readme_parser, add_bench_parser, add_paired_parser,
                add_survey_parser)
 
 

@@ -1,6 +1,7 @@
 """``grpo-bench matrix`` (run a matrix file), ``report`` (its tables and plots), ``readme`` (copy reports
-into the README), ``agreement`` (a rerun's verdicts against the first run's), ``calibration`` (the verdicts'
-coverage and A/A false-separation rate) and ``ablation`` (GRPO's group size on the bandit)."""
+into the README), ``agreement`` (a rerun's verdicts against the first run's), ``transfer`` (a toy matrix's
+ranking against a real one's), ``calibration`` (the verdicts' coverage and A/A false-separation rate) and
+``ablation`` (GRPO's group size on the bandit)."""
 
 from __future__ import annotations
 
@@ -99,6 +100,36 @@ def add_agreement_parser(sub) -> None:
     p.add_argument("second", help="the rerun's directory (the same matrix file)")
     p.add_argument("--out", required=True, help="the markdown report to write")
     p.set_defaults(handler=cmd_agreement)
+
+
+def add_transfer_parser(sub) -> None:
+    p = sub.add_parser("transfer", help="does a toy matrix's ranking of the algorithms carry over to a real task's matrix?")
+    p.add_argument("toy", help="the toy task's matrix directory")
+    p.add_argument("real", help="the real task's matrix directory")
+    p.add_argument("--pair", action="append", required=True, nargs=2, metavar=("TOY_VARIANT", "REAL_VARIANT"),
+                   help="an algorithm both ran, by its variant name in each matrix (repeat, one per algorithm)")
+    p.add_argument("--out", required=True, help="the markdown report to write")
+    p.add_argument("--readme", default="", help="README whose SECTION gets the report (default: none)")
+    p.add_argument("--section", default="transfer", help="README section name (default: transfer)")
+    p.set_defaults(handler=cmd_transfer)
+
+
+def cmd_transfer(args) -> int:
+    from benchmarks.report.transfer import write_transfer
+
+    pairs = [(toy.strip(), real.strip()) for toy, real in args.pair]
+    if len({real for _, real in pairs}) < len(pairs) or len({toy for toy, _ in pairs}) < len(pairs):
+        raise UsageError("--pair: each variant at most once on each side")
+    if len(pairs) < 3:
+        raise UsageError(f"--pair: a ranking needs at least 3 algorithms, got {len(pairs)}")
+    for directory in (args.toy, args.real):
+        if not (Path(directory) / "matrix.json").is_file():
+            raise UsageError(f"{directory}: not a matrix directory (no matrix.json)")
+    text = write_transfer(args.toy, args.real, pairs, args.out, command=args.command_line, readme=args.readme,
+                          section=args.section)
+    print(text.splitlines()[0])
+    print(f"wrote {args.out}" + (f" and the {args.section} section of {args.readme}" if args.readme else ""))
+    return 0
 
 
 def add_calibration_parser(sub) -> None:

@@ -22,18 +22,13 @@ import pandas as pd
 
 from benchmarks.io import atomic_write_text
 from benchmarks.markdown import markdown_table, with_interval
-
-
-def _verdicts(directory: Path) -> pd.DataFrame:
-    from benchmarks.report.matrix import analyse, collect
-
-    return analyse(collect(directory))["analysis"]["tasks"]
+from benchmarks.report.matrix import matrix_verdicts
 
 
 def agreement(first: Path | str, second: Path | str) -> pd.DataFrame:
     """Per (task, variant) present in both: each run's mark and mean, whether the marks agree and whether
     the second's mean lies inside the first's 95% interval."""
-    a, b = _verdicts(Path(first)), _verdicts(Path(second))
+    a, b = matrix_verdicts(first), matrix_verdicts(second)
     if a.empty or b.empty:
         return pd.DataFrame()
     both = a.merge(b, on=["task", "variant"], suffixes=("_a", "_b"))

@@ -270,6 +270,11 @@ def analyse(data: dict) -> dict:
     return data
 
 
+def matrix_verdicts(out: Path | str) -> pd.DataFrame:
+    """One row per (task, variant) of a matrix directory: its seeds, final mean with 95% interval and mark."""
+    return analyse(collect(Path(out)))["analysis"]["tasks"]
+
+
 def _results_root(out: Path) -> Optional[Path]:
     for parent in [out, *out.parents]:
         if parent.name == "results":
