@@ -35,7 +35,7 @@ from algorithms.losses import (
     overlong_penalty, sampling_importance_ratio,
 )
 
-SAMPLING_PRECISIONS = ("same", "fp32", "bf16")
+SAMPLING_PRECISIONS = ("same", "fp32", "bf16", "int8")
 # Config fields passed to grpo_loss under the same name.
 LOSS_OPTIONS = (
     "level", "loss_type", "epsilon", "epsilon_high", "delta", "beta", "kl_bias_correction", "sapo_temperature_pos",
@@ -81,7 +81,7 @@ class GRPOConfig(AlgoConfig):
     vespo_lambda_neg: float = field(default=2.0, metadata={"help": "VESPO Gamma-weight decay lambda for A < 0 (TRL: 2.0)"})
     top_entropy_quantile: float = field(default=1.0, metadata={"help": "train on the top rho share of tokens by entropy (Beyond the 80/20 rule: 0.2; TRL default 1.0: all)"})
     off_policy_mask_threshold: Optional[float] = field(default=None, metadata={"help": "drop A < 0 completions whose mean sampler-to-policy KL exceeds this (DeepSeek-V3.2 Eq. 9; TRL default off)"})
-    sampling_precision: str = field(default="same", metadata={"help": "precision of sampling; fp32 or bf16 also records the sampler's log-probs for mismatch metrics and IS correction", "choices": SAMPLING_PRECISIONS})
+    sampling_precision: str = field(default="same", metadata={"help": "precision of sampling; fp32, bf16 or int8 (W8A8, CPU, Llama policies) also records the sampler's log-probs for mismatch metrics and IS correction", "choices": SAMPLING_PRECISIONS})
     importance_sampling_correction: bool = field(default=True, metadata={"help": "weight the loss by the trainer/sampler IS ratio when the sampler's log-probs are recorded (TRL's vllm_importance_sampling_correction: on)"})
     importance_sampling_mode: str = field(default="sequence_mask", metadata={"help": "token/sequence ratio, truncated or masked outside the bounds (TRL's vllm_importance_sampling_mode: sequence_mask)", "choices": IMPORTANCE_SAMPLING_MODES})
     importance_sampling_clip_min: Optional[float] = field(default=None, metadata={"help": "IS ratio lower bound C_min (TRL's vllm_importance_sampling_clip_min: none)"})
@@ -160,6 +160,11 @@ class GRPOConfig(AlgoConfig):
 class GRPO(Algorithm):
     name = "grpo"
     Config = GRPOConfig
+
+    def __init__(self, policy, *args, **kwargs):
+        super().__init__(policy, *args, **kwargs)
+        if self.config.sampling_precision == "int8":
+            rollout_lib.check_int8_sampling(policy)  # now, not at the first rollout
 
     def step(self, prompts: list[str]) -> dict[str, float]:
         c: GRPOConfig = self.config
@@ -343,12 +348,13 @@ class GRPO(Algorithm):
         c: GRPOConfig = self.config
         if not c.records_sampling_logps():
             return super().generate(prompts, group_size)
-        precision = contextlib.nullcontext() if c.sampling_precision == "fp32" else torch.autocast(self.device.type, dtype=torch.bfloat16)
+        bf16 = c.sampling_precision == "bf16"
+        precision = torch.autocast(self.device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
         with self.timer("generate"), precision:
             return rollout_lib.generate(
                 self.policy, self.tokenizer, prompts, group_size or self.sampling.group_size,
                 max_new_tokens=self.sampling.max_new_tokens, temperature=self.sampling.temperature,
-                generator=self.generator, record_logps=True,
+                generator=self.generator, record_logps=True, int8=c.sampling_precision == "int8",
             )
 
     def mismatch_metrics(self, logps: torch.Tensor, rollout: rollout_lib.Rollout) -> dict[str, float]:

@@ -246,40 +246,59 @@ def generate(
     temperature: float = 1.0,
     generator: Optional[torch.Generator] = None,
     record_logps: bool = False,
+    int8: bool = False,
 ) -> Rollout:
     """Sample ``group_size`` completions for every prompt (temperature 0 means greedy). With
     ``record_logps`` the rollout keeps the sampler's own log-prob of each sampled token (``sampling_logps``,
     from the logits it sampled from, divided by the temperature), to measure and correct the mismatch with
-    the trainer's log-probs (a different precision, a different kernel)."""
+    the trainer's log-probs (a different precision, a different kernel). ``int8`` samples from the policy's
+    W8A8 quantisation (``algorithms.quantize``), made once for this call; ``check_int8_sampling`` says when
+    a model allows it."""
     # inference_mode skips autograd's bookkeeping per op (13% of a pizza decoding step); its tensors
     # cannot enter a graph later (the update's embedding saves its indices), so they leave as copies.
     with torch.inference_mode():
         rollout = _sample(model, tokenizer, prompts, group_size, max_new_tokens=max_new_tokens,
-                          temperature=temperature, generator=generator, record_logps=record_logps)
+                          temperature=temperature, generator=generator, record_logps=record_logps, int8=int8)
     return rollout.detached_copy()
 
 
-def _lean_sampler(model, device: torch.device):
+def check_int8_sampling(model) -> None:
+    """Raise ValueError unless ``generate(..., int8=True)`` can sample from ``model``: a Llama-architecture
+    model that ``fast_llama`` runs (LoRA adapters folded in), on the CPU, where ``torch._int_mm`` takes any
+    shape (CUDA's needs more than 16 rows; a GPU's rollout engine has int8 kernels of its own)."""
+    llama = fast_llama.sampling_model(model)
+    if llama is None or fast_llama.FusedProjections.of(llama) is None:
+        raise ValueError(f"int8 sampling needs a Llama-architecture policy with sdpa attention; "
+                         f"{type(model).__name__} is not one (use sampling_precision bf16 or same)")
+    device = next(model.parameters()).device
+    if device.type != "cpu":
+        raise ValueError(f"int8 sampling runs on the CPU; the policy is on {device} (use sampling_precision bf16)")
+
+
+def _lean_sampler(model, device: torch.device, int8: bool = False):
     """(the Llama ``fast_llama`` runs, its prepared decoding weights) for ``model``, or None for transformers'
     forward. Under autocast the weights are cast once here, not by autocast at every step. A LoRA policy
     samples only through prepared weights (its adapters folded in), never through its projections' own."""
+    if int8:
+        check_int8_sampling(model)
     llama = fast_llama.sampling_model(model)
     if llama is None:
         return None
     dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
-    fused = fast_llama.FusedProjections.of(llama, dtype)
+    fused = fast_llama.FusedProjections.of(llama, dtype, int8=int8)
     if fused is None and llama is not model:
         return None
     return llama, fused
 
 
-def _sample(model, tokenizer, prompts, group_size, *, max_new_tokens, temperature, generator, record_logps=False) -> Rollout:
+def _sample(model, tokenizer, prompts, group_size, *, max_new_tokens, temperature, generator, record_logps=False,
+            int8=False) -> Rollout:
     device = next(model.parameters()).device
     eos_ids = eos_token_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
     unique_ids, unique_mask = tokenize_prompts(tokenizer, prompts, device)  # (n, P)
 
-    lean = _lean_sampler(model, device)  # its forward has no dropout (it declines models that would use any)
+    lean = _lean_sampler(model, device, int8)  # its forward has no dropout (it declines models that would use any)
     fast = lean is not None
     was_training = model.training
     if not fast:

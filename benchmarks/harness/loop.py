@@ -124,7 +124,10 @@ def build(rc: RunConfig, algo_config, task_options: dict, task: Optional[Task] =
     data_parallel = distributed.from_env(device)  # None in one process
     rank = data_parallel.rank if data_parallel else 0
     # Each rank samples its own completions: its generator's seed is offset by its rank.
-    algo = algo_cls(policy, ref, task, algo_config, sampling, seed=rc.seed + rank, precision=precision)
+    try:  # an algorithm may refuse a policy it cannot serve (GRPO's int8 sampling: a Llama on the CPU)
+        algo = algo_cls(policy, ref, task, algo_config, sampling, seed=rc.seed + rank, precision=precision)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     if data_parallel:
         algo.set_data_parallel(data_parallel)
     resolved = {
