@@ -76,7 +76,7 @@ def int8_linear(x: torch.Tensor, weight: Int8Weight, bias: Optional[torch.Tensor
     """``x @ W.T + b`` (..., N) with ``x`` quantised per token and ``W`` per row, products summed in int32."""
     rows = x.reshape(-1, x.size(-1))  # (M, K)
     codes, scale = quantize_rows(rows)  # (M, K) int8, (M, 1)
-    out = torch._int_mm(codes, weight.codes.t()).float() * scale * weight.scale  # (M, N)
+    out = torch._int_mm(codes, weight.codes.t()).float().mul_(scale).mul_(weight.scale)  # (M, N), rescaled in place
     if bias is not None:
         out = out + bias
     return out.reshape(*x.shape[:-1], weight.out_features)

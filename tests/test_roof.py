@@ -43,15 +43,18 @@ def test_roof_report_on_a_tiny_model(tmp_path, monkeypatch):
     text = (tmp_path / "roof.md").read_text()
     assert text.splitlines()[2].startswith("**fp32 decoding at batch 8 runs at") and "Regenerate: `grpo-bench bench roof`" in text
     assert "| int8 | 8 |" in text and "same most likely token" in text
+    int8 = next(r for r in result["rows"] if r["precision"] == "int8" and r["batch"] == 8)
+    fp32 = next(r for r in result["rows"] if r["precision"] == "fp32" and r["batch"] == 8)
+    assert (f"**int8 decoding at batch 8: {int8['tokens_per_s']:.0f} tokens/s, "
+            f"{int8['tokens_per_s'] / fp32['tokens_per_s']:.2f}x fp32's, {int8['share_of_roof']:.0%} of its own roof") in text
 
 
 def test_agreement_of_fp32_with_itself_is_exact():
     from tasks.tiny_lm import char_tokenizer, tiny_llama
-    import contextlib
 
     tokenizer = char_tokenizer(list("abcdefghijklmnopqrstuvwxyz .,?0123456789+"))
     model = tiny_llama(tokenizer, hidden_size=32, num_layers=1, max_positions=256).eval()
-    same = roof.agreement_with_fp32(model, tokenizer, model, contextlib.nullcontext)
+    same = roof.agreement_with_fp32(model, tokenizer, "fp32")
     assert same["kl_mean"] == pytest.approx(0, abs=1e-7) and same["argmax_agreement"] == 1.0
 
 

@@ -13,12 +13,13 @@ so it is optimistic; a measured rate is the suite's own sampler (``algorithms.ro
 cache), decoding tokens per second with the prefill subtracted (a run of T new tokens minus a run of one).
 
 Precisions. ``fp32`` is what training samples with; ``bf16`` samples under autocast (``sampling_precision
-= "bf16"``), its roof from the bf16 weight bytes and a bf16 matrix product; ``int8`` is dynamic quantisation
-(int8 weights, one scale per output row; activations quantised per call: ``torch.ao``'s
-``quantize_dynamic``, the rollout engines' W8A8), its roof from int8 weight bytes and an int8 product. A
-faster sampler only pays if it samples nearly the same distribution: for each lower precision the report
-gives the KL divergence from the fp32 next-token distribution and how often the two agree on the most likely
-token, over the positions of the model's own greedy fp32 continuations of the prompts.
+= "bf16"``), its roof from the bf16 weight bytes and a bf16 matrix product; ``int8`` is the suite's int8
+sampler (``sampling_precision = "int8"``: W8A8 dynamic quantisation, ``algorithms/quantize.py``), its roof
+from int8 weight bytes and the faster of two int8 products on this machine (``torch._int_mm``, which the
+sampler runs, and fbgemm's prepacked dynamic linear). A faster sampler only pays if it samples nearly the
+same distribution: for each lower precision the report gives the KL divergence from the fp32 next-token
+distribution and how often the two agree on the most likely token, over the positions of the model's own
+greedy fp32 continuations of the prompts.
 
 Every time is the best of ``repeats``: on a shared machine, interference only ever adds time, so the
 minimum is the measurement least disturbed by it.
@@ -75,17 +76,19 @@ def memory_bandwidth(mib: int, repeats: int) -> float:
 
 
 def matmul_flops(size: int, repeats: int, precision: str = "fp32") -> float:
-    """FLOP/s of a (size x size) @ (size x size) product at ``precision``: fp32, bf16, or int8 as dynamic
-    quantisation runs it (the activations quantised per call, the weight prepacked)."""
+    """FLOP/s of a (size x size) @ (size x size) product at ``precision``: fp32, bf16, or int8 (the faster of
+    ``torch._int_mm`` on int8 codes and fbgemm's dynamic linear, which quantises its input per call)."""
     import torch
 
     x, y = torch.rand(size, size), torch.rand(size, size)
     if precision == "bf16":
         x, y = x.bfloat16(), y.bfloat16()
     if precision == "int8":
+        codes_x, codes_y = (torch.randint(-127, 128, (size, size), dtype=torch.int8) for _ in range(2))
         linear = _quantized(torch.nn.Sequential(torch.nn.Linear(size, size, bias=False)))[0]
         with torch.inference_mode():
-            return 2 * size**3 / _best(lambda: linear(x), repeats)
+            seconds = min(_best(lambda: torch._int_mm(codes_x, codes_y), repeats), _best(lambda: linear(x), repeats))
+        return 2 * size**3 / seconds
     return 2 * size**3 / _best(lambda: torch.mm(x, y), repeats)
 
 
@@ -102,17 +105,13 @@ def _quantized(model):
         return quantize_dynamic(copy.deepcopy(model).eval(), {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
 
 
-def _sampler(model, precision: str):
-    """(the model to sample with, a context to sample in) for ``precision``."""
+def _context(precision: str):
+    """The context the sampler runs in at ``precision``: autocast for bf16."""
     import contextlib
 
     import torch
 
-    if precision == "int8":
-        return _quantized(model), contextlib.nullcontext
-    if precision == "bf16":
-        return model, lambda: torch.autocast("cpu", dtype=torch.bfloat16)
-    return model, contextlib.nullcontext
+    return torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
 
 
 def weight_bytes_read(model, precision: str) -> int:
@@ -129,11 +128,12 @@ def weight_bytes_read(model, precision: str) -> int:
     return total
 
 
-def agreement_with_fp32(model, tokenizer, sampler, context, new_tokens: int = 32) -> dict:
+def agreement_with_fp32(model, tokenizer, precision: str, new_tokens: int = 32) -> dict:
     """KL(fp32 || precision) of the next-token distributions and how often their argmax agrees, over the
     positions of the fp32 model's greedy continuations of ``PROMPTS`` (prompt and continuation)."""
     import torch
 
+    from algorithms import fast_llama
     from algorithms.rollout import _positions, generate
 
     with torch.inference_mode():
@@ -141,8 +141,12 @@ def agreement_with_fp32(model, tokenizer, sampler, context, new_tokens: int = 32
         ids = torch.cat([rollout.prompt_ids, rollout.completion_ids], dim=1)
         mask = torch.cat([rollout.prompt_mask, rollout.completion_mask], dim=1)
         reference = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask)).logits.float()
-        with context():
-            other = sampler(input_ids=ids, attention_mask=mask, position_ids=_positions(mask)).logits.float()
+        if precision == "int8":  # what the int8 sampler computes: fast_llama over the quantised weights
+            int8 = fast_llama.FusedProjections.of(fast_llama.sampling_model(model), int8=True)
+            other = fast_llama.forward(model, ids, _positions(mask), mask, fused=int8).float()
+        else:
+            with _context(precision):
+                other = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask)).logits.float()
     real = mask.bool()
     log_p, log_q = reference.log_softmax(-1)[real], other.log_softmax(-1)[real]
     kl = (log_p.exp() * (log_p - log_q)).sum(-1)
@@ -150,8 +154,9 @@ def agreement_with_fp32(model, tokenizer, sampler, context, new_tokens: int = 32
             "argmax_agreement": float((log_p.argmax(-1) == log_q.argmax(-1)).float().mean())}
 
 
-def decode_rate(model, tokenizer, batch: int, new_tokens: int, repeats: int) -> tuple[float, int]:
-    """(decoded tokens per second, decoding steps) of the suite's sampler at ``batch`` rows, prefill excluded."""
+def decode_rate(model, tokenizer, batch: int, new_tokens: int, repeats: int, precision: str = "fp32") -> tuple[float, int]:
+    """(decoded tokens per second, decoding steps) of the suite's sampler at ``batch`` rows and ``precision``,
+    prefill excluded (so is the int8 sampler's quantisation of the weights, once per call like the prefill)."""
     import torch
 
     from algorithms.rollout import generate
@@ -161,8 +166,9 @@ def decode_rate(model, tokenizer, batch: int, new_tokens: int, repeats: int) -> 
 
     def run(tokens: int) -> Callable[[], None]:
         def go() -> None:
-            rollout = generate(model, tokenizer, prompts, 1, max_new_tokens=tokens, temperature=1.0,
-                               generator=torch.Generator().manual_seed(0))
+            with _context(precision):
+                rollout = generate(model, tokenizer, prompts, 1, max_new_tokens=tokens, temperature=1.0,
+                                   generator=torch.Generator().manual_seed(0), int8=precision == "int8")
             steps[tokens] = rollout.completion_ids.size(1)
         return go
 
@@ -197,14 +203,12 @@ def run_roof(settings: RoofSettings, command: str) -> dict:
     for precision in precisions:
         flops = flops_by_precision[precision] = matmul_flops(2048, settings.repeats, precision)
         weight_bytes = weight_bytes_read(model, precision)
-        sampler, context = _sampler(model, precision)
         if precision != "fp32":
-            agreement[precision] = agreement_with_fp32(model, tokenizer, sampler, context)
+            agreement[precision] = agreement_with_fp32(model, tokenizer, precision)
         for batch in settings.batch_sizes:
             memory_s, compute_s = weight_bytes / bandwidth, 2 * params * batch / flops
             roof = batch / max(memory_s, compute_s)
-            with context():
-                rate, steps = decode_rate(sampler, tokenizer, batch, settings.new_tokens, settings.repeats)
+            rate, steps = decode_rate(model, tokenizer, batch, settings.new_tokens, settings.repeats, precision)
             if precision == "fp32":
                 fp32_rate[batch] = rate
             bound = "memory" if memory_s >= compute_s else "compute"
@@ -225,6 +229,21 @@ def run_roof(settings: RoofSettings, command: str) -> dict:
     return result
 
 
+def _lower_precision_lines(rows: list[dict], batch: int) -> list[str]:
+    """For each precision but fp32, at ``batch``: its rate, its speed against fp32's and its share of its own
+    roof and of fp32's (a lower precision moves the roof: beating fp32's roof is the point of it)."""
+    fp32 = next((r for r in rows if r["precision"] == "fp32" and r["batch"] == batch), None)
+    lines = []
+    for row in rows:
+        if row["precision"] == "fp32" or row["batch"] != batch or fp32 is None:
+            continue
+        lines += [f"**{row['precision']} decoding at batch {batch}: {row['tokens_per_s']:.0f} tokens/s, "
+                  f"{row['tokens_per_s'] / fp32['tokens_per_s']:.2f}x fp32's, {row['share_of_roof']:.0%} of its own roof "
+                  f"({row['roof_tokens_per_s']:.0f} tokens/s) and {row['tokens_per_s'] / fp32['roof_tokens_per_s']:.0%} "
+                  "of fp32's.**", ""]
+    return lines
+
+
 def render(result: dict) -> str:
     rows = result["rows"]
     fp32 = [r for r in rows if r["precision"] == "fp32"] or rows
@@ -236,11 +255,13 @@ def render(result: dict) -> str:
              f"({best['tokens_per_s']:.0f} of {best['roof_tokens_per_s']:.0f} tokens/s); measured bandwidth "
              f"{result['memory_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s, matmul GFLOP/s {rates}, on "
              f"{result['threads']} thread(s).**", "",
+             *_lower_precision_lines(rows, best["batch"]),
              f"{result['model']}: {result['parameters'] / 1e6:.1f} M parameters. Roof per step: max(weight bytes read / "
              "bandwidth, 2 x parameters x batch / the precision's matmul rate), the weight bytes at the precision's "
              "width; the KV cache and sampling are left out, so the roof is optimistic. Measured: the suite's "
              f"sampler, {result['new_tokens']} new tokens minus one (the prefill), best of {result['repeats']}; "
-             "bf16 under autocast, int8 through transformers' forward of the dynamically quantised copy.", "",
+             "bf16 under autocast, int8 the suite's W8A8 sampler (its weights quantised once per call, like the "
+             "prefill left out of the rate).", "",
              markdown_table(["precision", "batch", "weights read", "decoded tokens/s", "roof tokens/s", "bound",
                              "share of roof", "speed vs fp32"],
                             [[r.get("precision", "fp32"), r["batch"],
