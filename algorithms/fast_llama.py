@@ -146,7 +146,7 @@ class KVCache:
         return self.keys[layer], self.values[layer]
 
 
-def _linear(x: torch.Tensor, weight, bias: Optional[torch.Tensor], few_rows_fast: bool) -> torch.Tensor:
+def linear(x: torch.Tensor, weight, bias: Optional[torch.Tensor], few_rows_fast: bool) -> torch.Tensor:
     if type(weight) is Int8Weight:
         return int8_linear(x, weight, bias)
     rows = x.numel() // x.size(-1)
@@ -209,6 +209,12 @@ class FusedProjections:
                 self.down_bias.append(cast(down_bias))
             head, head_bias = _weight_and_bias(model.lm_head)
             self.head, self.head_bias = weight(head), cast(head_bias)
+
+    def in_reading_order(self) -> list[tuple]:
+        """(weight, bias) of every product a decoding step runs, in the order it runs them."""
+        per_layer = zip(zip(self.qkv, self.qkv_bias), zip(self.o, self.o_bias), zip(self.gate_up, [None] * len(self.gate_up)),
+                        zip(self.down, self.down_bias))
+        return [pair for layer in per_layer for pair in layer] + [(self.head, self.head_bias)]
 
     @classmethod
     def of(cls, model, dtype: Optional[torch.dtype] = None, int8: bool = False) -> Optional["FusedProjections"]:
@@ -317,37 +323,37 @@ def forward(model, input_ids: torch.Tensor, position_ids: torch.Tensor, attentio
         dim = attn.head_dim
         x = _rms_norm(hidden, layer.input_layernorm)
         if fused is not None:
-            qkv = _linear(x, fused.qkv[index], fused.qkv_bias[index], few_rows_fast)
+            qkv = linear(x, fused.qkv[index], fused.qkv_bias[index], few_rows_fast)
             qkv = qkv.view(batch, length, -1, dim).transpose(1, 2)  # (B, H + 2 KVH, L, D)
             kv_heads = (qkv.size(1) - heads) // 2
             qk, v = qkv[:, : heads + kv_heads], qkv[:, heads + kv_heads :]
             qk = rotate(qk)  # elementwise: the same numbers as q and k apart
             q, k = qk[:, :heads], qk[:, heads:]
         else:
-            q = _linear(x, attn.q_proj.weight, attn.q_proj.bias, few_rows_fast).view(batch, length, -1, dim).transpose(1, 2)
-            k = _linear(x, attn.k_proj.weight, attn.k_proj.bias, few_rows_fast).view(batch, length, -1, dim).transpose(1, 2)
-            v = _linear(x, attn.v_proj.weight, attn.v_proj.bias, few_rows_fast).view(batch, length, -1, dim).transpose(1, 2)
+            q = linear(x, attn.q_proj.weight, attn.q_proj.bias, few_rows_fast).view(batch, length, -1, dim).transpose(1, 2)
+            k = linear(x, attn.k_proj.weight, attn.k_proj.bias, few_rows_fast).view(batch, length, -1, dim).transpose(1, 2)
+            v = linear(x, attn.v_proj.weight, attn.v_proj.bias, few_rows_fast).view(batch, length, -1, dim).transpose(1, 2)
             q, k = rotate(q), rotate(k)
         if cache is not None:
             k, v = cache.append(index, k, v, past)
         out = _attend(q, k, v, mask, attn.scaling, attn.num_key_value_groups)
         if fused is not None:
-            hidden = hidden + _linear(out, fused.o[index], fused.o_bias[index], few_rows_fast)
+            hidden = hidden + linear(out, fused.o[index], fused.o_bias[index], few_rows_fast)
         else:
-            hidden = hidden + _linear(out, attn.o_proj.weight, attn.o_proj.bias, few_rows_fast)
+            hidden = hidden + linear(out, attn.o_proj.weight, attn.o_proj.bias, few_rows_fast)
         x = _rms_norm(hidden, layer.post_attention_layernorm)
         if fused is not None:
-            gate, up = _linear(x, fused.gate_up[index], None, few_rows_fast).chunk(2, dim=-1)
-            hidden = hidden + _linear(F.silu(gate) * up, fused.down[index], fused.down_bias[index], few_rows_fast)
+            gate, up = linear(x, fused.gate_up[index], None, few_rows_fast).chunk(2, dim=-1)
+            hidden = hidden + linear(F.silu(gate) * up, fused.down[index], fused.down_bias[index], few_rows_fast)
         else:
-            gate = _linear(x, mlp.gate_proj.weight, mlp.gate_proj.bias, few_rows_fast)
-            up = _linear(x, mlp.up_proj.weight, mlp.up_proj.bias, few_rows_fast)
-            hidden = hidden + _linear(F.silu(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias, few_rows_fast)
+            gate = linear(x, mlp.gate_proj.weight, mlp.gate_proj.bias, few_rows_fast)
+            up = linear(x, mlp.up_proj.weight, mlp.up_proj.bias, few_rows_fast)
+            hidden = hidden + linear(F.silu(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias, few_rows_fast)
     if cache is not None:
         cache.length = past + length
     hidden = _rms_norm(hidden, body.norm)
     if logits_to_keep:
         hidden = hidden[:, -logits_to_keep:]
     if fused is not None:
-        return _linear(hidden, fused.head, fused.head_bias, few_rows_fast)
-    return _linear(hidden, model.lm_head.weight, model.lm_head.bias, few_rows_fast)
+        return linear(hidden, fused.head, fused.head_bias, few_rows_fast)
+    return linear(hidden, model.lm_head.weight, model.lm_head.bias, few_rows_fast)

@@ -17,7 +17,7 @@ def test_roof_report_on_a_tiny_model(tmp_path, monkeypatch):
     monkeypatch.setattr(roof, "memory_bandwidth", lambda mib, repeats: 1e9)  # 1 GB/s
     rates = {"fp32": 1e9, "bf16": 2e9, "int8": 4e9}  # FLOP/s
     monkeypatch.setattr(roof, "matmul_flops", lambda size, repeats, precision="fp32": rates[precision])
-    settings = roof.RoofSettings(batch_sizes=[1, 8], new_tokens=6, repeats=1, out=str(tmp_path))
+    settings = roof.RoofSettings(batch_sizes=[1, 8], new_tokens=24, repeats=3, out=str(tmp_path))  # best of 3: a busy machine
     result = roof.run_roof(settings, command="grpo-bench bench roof")
     params = sum(p.numel() for p in model.parameters())
     matrices = sum(p.numel() for p in model.parameters() if p.dim() == 2)  # the tiny model ties its output layer
@@ -31,7 +31,9 @@ def test_roof_report_on_a_tiny_model(tmp_path, monkeypatch):
         assert row["roof_tokens_per_s"] == pytest.approx(by_hand)
         assert row["share_of_roof"] == pytest.approx(row["tokens_per_s"] / by_hand)
         assert row["bound"] == ("memory" if memory_s >= compute_s else "compute")
-        assert row["tokens_per_s"] > 0 and 2 <= row["decode_steps"] <= 6
+        assert row["tokens_per_s"] > 0 and 2 <= row["decode_steps"] <= 24
+        # the step's products alone take less time than the whole step (attention, norms, sampling come on top)
+        assert row["products_alone_tokens_per_s"] > row["tokens_per_s"]
         fp32 = next(r for r in result["rows"] if r["precision"] == "fp32" and r["batch"] == row["batch"])
         assert row["speed_vs_fp32"] == pytest.approx(row["tokens_per_s"] / fp32["tokens_per_s"])
     # bf16 and int8 sample a distribution near fp32's, not equal to it
@@ -42,7 +44,7 @@ def test_roof_report_on_a_tiny_model(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "roof.json").read_text())["rows"] == result["rows"]
     text = (tmp_path / "roof.md").read_text()
     assert text.splitlines()[2].startswith("**fp32 decoding at batch 8 runs at") and "Regenerate: `grpo-bench bench roof`" in text
-    assert "| int8 | 8 |" in text and "same most likely token" in text
+    assert "| int8 | 8 |" in text and "same most likely token" in text and "share of step in products" in text
     int8 = next(r for r in result["rows"] if r["precision"] == "int8" and r["batch"] == 8)
     fp32 = next(r for r in result["rows"] if r["precision"] == "fp32" and r["batch"] == 8)
     assert (f"**int8 decoding at batch 8: {int8['tokens_per_s']:.0f} tokens/s, "
@@ -69,3 +71,23 @@ def test_bad_settings_are_one_line(tmp_path, run_cli):
     assert code == 2 and "--batch-sizes must be >= 1" in err and len(err.strip().splitlines()) == 1
     code, _, err = run_cli("bench", "roof", "--precisions", "fp8", "--out", tmp_path)
     assert code == 2 and "--precisions takes fp32, bf16, int8; got fp8" in err and len(err.strip().splitlines()) == 1
+
+
+def test_products_alone_run_every_weight_the_sampler_reads(monkeypatch):
+    from algorithms import fast_llama
+    from tasks.tiny_lm import char_tokenizer, tiny_llama
+
+    model = tiny_llama(char_tokenizer(list("abc +")), hidden_size=32, num_layers=2, max_positions=64).eval()
+    shapes = []
+    real = fast_llama.linear
+    monkeypatch.setattr(fast_llama, "linear", lambda x, w, b, few_rows_fast: shapes.append((tuple(x.shape), tuple(
+        (w.codes if hasattr(w, "codes") else w).shape))) or real(x, w, b, few_rows_fast))
+    assert roof.products_alone_rate(model, 3, repeats=1, precision="int8") > 0
+    per_step = len(shapes) // 2  # a warm-up call, then one timed
+    config = model.config
+    heads, kv = config.num_attention_heads, config.num_key_value_heads
+    dim = config.hidden_size // heads
+    qkv, gate_up = (heads + 2 * kv) * dim, 2 * config.intermediate_size
+    layer = [(qkv, 32), (32, heads * dim), (gate_up, 32), (32, config.intermediate_size)]
+    assert [w for _, w in shapes[:per_step]] == layer * 2 + [(config.vocab_size, 32)]
+    assert all(x == (3, 1, w[1]) for x, w in shapes[:per_step])

@@ -175,9 +175,39 @@ def decode_rate(model, tokenizer, batch: int, new_tokens: int, repeats: int, pre
     long_s = _best(run(new_tokens), repeats)
     short_s = _best(run(1), repeats)
     steps = steps[new_tokens]
-    if steps < 2 or long_s <= short_s:
+    if steps < 2:
         raise UsageError(f"batch {batch}: every row ended before a second token; raise --new-tokens")
+    if long_s <= short_s:
+        raise UsageError(f"batch {batch}: {steps} tokens took no longer than one (timer noise); raise --new-tokens "
+                         "or --repeats")
     return batch * (steps - 1) / (long_s - short_s), steps
+
+
+def products_alone_rate(model, batch: int, repeats: int, precision: str = "fp32") -> float | None:
+    """Tokens/s of a decoding step's matrix products alone at ``batch`` rows: every weight the sampler reads
+    (per layer the fused q/k/v, o, gate/up and down, then the output layer), in its order, through its own
+    kernels, on random inputs, and nothing else (None: a model fast_llama does not run). Beside the decode
+    rate it splits the gap to the roof: the products (the kernels at this row count, weights streamed from
+    memory) against everything else a step does (attention over the cache, norms, sampling, Python)."""
+    import torch
+
+    from algorithms import fast_llama
+    from algorithms.quantize import Int8Weight
+
+    llama = fast_llama.sampling_model(model)
+    if llama is None:
+        return None
+    dtype = torch.bfloat16 if precision == "bf16" else None
+    with torch.inference_mode():
+        products = fast_llama.FusedProjections.of(llama, dtype, int8=precision == "int8").in_reading_order()
+        width = [(w.codes if type(w) is Int8Weight else w).size(1) for w, _ in products]
+        inputs = [torch.randn(batch, 1, k, dtype=dtype or torch.float32) for k in width]
+
+        def step() -> None:
+            for (weight, bias), x in zip(products, inputs):
+                fast_llama.linear(x, weight, bias, few_rows_fast=True)
+
+        return batch / _best(step, repeats)
 
 
 def run_roof(settings: RoofSettings, command: str) -> dict:
@@ -209,12 +239,13 @@ def run_roof(settings: RoofSettings, command: str) -> dict:
             memory_s, compute_s = weight_bytes / bandwidth, 2 * params * batch / flops
             roof = batch / max(memory_s, compute_s)
             rate, steps = decode_rate(model, tokenizer, batch, settings.new_tokens, settings.repeats, precision)
+            products = products_alone_rate(model, batch, settings.repeats, precision)
             if precision == "fp32":
                 fp32_rate[batch] = rate
             bound = "memory" if memory_s >= compute_s else "compute"
             rows.append({"precision": precision, "batch": batch, "decode_steps": steps, "tokens_per_s": rate,
                          "roof_tokens_per_s": roof, "share_of_roof": rate / roof, "bound": bound,
-                         "weight_bytes": weight_bytes,
+                         "weight_bytes": weight_bytes, "products_alone_tokens_per_s": products,
                          "speed_vs_fp32": rate / fp32_rate[batch] if batch in fp32_rate else None})
             print(f"{precision} batch {batch:3d}: {rate:8.1f} tokens/s, roof {roof:8.1f} ({bound}-bound): {rate / roof:.0%}",
                   flush=True)
@@ -244,6 +275,13 @@ def _lower_precision_lines(rows: list[dict], batch: int) -> list[str]:
     return lines
 
 
+def _products_cells(row: dict) -> list[str]:
+    products = row.get("products_alone_tokens_per_s")
+    if not products:
+        return ["", "", ""]
+    return [f"{products:.1f}", f"{products / row['roof_tokens_per_s']:.0%}", f"{row['tokens_per_s'] / products:.0%}"]
+
+
 def render(result: dict) -> str:
     rows = result["rows"]
     fp32 = [r for r in rows if r["precision"] == "fp32"] or rows
@@ -262,12 +300,16 @@ def render(result: dict) -> str:
              f"sampler, {result['new_tokens']} new tokens minus one (the prefill), best of {result['repeats']}; "
              "bf16 under autocast, int8 the suite's W8A8 sampler (its weights quantised once per call, like the "
              "prefill left out of the rate).", "",
+             "Products alone: the same step's matrix products and nothing else, through the sampler's kernels on "
+             "random inputs; the share of the roof they reach is what the kernels allow at that batch, and the "
+             "step's time beyond them is attention over the cache, norms, sampling and Python.", "",
              markdown_table(["precision", "batch", "weights read", "decoded tokens/s", "roof tokens/s", "bound",
-                             "share of roof", "speed vs fp32"],
+                             "share of roof", "products alone tokens/s", "products' share of roof",
+                             "share of step in products", "speed vs fp32"],
                             [[r.get("precision", "fp32"), r["batch"],
                               f"{r['weight_bytes'] / 2**20:.0f} MiB" if "weight_bytes" in r else "",
                               f"{r['tokens_per_s']:.1f}", f"{r['roof_tokens_per_s']:.1f}", r["bound"],
-                              f"{r['share_of_roof']:.0%}",
+                              f"{r['share_of_roof']:.0%}", *_products_cells(r),
                               "" if r.get("speed_vs_fp32") is None else f"{r['speed_vs_fp32']:.2f}x"] for r in rows])]
     agreement = result.get("agreement_with_fp32") or {}
     if agreement:
