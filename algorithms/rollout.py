@@ -266,8 +266,7 @@ def check_int8_sampling(model) -> None:
     """Raise ValueError unless ``generate(..., int8=True)`` can sample from ``model``: a Llama-architecture
     model that ``fast_llama`` runs (LoRA adapters folded in), on the CPU, where ``torch._int_mm`` takes any
     shape (CUDA's needs more than 16 rows; a GPU's rollout engine has int8 kernels of its own)."""
-    llama = fast_llama.sampling_model(model)
-    if llama is None or fast_llama.FusedProjections.of(llama) is None:
+    if fast_llama.sampling_model(model) is None:
         raise ValueError(f"int8 sampling needs a Llama-architecture policy with sdpa attention; "
                          f"{type(model).__name__} is not one (use sampling_precision bf16 or same)")
     device = next(model.parameters()).device
@@ -286,6 +285,8 @@ def _lean_sampler(model, device: torch.device, int8: bool = False):
         return None
     dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
     fused = fast_llama.FusedProjections.of(llama, dtype, int8=int8)
+    if fused is None and int8:
+        raise ValueError("int8 sampling needs every layer's q/k/v projections all biased or all without bias")
     if fused is None and llama is not model:
         return None
     return llama, fused
