@@ -299,9 +299,9 @@ def _scaling_lines(analysis: dict, task: str, frame: pd.DataFrame) -> list[str]:
     rows = [[v, f"{f['R0']:.3f}", with_interval(f["A"], f["A_low"], f["A_high"]),
              with_interval(f["C_mid"], f["C_mid_low"], f["C_mid_high"], "{:.0f}"), f"{f['B']:.2f}",
              f"{f['half_mae']:.3f}", f"{f['half_final_error']:+.3f}"]
-            for v, f in fitted.reindex(list(frame["variant"])).dropna(subset=["R0"]).iterrows()]
-    if not rows:
-        return []
+            for v, f in fitted.reindex(list(frame["variant"])).dropna(subset=["R0"]).iterrows() if np.isfinite(f["B"])]
+    if not rows:  # e.g. evaluated before and after only: two points cannot fix four parameters
+        return ["", "Compute scaling: no ScaleRL fit, the curves have too few evaluations for its four parameters."]
     return ["", "Compute scaling (ScaleRL's R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) on the mean curve; intervals: "
                 "seeds resampled; *half-budget error*: fitted on the first half of the budget, its mean absolute error "
                 "on the second half's evaluations and its error at the budget):", "",
