@@ -289,3 +289,19 @@ def test_agreement_counts_flipped_marks_and_means_outside_the_first_runs_interva
     assert ("**2 of 3 marks agree on the tasks that rank; 2 of 3 means of the rerun lie inside the first run's "
             "95% interval.**") in text
     assert (tmp_path / "agree.md").read_text() == text
+
+
+def test_curves_too_short_for_a_fit_say_so_in_one_line():
+    from benchmarks.report import verdicts
+
+    frame = pd.DataFrame({"variant": ["a", "b"], "saturated": [False, False]})
+    nan = float("nan")
+    fitted = pd.DataFrame([{"task": "t", "variant": v, "R0": 0.15, "A": nan, "A_low": nan, "A_high": nan, "C_mid": nan,
+                            "C_mid_low": nan, "C_mid_high": nan, "B": nan, "half_mae": nan, "half_final_error": nan}
+                           for v in "ab"])
+    lines = verdicts._scaling_lines({"scaling_fits": fitted}, "t", frame)
+    assert lines == ["", "Compute scaling: no ScaleRL fit, the curves have too few evaluations for its four parameters."]
+    fitted.loc[0, ["A", "A_low", "A_high", "C_mid", "C_mid_low", "C_mid_high", "B", "half_mae", "half_final_error"]] = \
+        [0.9, 0.8, 1.0, 500, 400, 600, 1.5, 0.01, 0.02]
+    table = verdicts._scaling_lines({"scaling_fits": fitted}, "t", frame)[-1]
+    assert "| a | 0.150 | 0.900 [0.800, 1.000] | 500 [400, 600] | 1.50 | 0.010 | +0.020 |" in table and "| b |" not in table
