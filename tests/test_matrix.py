@@ -308,3 +308,38 @@ def test_default_matrix_is_a_demonstration_of_every_variant_on_every_task():
     assert {c.seed for c in demo.cells} == {0, 1, 2} and len(demo.cells) == 4 * 13 * 3
     assert all(c.budget < s.budget for c in demo.cells for s in science.cells if (s.task_label, s.variant) == (c.task_label, c.variant))
     assert "demonstration" in demo.description
+
+
+TWO_TASKS = GOOD.replace('level = ["token", "sequence"]', "") + "\n[tasks.bandit]\n"
+
+
+def test_tasks_runs_a_subset_now_and_resume_the_rest_later(tmp_path, monkeypatch):
+    from benchmarks.matrix import execute
+
+    path = tmp_path / "m.toml"
+    path.write_text(TWO_TASKS)
+    plan = parse(path)
+    monkeypatch.setattr(execute, "cell_command", lambda cell_dir, resume: [sys.executable, "-c", FAKE_CELLS[2], str(cell_dir)])
+    out = tmp_path / "out"
+    assert execute.run_matrix(plan, out, progress=False, tasks=["bandit"]) == {"complete": 1, "failed": 0, "skipped": 0}
+    store = ResultStore.open(out)
+    assert sorted(store.cells) == ["bandit/grpo/seed0"]
+    assert [c["dir"] for c in json.loads((out / "matrix.json").read_text())["cells"]] == ["pizza/grpo/seed0", "bandit/grpo/seed0"]
+    # the other task later: the first one's cell is kept, not run again
+    assert execute.run_matrix(plan, out, resume=True, progress=False) == {"complete": 1, "failed": 0, "skipped": 1}
+    assert sorted(ResultStore.open(out).cells) == ["bandit/grpo/seed0", "pizza/grpo/seed0"]
+    # --overwrite --tasks runs that task again and keeps the other's finished cell
+    assert execute.run_matrix(plan, out, overwrite=True, progress=False, tasks=["pizza"]) == {"complete": 1, "failed": 0, "skipped": 0}
+    assert sorted(ResultStore.open(out).cells) == ["bandit/grpo/seed0", "pizza/grpo/seed0"]
+
+
+@pytest.mark.parametrize("tasks, message", [
+    ("addition", "--tasks: addition is not a task of m (its tasks: bandit, pizza)"),
+    (",", "--tasks names no task (the tasks of m: bandit, pizza)"),
+])
+def test_tasks_that_the_matrix_lacks_are_one_line(tmp_path, capsys, tasks, message):
+    path = tmp_path / "m.toml"
+    path.write_text(TWO_TASKS)
+    assert main(["matrix", str(path), "--out", str(tmp_path / "out"), "--tasks", tasks]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1

@@ -19,6 +19,8 @@ def add_matrix_parser(sub) -> None:
     p.add_argument("--dry-run", action="store_true", help="validate the file and list the cells without running them")
     p.add_argument("--no-report", action="store_true", help="do not write the report (tables, plots, verdicts) when the cells are done")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (the per-cell lines remain)")
+    p.add_argument("--tasks", default=None, help="comma-separated task labels (as in the cell paths): run only their "
+                                                 "cells now; the others stay planned and a later --resume runs them")
     add_executor_options(p)
     p.set_defaults(handler=cmd_matrix)
 
@@ -65,8 +67,9 @@ def cmd_matrix(args) -> int:
         return 0
     from benchmarks.report.verdicts import undecided
 
+    tasks = None if args.tasks is None else [t.strip() for t in args.tasks.split(",") if t.strip()]
     counts = run_matrix(plan, out, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress,
-                        executor=executor, racing_rule=undecided)
+                        executor=executor, racing_rule=undecided, tasks=tasks)
     sessions = (read_json(out / "matrix.json") or {}).get("sessions", [])
     print(f"matrix {plan.name}: {counts['complete']} run and complete, {counts['skipped']} already complete, "
           f"{counts['failed']} failed; {sessions[-1]['elapsed_s']:.0f} s this session, "

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Optional, Protocol
+from typing import Callable, Optional, Protocol, Sequence
 
 from tqdm.auto import tqdm
 
@@ -251,23 +251,36 @@ RacingRule = Callable[[dict, float], list]
 
 
 def run_matrix(plan: Plan, out: Path, *, resume: bool = False, overwrite: bool = False, progress: bool = True,
-               executor: Optional[Executor] = None, racing_rule: Optional[RacingRule] = None) -> dict[str, int]:
+               executor: Optional[Executor] = None, racing_rule: Optional[RacingRule] = None,
+               tasks: Optional[Sequence[str]] = None) -> dict[str, int]:
     """Run (or resume) every cell through ``executor``; returns counts of complete, failed and skipped cells.
 
     With ``[tuning]``: the tuning cells first, then each variant's evaluation cells at its chosen grid point
     (benchmarks/matrix/tuning.py). With ``[racing]`` and a ``racing_rule``: then rounds of more seeds for the
-    variants the rule calls undecided."""
+    variants the rule calls undecided. ``tasks`` (task labels) runs only those tasks' cells now: the others
+    stay planned, their finished cells stay in the store, and a later ``resume`` runs them."""
     from benchmarks.matrix import tuning
 
     if resume and overwrite:
         raise UsageError("--resume keeps finished cells and --overwrite runs them again: give one of them")
+    if tasks is not None:
+        known = sorted({c.task_label for c in plan.cells + plan.tuning_cells()})
+        unknown = [t for t in tasks if t not in known]
+        if not tasks:
+            raise UsageError(f"--tasks names no task (the tasks of {plan.name}: {', '.join(known)})")
+        if unknown:
+            raise UsageError(f"--tasks: {', '.join(unknown)} is not a task of {plan.name} (its tasks: {', '.join(known)})")
+        if plan.tuning or plan.racing:
+            raise UsageError("--tasks runs a subset of the cells; a matrix with [tuning] or [racing] decides over all "
+                             "of them: run it whole")
     every_cell = plan.cells + plan.tuning_cells() + plan.candidate_cells() + plan.raceable_cells()
     with locked_directory(out, ".matrix.lock", what="matrix directory", busy="another grpo-bench matrix is running in"):
         store = ResultStore.open(out)  # a corrupt or foreign store stops here, before any work
         if not resume and not overwrite:
             _refuse_overwrite(out, every_cell, store)
-        if resume:
-            planned = {c.relpath: c for c in every_cell}
+        if resume or (overwrite and tasks is not None):
+            # --overwrite --tasks runs those tasks' cells again and keeps the other tasks' finished cells.
+            planned = {c.relpath: c for c in every_cell if resume or c.task_label not in tasks}
             store.keep_only(lambda relpath, spec: relpath in planned and same_experiment(spec, planned[relpath]))
         else:
             store = ResultStore(store.path, {}, {})
@@ -278,6 +291,8 @@ def run_matrix(plan: Plan, out: Path, *, resume: bool = False, overwrite: bool =
 
         def run_stage(cells: list[Cell], stage: str) -> None:
             nonlocal stages_run
+            if tasks is not None:
+                cells = [c for c in cells if c.task_label in tasks]
             more = _run_locked(plan, cells, out, store, resume=resume, progress=progress, executor=executor,
                                stage=stage, tuned=tuned, staged=staged, same_invocation=stages_run > 0)
             stages_run += 1
