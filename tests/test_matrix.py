@@ -343,3 +343,22 @@ def test_tasks_that_the_matrix_lacks_are_one_line(tmp_path, capsys, tasks, messa
     assert main(["matrix", str(path), "--out", str(tmp_path / "out"), "--tasks", tasks]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_checkpointing_added_later_keeps_the_finished_cells(tmp_path, monkeypatch):
+    """How often a cell checkpoints is not the experiment: a matrix that starts checkpointing (a long cell that
+    must survive the end of a session) keeps its finished cells and resumes the rest."""
+    from benchmarks.matrix import execute
+
+    path = tmp_path / "m.toml"
+    path.write_text(TWO_TASKS)
+    monkeypatch.setattr(execute, "cell_command", lambda cell_dir, resume: [sys.executable, "-c", FAKE_CELLS[2], str(cell_dir)])
+    out = tmp_path / "out"
+    assert execute.run_matrix(parse(path), out, progress=False, tasks=["pizza"])["complete"] == 1
+    path.write_text(TWO_TASKS.replace("budget = 64", "budget = 64\ncheckpoint_every = 32"))
+    later = parse(path)
+    assert later.cells[0].checkpoint_every > 0
+    assert execute.run_matrix(later, out, resume=True, progress=False) == {"complete": 1, "failed": 0, "skipped": 1}
+    # ...but a change to what a cell computes still makes its stored result stale
+    path.write_text(TWO_TASKS.replace("budget = 64", "budget = 64\ncheckpoint_every = 32").replace("eval_samples = 16", "eval_samples = 32"))
+    assert execute.run_matrix(parse(path), out, resume=True, progress=False) == {"complete": 1, "failed": 0, "skipped": 1}

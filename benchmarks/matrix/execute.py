@@ -62,7 +62,7 @@ class Executor(Protocol):
 def is_complete(cell_dir: Path, cell: Cell) -> bool:
     """Finished on disk means: the same cell (same spec) and a summary that says complete at the planned step
     count, or at the budget (a step that re-samples, as DAPO's dynamic sampling, spends it sooner)."""
-    return read_json(cell_dir / "cell.json") == cell.spec() and finished(read_json(cell_dir / "summary.json"), cell)
+    return _same_spec(read_json(cell_dir / "cell.json"), cell) and finished(read_json(cell_dir / "summary.json"), cell)
 
 
 def finished(summary: Optional[dict], cell: Cell) -> bool:
@@ -78,11 +78,29 @@ def stored_complete(store: ResultStore, cell: Cell) -> bool:
     return stored is not None and same_experiment(stored, cell) and finished(store.summary(cell.relpath), cell)
 
 
+# How often a cell saves a checkpoint changes what survives a kill, not what the cell computes (a resumed run
+# reproduces the uninterrupted one): a matrix may start checkpointing without invalidating its finished cells.
+NOT_THE_EXPERIMENT = ("checkpoint_every",)
+
+
+def _experiment(spec: dict) -> dict:
+    spec = {k: v for k, v in spec.items() if k not in NOT_THE_EXPERIMENT}
+    if "settings" in spec:
+        spec["settings"] = {k: v for k, v in spec["settings"].items() if k not in NOT_THE_EXPERIMENT}
+    return spec
+
+
+def _same_spec(stored: Optional[dict], cell: Cell) -> bool:
+    """``stored`` is ``cell``'s spec, how often it checkpoints aside."""
+    return stored is not None and _experiment(stored) == _experiment(cell.spec())
+
+
 def same_experiment(stored: dict, cell: Cell) -> bool:
-    """A stored cell is ``cell`` when its spec is the same, or when the only difference is settings that did not
-    exist when it ran and that ``cell`` leaves at their defaults: a new option whose default keeps the old
-    behaviour (a new loss, a new estimator) must not invalidate every finished cell of a matrix."""
-    planned = cell.spec()
+    """A stored cell is ``cell`` when its spec is the same (how often it checkpoints aside), or when the only
+    difference is settings that did not exist when it ran and that ``cell`` leaves at their defaults: a new
+    option whose default keeps the old behaviour (a new loss, a new estimator) must not invalidate every
+    finished cell of a matrix."""
+    stored, planned = _experiment(stored), _experiment(cell.spec())
     if stored == planned:
         return True
     added = set(planned["settings"]) - set(stored.get("settings", {}))
@@ -101,7 +119,7 @@ def store_cell(store: ResultStore, cell: Cell, cell_dir: Path, summary: dict) ->
 
 def prepare_cell_dir(job: CellJob) -> CellJob:
     """Write cell.json; a directory holding another spec is cleared first (its checkpoints must never be resumed)."""
-    resume = job.resume and read_json(job.cell_dir / "cell.json") == job.cell.spec()
+    resume = job.resume and _same_spec(read_json(job.cell_dir / "cell.json"), job.cell)
     if not resume:
         shutil.rmtree(job.cell_dir, ignore_errors=True)
     job.cell_dir.mkdir(parents=True, exist_ok=True)
