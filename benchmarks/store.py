@@ -38,6 +38,20 @@ def _pyarrow():
     return pa, pq
 
 
+# How often a cell saves a checkpoint changes what survives a kill, not what the cell computes (a resumed run
+# reproduces the uninterrupted one): a matrix may start checkpointing without invalidating its finished cells.
+NOT_THE_EXPERIMENT = ("checkpoint_every",)
+
+
+def experiment(spec: dict) -> dict:
+    """A cell's spec without what does not change its result (``NOT_THE_EXPERIMENT``): two cells with equal
+    ``experiment(spec)`` compute the same thing."""
+    spec = {k: v for k, v in spec.items() if k not in NOT_THE_EXPERIMENT}
+    if "settings" in spec:
+        spec["settings"] = {k: v for k, v in spec["settings"].items() if k not in NOT_THE_EXPERIMENT}
+    return spec
+
+
 class ResultStore:
     """The cells of one matrix directory, in memory, written back whole on every change."""
 

@@ -39,7 +39,7 @@ from benchmarks.harness.config import flat_settings, resolve
 from benchmarks.progress import progress as progress_bar
 from benchmarks.io import atomic_write_json, locked_directory, read_json, read_jsonl
 from benchmarks.matrix.plan import CELL_COMPLETE, Cell, Plan
-from benchmarks.store import ResultStore
+from benchmarks.store import ResultStore, experiment
 
 
 @dataclasses.dataclass
@@ -78,21 +78,9 @@ def stored_complete(store: ResultStore, cell: Cell) -> bool:
     return stored is not None and same_experiment(stored, cell) and finished(store.summary(cell.relpath), cell)
 
 
-# How often a cell saves a checkpoint changes what survives a kill, not what the cell computes (a resumed run
-# reproduces the uninterrupted one): a matrix may start checkpointing without invalidating its finished cells.
-NOT_THE_EXPERIMENT = ("checkpoint_every",)
-
-
-def _experiment(spec: dict) -> dict:
-    spec = {k: v for k, v in spec.items() if k not in NOT_THE_EXPERIMENT}
-    if "settings" in spec:
-        spec["settings"] = {k: v for k, v in spec["settings"].items() if k not in NOT_THE_EXPERIMENT}
-    return spec
-
-
 def _same_spec(stored: Optional[dict], cell: Cell) -> bool:
     """``stored`` is ``cell``'s spec, how often it checkpoints aside."""
-    return stored is not None and _experiment(stored) == _experiment(cell.spec())
+    return stored is not None and experiment(stored) == experiment(cell.spec())
 
 
 def same_experiment(stored: dict, cell: Cell) -> bool:
@@ -100,7 +88,7 @@ def same_experiment(stored: dict, cell: Cell) -> bool:
     difference is settings that did not exist when it ran and that ``cell`` leaves at their defaults: a new
     option whose default keeps the old behaviour (a new loss, a new estimator) must not invalidate every
     finished cell of a matrix."""
-    stored, planned = _experiment(stored), _experiment(cell.spec())
+    stored, planned = experiment(stored), experiment(cell.spec())
     if stored == planned:
         return True
     added = set(planned["settings"]) - set(stored.get("settings", {}))
