@@ -52,6 +52,11 @@ def experiment(spec: dict) -> dict:
     return spec
 
 
+def same_experiment_spec(stored: Optional[dict], planned: dict) -> bool:
+    """``stored`` (None: nothing stored) is the spec ``planned``, what does not change a result aside."""
+    return stored is not None and experiment(stored) == experiment(planned)
+
+
 class ResultStore:
     """The cells of one matrix directory, in memory, written back whole on every change."""
 

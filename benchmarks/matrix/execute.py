@@ -39,7 +39,7 @@ from benchmarks.harness.config import flat_settings, resolve
 from benchmarks.progress import progress as progress_bar
 from benchmarks.io import atomic_write_json, locked_directory, read_json, read_jsonl
 from benchmarks.matrix.plan import CELL_COMPLETE, Cell, Plan
-from benchmarks.store import ResultStore, experiment
+from benchmarks.store import ResultStore, experiment, same_experiment_spec
 
 
 @dataclasses.dataclass
@@ -62,7 +62,7 @@ class Executor(Protocol):
 def is_complete(cell_dir: Path, cell: Cell) -> bool:
     """Finished on disk means: the same cell (same spec) and a summary that says complete at the planned step
     count, or at the budget (a step that re-samples, as DAPO's dynamic sampling, spends it sooner)."""
-    return _same_spec(read_json(cell_dir / "cell.json"), cell) and finished(read_json(cell_dir / "summary.json"), cell)
+    return same_experiment_spec(read_json(cell_dir / "cell.json"), cell.spec()) and finished(read_json(cell_dir / "summary.json"), cell)
 
 
 def finished(summary: Optional[dict], cell: Cell) -> bool:
@@ -78,19 +78,14 @@ def stored_complete(store: ResultStore, cell: Cell) -> bool:
     return stored is not None and same_experiment(stored, cell) and finished(store.summary(cell.relpath), cell)
 
 
-def _same_spec(stored: Optional[dict], cell: Cell) -> bool:
-    """``stored`` is ``cell``'s spec, how often it checkpoints aside."""
-    return stored is not None and experiment(stored) == experiment(cell.spec())
-
-
 def same_experiment(stored: dict, cell: Cell) -> bool:
     """A stored cell is ``cell`` when its spec is the same (how often it checkpoints aside), or when the only
     difference is settings that did not exist when it ran and that ``cell`` leaves at their defaults: a new
     option whose default keeps the old behaviour (a new loss, a new estimator) must not invalidate every
     finished cell of a matrix."""
-    stored, planned = experiment(stored), experiment(cell.spec())
-    if stored == planned:
+    if same_experiment_spec(stored, cell.spec()):
         return True
+    stored, planned = experiment(stored), experiment(cell.spec())
     added = set(planned["settings"]) - set(stored.get("settings", {}))
     if not added:
         return False
@@ -107,7 +102,7 @@ def store_cell(store: ResultStore, cell: Cell, cell_dir: Path, summary: dict) ->
 
 def prepare_cell_dir(job: CellJob) -> CellJob:
     """Write cell.json; a directory holding another spec is cleared first (its checkpoints must never be resumed)."""
-    resume = job.resume and _same_spec(read_json(job.cell_dir / "cell.json"), job.cell)
+    resume = job.resume and same_experiment_spec(read_json(job.cell_dir / "cell.json"), job.cell.spec())
     if not resume:
         shutil.rmtree(job.cell_dir, ignore_errors=True)
     job.cell_dir.mkdir(parents=True, exist_ok=True)

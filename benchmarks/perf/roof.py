@@ -142,8 +142,9 @@ def agreement_with_fp32(model, tokenizer, precision: str, new_tokens: int = 32) 
         mask = torch.cat([rollout.prompt_mask, rollout.completion_mask], dim=1)
         reference = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask)).logits.float()
         if precision == "int8":  # what the int8 sampler computes: fast_llama over the quantised weights
-            int8 = fast_llama.FusedProjections.of(fast_llama.sampling_model(model), int8=True)
-            other = fast_llama.forward(model, ids, _positions(mask), mask, fused=int8).float()
+            llama = fast_llama.sampling_model(model)  # a LoRA policy's Llama, its adapters folded into the weights
+            int8 = fast_llama.FusedProjections.of(llama, int8=True)
+            other = fast_llama.forward(llama, ids, _positions(mask), mask, fused=int8).float()
         else:
             with _context(precision):
                 other = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask)).logits.float()

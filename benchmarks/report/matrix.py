@@ -33,7 +33,7 @@ from benchmarks.markdown import markdown_table, plus_minus, update_section
 from benchmarks.report import curves as learning_curves
 from benchmarks.report import verdicts
 from benchmarks.report.stats import t_interval
-from benchmarks.store import STORE_FILE, ResultStore, experiment
+from benchmarks.store import STORE_FILE, ResultStore, same_experiment_spec
 
 CELL_KEYS = ["task", "variant", "algo", "seed"]
 # (column, heading, format, scale) of the summary table, in order.
@@ -78,8 +78,7 @@ def collect(out: Path) -> dict:
     cell_rows, eval_rows, step_rows = [], [], []
     for spec in planned:
         keys = {"task": spec["task_label"], "variant": spec["variant"], "algo": spec["algo"], "seed": spec["seed"]}
-        held = store.spec(spec["dir"])  # the same experiment; how often it checkpointed aside
-        stored = held is not None and experiment(held) == experiment({k: v for k, v in spec.items() if k != "dir"})
+        stored = same_experiment_spec(store.spec(spec["dir"]), {k: v for k, v in spec.items() if k != "dir"})
         summary = store.summary(spec["dir"]) if stored else None
         metrics = store.metrics(spec["dir"]) if stored else []
         row = {**keys, "task_name": spec["task"], "steps_planned": spec.get("steps"), "budget": spec.get("budget"),
