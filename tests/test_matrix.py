@@ -365,3 +365,24 @@ def test_checkpointing_added_later_keeps_the_finished_cells(tmp_path, monkeypatc
     # ...but a change to what a cell computes still makes its stored result stale
     path.write_text(TWO_TASKS.replace("budget = 64", "budget = 64\ncheckpoint_every = 32").replace("eval_samples = 16", "eval_samples = 32"))
     assert execute.run_matrix(parse(path), out, resume=True, progress=False) == {"complete": 1, "failed": 0, "skipped": 1}
+
+
+def test_a_finished_cell_keeps_no_checkpoints(tmp_path, monkeypatch):
+    """A finished cell is stored and never resumed: its checkpoints (gigabytes on a 135M model) are removed;
+    an unfinished one keeps them for --resume."""
+    from benchmarks.matrix import execute
+
+    path = tmp_path / "m.toml"
+    path.write_text(TWO_TASKS)
+    plan = parse(path)
+    fakes = {"pizza": FAKE_CELLS[2], "bandit": FAKE_CELLS[0]}  # pizza finishes, bandit fails
+
+    def command(cell_dir, resume):
+        (Path(cell_dir) / "checkpoints").mkdir(exist_ok=True)
+        (Path(cell_dir) / "checkpoints" / "step_0000001.pt").write_bytes(b"state")
+        return [sys.executable, "-c", fakes[Path(cell_dir).parts[-3]], str(cell_dir)]
+
+    monkeypatch.setattr(execute, "cell_command", command)
+    assert execute.run_matrix(plan, tmp_path / "out", progress=False) == {"complete": 1, "failed": 1, "skipped": 0}
+    assert not list((tmp_path / "out" / "pizza/grpo/seed0/checkpoints").glob("*.pt"))
+    assert (tmp_path / "out" / "bandit/grpo/seed0/checkpoints/step_0000001.pt").exists()

@@ -46,6 +46,13 @@ def _checkpoints(out: Path) -> list[Path]:
     return sorted((out / "checkpoints").glob("step_*.pt"))
 
 
+def discard_checkpoints(out: Path) -> None:
+    """Remove a run's checkpoints: for a run that will never be resumed (a finished matrix cell), they are
+    gigabytes of optimizer state on a 135M model and nothing else."""
+    for path in _checkpoints(out):
+        path.unlink(missing_ok=True)
+
+
 def _save_checkpoint(out: Path, step: int, payload: dict, keep: int = 2) -> None:
     path = out / "checkpoints" / f"step_{step:07d}.pt"
     atomic_write(path, lambda tmp: torch.save(payload, tmp))

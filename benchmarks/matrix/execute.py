@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 
 from benchmarks.errors import UsageError
 from benchmarks.harness.config import flat_settings, resolve
+from benchmarks.harness.loop import discard_checkpoints
 from benchmarks.progress import progress as progress_bar
 from benchmarks.io import atomic_write_json, locked_directory, read_json, read_jsonl
 from benchmarks.matrix.plan import CELL_COMPLETE, Cell, Plan
@@ -386,6 +387,8 @@ def _run_locked(plan: Plan, cells: list[Cell], out: Path, store: ResultStore, *,
         # which session made the cell: the report's wall-clock counts the sessions whose cells it shows
         summary = {**summary, "matrix_session": len(sessions) - 1, "finished_at": _now()}
         store_cell(store, job.cell, job.cell_dir, summary)
+        if summary.get("status") == CELL_COMPLETE:  # stored and finished: never resumed, only rerun from scratch
+            discard_checkpoints(job.cell_dir)
         session["cells_run"] += 1
         session["jobs"] = getattr(executor, "jobs", None) or session["jobs"]  # resolved by run() (0: what fits the cores)
         for key, value in cell_timing(summary).items():
