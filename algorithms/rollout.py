@@ -384,9 +384,12 @@ def _sharing_pays(model, prompt_mask: torch.Tensor, group_size: int) -> bool:
     return parameters * repeated_prompt_tokens >= SHARED_PROMPT_MIN_WORK
 
 
-# A packed row's attention scores every pair of its L positions (the masked ones too), so it grows with L^2
-# while the KV-cache route's grows with L. SmolLM2 forward + backward, 2-core CPU: L = 644 (a GSM8K prompt,
-# G = 4, 128 tokens) packed 4.7 s, cached 5.2 s; L = 1664 (G = 8, 192 tokens) packed 31 s, cached 25 s.
+# Rows longer than this take the KV-cache route. A packed row's attention runs per completion
+# (fast_llama.PromptGroups), so both routes score the same pairs; they differ in the copies each layer makes
+# and in the packed row's single call. SmolLM2 forward + backward, one thread beside a running matrix:
+# L = 661 (a GSM8K prompt, G = 4, 128 tokens) packed 12.0 s, cached 11.4 s; L = 1681 (G = 8, 192 tokens)
+# packed 36 s, cached 31 s. On quiet cores, when the packed row's attention scored all L x L pairs:
+# L = 644 packed 4.7 s, cached 5.2 s; L = 1664 packed 31 s, cached 25 s.
 PACKED_MAX_LENGTH = 1024
 
 
@@ -395,14 +398,14 @@ def _packed_completion_logits(model, prompt_ids, prompt_mask, completion_ids, co
     packed into one sequence: [prompt, completion 1, ..., completion G] (each completion without its last
     token, which predicts nothing), one forward call for all of it (``fast_llama`` models).
 
-    A block mask makes it the same function as G separate forwards of prompt + completion: a prompt
-    position sees the earlier prompt, a completion position the whole prompt and its own earlier
-    tokens; every completion's positions continue from the prompt's. The prompt is encoded once and,
+    Its attention (``fast_llama.PromptGroups``) makes it the same function as G separate forwards of
+    prompt + completion: a prompt position sees the earlier prompt, a completion position the whole
+    prompt and its own earlier tokens; every completion's positions continue from the prompt's. The prompt is encoded once and,
     unlike the KV-cache route, in the same call as the completions: for the 2-layer pizza model one
     forward + backward takes 2.1 ms instead of 3.2 ms for the 8 full sequences. Only floating-point
     order differs from the full forward (log-probs within ~5e-7 for pizza; tested).
     """
-    groups, prompt_length = prompt_ids.size(0) // group_size, prompt_ids.size(1)
+    groups = prompt_ids.size(0) // group_size
     inputs_per_completion = completion_ids.size(1) - 1
     device = prompt_ids.device
     unique_ids, unique_mask = prompt_ids[::group_size], prompt_mask[::group_size]  # (n, P)
@@ -412,14 +415,8 @@ def _packed_completion_logits(model, prompt_ids, prompt_mask, completion_ids, co
     prompt_positions = _positions(unique_mask)
     steps = torch.arange(inputs_per_completion, device=device).repeat(group_size)
     positions = torch.cat([prompt_positions, prompt_positions[:, -1:] + 1 + steps], dim=1)
-    # Segment -1 is the prompt, visible to every later position; segment j is completion j.
-    segment = torch.cat([torch.full((prompt_length,), -1, device=device),
-                         torch.arange(group_size, device=device).repeat_interleave(inputs_per_completion)])
-    index = torch.arange(segment.numel(), device=device)
-    visible = (index[None, :] <= index[:, None]) & ((segment[None, :] == segment[:, None]) | (segment[None, :] < 0))
-    real_keys = torch.cat([unique_mask, completion_real], dim=1).bool()  # padding is never attended to
-    mask = real_keys[:, None, None, :] & visible[None, None]  # (n, 1, L, L)
-    logits = fast_llama.forward(model, input_ids, positions, mask, logits_to_keep=group_size * inputs_per_completion + 1)
+    layout = fast_llama.PromptGroups.of(unique_mask, completion_real.view(groups, group_size, inputs_per_completion))
+    logits = fast_llama.forward(model, input_ids, positions, layout, logits_to_keep=group_size * inputs_per_completion + 1)
     first = logits[:, :1].repeat_interleave(group_size, dim=0)  # the prompt's last position predicts token 0
     if inputs_per_completion == 0:  # every completion is one token (e.g. all EOS): nothing else to predict
         return first

@@ -250,3 +250,35 @@ def test_lora_policy_samples_through_folded_weights_with_peft_numbers(monkeypatc
     monkeypatch.setattr(fast_llama, "sampling_model", lambda model: calls.append(model) or None)  # PEFT's forward
     theirs = sample()
     assert calls and torch.equal(ours.completion_ids, theirs.completion_ids)
+
+
+def test_prompt_groups_attention_equals_one_block_masked_attention_over_the_packed_row():
+    """PromptGroups attends in two parts (prompts over prompts, each completion over its prompt and itself);
+    the result is the packed row's attention under the full block mask, left padding and ended completions
+    included, with grouped-query heads."""
+    gen = torch.Generator().manual_seed(0)
+    n, G, S, P, heads, kv_heads, dim = 2, 3, 4, 5, 4, 2, 8
+    L = P + G * S
+    query = torch.randn(n, heads, L, dim, generator=gen)
+    keys, values = torch.randn(n, kv_heads, L, dim, generator=gen), torch.randn(n, kv_heads, L, dim, generator=gen)
+    prompt_real = torch.ones(n, P, dtype=torch.bool)
+    prompt_real[1, :2] = False  # left padding
+    completion_real = torch.ones(n, G, S, dtype=torch.bool)
+    completion_real[0, 1, 2:] = False  # a completion that ended early
+    layout = fast_llama.PromptGroups.of(prompt_real, completion_real)
+    ours = fast_llama._attend_groups(query, keys, values, layout, 0.3, heads // kv_heads)
+
+    segment = torch.cat([torch.full((P,), -1), torch.arange(G).repeat_interleave(S)])
+    index = torch.arange(L)
+    visible = (index[None] <= index[:, None]) & ((segment[None] == segment[:, None]) | (segment[None] < 0))
+    real = torch.cat([prompt_real, completion_real.reshape(n, -1)], dim=1)
+    full_mask = real[:, None, None, :] & visible
+    scores = torch.einsum("nhqd,nhkd->nhqk", query, keys.repeat_interleave(heads // kv_heads, 1)) * 0.3
+    weights = scores.masked_fill(~full_mask, float("-inf")).softmax(-1).nan_to_num()  # a padded query sees nothing
+    theirs = torch.einsum("nhqk,nhkd->nqhd", weights, values.repeat_interleave(heads // kv_heads, 1)).reshape(n, L, -1)
+    seen = full_mask.any(-1).squeeze(1)  # (n, L): rows of padding queries are undefined in both
+    assert ours.shape == theirs.shape
+    assert (ours - theirs)[seen].abs().max() < 1e-5
+    assert layout.completion_mask.shape == (n * G, 1, S, P + S)
+    assert not layout.completion_mask[1, 0, 0, P + 1]  # a completion's first position does not see its second
+    assert not layout.completion_mask[G, 0, -1, 0]  # nor the second row's padded prompt position
