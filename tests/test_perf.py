@@ -110,6 +110,11 @@ def test_report_shows_trl_default_and_fastest_and_the_ratio_against_the_faster()
     comparison["ratio"] = comparison["ratios"]["fastest"] = {**ratio(2.1), "median_ci95": [1.9, 2.4]}
     assert "2.10 / **2.10** [1.90, 2.40] / 2.10" in render_markdown(report)
     assert "peak memory TRL fastest" in text
+    assert "Machine load" not in text  # a report from before the load was recorded
+    report["load"] = {"cpus": 2, "load_1min": [1.9, 4.2, 3.1]}
+    assert "1.9 to 4.2 on 2 CPUs, this run using 2 threads. Other work shared the cores" in render_markdown(report)
+    report["load"]["load_1min"] = [2.1, 2.3]
+    assert "2.1 to 2.3 on 2 CPUs, this run using 2 threads. Nothing else ran." in render_markdown(report)
 
 
 def test_rloo_bench_refuses_a_grpo_workload(run_cli):

@@ -660,6 +660,14 @@ def render_markdown(report: dict) -> str:
         "against the faster of the two.",
         "",
     ]
+    if report.get("load"):
+        samples = report["load"]["load_1min"]
+        shared = max(samples) > report["threads"] + 0.5  # the load average counts this run's own threads too
+        lines += [f"Machine load over the run (1-minute load average at its start and after each workload): "
+                  f"{min(samples):.1f} to {max(samples):.1f} on {report['load']['cpus']} CPUs, this run using "
+                  f"{report['threads']} threads. "
+                  + ("Other work shared the cores: the absolute times are slower than on an idle machine; the ratios "
+                     "are measured side by side, in the same rounds." if shared else "Nothing else ran."), ""]
     rows = []
     for r in report["comparisons"]:
         w, mem = r["workload"], r.get("memory", {})
@@ -812,6 +820,9 @@ def run_bench(settings: PerfSettings, command: str) -> dict:
         "matmul_gflops": {"fp32": matmul_gflops(torch.float32, device=device.type),
                           "bf16": matmul_gflops(torch.bfloat16, device=device.type)},
         "comparisons": [],
+        # Other work on the machine, sampled at the start and after each workload: a reader of the absolute times
+        # needs it; the ratios are side by side in interleaved rounds either way.
+        "load": {"cpus": os.cpu_count(), "load_1min": [os.getloadavg()[0]]},
     }
     log(f"matmul 2048: {report['matmul_gflops']['fp32']:.0f} GFLOP/s fp32, {report['matmul_gflops']['bf16']:.0f} bf16")
     workloads = [dataclasses.replace(choices[n], max_new_tokens=settings.max_new_tokens or choices[n].max_new_tokens)
@@ -824,6 +835,7 @@ def run_bench(settings: PerfSettings, command: str) -> dict:
             result["memory"] = {side: probe_memory(w, side, steps=steps, seed=settings.seed, device=str(device))
                                 for side in SIDES}
         report["comparisons"].append(result)
+        report["load"]["load_1min"].append(os.getloadavg()[0])
         # What is finished is on disk: a 135M comparison is tens of minutes, and a later part may fail.
         atomic_write_json(out / f"{stem}.json", report)
         atomic_write_text(out / f"{stem}.md", f"# {title}\n\n" + render_markdown(report) + "\n")
