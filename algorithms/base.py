@@ -269,8 +269,7 @@ class Algorithm:
             "reward/mean": rewards.mean().item(),
             "reward/std": rewards.std().item() if rewards.numel() > 1 else 0.0,
             "tokens/generated": float(rollout.tokens_generated),
-            # positions one log-prob forward processes: each group's prompt once, then every completion row
-            "tokens/processed": float(rollout.prompt_ids[:: rollout.group_size].numel() + rollout.completion_ids.numel()),
+            "tokens/processed": float(rollout_lib.positions_processed(self.policy, rollout)),
             "completions": float(rollout.num_completions),
             "truncated": float(rollout.truncated.sum()),
             **batch_diagnostics(rollout, rewards, getattr(self.task, "success_threshold", None)),

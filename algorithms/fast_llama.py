@@ -253,56 +253,72 @@ def _rotary(cos: torch.Tensor, signed_sin: torch.Tensor):
 
 @dataclass(frozen=True)
 class PromptGroups:
-    """The layout of packed rows [prompt, completion 1, ..., completion G] (each completion S positions):
-    a prompt position sees the earlier prompt, a completion position the whole prompt and its own earlier
-    positions. Attention then runs in two parts, the prompts' queries over their prompts and each
-    completion's queries over its prompt and itself, instead of every position over the whole row: for a
-    GSM8K group (P 153, G 4, S 127) 165k scored pairs instead of 437k. The projections and the MLP still
-    run on the whole packed row, one matrix product per weight.
+    """The layout of packed rows [prompt, completion 1, ..., completion G, padding]: each completion holds only
+    its real inputs (k_g positions, a completion's tokens but its last), so the padding after an ended
+    completion is never computed. A prompt position sees the earlier prompt, a completion position the whole
+    prompt and its own earlier positions.
+
+    Attention runs in two parts, the prompts' queries over their prompts and each completion's queries over
+    its prompt and itself (gathered into a (n G, S) block, S = max k_g), instead of every position over the
+    whole row: for a GSM8K group (P 153, G 4, S 127) 165k scored pairs instead of 437k. The projections and
+    the MLP still run on the whole packed row, one matrix product per weight.
 
     ``prompt_mask`` (n, 1, P, P) and ``completion_mask`` (n G, 1, S, P + S) say which keys each query sees
-    (causality and real tokens: padding is never attended to)."""
+    (causality and real tokens); ``gather`` (n G S,) indexes each block position's packed position in the
+    (n L) flattened rows, ``scatter`` (n (L - P),) each packed completion position's block position."""
 
     prompt_length: int
     group_size: int
+    segment_length: int
     prompt_mask: torch.Tensor
     completion_mask: torch.Tensor
+    gather: torch.Tensor
+    scatter: torch.Tensor
 
     @classmethod
-    def of(cls, prompt_real: torch.Tensor, completion_real: torch.Tensor) -> "PromptGroups":
-        """From (n, P) real prompt tokens and (n, G, S) real completion tokens."""
-        n, G, S = completion_real.shape
+    def of(cls, prompt_real: torch.Tensor, inputs: torch.Tensor, length: int) -> "PromptGroups":
+        """From (n, P) real prompt tokens, (n, G) inputs per completion and the packed rows' length L."""
+        n, G = inputs.shape
         P = prompt_real.size(1)
+        S = int(inputs.max()) if inputs.numel() else 0
         device = prompt_real.device
-        prompt_real, completion_real = prompt_real.bool(), completion_real.bool()
-        prompt_causal = torch.ones(P, P, dtype=torch.bool, device=device).tril()
-        prompt_mask = prompt_real[:, None, None, :] & prompt_causal
+        prompt_real = prompt_real.bool()
+        prompt_mask = prompt_real[:, None, None, :] & torch.ones(P, P, dtype=torch.bool, device=device).tril()
+        step = torch.arange(S, device=device)
+        own_real = step < inputs[..., None]  # (n, G, S)
         seen = torch.cat([torch.ones(S, P, dtype=torch.bool, device=device),
                           torch.ones(S, S, dtype=torch.bool, device=device).tril()], dim=1)  # (S, P + S)
-        keys_real = torch.cat([prompt_real[:, None].expand(n, G, P), completion_real], dim=2)  # (n, G, P + S)
+        keys_real = torch.cat([prompt_real[:, None].expand(n, G, P), own_real], dim=2)  # (n, G, P + S)
         completion_mask = keys_real.reshape(n * G, 1, 1, P + S) & seen
-        return cls(P, G, prompt_mask, completion_mask)
+        offsets = inputs.cumsum(1) - inputs  # (n, G): where each completion starts after its prompt
+        row_start = torch.arange(n, device=device)[:, None, None] * length + P
+        gather = torch.where(own_real, row_start + offsets[..., None] + step, row_start).reshape(-1)
+        # Each packed completion position's block position; a row's trailing padding reads block position 0.
+        scatter = torch.zeros(n, length - P, dtype=torch.long, device=device)
+        row = torch.arange(n, device=device)[:, None, None].expand(n, G, S)
+        scatter[row[own_real], (offsets[..., None] + step)[own_real]] = torch.arange(n * G * S, device=device).view(n, G, S)[own_real]
+        return cls(P, G, S, prompt_mask, completion_mask, gather, scatter.reshape(-1))
 
 
 def _attend_groups(query, keys, values, layout: PromptGroups, scaling: float, groups: int) -> torch.Tensor:
     """``_attend`` over packed rows laid out as ``layout`` says: (n, H, L, D) -> (n, L, H * D)."""
     n, heads, length, dim = query.shape
-    P, G = layout.prompt_length, layout.group_size
-    S = (length - P) // G
+    P, G, S = layout.prompt_length, layout.group_size, layout.segment_length
     prompt_out = _attend(query[:, :, :P], keys[:, :, :P], values[:, :, :P], layout.prompt_mask, scaling, groups)
-    if S == 0:
+    if length == P:
         return prompt_out
 
-    def per_completion(x: torch.Tensor) -> torch.Tensor:  # (n, h, L, D) -> (n G, h, P + S, D): its prompt, then itself
+    def blocks(x: torch.Tensor) -> torch.Tensor:  # (n, h, L, D) -> (n G, h, S, D): each completion's own positions
         h = x.size(1)
-        prompt = x[:, None, :, :P].expand(n, G, h, P, dim)
-        own = x[:, :, P:].reshape(n, h, G, S, dim).transpose(1, 2)
-        return torch.cat([prompt, own], dim=3).reshape(n * G, h, P + S, dim)
+        return x.transpose(1, 2).reshape(n * length, h, dim).index_select(0, layout.gather).view(n * G, S, h, dim).transpose(1, 2)
 
-    completion_queries = query[:, :, P:].reshape(n, heads, G, S, dim).transpose(1, 2).reshape(n * G, heads, S, dim)
-    completion_out = _attend(completion_queries, per_completion(keys), per_completion(values), layout.completion_mask,
-                             scaling, groups)  # (n G, S, H D)
-    return torch.cat([prompt_out, completion_out.reshape(n, G * S, -1)], dim=1)
+    def with_prompt(x: torch.Tensor) -> torch.Tensor:  # (n, h, L, D) -> (n G, h, P + S, D): its prompt, then itself
+        h = x.size(1)
+        return torch.cat([x[:, None, :, :P].expand(n, G, h, P, dim).reshape(n * G, h, P, dim), blocks(x)], dim=2)
+
+    out = _attend(blocks(query), with_prompt(keys), with_prompt(values), layout.completion_mask, scaling, groups)
+    completion_out = out.reshape(n * G * S, -1).index_select(0, layout.scatter).view(n, length - P, -1)
+    return torch.cat([prompt_out, completion_out], dim=1)
 
 
 def _attention_mask(attention_mask, query_length: int, key_length: int):
@@ -352,8 +368,9 @@ def rotary_table(model, position_ids: torch.Tensor):
 
 def forward(model, input_ids: torch.Tensor, position_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
             cache: Optional[KVCache] = None, logits_to_keep: int = 0, few_rows_fast: bool = False,
-            fused: Optional[FusedProjections] = None, rotary=None) -> torch.Tensor:
-    """Logits (B, L or logits_to_keep, V) of ``LlamaForCausalLM`` for ``input_ids`` (B, L).
+            fused: Optional[FusedProjections] = None, rotary=None, logits_at: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Logits (B, L or logits_to_keep, V) of ``LlamaForCausalLM`` for ``input_ids`` (B, L); with ``logits_at``
+    (R,) positions of the flattened (B L) rows, (R, V) logits at those positions only.
 
     ``attention_mask`` (B, cached + L) marks real tokens (left padding 0), as transformers takes it, or
     is a (B, 1, L, cached + L) bool mask of which keys each query sees, or a ``PromptGroups`` layout;
@@ -409,8 +426,10 @@ def forward(model, input_ids: torch.Tensor, position_ids: torch.Tensor, attentio
             hidden = hidden + linear(F.silu(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias, few_rows_fast)
     if cache is not None:
         cache.length = past + length
+    if logits_at is not None:  # the final norm is per position: only the kept ones
+        hidden = hidden.reshape(batch * length, -1).index_select(0, logits_at)
     hidden = _rms_norm(hidden, body.norm)
-    if logits_to_keep:
+    if logits_at is None and logits_to_keep:
         hidden = hidden[:, -logits_to_keep:]
     if fused is not None:
         return linear(hidden, fused.head, fused.head_bias, few_rows_fast)

@@ -373,6 +373,12 @@ SHARED_PROMPT_MIN_WORK = 1 << 27
 _parameter_counts: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # walking parameters(): 0.1 ms a call
 
 
+def _prefix(mask: torch.Tensor) -> bool:
+    """Whether each row's real tokens come first, then only padding (as sampling and tokenising make them)."""
+    lengths = mask.sum(1, keepdim=True)
+    return bool((mask.bool() == (torch.arange(mask.size(1), device=mask.device) < lengths)).all())
+
+
 def _sharing_pays(model, prompt_mask: torch.Tensor, group_size: int) -> bool:
     repeated_prompt_tokens = (group_size - 1) * int(prompt_mask[::group_size].sum())
     try:
@@ -393,35 +399,50 @@ def _sharing_pays(model, prompt_mask: torch.Tensor, group_size: int) -> bool:
 PACKED_MAX_LENGTH = 1024
 
 
-def _packed_completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask, group_size: int) -> torch.Tensor:
-    """(B, T, V) logits predicting each completion token, each group's prompt and its G completions
-    packed into one sequence: [prompt, completion 1, ..., completion G] (each completion without its last
-    token, which predicts nothing), one forward call for all of it (``fast_llama`` models).
+def _packed_completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                              group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(R, V) logits of the positions that predict completion tokens, and (B, T) the row of them that
+    predicts each completion token; each group's prompt and its G completions packed into one sequence:
+    [prompt, completion 1, ..., completion G] (each completion's real tokens without its last, which predicts
+    nothing: the padding after an ended completion is never computed), one forward call for all of it
+    (``fast_llama`` models). A padding token's row is its group's first (finite, and masked by every caller).
 
     Its attention (``fast_llama.PromptGroups``) makes it the same function as G separate forwards of
     prompt + completion: a prompt position sees the earlier prompt, a completion position the whole
-    prompt and its own earlier tokens; every completion's positions continue from the prompt's. The prompt is encoded once and,
-    unlike the KV-cache route, in the same call as the completions: for the 2-layer pizza model one
-    forward + backward takes 2.1 ms instead of 3.2 ms for the 8 full sequences. Only floating-point
-    order differs from the full forward (log-probs within ~5e-7 for pizza; tested).
+    prompt and its own earlier tokens; every completion's positions continue from the prompt's. The prompt
+    is encoded once and, unlike the KV-cache route, in the same call as the completions: for the 2-layer
+    pizza model one forward + backward takes 2.1 ms instead of 3.2 ms for the 8 full sequences. Only
+    floating-point order differs from the full forward (log-probs within ~5e-7 for pizza; tested).
+    Completion masks must be a prefix of real tokens (as sampling and tokenising make them).
     """
-    groups = prompt_ids.size(0) // group_size
-    inputs_per_completion = completion_ids.size(1) - 1
+    batch, T = completion_ids.shape
+    n = batch // group_size
     device = prompt_ids.device
     unique_ids, unique_mask = prompt_ids[::group_size], prompt_mask[::group_size]  # (n, P)
-    completion_inputs = completion_ids[:, :-1].reshape(groups, group_size * inputs_per_completion)
-    completion_real = completion_mask[:, :-1].reshape(groups, group_size * inputs_per_completion)
-    input_ids = torch.cat([unique_ids, completion_inputs], dim=1)  # (n, L)
+    P = unique_ids.size(1)
+    inputs = (completion_mask.sum(1) - 1).clamp(min=0)  # (B,) each completion's tokens but its last
+    step = torch.arange(T - 1, device=device)
+    real_input = step < inputs[:, None]  # (B, T - 1)
+    per_group = inputs.view(n, group_size)
+    offsets = (per_group.cumsum(1) - per_group).view(batch)  # where each completion starts after its prompt
+    length = P + int(per_group.sum(1).max())
+    row = torch.arange(batch, device=device).div(group_size, rounding_mode="floor")[:, None].expand(batch, T - 1)[real_input]
+    column = (P + offsets[:, None] + step)[real_input]
     prompt_positions = _positions(unique_mask)
-    steps = torch.arange(inputs_per_completion, device=device).repeat(group_size)
-    positions = torch.cat([prompt_positions, prompt_positions[:, -1:] + 1 + steps], dim=1)
-    layout = fast_llama.PromptGroups.of(unique_mask, completion_real.view(groups, group_size, inputs_per_completion))
-    logits = fast_llama.forward(model, input_ids, positions, layout, logits_to_keep=group_size * inputs_per_completion + 1)
-    first = logits[:, :1].repeat_interleave(group_size, dim=0)  # the prompt's last position predicts token 0
-    if inputs_per_completion == 0:  # every completion is one token (e.g. all EOS): nothing else to predict
-        return first
-    rest = logits[:, 1:].reshape(groups * group_size, inputs_per_completion, -1)
-    return torch.cat([first, rest], dim=1)
+    input_ids = unique_ids.new_zeros(n, length)  # the rows' trailing padding: any token, never attended to
+    input_ids[:, :P] = unique_ids
+    input_ids[row, column] = completion_ids[:, :-1][real_input]
+    positions = torch.zeros_like(input_ids)
+    positions[:, :P] = prompt_positions
+    positions[row, column] = prompt_positions[row, -1] + 1 + step.expand(batch, T - 1)[real_input]
+    layout = fast_llama.PromptGroups.of(unique_mask, per_group, length)
+    # Rows kept: each group's last prompt position (it predicts token 0 of all G), then every real input.
+    keep = torch.cat([torch.arange(n, device=device) * length + P - 1, row * length + column])
+    logits = fast_llama.forward(model, input_ids, positions, layout, logits_at=keep)
+    group = torch.arange(batch, device=device).div(group_size, rounding_mode="floor")
+    row_of = group[:, None].repeat(1, T)
+    row_of[:, 1:][real_input] = n + torch.arange(int(real_input.sum()), device=device)
+    return logits, row_of
 
 
 def _completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask, group_size: int) -> torch.Tensor:
@@ -459,6 +480,37 @@ def _completion_logits(model, prompt_ids, prompt_mask, completion_ids, completio
     return torch.cat([first, rest], dim=1)
 
 
+def _packed_length(prompt_mask: torch.Tensor, completion_mask: torch.Tensor, group_size: int) -> int:
+    """The packed rows' length: a prompt, then each completion's real tokens but its last."""
+    inputs = (completion_mask.sum(1) - 1).clamp(min=0).view(-1, group_size)
+    return prompt_mask.size(1) + int(inputs.sum(1).max())
+
+
+def _layout(model, prompt_ids, prompt_mask, completion_mask, group_size: int) -> str:
+    """How per_token_logps runs the batch: "packed", "cached" (a group's prompt once, through its KV cache) or
+    "full" (every row whole)."""
+    if group_size > 1 and _shared_prompt(prompt_ids, prompt_mask, group_size) and _prefix(completion_mask):
+        if _packed_length(prompt_mask, completion_mask, group_size) <= PACKED_MAX_LENGTH and fast_llama.supports(model):
+            return "packed"
+        if _sharing_pays(model, prompt_mask, group_size):
+            return "cached"
+    return "full"
+
+
+def positions_processed(model, rollout: Rollout) -> int:
+    """Positions one log-prob forward of ``rollout`` runs through ``model`` (the packed rows' trailing padding
+    included): what its FLOPs scale with."""
+    prompt_ids, prompt_mask, completion_mask = rollout.prompt_ids, rollout.prompt_mask, rollout.completion_mask
+    group_size = rollout.group_size
+    layout = _layout(model, prompt_ids, prompt_mask, completion_mask, group_size)
+    rows, T = completion_mask.shape
+    if layout == "packed":
+        return rows // group_size * _packed_length(prompt_mask, completion_mask, group_size)
+    if layout == "cached":
+        return rows // group_size * prompt_ids.size(1) + rows * (T - 1)
+    return rows * (prompt_ids.size(1) + T)
+
+
 def per_token_logps(
     model,
     prompt_ids: torch.Tensor,
@@ -482,32 +534,31 @@ def per_token_logps(
     packed with its G completions into one row (``_packed_completion_logits``) when that row is short,
     else through a KV cache where that saves more than it costs (``SHARED_PROMPT_MIN_WORK``).
     """
-    layout = "full"
-    if group_size > 1 and _shared_prompt(prompt_ids, prompt_mask, group_size):
-        packed_length = prompt_ids.size(1) + group_size * (completion_ids.size(1) - 1)
-        if packed_length <= PACKED_MAX_LENGTH and fast_llama.supports(model):
-            layout = "packed"
-        elif _sharing_pays(model, prompt_mask, group_size):
-            layout = "cached"
+    layout = _layout(model, prompt_ids, prompt_mask, completion_mask, group_size)
     if layout == "packed":
-        logits = _packed_completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask, group_size)
+        logits, row_of = _packed_completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                                                   group_size)  # (R, V), (B, T)
     else:
         logits = _completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
-                                    group_size if layout == "cached" else 1)
+                                    group_size if layout == "cached" else 1)  # (B, T, V)
+        row_of = torch.arange(completion_ids.numel(), device=logits.device).view(completion_ids.shape)
+        logits = logits.reshape(-1, logits.size(-1))
     logits = logits.float()
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
-    logps = selective_log_softmax(logits, completion_ids)  # (B, T)
+    # log_softmax(logits)[token] without the full log-prob tensor; a row predicting several tokens (a packed
+    # group's last prompt position) is normalised once
+    logps = logits[row_of, completion_ids] - torch.logsumexp(logits, dim=-1)[row_of]  # (B, T)
     if not (with_entropy or with_sum_pi_squared):
         return logps
     outputs = [logps]
     with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-        log_probs = F.log_softmax(logits, dim=-1)  # (B, T, V)
+        log_probs = F.log_softmax(logits, dim=-1)  # (R, V)
         if with_entropy:
-            outputs.append(-(log_probs.exp() * log_probs).sum(-1))  # (B, T)
+            outputs.append(-(log_probs.exp() * log_probs).sum(-1)[row_of])  # (B, T)
     if with_sum_pi_squared:
         with torch.no_grad():
-            outputs.append(log_probs.detach().mul(2).exp().sum(-1))  # (B, T)
+            outputs.append(log_probs.detach().mul(2).exp().sum(-1)[row_of])  # (B, T)
     return tuple(outputs)
 
 

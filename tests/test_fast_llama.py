@@ -200,8 +200,15 @@ def test_packed_groups_on_a_grouped_query_model_equal_transformers_full_forward(
     packed_calls = []
     original = rollout_lib._packed_completion_logits
     monkeypatch.setattr(rollout_lib, "_packed_completion_logits", lambda *a: packed_calls.append(1) or original(*a))
+    shapes = []
+    forward = fast_llama.forward
+    monkeypatch.setattr(fast_llama, "forward", lambda m, input_ids, *a, **k: shapes.append(tuple(input_ids.shape))
+                        or forward(m, input_ids, *a, **k))
     ours = rollout_lib.per_token_logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, group_size=group_size)
     assert packed_calls == [1]
+    inputs = (completion_mask.sum(1) - 1).view(-1, group_size).sum(1)  # each completion's real tokens but its last
+    assert shapes == [(ids.size(0), ids.size(1) + int(inputs.max()))]  # an ended completion's padding is not computed
+    assert int(inputs.min()) < group_size * (T - 1)  # (the rows are as long as the longest group)
     with torch.no_grad():
         full_mask = torch.cat([prompt_mask, completion_mask], dim=1)
         logits = model(input_ids=torch.cat([prompt_ids, completion_ids], 1), attention_mask=full_mask,
@@ -254,31 +261,33 @@ def test_lora_policy_samples_through_folded_weights_with_peft_numbers(monkeypatc
 
 def test_prompt_groups_attention_equals_one_block_masked_attention_over_the_packed_row():
     """PromptGroups attends in two parts (prompts over prompts, each completion over its prompt and itself);
-    the result is the packed row's attention under the full block mask, left padding and ended completions
-    included, with grouped-query heads."""
+    the result is the packed row's attention under the full block mask, with left padding, completions of
+    different lengths (one empty), a row's trailing padding and grouped-query heads."""
     gen = torch.Generator().manual_seed(0)
-    n, G, S, P, heads, kv_heads, dim = 2, 3, 4, 5, 4, 2, 8
-    L = P + G * S
+    G, P, heads, kv_heads, dim = 3, 5, 4, 2, 8
+    inputs = torch.tensor([[4, 2, 3], [1, 0, 4]])  # (n, G) real inputs per completion
+    n, L = inputs.size(0), P + int(inputs.sum(1).max())
     query = torch.randn(n, heads, L, dim, generator=gen)
     keys, values = torch.randn(n, kv_heads, L, dim, generator=gen), torch.randn(n, kv_heads, L, dim, generator=gen)
     prompt_real = torch.ones(n, P, dtype=torch.bool)
     prompt_real[1, :2] = False  # left padding
-    completion_real = torch.ones(n, G, S, dtype=torch.bool)
-    completion_real[0, 1, 2:] = False  # a completion that ended early
-    layout = fast_llama.PromptGroups.of(prompt_real, completion_real)
+    layout = fast_llama.PromptGroups.of(prompt_real, inputs, L)
     ours = fast_llama._attend_groups(query, keys, values, layout, 0.3, heads // kv_heads)
 
-    segment = torch.cat([torch.full((P,), -1), torch.arange(G).repeat_interleave(S)])
+    segment = torch.full((n, L), -2)  # -2: a row's trailing padding, -1: the prompt, g: completion g
+    segment[:, :P] = -1
+    for i in range(n):
+        segment[i, P:P + int(inputs[i].sum())] = torch.arange(G).repeat_interleave(inputs[i])
     index = torch.arange(L)
-    visible = (index[None] <= index[:, None]) & ((segment[None] == segment[:, None]) | (segment[None] < 0))
-    real = torch.cat([prompt_real, completion_real.reshape(n, -1)], dim=1)
-    full_mask = real[:, None, None, :] & visible
+    real = torch.cat([prompt_real, torch.ones(n, L - P, dtype=torch.bool)], 1) & (segment > -2)
+    visible = (index[None, None] <= index[None, :, None]) & (
+        (segment[:, None, :] == segment[:, :, None]) | (segment[:, None, :] == -1))  # (n, query, key)
+    full_mask = (real[:, None, :] & visible)[:, None]
     scores = torch.einsum("nhqd,nhkd->nhqk", query, keys.repeat_interleave(heads // kv_heads, 1)) * 0.3
-    weights = scores.masked_fill(~full_mask, float("-inf")).softmax(-1).nan_to_num()  # a padded query sees nothing
+    weights = scores.masked_fill(~full_mask, float("-inf")).softmax(-1).nan_to_num()
     theirs = torch.einsum("nhqk,nhkd->nqhd", weights, values.repeat_interleave(heads // kv_heads, 1)).reshape(n, L, -1)
-    seen = full_mask.any(-1).squeeze(1)  # (n, L): rows of padding queries are undefined in both
     assert ours.shape == theirs.shape
-    assert (ours - theirs)[seen].abs().max() < 1e-5
-    assert layout.completion_mask.shape == (n * G, 1, S, P + S)
-    assert not layout.completion_mask[1, 0, 0, P + 1]  # a completion's first position does not see its second
-    assert not layout.completion_mask[G, 0, -1, 0]  # nor the second row's padded prompt position
+    assert (ours - theirs)[real].abs().max() < 1e-5  # padding queries' outputs are never read
+    assert layout.segment_length == 4 and layout.completion_mask.shape == (n * G, 1, 4, P + 4)
+    assert not layout.completion_mask[1, 0, 1, P + 2]  # completion 1 has 2 inputs: a third is not a key
+    assert not layout.completion_mask[G, 0, -1, 0]  # the second row's padded prompt position is not a key

@@ -77,14 +77,16 @@ def test_trl_fastest_setting_turns_checkpointing_off(pizza):
 
 
 def test_step_metrics_carry_the_processed_positions(pizza):
-    """tokens/processed: each group's prompt once plus every completion row, from the step's own metrics."""
+    """tokens/processed: the packed row, each group's prompt once plus each completion's real tokens but its
+    last, from the step's own metrics."""
     ours = Ours(WORKLOADS["pizza-mu1"], seed=0, device="cpu", task=pizza)
     seen = []
     generate = ours.algo.generate
     ours.algo.generate = lambda *a, **k: seen.append(generate(*a, **k)) or seen[-1]
     metrics = ours.step(pizza.train_prompts()[:1])
     rollout = seen[0]
-    assert metrics["tokens/processed"] == rollout.prompt_ids.size(1) + rollout.completion_ids.numel()
+    assert metrics["tokens/processed"] == rollout.prompt_ids.size(1) + int((rollout.completion_mask.sum(1) - 1).sum())
+    assert metrics["tokens/processed"] < rollout.prompt_ids.size(1) + rollout.completion_ids.numel()  # some ended early
 
 
 def test_report_shows_trl_default_and_fastest_and_the_ratio_against_the_faster():
@@ -169,13 +171,18 @@ def test_long_packed_rows_take_the_kv_cache(pizza, monkeypatch):
     rollout = generate(model, pizza.tokenizer, pizza.train_prompts()[:1], 8, max_new_tokens=12, temperature=1.0,
                        generator=torch.Generator().manual_seed(0))
     packed = []
-    monkeypatch.setattr(rollout_lib, "_packed_completion_logits",
-                        lambda *a: packed.append(1) or rollout_lib._completion_logits(*a[:5], 1))
+    original = rollout_lib._packed_completion_logits
+    monkeypatch.setattr(rollout_lib, "_packed_completion_logits", lambda *a: packed.append(1) or original(*a))
     rollout_lib.rollout_logps(model, rollout)
     assert packed == [1]
-    monkeypatch.setattr(rollout_lib, "PACKED_MAX_LENGTH", rollout.prompt_ids.size(1) + 8 * (rollout.completion_ids.size(1) - 1) - 1)
+    # The packed row holds the prompt and each completion's real tokens but its last.
+    length = rollout.prompt_ids.size(1) + int((rollout.completion_mask.sum(1) - 1).sum())
+    monkeypatch.setattr(rollout_lib, "PACKED_MAX_LENGTH", length)
     rollout_lib.rollout_logps(model, rollout)
-    assert packed == [1]
+    assert packed == [1, 1]
+    monkeypatch.setattr(rollout_lib, "PACKED_MAX_LENGTH", length - 1)
+    rollout_lib.rollout_logps(model, rollout)
+    assert packed == [1, 1]
 
 
 def test_unknown_workload_is_one_line(run_cli):
