@@ -9,7 +9,7 @@ Sampling encodes each distinct prompt once and shares its KV cache across the G 
 group (preallocated buffers with ``fast_llama``'s forward for Llama models; transformers' cache, static
 for long completions, otherwise), then decodes token by token and stops as soon as every sequence has
 ended. Log-probs encode each prompt once too (``per_token_logps``'s ``group_size``): packed with its G
-completions into one sequence (``PACKED_MAX_LENGTH``), or through its KV cache where that saves work
+completions' real tokens into one sequence (``PACKED_MAX_LENGTH``), or through its KV cache where that saves work
 (``SHARED_PROMPT_MIN_WORK``), so the G identical prompts of a group are not run G times, in the update's
 forward and backward as well. Log-probs are computed from logits divided by the sampling temperature,
 as TRL does, so that old/ref/current log-probs all describe the distribution that was sampled.
@@ -426,7 +426,8 @@ def _packed_completion_logits(model, prompt_ids, prompt_mask, completion_ids, co
     per_group = inputs.view(n, group_size)
     offsets = (per_group.cumsum(1) - per_group).view(batch)  # where each completion starts after its prompt
     length = P + int(per_group.sum(1).max())
-    row = torch.arange(batch, device=device).div(group_size, rounding_mode="floor")[:, None].expand(batch, T - 1)[real_input]
+    group = torch.arange(batch, device=device).div(group_size, rounding_mode="floor")  # (B,) each completion's row
+    row = group[:, None].expand(batch, T - 1)[real_input]
     column = (P + offsets[:, None] + step)[real_input]
     prompt_positions = _positions(unique_mask)
     input_ids = unique_ids.new_zeros(n, length)  # the rows' trailing padding: any token, never attended to
@@ -439,7 +440,6 @@ def _packed_completion_logits(model, prompt_ids, prompt_mask, completion_ids, co
     # Rows kept: each group's last prompt position (it predicts token 0 of all G), then every real input.
     keep = torch.cat([torch.arange(n, device=device) * length + P - 1, row * length + column])
     logits = fast_llama.forward(model, input_ids, positions, layout, logits_at=keep)
-    group = torch.arange(batch, device=device).div(group_size, rounding_mode="floor")
     row_of = group[:, None].repeat(1, T)
     row_of[:, 1:][real_input] = n + torch.arange(int(real_input.sum()), device=device)
     return logits, row_of
