@@ -72,6 +72,8 @@ REPORTS = (
     ("results/perf/rloo.md", "One RLOO step against TRL's RLOOTrainer", "grpo-bench bench rloo-vs-trl"),
     ("results/perf/roof.md", "Generation (SmolLM2-135M) against the roof of the measured bandwidth and FLOP rate",
      "grpo-bench bench roof"),
+    ("results/perf/revisions.md", "One step at each git revision, side by side: what each performance change bought",
+     "grpo-bench bench revisions"),
     ("results/lora/report.md", "LoRA against full fine-tuning, ours and TRL's", "grpo-bench bench lora"),
     ("results/executors-default/executors.md", "Matrix executors on the default matrix: warm workers against fresh processes",
      "grpo-bench bench executors benchmarks/matrices/default.toml --seeds 0"),

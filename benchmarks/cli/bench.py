@@ -7,6 +7,7 @@ import argparse
 
 from benchmarks.cli.bench_executors import add_executors_parser
 from benchmarks.cli.bench_lora import add_bench_lora_parser
+from benchmarks.cli.bench_revisions import add_bench_revisions_parser
 from benchmarks.cli.bench_roof import add_bench_roof_parser
 from benchmarks.perf.grpo_vs_trl import PerfSettings, default_workloads, run_bench, workloads_of
 
@@ -43,6 +44,7 @@ def add_bench_parser(sub) -> None:
     add_executors_parser(which)
     add_bench_lora_parser(which)
     add_bench_roof_parser(which)
+    add_bench_revisions_parser(which)
 
 
 def cmd_bench(args) -> int:

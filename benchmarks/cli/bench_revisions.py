@@ -1,0 +1,30 @@
+"""``grpo-bench bench revisions``: one GRPO step at several git revisions, side by side (benchmarks/perf/revisions.py).
+Wire in with ``add_bench_revisions_parser(which)``."""
+
+from __future__ import annotations
+
+
+def add_bench_revisions_parser(which) -> None:
+    from benchmarks.perf.revisions import RevisionSettings
+
+    defaults = RevisionSettings(revisions=[])
+    p = which.add_parser("revisions", help="one GRPO step at several git revisions, side by side: what each change bought")
+    p.add_argument("revisions", nargs="+", help="git revisions (commits, tags, branches), the baseline first")
+    p.add_argument("--workloads", default=",".join(defaults.workloads),
+                   help=f"comma-separated grpo-vs-trl workloads (default: {','.join(defaults.workloads)})")
+    p.add_argument("--rounds", type=int, default=defaults.rounds, help=f"timed steps per revision after a warm-up (default: {defaults.rounds})")
+    p.add_argument("--seed", type=int, default=defaults.seed, help="seed of every worker and of the prompt draws")
+    p.add_argument("--threads", type=int, default=defaults.threads, help="torch threads per worker (default: 0, torch's own)")
+    p.add_argument("--device", default=defaults.device, help="cpu, cuda or auto")
+    p.add_argument("--repo", default=defaults.repo, help="the git checkout the revisions belong to (default: .)")
+    p.add_argument("--out", default=defaults.out, help=f"folder for revisions.md and revisions.json (default: {defaults.out})")
+    p.set_defaults(handler=cmd_bench_revisions)
+
+
+def cmd_bench_revisions(args) -> int:
+    from benchmarks.perf.revisions import RevisionSettings, run_revisions
+
+    run_revisions(RevisionSettings(revisions=args.revisions, workloads=[w.strip() for w in args.workloads.split(",") if w.strip()],
+                                   rounds=args.rounds, seed=args.seed, threads=args.threads, device=args.device,
+                                   repo=args.repo, out=args.out), command=args.command_line)
+    return 0

@@ -1,0 +1,243 @@
+"""``grpo-bench bench revisions``: what each change to the code bought, measured on its own.
+
+One GRPO step of this suite (the ``Ours`` side of ``bench grpo-vs-trl``, on its workloads) at each of several git
+revisions of the project, side by side. Each revision's tree comes out of ``git archive`` into a temporary folder
+and runs in its own warm worker process, which imports that tree in place of the working one (it says which
+tree it imported, and a worker that imported another is an error). The rounds interleave the revisions, in
+an order that rotates each round, so a slow spell on a shared machine falls on all of them alike. Every
+worker builds the policy with the same seed and steps on the same prompts; where the sampling code is the
+same, the first step's batch is the same (later ones drift with the weights' rounding), and the report gives
+the tokens each step generated so that a reader sees the work was alike.
+
+Per revision and workload: the median seconds per phase (generate, reference log-probs, update) and per step
+over the rounds, the step's percentile-bootstrap interval, and the first revision's median step over this
+one's (above 1: faster than the first).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+from benchmarks.errors import UsageError
+from benchmarks.harness import measure
+from benchmarks.io import atomic_write_json, atomic_write_text
+from benchmarks.markdown import markdown_table
+from benchmarks.perf.grpo_vs_trl import WORKLOADS, median_interval
+
+PHASES = ("generate", "logprobs", "update")
+
+# What each worker runs, in its revision's tree: the grpo-vs-trl workload's Ours side, one step per request line.
+WORKER = r"""
+import json, random, sys
+import torch
+workload, seed, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+if threads:
+    torch.set_num_threads(threads)
+import benchmarks
+from benchmarks.perf.grpo_vs_trl import WORKLOADS, Ours
+ours = Ours(WORKLOADS[workload], seed=seed, device=sys.argv[4])
+prompts = ours.task.train_prompts()
+rng = random.Random(seed)
+print(json.dumps({"imported": benchmarks.__file__, "threads": torch.get_num_threads()}), flush=True)
+for _ in sys.stdin:
+    print(json.dumps(ours.step([rng.choice(prompts)])), flush=True)
+"""
+
+
+@dataclasses.dataclass
+class RevisionSettings:
+    revisions: list[str]  # git revisions, the baseline first
+    workloads: list[str] = dataclasses.field(default_factory=lambda: ["chain_sum-mu1", "gsm8k-mu1"])
+    rounds: int = 5  # timed steps per revision and workload, after one warm-up step
+    seed: int = 0
+    threads: int = 0  # torch threads per worker (0: torch's default)
+    device: str = "cpu"
+    repo: str = "."  # the git checkout whose revisions these are
+    out: str = "results/perf"
+
+
+def _git(repo: str, *args: str) -> bytes:
+    result = subprocess.run(["git", "-C", repo, *args], capture_output=True)
+    if result.returncode:
+        raise UsageError(f"git {' '.join(args)}: {result.stderr.decode().strip().splitlines()[-1] if result.stderr else 'failed'}")
+    return result.stdout
+
+
+def resolve(repo: str, revision: str) -> dict:
+    """A revision's full commit id and subject line; an unknown one is a UsageError."""
+    found = subprocess.run(["git", "-C", repo, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}"],
+                           capture_output=True, text=True)
+    if found.returncode:
+        raise UsageError(f"unknown revision {revision!r} in {repo} (a commit, tag or branch of its git history)")
+    commit = found.stdout.strip()
+    subject = _git(repo, "log", "-1", "--format=%s", commit).decode().strip()
+    return {"revision": revision, "commit": commit, "subject": subject}
+
+
+def extract(repo: str, commit: str, into: Path) -> Path:
+    """The tree of ``commit`` written under ``into`` (git archive), its folder returned."""
+    tree = into / commit[:12]
+    with tarfile.open(fileobj=io.BytesIO(_git(repo, "archive", "--format=tar", commit))) as archive:
+        archive.extractall(tree, filter="data")
+    return tree
+
+
+class Worker:
+    """One revision's warm process: ``step()`` runs one GRPO step there and returns its metrics."""
+
+    def __init__(self, tree: Path, workload: str, seed: int, threads: int, device: str, log: Path):
+        self.name = f"{tree.name} on {workload}"
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        self._log = open(log, "w")
+        self.proc = subprocess.Popen([sys.executable, "-c", WORKER, workload, str(seed), str(threads), device],
+                                     cwd=tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self._log, text=True)
+        ready = self._read(log)
+        imported = Path(ready["imported"]).resolve()
+        if tree.resolve() not in imported.parents:
+            self.close()
+            raise UsageError(f"the worker for {self.name} imported {imported}, not its own tree")
+        self.threads = ready["threads"]
+
+    def _read(self, log: Path) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            self.close()
+            tail = log.read_text().strip().splitlines()[-1:] if log.exists() else []
+            raise UsageError(f"the worker for {self.name} stopped: {tail[0] if tail else 'no output'}")
+        return json.loads(line)
+
+    def step(self, log: Path) -> dict:
+        self.proc.stdin.write("\n")
+        self.proc.stdin.flush()
+        return self._read(log)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self._log.close()
+
+
+def summarise(steps: list[dict], baseline_step: Optional[float], seed: int) -> dict:
+    step_times = [s["time/step"] for s in steps]
+    median = statistics.median(step_times)
+    return {
+        "rounds": len(steps),
+        "median": {p: statistics.median(s[f"time/{p}"] for s in steps) for p in ("step", *PHASES)},
+        "step_ci95": list(median_interval(step_times, seed=seed)),
+        "tokens_generated": [s["tokens/generated"] for s in steps],
+        "speedup_vs_first": (baseline_step / median) if baseline_step else 1.0,
+        "steps": steps,
+    }
+
+
+def compare_workload(workload: str, revisions: list[dict], trees: list[Path], settings: RevisionSettings,
+                     logs: Path, log=print) -> dict:
+    workers = []
+    try:
+        for rev, tree in zip(revisions, trees):
+            workers.append(Worker(tree, workload, settings.seed, settings.threads, settings.device,
+                                  logs / f"{workload}-{rev['commit'][:12]}.log"))
+        for rev, worker in zip(revisions, workers):  # warm-up: allocation, first-touch pages, kernel choice
+            worker.step(logs / f"{workload}-{rev['commit'][:12]}.log")
+        steps: list[list[dict]] = [[] for _ in workers]
+        for r in range(settings.rounds):
+            order = [(r + i) % len(workers) for i in range(len(workers))]  # each revision leads a round in turn
+            for i in order:
+                steps[i].append(workers[i].step(logs / f"{workload}-{revisions[i]['commit'][:12]}.log"))
+            log(f"  {workload} round {r + 1}/{settings.rounds}: " + ", ".join(
+                f"{revisions[i]['revision']} {steps[i][-1]['time/step']:.2f} s" for i in range(len(workers))))
+    finally:
+        for worker in workers:
+            worker.close()
+    first = statistics.median(s["time/step"] for s in steps[0])
+    return {"workload": dataclasses.asdict(WORKLOADS[workload]), "threads": workers[0].threads,
+            "revisions": [{**rev, **summarise(s, first if i else None, settings.seed)}
+                          for i, (rev, s) in enumerate(zip(revisions, steps))]}
+
+
+def render_markdown(report: dict) -> str:
+    load = report["load"]["load_1min"]
+    lines = [
+        "# One step at each revision: what each change bought",
+        "",
+        f"This suite's GRPO or RLOO step (the `Ours` side of `grpo-bench bench grpo-vs-trl`) at {len(report['revisions'])} "
+        f"revisions, each in its own warm worker, in interleaved rounds; on {report['environment']['device_name']} "
+        f"(torch {report['environment']['versions']['torch']}). Machine load (1-minute load average at the start "
+        f"and after each workload): {min(load):.1f} to {max(load):.1f} on {report['load']['cpus']} CPUs. Seconds are "
+        "medians over the rounds; the step's 95% percentile-bootstrap interval in brackets; speed-up is the first "
+        "revision's median step over this one's.",
+        "",
+    ]
+    if report["workloads"]:
+        last = report["revisions"][-1]
+        lines[1:1] = ["", f"**`{last['commit'][:8]}` against `{report['revisions'][0]['commit'][:8]}`, median step: " + ", ".join(
+            f"{w['workload']['name']} {w['revisions'][-1]['speedup_vs_first']:.2f}x" for w in report["workloads"]) + ".**"]
+    for w in report["workloads"]:
+        spec = w["workload"]
+        lora = f", LoRA r {spec['lora_r']}" if spec.get("lora_r") else ""
+        lines += [f"## {spec['name']}: {spec['task']}, G {spec['group_size']}, {spec['max_new_tokens']} new tokens, "
+                  f"mu {spec['mu']}{lora}; {w['threads']} thread{'s' if w['threads'] != 1 else ''}, {w['revisions'][0]['rounds']} rounds", ""]
+        rows = []
+        for r in w["revisions"]:
+            m = r["median"]
+            tokens = r["tokens_generated"]
+            rows.append([f"`{r['commit'][:8]}`", r["subject"][:90] + ("..." if len(r["subject"]) > 90 else ""),
+                         f"{m['step']:.2f} [{r['step_ci95'][0]:.2f}, {r['step_ci95'][1]:.2f}]",
+                         *(f"{m[p]:.2f}" for p in PHASES), f"{min(tokens):.0f}-{max(tokens):.0f}",
+                         f"{r['speedup_vs_first']:.2f}x"])
+        lines.append(markdown_table(["revision", "change", "step s", "generate s", "ref log-probs s", "update s",
+                                     "tokens generated", "speed-up"], rows))
+        lines.append("")
+    lines.append(f"Regenerate: `{report['command']}`")
+    return "\n".join(lines)
+
+
+def run_revisions(settings: RevisionSettings, command: str, log=print) -> dict:
+    unknown = [w for w in settings.workloads if w not in WORKLOADS]
+    if unknown:
+        raise UsageError(f"unknown workload {unknown[0]!r}; choose from {', '.join(WORKLOADS)}")
+    if len(settings.revisions) < 2:
+        raise UsageError("bench revisions needs at least two revisions: a baseline, then each change")
+    if settings.rounds < 2:
+        raise UsageError(f"--rounds must be >= 2, got {settings.rounds}")
+    try:
+        device = measure.resolve_device(settings.device)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    revisions = [resolve(settings.repo, r) for r in settings.revisions]
+    out = Path(settings.out)
+    out.mkdir(parents=True, exist_ok=True)
+    report = {"command": command, "environment": measure.environment(device), "revisions": revisions,
+              "load": {"cpus": os.cpu_count(), "load_1min": [os.getloadavg()[0]]}, "workloads": []}
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="grpo-bench-revisions-") as tmp:
+        extracted = {c: extract(settings.repo, c, Path(tmp)) for c in dict.fromkeys(r["commit"] for r in revisions)}
+        trees = [extracted[r["commit"]] for r in revisions]
+        for workload in settings.workloads:
+            log(f"{workload}: {len(revisions)} revisions x {settings.rounds} rounds")
+            report["workloads"].append(compare_workload(workload, revisions, trees, settings, Path(tmp), log))
+            report["load"]["load_1min"].append(os.getloadavg()[0])
+            # What is finished is on disk: a 135M workload is minutes per round.
+            atomic_write_json(out / "revisions.json", report)
+            atomic_write_text(out / "revisions.md", render_markdown(report) + "\n")
+    report["wall_clock_s"] = time.perf_counter() - started
+    atomic_write_json(out / "revisions.json", report)
+    atomic_write_text(out / "revisions.md", render_markdown(report) + "\n")
+    log(f"wrote {out}/revisions.md, revisions.json in {report['wall_clock_s']:.0f} s")
+    return report
