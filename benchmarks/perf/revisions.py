@@ -98,30 +98,31 @@ class Worker:
 
     def __init__(self, tree: Path, workload: str, seed: int, threads: int, device: str, log: Path):
         self.name = f"{tree.name} on {workload}"
+        self.stderr_path = log
         env = {**os.environ, "PYTHONPATH": str(tree)}
-        self._log = open(log, "w")
+        self._stderr = open(log, "w")
         self.proc = subprocess.Popen([sys.executable, "-c", WORKER, workload, str(seed), str(threads), device],
                                      cwd=tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self._log, text=True)
-        ready = self._read(log)
+                                     stderr=self._stderr, text=True)
+        ready = self._read()
         imported = Path(ready["imported"]).resolve()
         if tree.resolve() not in imported.parents:
             self.close()
             raise UsageError(f"the worker for {self.name} imported {imported}, not its own tree")
         self.threads = ready["threads"]
 
-    def _read(self, log: Path) -> dict:
+    def _read(self) -> dict:
         line = self.proc.stdout.readline()
         if not line:
             self.close()
-            tail = log.read_text().strip().splitlines()[-1:] if log.exists() else []
+            tail = self.stderr_path.read_text().strip().splitlines()[-1:]
             raise UsageError(f"the worker for {self.name} stopped: {tail[0] if tail else 'no output'}")
         return json.loads(line)
 
-    def step(self, log: Path) -> dict:
+    def step(self) -> dict:
         self.proc.stdin.write("\n")
         self.proc.stdin.flush()
-        return self._read(log)
+        return self._read()
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -130,7 +131,7 @@ class Worker:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-        self._log.close()
+        self._stderr.close()
 
 
 def summarise(steps: list[dict], baseline_step: Optional[float], seed: int) -> dict:
@@ -150,16 +151,16 @@ def compare_workload(workload: str, revisions: list[dict], trees: list[Path], se
                      logs: Path, log=print) -> dict:
     workers = []
     try:
-        for rev, tree in zip(revisions, trees):
+        for i, tree in enumerate(trees):
             workers.append(Worker(tree, workload, settings.seed, settings.threads, settings.device,
-                                  logs / f"{workload}-{rev['commit'][:12]}.log"))
-        for rev, worker in zip(revisions, workers):  # warm-up: allocation, first-touch pages, kernel choice
-            worker.step(logs / f"{workload}-{rev['commit'][:12]}.log")
+                                  logs / f"{workload}-{i}.log"))
+        for worker in workers:  # warm-up: allocation, first-touch pages, kernel choice
+            worker.step()
         steps: list[list[dict]] = [[] for _ in workers]
         for r in range(settings.rounds):
             order = [(r + i) % len(workers) for i in range(len(workers))]  # each revision leads a round in turn
             for i in order:
-                steps[i].append(workers[i].step(logs / f"{workload}-{revisions[i]['commit'][:12]}.log"))
+                steps[i].append(workers[i].step())
             log(f"  {workload} round {r + 1}/{settings.rounds}: " + ", ".join(
                 f"{revisions[i]['revision']} {steps[i][-1]['time/step']:.2f} s" for i in range(len(workers))))
     finally:
