@@ -10,8 +10,9 @@ What it computes. The same function as ``LlamaForCausalLM`` with sdpa attention,
 parameters (so optimizer updates are seen and gradients reach them), op for op in transformers' order
 (embedding, RMSNorm, rotary embedding, GQA attention and masks as its sdpa integration builds them, SiLU
 MLP, tied or untied head). Logits equal transformers' exactly (tested), except in a decoding step of
-at most ``FEW_ROWS`` rows through a large matrix, which is computed as ``W @ x.T``: same products,
-another summation order, so those logits differ in the last bits (~1e-6 relative).
+at most ``FEW_ROWS`` rows through a large matrix (``WIDE_FEW_ROWS`` through a vocabulary-wide output layer),
+which is computed as ``W @ x.T``: same products, another summation order, so those logits differ in the
+last bits (~1e-6 relative).
 
 Under autocast the same ops take the same casts, so the numbers still equal transformers' (tested);
 decoding then runs the separate projections, whose bf16 copies autocast caches per parameter.
@@ -31,8 +32,13 @@ import torch.nn.functional as F
 from algorithms.quantize import Int8Weight, int8_linear, quantize_weight
 
 # W @ x.T beats x @ W.T up to 4 rows and loses or ties beyond (2-core EPYC, MKL, fp32: 576x1536 at 4 rows
-# 153 vs 85 us, at 8 rows 165 vs 171 us). A fixed rule, not a timing-based choice, so seeded runs repeat.
+# 153 vs 85 us, at 8 rows 165 vs 171 us). An output layer as wide as a vocabulary is the exception: there x @ W.T
+# stays far below the memory bandwidth for dozens of rows (SmolLM2's 49152 x 576 head, same machine: 8 rows
+# 17.7 vs 8.1 ms, 16 rows 20.1 vs 17.2, 32 rows 25.3 vs 23.5, 64 rows 36.1 vs 45.0), so it keeps W @ x.T up to
+# WIDE_FEW_ROWS. Fixed rules, not timing-based choices, so seeded runs repeat.
 FEW_ROWS = 4
+WIDE_OUTPUT = 1 << 14  # output features from which a layer is vocabulary-wide
+WIDE_FEW_ROWS = 32
 LARGE_WEIGHT = 1 << 18  # below this the two orders cost the same, and the toy models keep transformers' exact order
 
 
@@ -151,7 +157,8 @@ def linear(x: torch.Tensor, weight, bias: Optional[torch.Tensor], few_rows_fast:
     if type(weight) is Int8Weight:
         return int8_linear(x, weight, bias)
     rows = x.numel() // x.size(-1)
-    if few_rows_fast and rows <= FEW_ROWS and weight.numel() >= LARGE_WEIGHT and not torch.is_grad_enabled():
+    few = WIDE_FEW_ROWS if weight.size(0) >= WIDE_OUTPUT else FEW_ROWS
+    if few_rows_fast and rows <= few and weight.numel() >= LARGE_WEIGHT and not torch.is_grad_enabled():
         out = torch.mm(weight, x.reshape(rows, -1).t()).t().contiguous()
         if bias is not None:
             out = out + bias

@@ -291,3 +291,23 @@ def test_prompt_groups_attention_equals_one_block_masked_attention_over_the_pack
     assert layout.segment_length == 4 and layout.completion_mask.shape == (n * G, 1, 4, P + 4)
     assert not layout.completion_mask[1, 0, 1, P + 2]  # completion 1 has 2 inputs: a third is not a key
     assert not layout.completion_mask[G, 0, -1, 0]  # the second row's padded prompt position is not a key
+
+
+@pytest.mark.parametrize("rows, wide", [(4, False), (5, False), (8, True), (32, True), (33, True)])
+def test_few_row_products_run_as_w_times_x_transposed_where_the_rule_says(rows, wide, monkeypatch):
+    """Sampling's few-row rule: W @ x.T up to FEW_ROWS rows, and up to WIDE_FEW_ROWS through a vocabulary-wide
+    output layer; x @ W.T (F.linear) beyond, without the flag, and always with gradients."""
+    gen = torch.Generator().manual_seed(0)
+    out_features = fast_llama.WIDE_OUTPUT if wide else 1536  # SmolLM2's widths: its MLP and a vocabulary
+    weight = torch.randn(out_features, 576, generator=gen)
+    x = torch.randn(rows, 576, generator=gen)
+    few = fast_llama.WIDE_FEW_ROWS if wide else fast_llama.FEW_ROWS
+    transposed_products = []
+    mm = torch.mm
+    monkeypatch.setattr(torch, "mm", lambda a, b: transposed_products.append(a.shape) or mm(a, b))
+    with torch.no_grad():
+        ours = fast_llama.linear(x, weight, None, few_rows_fast=True)
+        fast_llama.linear(x, weight, None, few_rows_fast=False)
+    fast_llama.linear(x.requires_grad_(), weight, None, few_rows_fast=True)
+    assert transposed_products == ([weight.shape] if rows <= few else [])
+    assert torch.allclose(ours, torch.nn.functional.linear(x, weight), rtol=1e-5, atol=1e-4)
