@@ -3,7 +3,7 @@
 One GRPO step of this suite (the ``Ours`` side of ``bench grpo-vs-trl``, on its workloads) at each of several git
 revisions of the project, side by side. Each revision's tree comes out of ``git archive`` into a temporary folder
 and runs in its own warm worker process, which imports that tree in place of the working one (it says which
-tree it imported, and a worker that imported another is an error). The rounds interleave the revisions, in
+tree it imported, and a worker that imported another is an error) from the caller's working directory. The rounds interleave the revisions, in
 an order that rotates each round, so a slow spell on a shared machine falls on all of them alike. Every
 worker builds the policy with the same seed and steps on the same prompts; where the sampling code is the
 same, the first step's batch is the same (later ones drift with the weights' rounding), and the report gives
@@ -36,10 +36,15 @@ from benchmarks.markdown import markdown_table
 from benchmarks.perf.grpo_vs_trl import WORKLOADS, median_interval
 
 PHASES = ("generate", "logprobs", "update")
+# Before each step: the previous worker's OpenMP threads spin-wait for a while after their last parallel region
+# (libgomp's spin count, Intel OpenMP's 200 ms block time), which would take cores from the next worker.
+PAUSE_S = 0.3
 
 # What each worker runs, in its revision's tree: the grpo-vs-trl workload's Ours side, one step per request line.
 WORKER = r"""
-import json, random, sys
+import sys
+sys.path.insert(0, sys.argv[5])  # the revision's tree before the working directory (which stays the caller's)
+import json, random
 import torch
 workload, seed, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 if threads:
@@ -99,11 +104,10 @@ class Worker:
     def __init__(self, tree: Path, workload: str, seed: int, threads: int, device: str, log: Path):
         self.name = f"{tree.name} on {workload}"
         self.stderr_path = log
-        env = {**os.environ, "PYTHONPATH": str(tree)}
         self._stderr = open(log, "w")
-        self.proc = subprocess.Popen([sys.executable, "-c", WORKER, workload, str(seed), str(threads), device],
-                                     cwd=tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self._stderr, text=True)
+        # The caller's working directory, so that data found from it (GSM8K's local copy) is found the same way.
+        self.proc = subprocess.Popen([sys.executable, "-c", WORKER, workload, str(seed), str(threads), device, str(tree)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True)
         ready = self._read()
         imported = Path(ready["imported"]).resolve()
         if tree.resolve() not in imported.parents:
@@ -120,6 +124,7 @@ class Worker:
         return json.loads(line)
 
     def step(self) -> dict:
+        time.sleep(PAUSE_S)
         self.proc.stdin.write("\n")
         self.proc.stdin.flush()
         return self._read()
