@@ -10,6 +10,8 @@ from importlib import metadata
 
 import torch
 
+from benchmarks.errors import UsageError
+
 
 def resolve_device(name: str) -> torch.device:
     """'auto' picks CUDA when present; asking for CUDA without it is the caller's error (ValueError)."""
@@ -20,6 +22,14 @@ def resolve_device(name: str) -> torch.device:
     if name != "cpu" and not name.startswith("cuda"):
         raise ValueError(f"unknown device {name!r}; choose auto, cpu or cuda")
     return torch.device(name)
+
+
+def requested_device(name: str) -> torch.device:
+    """``resolve_device`` for a command's ``--device``: a device that cannot be had is bad input (UsageError)."""
+    try:
+        return resolve_device(name)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def resolve_precision(name: str, device: torch.device) -> str:

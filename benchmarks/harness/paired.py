@@ -16,7 +16,6 @@ from typing import Optional
 
 import torch
 
-from benchmarks.errors import UsageError
 from benchmarks.harness import measure
 from benchmarks.harness.loop import make_evaluated_task
 
@@ -35,10 +34,7 @@ class PairedEvalSettings:
 def evaluate_paired(settings: PairedEvalSettings) -> dict:
     """The result ``benchmarks.report.paired.compare`` reads: label, task, options, seed, the question range,
     metrics, the task's describe(), per-question results, seconds per phase, environment and command."""
-    try:
-        device = measure.resolve_device(settings.device)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    device = measure.requested_device(settings.device)
     start = time.perf_counter()
     task = make_evaluated_task(settings.task, **settings.task_options)
     if settings.questions is not None:  # a range of the questions, so that a long evaluation can run in parts

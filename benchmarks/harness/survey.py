@@ -85,10 +85,7 @@ def run_survey(settings: SurveySettings, out: Path, *, resume: bool = False, log
     """Evaluate every candidate (skipping, with ``resume``, those already in OUT/survey.csv); returns all rows."""
     if not settings.candidates:
         raise UsageError("survey: no candidates")
-    try:
-        device = measure.resolve_device(settings.device)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    device = measure.requested_device(settings.device)
     out.mkdir(parents=True, exist_ok=True)
     csv_path, md_path = out / "survey.csv", out / "survey.md"
     rows = _read_rows(csv_path) if resume else []

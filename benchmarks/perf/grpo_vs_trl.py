@@ -800,10 +800,7 @@ def run_bench(settings: PerfSettings, command: str) -> dict:
         raise UsageError(f"--pairs must be >= 5 for a min/median/max ratio, got {settings.pairs}")
     if settings.pairs < 1:
         raise UsageError(f"--pairs must be >= 1, got {settings.pairs}")
-    try:
-        device = measure.resolve_device(settings.device)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    device = measure.requested_device(settings.device)
     if settings.max_new_tokens is not None and settings.max_new_tokens < 1:
         raise UsageError(f"--max-new-tokens must be >= 1, got {settings.max_new_tokens}")
     out = Path(settings.out or ("results/gpu" if device.type == "cuda" else "results/perf"))

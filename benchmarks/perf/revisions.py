@@ -222,10 +222,7 @@ def run_revisions(settings: RevisionSettings, command: str, log=print) -> dict:
         raise UsageError("bench revisions needs at least two revisions: a baseline, then each change")
     if settings.rounds < 2:
         raise UsageError(f"--rounds must be >= 2, got {settings.rounds}")
-    try:
-        device = measure.resolve_device(settings.device)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    device = measure.requested_device(settings.device)
     revisions = [resolve(settings.repo, r) for r in settings.revisions]
     out = Path(settings.out)
     out.mkdir(parents=True, exist_ok=True)
