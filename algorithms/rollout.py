@@ -489,8 +489,9 @@ def _packed_length(prompt_mask: torch.Tensor, completion_mask: torch.Tensor, gro
 def _layout(model, prompt_ids, prompt_mask, completion_mask, group_size: int) -> str:
     """How per_token_logps runs the batch: "packed", "cached" (a group's prompt once, through its KV cache) or
     "full" (every row whole)."""
-    if group_size > 1 and _shared_prompt(prompt_ids, prompt_mask, group_size) and _prefix(completion_mask):
-        if _packed_length(prompt_mask, completion_mask, group_size) <= PACKED_MAX_LENGTH and fast_llama.supports(model):
+    if group_size > 1 and _shared_prompt(prompt_ids, prompt_mask, group_size):
+        if (_prefix(completion_mask) and fast_llama.supports(model)
+                and _packed_length(prompt_mask, completion_mask, group_size) <= PACKED_MAX_LENGTH):
             return "packed"
         if _sharing_pays(model, prompt_mask, group_size):
             return "cached"

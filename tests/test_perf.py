@@ -331,3 +331,19 @@ def test_scaling_skips_a_task_without_scaling_points():
     lines = []
     assert scaling(["reasoning_gym"], steps=1, seed=0, device="cpu", log=lines.append) == []
     assert lines == ["  scaling: no scaling points for reasoning_gym; skipped"]
+
+
+def test_a_completion_mask_with_holes_is_not_packed(pizza):
+    """The packed row holds each completion's real tokens as a prefix; a mask with a hole inside a completion
+    (not what sampling makes) takes another route and still gives the full forward's log-probs."""
+    model = pizza.load_policy(torch.device("cpu"))
+    rollout = generate(model, pizza.tokenizer, pizza.train_prompts()[:1], 8, max_new_tokens=12, temperature=1.0,
+                       generator=torch.Generator().manual_seed(0))
+    mask = rollout.completion_mask.clone()
+    longest = int(mask.sum(1).argmax())
+    mask[longest, 1] = 0  # a hole
+    assert not rollout_lib._prefix(mask) and rollout_lib._prefix(rollout.completion_mask)
+    assert rollout_lib._layout(model, rollout.prompt_ids, rollout.prompt_mask, mask, 8) != "packed"
+    grouped = per_token_logps(model, rollout.prompt_ids, rollout.prompt_mask, rollout.completion_ids, mask, group_size=8)
+    one_by_one = per_token_logps(model, rollout.prompt_ids, rollout.prompt_mask, rollout.completion_ids, mask)
+    assert (grouped - one_by_one)[mask.bool()].abs().max() < 1e-5
