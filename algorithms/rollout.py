@@ -420,12 +420,12 @@ def _packed_completion_logits(model, prompt_ids, prompt_mask, completion_ids, co
     device = prompt_ids.device
     unique_ids, unique_mask = prompt_ids[::group_size], prompt_mask[::group_size]  # (n, P)
     P = unique_ids.size(1)
-    inputs = (completion_mask.sum(1) - 1).clamp(min=0)  # (B,) each completion's tokens but its last
+    inputs = _inputs_per_completion(completion_mask)  # (B,)
     step = torch.arange(T - 1, device=device)
     real_input = step < inputs[:, None]  # (B, T - 1)
     per_group = inputs.view(n, group_size)
     offsets = (per_group.cumsum(1) - per_group).view(batch)  # where each completion starts after its prompt
-    length = P + int(per_group.sum(1).max())
+    length = _packed_length(prompt_mask, completion_mask, group_size)
     group = torch.arange(batch, device=device).div(group_size, rounding_mode="floor")  # (B,) each completion's row
     row = group[:, None].expand(batch, T - 1)[real_input]
     column = (P + offsets[:, None] + step)[real_input]
@@ -480,10 +480,14 @@ def _completion_logits(model, prompt_ids, prompt_mask, completion_ids, completio
     return torch.cat([first, rest], dim=1)
 
 
+def _inputs_per_completion(completion_mask: torch.Tensor) -> torch.Tensor:
+    """(B,) each completion's real tokens but its last: the positions of it a packed row holds."""
+    return (completion_mask.sum(1) - 1).clamp(min=0)
+
+
 def _packed_length(prompt_mask: torch.Tensor, completion_mask: torch.Tensor, group_size: int) -> int:
     """The packed rows' length: a prompt, then each completion's real tokens but its last."""
-    inputs = (completion_mask.sum(1) - 1).clamp(min=0).view(-1, group_size)
-    return prompt_mask.size(1) + int(inputs.sum(1).max())
+    return prompt_mask.size(1) + int(_inputs_per_completion(completion_mask).view(-1, group_size).sum(1).max())
 
 
 def _layout(model, prompt_ids, prompt_mask, completion_mask, group_size: int) -> str:

@@ -11,8 +11,6 @@ from __future__ import annotations
 import random
 from typing import Optional, Sequence
 
-import torch
-
 from tasks.base import GenerationDefaults, Task, TaskError, load_pretrained, register_task, sample_completions
 from tasks.tiny_lm import cached_model, char_tokenizer, pretrain, tiny_llama
 

@@ -70,7 +70,7 @@ def test_luspo_by_hand():
     # sequence ratio s_i = exp(mean log-ratio); clipped surrogate; sum over the completion's tokens; mean over B.
     s0 = math.exp((0.0 + 0.5 - 0.3) / 3)  # 1.0689, inside [0.8, 1.2]
     s1 = math.exp(-0.5)  # 0.6065 with A = -2: the clip binds, -min(-1.213, -1.6) = 1.6
-    expected = (3 * -(s0 * 1.0) + 1 * 1.6) / 2
+    expected = (3 * -(s0 * 1.0) + 1 * -min(s1 * -2.0, 0.8 * -2.0)) / 2
     got = grpo_loss(LOGPS, OLD, None, ADV, MASK, loss_type="luspo", level="sequence")
     assert got.item() == pytest.approx(expected, rel=1e-6)
 

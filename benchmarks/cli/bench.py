@@ -9,6 +9,7 @@ from benchmarks.cli.bench_executors import add_executors_parser
 from benchmarks.cli.bench_lora import add_bench_lora_parser
 from benchmarks.cli.bench_revisions import add_bench_revisions_parser
 from benchmarks.cli.bench_roof import add_bench_roof_parser
+from benchmarks.cli.options import comma_list
 from benchmarks.perf.grpo_vs_trl import PerfSettings, default_workloads, run_bench, workloads_of
 
 
@@ -49,7 +50,7 @@ def add_bench_parser(sub) -> None:
 
 def cmd_bench(args) -> int:
     settings = PerfSettings(
-        algo=args.algo, workloads=[n.strip() for n in args.workloads.split(",") if n.strip()], pairs=args.pairs,
+        algo=args.algo, workloads=comma_list(args.workloads), pairs=args.pairs,
         allow_few_pairs=args.allow_few_pairs, memory=args.memory, max_new_tokens=args.max_new_tokens, seed=args.seed,
         device=args.device, out=args.out, bf16_steps=args.bf16_steps, scaling_steps=args.scaling_steps,
         readme=args.readme)

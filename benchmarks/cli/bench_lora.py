@@ -24,10 +24,11 @@ def add_bench_lora_parser(which) -> None:
 
 
 def cmd_bench_lora(args) -> int:
+    from benchmarks.cli.options import comma_list
     from benchmarks.errors import UsageError
     from benchmarks.perf.lora import run_bench
 
-    sides = [s.strip() for s in args.sides.split(",") if s.strip()]
+    sides = comma_list(args.sides)
     unknown = [s for s in sides if s not in SIDES]
     if unknown or not sides:
         raise UsageError(f"--sides: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(SIDES)}")

@@ -22,9 +22,10 @@ def add_bench_revisions_parser(which) -> None:
 
 
 def cmd_bench_revisions(args) -> int:
+    from benchmarks.cli.options import comma_list
     from benchmarks.perf.revisions import RevisionSettings, run_revisions
 
-    run_revisions(RevisionSettings(revisions=args.revisions, workloads=[w.strip() for w in args.workloads.split(",") if w.strip()],
+    run_revisions(RevisionSettings(revisions=args.revisions, workloads=comma_list(args.workloads),
                                    rounds=args.rounds, seed=args.seed, threads=args.threads, device=args.device,
                                    repo=args.repo, out=args.out), command=args.command_line)
     return 0

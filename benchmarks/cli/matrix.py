@@ -44,7 +44,7 @@ def add_executor_options(parser) -> None:
 def cmd_matrix(args) -> int:
     from benchmarks.io import read_json
     from benchmarks.matrix import parse, run_matrix
-    from benchmarks.cli.options import given_options
+    from benchmarks.cli.options import comma_list, given_options
     from benchmarks.matrix.executors import executor_option_names, make_executor
 
     executor = make_executor(args.executor, **given_options(args, executor_option_names()))
@@ -67,7 +67,7 @@ def cmd_matrix(args) -> int:
         return 0
     from benchmarks.report.verdicts import undecided
 
-    tasks = None if args.tasks is None else [t.strip() for t in args.tasks.split(",") if t.strip()]
+    tasks = None if args.tasks is None else comma_list(args.tasks)
     counts = run_matrix(plan, out, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress,
                         executor=executor, racing_rule=undecided, tasks=tasks)
     sessions = (read_json(out / "matrix.json") or {}).get("sessions", [])

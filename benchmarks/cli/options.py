@@ -121,6 +121,11 @@ def task_options_for(task: str, given: dict) -> dict:
     return given
 
 
+def comma_list(text: str) -> list[str]:
+    """A comma-separated flag value as its items, blanks dropped ("a, b," -> ["a", "b"])."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
 def json_value(text: str):
     """A command-line value read as JSON where it parses (500, 0.0, true, "sft"), else the text itself."""
     try:

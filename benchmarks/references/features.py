@@ -188,7 +188,7 @@ def feature_summary(rows: Iterable = ()) -> str:
     counts = [", ".join(f"{n} {status}" for status, n in sorted(checked[fw].items())) or "not run"
               for fw in ("trl-ppo", "verl", "openrlhf")]
     body.append(["`grpo-bench check references` rows", "-"] + counts)
-    algorithms = markdown_table(
+    algorithm_table = markdown_table(
         ["algorithm", "this suite"] + list(COLUMNS),
         [[f"`{name}`", cls.__module__] + [cell or "-" for cell in ALGORITHMS_ELSEWHERE.get(name, (None, None, None))]
          for name, cls in sorted(ALGORITHMS.items())])
@@ -196,4 +196,4 @@ def feature_summary(rows: Iterable = ()) -> str:
         "Counterparts of this suite's registered entries in each framework (generated from the registries and the "
         "adapters' mapping tables; every row of every table is in [results/references/features.md]"
         "(results/references/features.md)); the TRL column counts TRL 1.16 and, for PPO, TRL 1.12.", "",
-        markdown_table(["registry", "this suite"] + list(COLUMNS), body), "", algorithms])
+        markdown_table(["registry", "this suite"] + list(COLUMNS), body), "", algorithm_table])

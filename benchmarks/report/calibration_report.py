@@ -16,7 +16,6 @@ It reads the result stores and matrix.json files it is given, and writes OUT/rep
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Sequence
 
