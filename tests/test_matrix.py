@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from benchmarks.cli.main import main
@@ -386,3 +387,37 @@ def test_a_finished_cell_keeps_no_checkpoints(tmp_path, monkeypatch):
     assert execute.run_matrix(plan, tmp_path / "out", progress=False) == {"complete": 1, "failed": 1, "skipped": 0}
     assert not list((tmp_path / "out" / "pizza/grpo/seed0/checkpoints").glob("*.pt"))
     assert (tmp_path / "out" / "bandit/grpo/seed0/checkpoints/step_0000001.pt").exists()
+
+
+def test_a_resumed_cell_counts_the_process_time_of_every_attempt(tmp_path, capsys):
+    """Training time continues from the checkpoint, so the process time must add the killed attempt's too:
+    start-up + evaluation (process minus training) is then never negative."""
+    from benchmarks.matrix.execute import CellJob, cell_line, finish_cell, prepare_cell_dir
+    from benchmarks.report.matrix import phase_markdown
+
+    path = tmp_path / "m.toml"
+    path.write_text(GOOD.replace('level = ["token", "sequence"]', ""))
+    cell = parse(path).cells[0]
+    job = prepare_cell_dir(CellJob(cell, tmp_path / "cell", resume=False))
+    killed = finish_cell(job, -9, 300.0)
+    assert killed["status"] == "failed" and killed["process_wall_clock_s"] == 300.0 and killed["attempts"] == 1
+    job = prepare_cell_dir(CellJob(cell, tmp_path / "cell", resume=True))
+    (job.cell_dir / "summary.json").write_text(json.dumps({  # the resumed run: 250 s of training in all
+        "status": "complete", "steps": 2, "accuracy_before": 0.1, "accuracy_after": 0.9, "reward_before": 0.4,
+        "reward_after": 3.6, "completions_generated": 64, "wall_clock_s": 250.0, "peak_memory_bytes": 2**20}))
+    done = finish_cell(job, 0, 100.0)
+    assert done["process_wall_clock_s"] == 400.0 and done["attempts"] == 2
+    assert "250.0 s training (400.0 s in 2 attempts)" in cell_line(1, 1, cell, done)
+    # a fresh (not resumed) run of the cell starts counting again
+    job = prepare_cell_dir(CellJob(cell, tmp_path / "cell", resume=False))
+    assert finish_cell(job, 1, 7.0)["process_wall_clock_s"] == 7.0
+    # A cell whose earlier processes went unrecorded (its driver was stopped): unknown, not negative
+    cells = pd.DataFrame([{"task": "pizza", "variant": "grpo", "status": "complete", "wall_clock_s": 250.0,
+                           "process_wall_clock_s": 100.0},
+                          {"task": "pizza", "variant": "grpo", "status": "complete", "wall_clock_s": 10.0,
+                           "process_wall_clock_s": 14.0},
+                          {"task": "bandit", "variant": "grpo", "status": "complete", "wall_clock_s": 250.0,
+                           "process_wall_clock_s": 100.0}])
+    table = phase_markdown(cells)
+    assert "| pizza | grpo | 0.00 | 0.00 | 0.00 | 0.00 | 130.00 | 4.00 |" in table
+    assert "| bandit | grpo | 0.00 | 0.00 | 0.00 | 0.00 | 250.00 | - |" in table

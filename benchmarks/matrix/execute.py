@@ -150,6 +150,7 @@ def last_error_line(log: Path) -> str:
     return lines[-1] if lines else ""
 
 
+ATTEMPTS_FILE = "attempts.json"  # process seconds of each attempt at the cell that ended under a driver
 TIMING_KEYS = ("startup_s", "reset_s", "build_s", "eval_s", "cell_s", "peak_rss_method", "threads", "pid")
 
 
@@ -160,7 +161,13 @@ def finish_cell(job: CellJob, returncode: int, process_s: float, error: Optional
     summary = read_json(job.cell_dir / "summary.json")
     log_path = job.cell_dir / "log.txt"
     timing = {k: v for k, v in (read_json(job.cell_dir / "timing.json") or {}).items() if k in TIMING_KEYS}
-    record = {**timing, **(record or {}), "process_wall_clock_s": process_s}  # start-up and evaluation included
+    # A resumed cell's training time continues its checkpoint's, so its process time must add up every attempt
+    # too (a killed attempt's work after its last checkpoint is lost time, not nothing); an attempt whose driver
+    # was stopped with it never reaches here and is not counted.
+    attempts = (read_json(job.cell_dir / ATTEMPTS_FILE) or []) + [process_s]
+    atomic_write_json(job.cell_dir / ATTEMPTS_FILE, attempts)
+    record = {**timing, **(record or {}), "process_wall_clock_s": sum(attempts),  # start-up and evaluation included
+              "attempts": len(attempts)}
     if returncode == 0 and summary and summary.get("status") == CELL_COMPLETE:
         summary.update(record)
         atomic_write_json(job.cell_dir / "summary.json", summary)
@@ -223,7 +230,9 @@ def cell_line(i: int, n: int, cell: Cell, s: dict) -> str:
         return f"{head} FAILED: {s.get('error')}"
     return (f"{head} accuracy {s['accuracy_before']:.3f} -> {s['accuracy_after']:.3f}, reward {s['reward_before']:.3f} -> "
             f"{s['reward_after']:.3f}, {s['steps']} steps / {s['completions_generated']:.0f} completions, "
-            f"{s['wall_clock_s']:.1f} s training ({s['process_wall_clock_s']:.1f} s in all), "
+            f"{s['wall_clock_s']:.1f} s training ({s['process_wall_clock_s']:.1f} s in "
+            + (f"{s['attempts']} attempts), " if s.get("attempts", 1) > 1 else "all), ")
+            + 
             f"peak {s['peak_memory_bytes'] / 2**20:.0f} MiB")
 
 

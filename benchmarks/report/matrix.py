@@ -150,15 +150,19 @@ PHASES = ["generate", "score", "logprobs", "update"]
 
 
 def phase_markdown(cells: pd.DataFrame) -> str:
-    """Mean seconds per phase over complete seeds; "other" is process start-up and evaluation."""
+    """Mean seconds per phase over complete seeds; "other" is process start-up and evaluation (and the work of
+    killed attempts lost after their last checkpoint), over the cells where every attempt's time is known."""
     done = cells[cells["status"] == "complete"].copy()
     if done.empty:
         return ""
     for phase in PHASES:
         done[f"time_{phase}_s"] = done.get(f"time_{phase}_s", pd.Series(0.0, index=done.index)).fillna(0.0)
     done["other"] = done["process_wall_clock_s"] - done["wall_clock_s"] if "process_wall_clock_s" in done else math.nan
+    # A cell resumed after its driver was stopped carries its checkpoint's training time but not the earlier
+    # processes' time: what they spent besides training is unknown, not negative.
+    done.loc[done["other"] < 0, "other"] = math.nan
     means = done.groupby(["task", "variant"], sort=False)[[f"time_{p}_s" for p in PHASES] + ["wall_clock_s", "other"]].mean()
-    rows = [[task, variant] + [f"{v:.2f}" for v in r] for (task, variant), r in zip(means.index, means.values)]
+    rows = [[task, variant] + ["-" if math.isnan(v) else f"{v:.2f}" for v in r] for (task, variant), r in zip(means.index, means.values)]
     return markdown_table(["task", "variant"] + PHASES + ["training total", "start-up + evaluation"], rows)
 
 
