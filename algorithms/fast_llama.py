@@ -17,8 +17,9 @@ last bits (~1e-6 relative).
 Under autocast the same ops take the same casts, so the numbers still equal transformers' (tested);
 decoding then runs the separate projections, whose bf16 copies autocast caches per parameter.
 
-``supports(model)`` says when it applies; everything else (other architectures, eager/flash attention,
-adapters that replace the projections, attention dropout in training) keeps transformers' forward.
+``llama_of(model)`` says when it applies: a plain Llama (``supports``) or one under PEFT LoRA adapters, which
+it runs as PEFT does; everything else (other architectures, eager/flash attention, merged or DoRA adapters,
+attention dropout in training) keeps transformers' forward.
 """
 
 from __future__ import annotations
@@ -47,12 +48,14 @@ def supports(model) -> bool:
     return _plain_llama(model, lambda m: type(m) is torch.nn.Linear)
 
 
-def sampling_model(model):
-    """The Llama whose function ``forward`` computes when sampling from ``model``, or None: ``model`` itself
-    (``supports``), or the Llama under a PEFT LoRA model, whose adapters ``FusedProjections`` folds into the
-    weights it prepares (W + scaling x B A per projection: the same function without dropout, as sampling
-    runs it, other rounding). Without it a LoRA policy sampled through PEFT's and transformers' forward:
-    chain_sum's GRPO step at 1.95x TRL's against 2.54x with full fine-tuning."""
+def llama_of(model):
+    """The Llama whose function ``forward`` computes for ``model``, or None: ``model`` itself (``supports``),
+    or the Llama under a PEFT LoRA model. ``forward`` runs its LoRA projections as PEFT does, unmerged (base
+    output + scaling x B(A(dropout(x))) per active adapter, the adapters' own modules), so log-probs and
+    their gradients take the packed and cached routes of a plain Llama; ``FusedProjections`` folds them for
+    sampling (W + scaling x B A: the same function without dropout, as sampling runs it, other rounding).
+    Without the fold a LoRA policy sampled through PEFT's and transformers' forward: chain_sum's GRPO step
+    at 1.95x TRL's against 2.54x with full fine-tuning."""
     if supports(model):
         return model
     base = getattr(getattr(model, "base_model", None), "model", None)
@@ -69,7 +72,9 @@ def _foldable_lora(module) -> bool:
         return False
     if type(getattr(module, "base_layer", None)) is not torch.nn.Linear or getattr(module, "merged", True):
         return False
-    if any(getattr(module, "use_dora", {}).values()) or module._forward_hooks or module._forward_pre_hooks:
+    if any(getattr(module, "use_dora", {}).values()) or getattr(module, "lora_variant", None):
+        return False  # DoRA and the other variants compute something else than B A
+    if module._forward_hooks or module._forward_pre_hooks:
         return False
     return all(name in module.lora_A for name in module.active_adapters) or bool(module.disable_adapters)
 
@@ -83,6 +88,23 @@ def _weight_and_bias(module) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         for name in module.active_adapters:
             weight = weight + module.get_delta_weight(name).to(weight.dtype)
     return weight, module.base_layer.bias
+
+
+def _project(x: torch.Tensor, module, few_rows_fast: bool) -> torch.Tensor:
+    """``module``(x) for a projection ``llama_of`` accepts: a Linear, or an unmerged PEFT LoRA Linear computed
+    as its own forward does (the same modules in the same order, so dropout draws the same masks)."""
+    if type(module) is torch.nn.Linear:
+        return linear(x, module.weight, module.bias, few_rows_fast)
+    base = module.base_layer
+    out = linear(x, base.weight, base.bias, few_rows_fast)
+    if module.disable_adapters:
+        return out
+    dtype = out.dtype
+    for name in module.active_adapters:
+        if name in module.lora_A:
+            lora_a = module.lora_A[name]
+            out = out + module.lora_B[name](lora_a(module.lora_dropout[name](x.to(lora_a.weight.dtype)))) * module.scaling[name]
+    return out.to(dtype)
 
 
 def _plain_llama(model, plain_linear) -> bool:
@@ -187,7 +209,7 @@ class FusedProjections:
     """
 
     def __init__(self, model, dtype: Optional[torch.dtype] = None, int8: bool = False):
-        """``model`` is a Llama that ``sampling_model`` returned (LoRA layers are folded)."""
+        """``model`` is a Llama that ``llama_of`` returned (LoRA layers are folded)."""
         self.qkv, self.qkv_bias, self.gate_up = [], [], []
         self.o, self.o_bias, self.down, self.down_bias = [], [], [], []
 
@@ -409,9 +431,9 @@ def forward(model, input_ids: torch.Tensor, position_ids: torch.Tensor, attentio
             qk = rotate(qk)  # elementwise: the same numbers as q and k apart
             q, k = qk[:, :heads], qk[:, heads:]
         else:
-            q = linear(x, attn.q_proj.weight, attn.q_proj.bias, few_rows_fast).view(batch, length, -1, dim).transpose(1, 2)
-            k = linear(x, attn.k_proj.weight, attn.k_proj.bias, few_rows_fast).view(batch, length, -1, dim).transpose(1, 2)
-            v = linear(x, attn.v_proj.weight, attn.v_proj.bias, few_rows_fast).view(batch, length, -1, dim).transpose(1, 2)
+            q = _project(x, attn.q_proj, few_rows_fast).view(batch, length, -1, dim).transpose(1, 2)
+            k = _project(x, attn.k_proj, few_rows_fast).view(batch, length, -1, dim).transpose(1, 2)
+            v = _project(x, attn.v_proj, few_rows_fast).view(batch, length, -1, dim).transpose(1, 2)
             q, k = rotate(q), rotate(k)
         if cache is not None:
             k, v = cache.append(index, k, v, past)
@@ -422,15 +444,15 @@ def forward(model, input_ids: torch.Tensor, position_ids: torch.Tensor, attentio
         if fused is not None:
             hidden = hidden + linear(out, fused.o[index], fused.o_bias[index], few_rows_fast)
         else:
-            hidden = hidden + linear(out, attn.o_proj.weight, attn.o_proj.bias, few_rows_fast)
+            hidden = hidden + _project(out, attn.o_proj, few_rows_fast)
         x = _rms_norm(hidden, layer.post_attention_layernorm)
         if fused is not None:
             gate, up = linear(x, fused.gate_up[index], None, few_rows_fast).chunk(2, dim=-1)
             hidden = hidden + linear(F.silu(gate) * up, fused.down[index], fused.down_bias[index], few_rows_fast)
         else:
-            gate = linear(x, mlp.gate_proj.weight, mlp.gate_proj.bias, few_rows_fast)
-            up = linear(x, mlp.up_proj.weight, mlp.up_proj.bias, few_rows_fast)
-            hidden = hidden + linear(F.silu(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias, few_rows_fast)
+            gate = _project(x, mlp.gate_proj, few_rows_fast)
+            up = _project(x, mlp.up_proj, few_rows_fast)
+            hidden = hidden + _project(F.silu(gate) * up, mlp.down_proj, few_rows_fast)
     if cache is not None:
         cache.length = past + length
     if logits_at is not None:  # the final norm is per position: only the kept ones
@@ -440,4 +462,4 @@ def forward(model, input_ids: torch.Tensor, position_ids: torch.Tensor, attentio
         hidden = hidden[:, -logits_to_keep:]
     if fused is not None:
         return linear(hidden, fused.head, fused.head_bias, few_rows_fast)
-    return linear(hidden, model.lm_head.weight, model.lm_head.bias, few_rows_fast)
+    return _project(hidden, model.lm_head, few_rows_fast)

@@ -266,7 +266,7 @@ def check_int8_sampling(model) -> None:
     """Raise ValueError unless ``generate(..., int8=True)`` can sample from ``model``: a Llama-architecture
     model that ``fast_llama`` runs (LoRA adapters folded in), on the CPU, where ``torch._int_mm`` takes any
     shape (CUDA's needs more than 16 rows; a GPU's rollout engine has int8 kernels of its own)."""
-    if fast_llama.sampling_model(model) is None:
+    if fast_llama.llama_of(model) is None:
         raise ValueError(f"int8 sampling needs a Llama-architecture policy with sdpa attention; "
                          f"{type(model).__name__} is not one (use sampling_precision bf16 or same)")
     device = next(model.parameters()).device
@@ -280,7 +280,7 @@ def _lean_sampler(model, device: torch.device, int8: bool = False):
     samples only through prepared weights (its adapters folded in), never through its projections' own."""
     if int8:
         check_int8_sampling(model)
-    llama = fast_llama.sampling_model(model)
+    llama = fast_llama.llama_of(model)
     if llama is None:
         return None
     dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
@@ -439,7 +439,7 @@ def _packed_completion_logits(model, prompt_ids, prompt_mask, completion_ids, co
     layout = fast_llama.PromptGroups.of(unique_mask, per_group, length)
     # Rows kept: each group's last prompt position (it predicts token 0 of all G), then every real input.
     keep = torch.cat([torch.arange(n, device=device) * length + P - 1, row * length + column])
-    logits = fast_llama.forward(model, input_ids, positions, layout, logits_at=keep)
+    logits = fast_llama.forward(fast_llama.llama_of(model), input_ids, positions, layout, logits_at=keep)
     row_of = group[:, None].repeat(1, T)
     row_of[:, 1:][real_input] = n + torch.arange(int(real_input.sum()), device=device)
     return logits, row_of
@@ -458,11 +458,12 @@ def _completion_logits(model, prompt_ids, prompt_mask, completion_ids, completio
     attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
     positions = _positions(attention_mask)
     P, T = prompt_ids.size(1), completion_ids.size(1)
-    fast = fast_llama.supports(model)
+    llama = fast_llama.llama_of(model)
+    fast = llama is not None
 
     def run(input_ids, mask, position_ids, cache=None, logits_to_keep=0):
         if fast:
-            return fast_llama.forward(model, input_ids, position_ids, mask, cache, logits_to_keep=logits_to_keep)
+            return fast_llama.forward(llama, input_ids, position_ids, mask, cache, logits_to_keep=logits_to_keep)
         return model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids, past_key_values=cache,
                      use_cache=cache is not None, logits_to_keep=logits_to_keep).logits
 
@@ -494,7 +495,7 @@ def _layout(model, prompt_ids, prompt_mask, completion_mask, group_size: int) ->
     """How per_token_logps runs the batch: "packed", "cached" (a group's prompt once, through its KV cache) or
     "full" (every row whole)."""
     if group_size > 1 and _shared_prompt(prompt_ids, prompt_mask, group_size):
-        if (_prefix(completion_mask) and fast_llama.supports(model)
+        if (_prefix(completion_mask) and fast_llama.llama_of(model) is not None
                 and _packed_length(prompt_mask, completion_mask, group_size) <= PACKED_MAX_LENGTH):
             return "packed"
         if _sharing_pays(model, prompt_mask, group_size):

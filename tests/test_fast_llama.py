@@ -232,7 +232,7 @@ def test_lora_policy_samples_through_folded_weights_with_peft_numbers(monkeypatc
         for name, p in policy.named_parameters():
             if "lora_B" in name:
                 p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name))) * 0.3)
-    llama = fast_llama.sampling_model(policy)
+    llama = fast_llama.llama_of(policy)
     assert llama is policy.base_model.model and not fast_llama.supports(llama)
     ids, mask = _padded_batch(policy.config.vocab_size)
     policy.eval()
@@ -254,9 +254,93 @@ def test_lora_policy_samples_through_folded_weights_with_peft_numbers(monkeypatc
 
     ours = sample()
     calls = []
-    monkeypatch.setattr(fast_llama, "sampling_model", lambda model: calls.append(model) or None)  # PEFT's forward
+    monkeypatch.setattr(fast_llama, "llama_of", lambda model: calls.append(model) or None)  # PEFT's forward
     theirs = sample()
     assert calls and torch.equal(ours.completion_ids, theirs.completion_ids)
+
+
+def _lora_gqa_policy(dropout: float):
+    """The GQA test Llama under PEFT LoRA (r 4, every linear layer) with adapters moved off PEFT's zero B."""
+    from benchmarks.harness import RunConfig
+    from benchmarks.harness.lora import wrap
+
+    torch.manual_seed(0)
+    policy = wrap(_gqa_llama(), RunConfig(task="pizza", lora_r=4, lora_dropout=dropout))
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name))) * 0.3)
+    return policy
+
+
+def test_lora_forward_with_dropout_is_peft_forward_bit_for_bit():
+    """In training, fast_llama runs a LoRA projection as PEFT does (base + s B(A(dropout(x)))), the same modules
+    in the same order: at one seed the dropout masks, logits and gradients are PEFT's exactly."""
+    policy = _lora_gqa_policy(dropout=0.3)
+    llama = fast_llama.llama_of(policy)
+    assert llama is policy.base_model.model
+    ids, mask = _padded_batch(50)
+    policy.train()
+    results = []
+    for run in (lambda: policy(input_ids=ids, attention_mask=mask, position_ids=_positions(mask)).logits,
+                lambda: fast_llama.forward(llama, ids, _positions(mask), mask)):
+        policy.zero_grad()
+        torch.manual_seed(5)
+        logits = run()
+        logits.float().pow(2).mean().backward()
+        results.append((logits.detach(), {n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None}))
+    (theirs, their_grads), (ours, our_grads) = results
+    assert torch.equal(ours, theirs)
+    assert set(our_grads) == set(their_grads) and all("lora_" in n for n in our_grads)
+    assert all(torch.equal(our_grads[n], their_grads[n]) for n in our_grads)
+    torch.manual_seed(6)  # another seed draws other masks: the dropout is really applied
+    assert not torch.equal(fast_llama.forward(llama, ids, _positions(mask), mask), ours)
+
+
+def test_lora_log_probs_take_the_packed_route_with_peft_numbers(monkeypatch):
+    """A LoRA policy's per_token_logps at G > 1 runs the packed row through fast_llama (no transformers or PEFT
+    forward): PEFT's full-sequence log-probs and LoRA gradients within rounding; with the adapter off, the
+    base model's."""
+    from algorithms import rollout as rollout_lib
+
+    policy = _lora_gqa_policy(dropout=0.0)
+    policy.eval()
+    ids, mask = _padded_batch(50)
+    group_size, T = 3, 5
+    prompt_ids, prompt_mask = ids.repeat_interleave(group_size, 0), mask.repeat_interleave(group_size, 0)
+    completion_ids = torch.randint(3, 50, (ids.size(0) * group_size, T), generator=torch.Generator().manual_seed(2))
+    completion_mask = torch.ones_like(completion_ids)
+    completion_mask[1, 3:] = 0
+
+    def logps_and_grads(route):
+        policy.zero_grad()
+        logps = route()
+        (logps * completion_mask).sum().backward()
+        return logps.detach(), {n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None}
+
+    full_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+
+    def peft_full():
+        logits = policy(input_ids=torch.cat([prompt_ids, completion_ids], 1), attention_mask=full_mask,
+                        position_ids=_positions(full_mask)).logits[:, prompt_ids.size(1) - 1 : -1]
+        return torch.log_softmax(logits.float(), -1).gather(-1, completion_ids[..., None]).squeeze(-1)
+
+    packed_calls = []
+    original = rollout_lib._packed_completion_logits
+    monkeypatch.setattr(rollout_lib, "_packed_completion_logits", lambda *a: packed_calls.append(1) or original(*a))
+    ours, our_grads = logps_and_grads(lambda: rollout_lib.per_token_logps(
+        policy, prompt_ids, prompt_mask, completion_ids, completion_mask, group_size=group_size))
+    assert packed_calls == [1]
+    theirs, their_grads = logps_and_grads(peft_full)
+    real = completion_mask.bool()
+    assert (ours - theirs)[real].abs().max() < 1e-5
+    assert set(our_grads) == set(their_grads) and all("lora_" in n for n in our_grads)
+    for name in our_grads:
+        torch.testing.assert_close(our_grads[name], their_grads[name], rtol=1e-4, atol=1e-5)
+    with torch.no_grad(), policy.disable_adapter():
+        off = rollout_lib.per_token_logps(policy, prompt_ids, prompt_mask, completion_ids, completion_mask, group_size=group_size)
+        base = peft_full()
+    assert (off - base)[real].abs().max() < 1e-5 and (off - ours)[real].abs().max() > 1e-3
 
 
 def test_prompt_groups_attention_equals_one_block_masked_attention_over_the_packed_row():

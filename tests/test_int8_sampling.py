@@ -123,7 +123,7 @@ def test_a_policy_int8_cannot_serve_is_refused():
 
 
 def test_int8_on_a_policy_it_cannot_serve_is_one_line_and_exit_2(run_cli, tmp_path, monkeypatch):
-    monkeypatch.setattr(fast_llama, "sampling_model", lambda model: None)
+    monkeypatch.setattr(fast_llama, "llama_of", lambda model: None)
     code, _, err = run_cli("run", "--task", "pizza", "--algo", "grpo", "--sampling-precision", "int8", "--steps", "1",
                            "--out", tmp_path / "run")
     assert code == 2 and len(err.strip().splitlines()) == 1

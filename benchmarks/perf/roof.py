@@ -142,7 +142,7 @@ def agreement_with_fp32(model, tokenizer, precision: str, new_tokens: int = 32) 
         mask = torch.cat([rollout.prompt_mask, rollout.completion_mask], dim=1)
         reference = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask)).logits.float()
         if precision == "int8":  # what the int8 sampler computes: fast_llama over the quantised weights
-            llama = fast_llama.sampling_model(model)  # a LoRA policy's Llama, its adapters folded into the weights
+            llama = fast_llama.llama_of(model)  # a LoRA policy's Llama, its adapters folded into the weights
             int8 = fast_llama.FusedProjections.of(llama, int8=True)
             other = fast_llama.forward(llama, ids, _positions(mask), mask, fused=int8).float()
         else:
@@ -195,7 +195,7 @@ def products_alone_rate(model, batch: int, repeats: int, precision: str = "fp32"
     from algorithms import fast_llama
     from algorithms.quantize import Int8Weight
 
-    llama = fast_llama.sampling_model(model)
+    llama = fast_llama.llama_of(model)
     if llama is None:
         return None
     dtype = torch.bfloat16 if precision == "bf16" else None
