@@ -347,3 +347,22 @@ def test_a_completion_mask_with_holes_is_not_packed(pizza):
     grouped = per_token_logps(model, rollout.prompt_ids, rollout.prompt_mask, rollout.completion_ids, mask, group_size=8)
     one_by_one = per_token_logps(model, rollout.prompt_ids, rollout.prompt_mask, rollout.completion_ids, mask)
     assert (grouped - one_by_one)[mask.bool()].abs().max() < 1e-5
+
+
+def test_reports_name_the_commit_of_the_code_they_measured(tmp_path):
+    """measure.environment carries the suite's git commit (and whether the tracked code differs from it); the
+    perf report's first line names it."""
+    import subprocess
+    from pathlib import Path
+
+    from benchmarks.harness import measure
+    from benchmarks.perf.grpo_vs_trl import code_line
+
+    root = Path(__file__).resolve().parents[1]
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert measure.environment(torch.device("cpu"))["code"]["commit"] == head
+    assert code_line({"code": {"commit": "0123456789abcdef", "dirty": True}}) == " This suite at commit 0123456789 with uncommitted changes."
+    assert code_line({"code": {"commit": "0123456789abcdef", "dirty": False}}) == " This suite at commit 0123456789."
+    assert code_line({"code": None}) == ""

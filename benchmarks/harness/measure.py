@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import resource
+import subprocess
 import sys
 from importlib import metadata
 
@@ -80,7 +81,25 @@ def rounding_settings() -> dict[str, str]:
 
 def environment(device: torch.device) -> dict:
     return {"device": str(device), "device_name": device_name(device), "platform": platform.platform(),
-            "versions": library_versions(), "rounding": rounding_settings()}
+            "versions": library_versions(), "rounding": rounding_settings(), "code": code_revision()}
+
+
+def code_revision() -> dict | None:
+    """The git commit of the suite's own checkout, and whether its tracked files differ from it ("dirty"): the
+    code a number was measured with. None when the suite is not a git checkout (an installed wheel, a tree
+    extracted with git archive)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if not os.path.exists(os.path.join(root, ".git")):
+        return None
+    try:
+        commit = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no", "--", "algorithms",
+                                "tasks", "benchmarks"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if commit.returncode or dirty.returncode:
+        return None
+    return {"commit": commit.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
 
 
 def reset_peak_memory(device: torch.device) -> None:

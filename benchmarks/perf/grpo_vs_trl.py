@@ -642,6 +642,14 @@ def _ratio_cell(ratio: dict, bold: bool) -> str:
     return f"{ratio['min']:.2f} / {median}{interval} / {ratio['max']:.2f}"
 
 
+def code_line(env: dict) -> str:
+    """" This suite at commit X." for a report's environment, or "" where the code's revision is unknown."""
+    code = env.get("code")
+    if not code:
+        return ""
+    return f" This suite at commit {code['commit'][:10]}" + (" with uncommitted changes." if code["dirty"] else ".")
+
+
 def render_markdown(report: dict) -> str:
     from benchmarks.markdown import markdown_table
 
@@ -652,7 +660,8 @@ def render_markdown(report: dict) -> str:
     lines = [
         f"{report.get('algo', 'grpo').upper()} step, this suite vs TRL {env['versions'].get('trl')} `{trainer}`, on "
         f"{env['device_name']} (torch {env['versions']['torch']}, {report['threads']} threads). Matmul 2048x2048: "
-        f"{report['matmul_gflops']['fp32']:.0f} GFLOP/s fp32, {report['matmul_gflops']['bf16']:.0f} GFLOP/s bf16.",
+        f"{report['matmul_gflops']['fp32']:.0f} GFLOP/s fp32, {report['matmul_gflops']['bf16']:.0f} GFLOP/s bf16."
+        + code_line(env),
         "",
         f"TRL runs twice, side by side in the same rounds: its default settings, and its fastest on this device "
         f"({settings}; TRL's configs turn gradient checkpointing on by default). TRL/ours is min / median "
