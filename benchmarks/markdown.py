@@ -74,6 +74,8 @@ REPORTS = (
      "grpo-bench bench roof"),
     ("results/perf/revisions.md", "One step at each git revision, side by side: what each performance change bought",
      "grpo-bench bench revisions"),
+    ("results/perf/revisions-lora/revisions.md", "A LoRA policy's step before and after its log-probs moved to fast_llama",
+     "grpo-bench bench revisions 4f591f4 33f81e5 --workloads chain_sum-lora-mu1,gsm8k-lora-mu1 --out results/perf/revisions-lora"),
     ("results/lora/report.md", "LoRA against full fine-tuning, ours and TRL's", "grpo-bench bench lora"),
     ("results/executors-default/executors.md", "Matrix executors on the default matrix: warm workers against fresh processes",
      "grpo-bench bench executors benchmarks/matrices/default.toml --seeds 0"),
