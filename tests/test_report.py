@@ -137,6 +137,12 @@ def test_guidance_rules_on_constructed_marks():
     assert verdicts.guidance(split)[-1] == "No variant is best or tied with best on all 2 tasks that rank."
     few = table([("a", "x", "too few seeds (< 3)", 0.6, 1.0), ("a", "y", "too few seeds (< 3)", 0.2, 1.0)])
     assert verdicts.guidance(few)[0] == "`a`: fewer than 3 seeds per variant, so no verdict."
+    partial = table([("a", "x", "best", 0.6, 1.0), ("a", "y", "worse", 0.2, 1.0), ("a", "z", "too few seeds (< 3)", 0.9, 1.0)])
+    assert verdicts.guidance(partial)[0] == ("On `a`, best or tied with best: `x` (1 of 2; `z` not judged: fewer "
+                                             "than 3 seeds).")
+    level = table([("a", "x", "best", 0.6, 1.0), ("a", "y", "tied with best", 0.5, 1.0), ("a", "z", "too few seeds (< 3)", 0.9, 1.0)])
+    assert verdicts.guidance(level)[0] == ("The statistics do not separate the variants on `a` (`z` not judged: fewer "
+                                           "than 3 seeds).")
 
 
 def test_readme_sections_tables_and_plots(reported, matrix_dir):

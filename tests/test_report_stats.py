@@ -170,6 +170,14 @@ def test_too_few_seeds_get_no_mark():
     assert all(m.startswith("too few seeds") for m in marks["mark"])
 
 
+def test_a_variant_short_of_seeds_does_not_keep_the_others_from_their_marks():
+    """A matrix not finished: one variant has 1 seed (and the highest mean). The others are marked against the
+    best of those with enough seeds; the short one gets no mark."""
+    marks = stats.mark_against_best({"short": [0.95], "b": [0.50, 0.52, 0.51], "c": [0.10, 0.12, 0.11],
+                                     "d": [0.49, 0.53, 0.50]}, reps=REPS).set_index("variant")["mark"].to_dict()
+    assert marks == {"short": "too few seeds (< 3)", "b": "best", "c": "worse", "d": "tied with best"}
+
+
 def test_identical_runs_are_both_best():
     marks = stats.mark_against_best({"a": [0.5, 0.5, 0.5], "b": [0.5, 0.5, 0.5]}, reps=REPS)
     assert list(marks["mark"]) == ["best", "best"]

@@ -257,13 +257,16 @@ def mark_against_best(scores: Mapping[str, Sequence[float]], *, method: str = ME
 
     The best is "best"; another is "tied with best" when the 95% interval (``method``, Welch t by
     default) of the difference of its mean to the best's contains 0, else "worse". With fewer than
-    MIN_SEEDS_FOR_VERDICT runs in either, the mark is "too few seeds". Every variant whose mean equals the
-    highest (to rounding) is "best": list order must not pick between equal means. Rows: variant, mean, diff,
-    diff_low, diff_high, mark, sorted by mean (highest first; ties keep the given order)."""
+    MIN_SEEDS_FOR_VERDICT runs in either, the mark is "too few seeds"; the best is the highest mean among the
+    variants that have enough runs (a variant still short of seeds, in a matrix not finished, must not keep the
+    others from their marks). Every variant whose mean equals the highest (to rounding) is "best": list order
+    must not pick between equal means. Rows: variant, mean, diff, diff_low, diff_high, mark, sorted by mean
+    (highest first; ties keep the given order)."""
     means = {v: float(np.mean(s)) for v, s in scores.items() if len(s)}
     if not means:
         return pd.DataFrame(columns=["variant", "mean", "diff", "diff_low", "diff_high", "mark"])
-    best = max(means, key=means.get)  # the first of equal means
+    enough = {v: m for v, m in means.items() if len(scores[v]) >= MIN_SEEDS_FOR_VERDICT} or means
+    best = max(enough, key=enough.get)  # the first of equal means
     rows = []
     for variant, mean in means.items():
         x, y = np.asarray(scores[variant], dtype=float), np.asarray(scores[best], dtype=float)

@@ -247,15 +247,20 @@ def guidance(table: pd.DataFrame) -> list[str]:
             level = "at or above 0.95" if frame["final_mean"].min() >= SATURATED_HIGH else "at or below 0.05"
             sentences.append(f"`{task}` ranks nothing: every variant's mean final accuracy is {level}.")
             continue
-        if not frame["mark"].isin([stats.BEST, stats.TIED, stats.WORSE]).all():
+        judged = frame[frame["mark"].isin([stats.BEST, stats.TIED, stats.WORSE])]
+        if len(judged) < 2:
             sentences.append(f"`{task}`: fewer than {stats.MIN_SEEDS_FOR_VERDICT} seeds per variant, so no verdict.")
             continue
+        short = [v for v in frame["variant"] if v not in set(judged["variant"])]
+        not_judged = f"{_names(short)} not judged: fewer than {stats.MIN_SEEDS_FOR_VERDICT} seeds" if short else ""
         ranking.append(task)
-        top = frame[frame["mark"].isin([stats.BEST, stats.TIED])]
-        if len(top) == len(frame):
-            sentences.append(f"The statistics do not separate the variants on `{task}`.")
+        top = judged[judged["mark"].isin([stats.BEST, stats.TIED])]
+        if len(top) == len(judged):
+            sentences.append(f"The statistics do not separate the variants on `{task}`"
+                             + (f" ({not_judged})." if short else "."))
             continue
-        sentence = f"On `{task}`, best or tied with best: {_names(list(top['variant']))} ({len(top)} of {len(frame)})"
+        sentence = (f"On `{task}`, best or tied with best: {_names(list(top['variant']))} ({len(top)} of {len(judged)}"
+                    + (f"; {not_judged})" if short else ")"))
         if len(top) > 1 and "wall_clock_s" in top and top["wall_clock_s"].notna().all():
             fastest = top.loc[top["wall_clock_s"].idxmin()]
             sentence += f"; of those, `{fastest['variant']}` has the lowest mean training time ({fastest['wall_clock_s']:.1f} s)"
