@@ -246,3 +246,42 @@ def test_survey_writes_csv_and_markdown_and_resumes(tmp_path, monkeypatch):
     assert "| a | 500 | 0.050 ± 0.010 |" in text and "tiny: reasoning_gym: tiny has only 10" in text
     assert (tmp_path / "survey.csv").read_text().count("\n") == 3
     assert len(survey.run_survey(settings, tmp_path, resume=True, log=lambda line: None)) == 2 and built == ["a", "b"]
+
+
+def test_a_resumed_survey_names_every_command_and_keeps_what_could_not_be_built(tmp_path, monkeypatch):
+    """Adding candidates with --resume: the table says which commands wrote it, and the candidates an earlier
+    command could not build stay listed."""
+    from benchmarks.harness import survey
+
+    class _Stub:
+        eval_prompts = ["q"] * 500
+        tokenizer = None
+
+        def __init__(self, dataset, **options):
+            if dataset == "tiny":
+                raise TaskError("reasoning_gym: tiny has only 10 distinct questions")
+            self.dataset = dataset
+
+        def load_policy(self, device):
+            return "policy"
+
+        def evaluate(self, model, *, seed=0):
+            return {"accuracy": 0.2, "accuracy_se": 0.01, "score": 0.2, "format": 0.0, "truncated": 0.1,
+                    "completion_tokens": 12.0}
+
+    monkeypatch.setattr(survey, "make_evaluated_task", lambda name, **options: _Stub(**options))
+    monkeypatch.setattr(survey, "prepare_tokenizer", lambda model, tokenizer: None)
+    first = survey.SurveySettings("reasoning_gym", ({"dataset": "a"}, {"dataset": "tiny"}), command="survey first")
+    survey.run_survey(first, tmp_path, log=lambda line: None)
+    later = survey.SurveySettings("reasoning_gym", ({"dataset": "b"},), command="survey later --resume")
+    rows = survey.run_survey(later, tmp_path, resume=True, log=lambda line: None)
+    text = (tmp_path / "survey.md").read_text()
+    assert [r["candidate"] for r in rows] == ["a", "b"]
+    assert "Written by `survey first`, then `survey later --resume`." in text
+    assert "- tiny: reasoning_gym: tiny has only 10 distinct questions" in text
+    survey.run_survey(first, tmp_path, resume=True, log=lambda line: None)  # a command run again moves to the end, once
+    assert "Written by `survey later --resume`, then `survey first`." in (tmp_path / "survey.md").read_text()
+    assert (tmp_path / "survey.md").read_text().count("- tiny:") == 1
+    # without --resume the survey starts over
+    survey.run_survey(later, tmp_path, log=lambda line: None)
+    assert "Written by `survey later --resume`." in (tmp_path / "survey.md").read_text()

@@ -4,7 +4,9 @@ Made for choosing Reasoning Gym datasets with headroom: each candidate is a set 
 dataset and its config); the starting policy is loaded once and evaluated on each candidate's held-out
 problems with the task's own evaluation (the shared rollout sampler). One row per candidate, appended
 to OUT/survey.csv as soon as it is measured (a killed survey keeps its rows, and ``--resume`` skips
-candidates already there); OUT/survey.md is the table rewritten from the CSV after every row.
+candidates already there); OUT/survey.md is the table rewritten from the CSV after every row. OUT/survey.json
+keeps what the CSV does not: every command that added rows and the candidates that could not be built, so a
+resumed survey's table names all of them.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Callable, Optional, Sequence
 from benchmarks.errors import UsageError
 from benchmarks.harness import measure
 from benchmarks.harness.loop import make_evaluated_task
-from benchmarks.io import atomic_write_text
+from benchmarks.io import atomic_write_json, atomic_write_text, read_json
 from tasks.base import TaskError
 from tasks.smollm import prepare_tokenizer
 
@@ -56,7 +58,8 @@ def _read_rows(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def markdown(rows: list[dict], settings: SurveySettings, environment: str, skipped: Sequence[str] = ()) -> str:
+def markdown(rows: list[dict], settings: SurveySettings, environment: str, skipped: Sequence[str] = (),
+             commands: Sequence[str] = ()) -> str:
     lo, hi = settings.band
     common = ", ".join(f"{k}={v}" for k, v in settings.common.items()) or "the task's defaults"
     from tasks import TASKS
@@ -69,7 +72,8 @@ def markdown(rows: list[dict], settings: SurveySettings, environment: str, skipp
              f"{settings.seed}; {environment}). Every candidate's task options besides its dataset: {shared}. "
              f"accuracy: the dataset's score_answer == 1.0; score: its mean "
              f"score_answer; format: a complete <answer>...</answer> group was written; ± is the binomial standard "
-             f"error; in_band: start accuracy in [{lo:.2f}, {hi:.2f}]. Written by `{settings.command or 'grpo-bench survey'}`.",
+             f"error; in_band: start accuracy in [{lo:.2f}, {hi:.2f}]. Written by "
+             + ", then ".join(f"`{c}`" for c in (commands or [settings.command or "grpo-bench survey"])) + ".",
              "", "| candidate | questions | accuracy | score | format | truncated | tokens/completion | seconds | in band |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -91,11 +95,19 @@ def run_survey(settings: SurveySettings, out: Path, *, resume: bool = False, log
     rows = _read_rows(csv_path) if resume else []
     if not resume and csv_path.exists():
         csv_path.unlink()
+    earlier = (read_json(out / "survey.json") or {}) if resume else {}
+    commands = [c for c in earlier.get("commands", []) if c != settings.command] + [settings.command or "grpo-bench survey"]
+    skipped = list(earlier.get("skipped", []))
+
+    def write() -> None:
+        atomic_write_json(out / "survey.json", {"commands": commands, "skipped": skipped})
+        atomic_write_text(md_path, markdown(rows, settings, env_line, skipped, commands))
+
     environment = measure.environment(device)
     versions = environment["versions"]
     env_line = f"{environment['device_name']}, torch {versions.get('torch', '?')}, transformers {versions.get('transformers', '?')}"
     done = {r["task_options"] for r in rows}
-    model, skipped = None, []
+    model = None
     for candidate in settings.candidates:
         options = {**settings.common, **candidate}
         key = json.dumps(options, sort_keys=True)
@@ -105,9 +117,10 @@ def run_survey(settings: SurveySettings, out: Path, *, resume: bool = False, log
         try:
             task = make_evaluated_task(settings.task, **options)
         except TaskError as exc:  # one candidate that cannot be built (too few distinct problems) is reported, not fatal
-            skipped.append(f"{candidate_label(candidate)}: {exc}")
-            log(f"survey: {skipped[-1]}")
-            atomic_write_text(md_path, markdown(rows, settings, env_line, skipped))
+            line = f"{candidate_label(candidate)}: {exc}"
+            skipped += [line] if line not in skipped else []
+            log(f"survey: {line}")
+            write()
             continue
         if model is None or options.get("model"):
             model = task.load_policy(device)
@@ -128,8 +141,8 @@ def run_survey(settings: SurveySettings, out: Path, *, resume: bool = False, log
             if new:
                 writer.writeheader()
             writer.writerow(row)
-        atomic_write_text(md_path, markdown(rows, settings, env_line, skipped))
+        write()
         log(f"survey: {row['candidate']}: accuracy {row['accuracy']}, format {row['format']}, "
             f"{row['completion_tokens']} tokens/completion, {seconds:.0f} s")
-    atomic_write_text(md_path, markdown(rows, settings, env_line, skipped))
+    write()
     return rows
