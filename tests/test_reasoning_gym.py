@@ -213,30 +213,32 @@ def test_preference_pairs_prefer_the_higher_reward(plain_tokenizer):
     assert all(p in task.train_prompts() for p in pairs["prompts"])
 
 
+class _SurveyStub:
+    """A task for the survey tests: 'tiny' cannot be built, 'a' starts at 0.05, anything else at 0.3."""
+
+    eval_prompts = ["q"] * 500
+    tokenizer = None
+
+    def __init__(self, built: list, dataset, **options):
+        if dataset == "tiny":
+            raise TaskError("reasoning_gym: tiny has only 10 distinct questions")
+        self.dataset = dataset
+        built.append(dataset)
+
+    def load_policy(self, device):
+        return "policy"
+
+    def evaluate(self, model, *, seed=0):
+        acc = 0.05 if self.dataset == "a" else 0.3
+        return {"accuracy": acc, "accuracy_se": 0.01, "score": acc, "format": 0.0, "truncated": 0.1,
+                "completion_tokens": 12.0}
+
+
 def test_survey_writes_csv_and_markdown_and_resumes(tmp_path, monkeypatch):
     from benchmarks.harness import survey
 
     built = []
-
-    class _Stub:
-        eval_prompts = ["q"] * 500
-        tokenizer = None
-
-        def __init__(self, dataset, **options):
-            if dataset == "tiny":
-                raise TaskError("reasoning_gym: tiny has only 10 distinct questions")
-            self.dataset = dataset
-            built.append(dataset)
-
-        def load_policy(self, device):
-            return "policy"
-
-        def evaluate(self, model, *, seed=0):
-            acc = {"a": 0.05, "b": 0.3}[self.dataset]
-            return {"accuracy": acc, "accuracy_se": 0.01, "score": acc, "format": 0.0, "truncated": 0.1,
-                    "completion_tokens": 12.0}
-
-    monkeypatch.setattr(survey, "make_evaluated_task", lambda name, **options: _Stub(**options))
+    monkeypatch.setattr(survey, "make_evaluated_task", lambda name, **options: _SurveyStub(built, **options))
     monkeypatch.setattr(survey, "prepare_tokenizer", lambda model, tokenizer: None)
     settings = survey.SurveySettings("reasoning_gym", ({"dataset": "a"}, {"dataset": "tiny"}, {"dataset": "b"}),
                                      {"eval_problems": 500})
@@ -253,23 +255,7 @@ def test_a_resumed_survey_names_every_command_and_keeps_what_could_not_be_built(
     command could not build stay listed."""
     from benchmarks.harness import survey
 
-    class _Stub:
-        eval_prompts = ["q"] * 500
-        tokenizer = None
-
-        def __init__(self, dataset, **options):
-            if dataset == "tiny":
-                raise TaskError("reasoning_gym: tiny has only 10 distinct questions")
-            self.dataset = dataset
-
-        def load_policy(self, device):
-            return "policy"
-
-        def evaluate(self, model, *, seed=0):
-            return {"accuracy": 0.2, "accuracy_se": 0.01, "score": 0.2, "format": 0.0, "truncated": 0.1,
-                    "completion_tokens": 12.0}
-
-    monkeypatch.setattr(survey, "make_evaluated_task", lambda name, **options: _Stub(**options))
+    monkeypatch.setattr(survey, "make_evaluated_task", lambda name, **options: _SurveyStub([], **options))
     monkeypatch.setattr(survey, "prepare_tokenizer", lambda model, tokenizer: None)
     first = survey.SurveySettings("reasoning_gym", ({"dataset": "a"}, {"dataset": "tiny"}), command="survey first")
     survey.run_survey(first, tmp_path, log=lambda line: None)
