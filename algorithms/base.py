@@ -240,10 +240,12 @@ class Algorithm:
 
     def frozen_logps(self, model, rollout: rollout_lib.Rollout) -> torch.Tensor:
         """Log-probs that no gradient flows through (old, reference): computed in inference mode, returned
-        as an ordinary tensor so the loss can use them."""
+        as an ordinary tensor so the loss can use them. A ``model`` that stands for another model in some
+        state (a LoRA policy with its adapter off) gives the module to run, in that state, from ``engaged()``."""
+        engaged = getattr(model, "engaged", None)
         with self.timer("logprobs"):
-            with torch.inference_mode():
-                logps = self.logps(model, rollout)
+            with torch.inference_mode(), (engaged() if engaged is not None else contextlib.nullcontext(model)) as module:
+                logps = self.logps(module, rollout)
             return logps.clone()
 
     def update(self, loss: torch.Tensor, optimizer: Optional[torch.optim.Optimizer] = None, params=None) -> float:

@@ -54,6 +54,35 @@ def test_reference_is_the_policy_with_its_adapter_disabled():
     assert all(not p.requires_grad for n, p in policy.named_parameters() if "lora_" not in n)
 
 
+def test_reference_log_probs_are_the_base_models_on_every_route():
+    """After the adapter has moved, the reference's log-probs equal the base model's through the lean packed
+    route (``frozen_logps`` engages the policy with its adapter off) and through transformers' forward (the
+    reference called as a model); the policy's own differ. A lean forward that ran the adapter-off reference
+    with its adapter on gave the policy's log-probs (KL 0 in every LoRA run)."""
+    from algorithms import fast_llama, rollout
+
+    rc = RunConfig(task="pizza", algo="grpo", device="cpu", lora_r=4, lora_dropout=0.0)
+    task, policy, algo, _ = build(rc, GRPOConfig(beta=0.04, learning_rate=1e-3), {"eval_samples": 1})
+    base = PizzaTask(eval_samples=1).load_policy("cpu").eval()
+    for name, p in policy.named_parameters():
+        if "lora_B" in name:
+            p.data.normal_(generator=torch.Generator().manual_seed(0))
+    batch = rollout.generate(policy, algo.tokenizer, task.train_prompts()[:2], 4, max_new_tokens=8,
+                             generator=torch.Generator().manual_seed(0))
+    mask = batch.completion_mask.bool()
+    assert rollout._layout(policy, batch.prompt_ids, batch.prompt_mask, batch.completion_mask, 4) == "packed"
+    assert fast_llama.llama_of(algo.ref_policy) is None  # a stand-in is called, never run layer by layer
+    with torch.inference_mode():
+        expected = rollout.rollout_logps(base, batch)[mask]
+        direct = rollout.rollout_logps(algo.ref_policy, batch)[mask]
+        own = rollout.rollout_logps(policy, batch)[mask]
+    engaged = algo.frozen_logps(algo.ref_policy, batch)[mask]
+    assert (own - expected).abs().max() > 0.1
+    torch.testing.assert_close(engaged, expected, rtol=0, atol=1e-5)
+    torch.testing.assert_close(direct, expected, rtol=0, atol=1e-5)
+    assert not policy.base_model.model.model.layers[0].self_attn.q_proj.disable_adapters  # the adapter is back on
+
+
 def test_ppo_critic_under_lora_is_a_head_on_the_shared_trunk():
     rc = RunConfig(task="pizza", algo="ppo", device="cpu", lora_r=4)
     config = PPOConfig(learning_rate=1e-3, prompts_per_step=2, samples_per_prompt=2)

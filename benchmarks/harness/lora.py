@@ -8,6 +8,8 @@ model, through ``Algorithm.frozen_logps``.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from benchmarks.errors import UsageError
@@ -43,7 +45,9 @@ class AdapterDisabledReference:
     """The base model under a LoRA policy: calls run ``policy`` with its adapter disabled, in inference mode.
 
     Every other attribute (``config``, ``parameters``, ``generation_config``) is the policy's, so the shared
-    rollout code treats it as the frozen model it stands for; it owns no weights."""
+    rollout code treats it as the frozen model it stands for; it owns no weights. ``engaged()`` yields the
+    policy itself with its adapter off, for code that runs the model's layers rather than calling it (the
+    lean Llama forward reads each LoRA layer's ``disable_adapters``)."""
 
     def __init__(self, policy):
         self.policy = policy
@@ -51,6 +55,11 @@ class AdapterDisabledReference:
     def __call__(self, *args, **kwargs):
         with self.policy.disable_adapter(), torch.inference_mode():
             return self.policy(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def engaged(self):
+        with self.policy.disable_adapter():
+            yield self.policy
 
     def __getattr__(self, name):
         return getattr(self.policy, name)
