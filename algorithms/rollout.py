@@ -200,8 +200,8 @@ def _prefill(model, lean: Optional[tuple], unique_ids: torch.Tensor, unique_mask
     Returns the first next-token logits (B, V) and ``decode(step, tokens (B, 1)) -> logits (B, V)``, which
     feeds the tokens sampled at ``step`` (0, 1, ...); it keeps the cache, positions and attention mask.
     ``lean`` is ``_lean_sampler``'s (Llama, prepared weights): Llama-architecture models take the lean forward
-    of ``fast_llama`` (transformers' logits bit for bit, except that decoding matmuls of <= 4 rows round
-    differently); with None the model runs transformers' own forward and cache.
+    of ``fast_llama`` (transformers' logits to the last bits: its sampling kernels round differently); with
+    None the model runs transformers' own forward and cache.
     """
     positions = _positions(unique_mask)
     prompt_length = unique_ids.size(1)
@@ -274,17 +274,18 @@ def check_int8_sampling(model) -> None:
         raise ValueError(f"int8 sampling runs on the CPU; the policy is on {device} (use sampling_precision bf16)")
 
 
-def _lean_sampler(model, device: torch.device, int8: bool = False):
+def _lean_sampler(model, device: torch.device, batch: int, int8: bool = False):
     """(the Llama ``fast_llama`` runs, its prepared decoding weights) for ``model``, or None for transformers'
-    forward. Under autocast the weights are cast once here, not by autocast at every step. A LoRA policy
-    samples only through prepared weights (its adapters folded in), never through its projections' own."""
+    forward. Under autocast the weights are cast once here, not by autocast at every step; on a CPU with
+    oneDNN they are packed for ``batch``-row products (``fast_llama.PackedWeight``). A LoRA policy samples
+    only through prepared weights (its adapters folded in), never through its projections' own."""
     if int8:
         check_int8_sampling(model)
     llama = fast_llama.llama_of(model)
     if llama is None:
         return None
     dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
-    fused = fast_llama.FusedProjections.of(llama, dtype, int8=int8)
+    fused = fast_llama.sampling_weights(llama, batch, dtype, int8=int8)
     if fused is None and int8:
         raise ValueError("int8 sampling needs every layer's q/k/v projections all biased or all without bias")
     if fused is None and llama is not model:
@@ -299,7 +300,7 @@ def _sample(model, tokenizer, prompts, group_size, *, max_new_tokens, temperatur
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
     unique_ids, unique_mask = tokenize_prompts(tokenizer, prompts, device)  # (n, P)
 
-    lean = _lean_sampler(model, device, int8)  # its forward has no dropout (it declines models that would use any)
+    lean = _lean_sampler(model, device, unique_ids.size(0) * group_size, int8)  # its forward has no dropout (it declines models that would use any)
     fast = lean is not None
     was_training = model.training
     if not fast:

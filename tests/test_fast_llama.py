@@ -92,21 +92,33 @@ def test_sampled_rollouts_equal_transformers_forward_at_a_seed(monkeypatch, prom
     assert torch.equal(ours.completion_ids, theirs.completion_ids) and ours.completions == theirs.completions
 
 
+def _relative_error(ours: torch.Tensor, theirs: torch.Tensor) -> float:
+    return ((ours - theirs).abs().max() / theirs.abs().max()).item()
+
+
 @needs_gguf
-def test_few_row_decoding_on_smollm2_is_within_rounding_and_greedy_equal(gsm8k_data):
-    """At <= 4 rows the decoding matmuls run as W @ x.T: other rounding, the same greedy tokens."""
+@pytest.mark.parametrize("pack_rows", [None, 4], ids=["plain", "packed"])
+def test_few_row_decoding_on_smollm2_is_within_rounding_and_greedy_equal(gsm8k_data, pack_rows):
+    """At <= 4 rows the decoding matmuls run as W @ x.T, or through oneDNN over packed weights (the sampler's
+    choice on a CPU): other rounding, the same greedy tokens."""
+    if pack_rows and not fast_llama.can_pack(torch.device("cpu")):
+        pytest.skip("torch built without oneDNN")
     torch.set_num_threads(1)
     task = make_task("gsm8k", eval_questions=1)
     model = task.load_policy(torch.device("cpu")).eval()
     assert fast_llama.supports(model)
     ids, mask = tokenize_prompts(task.tokenizer, task.eval_prompts, torch.device("cpu"))
-    fused = fast_llama.FusedProjections.of(model)
+    fused = fast_llama.FusedProjections.of(model, pack_rows=pack_rows)
+    assert all((type(w) is fast_llama.PackedWeight) == bool(pack_rows) for w, _ in fused.in_reading_order())
     with torch.no_grad():
         cache = fast_llama.KVCache(model.config.num_hidden_layers)
         first = fast_llama.forward(model, ids, _positions(mask), mask, cache, logits_to_keep=1, fused=fused)
         theirs_cache = DynamicCache()
         theirs = model(input_ids=ids, attention_mask=mask, past_key_values=theirs_cache, use_cache=True, logits_to_keep=1).logits
-        assert torch.equal(first, theirs)  # the prefill's matmuls have many rows: exact
+        if pack_rows:
+            assert 0 < _relative_error(first, theirs) < 1e-5  # oneDNN's kernel: another summation order
+        else:
+            assert torch.equal(first, theirs)  # the prefill's matmuls have many rows: exact
         theirs_cache.batch_repeat_interleave(4)
         cache.fan_out(4, ids.size(1) + 8)
         attention = mask.repeat_interleave(4, dim=0)
@@ -118,10 +130,43 @@ def test_few_row_decoding_on_smollm2_is_within_rounding_and_greedy_equal(gsm8k_d
             theirs = model(input_ids=token[:, None], attention_mask=attention, position_ids=position,
                            past_key_values=theirs_cache, use_cache=True).logits[:, -1]
             ours = fast_llama.forward(model, token[:, None], position, attention, cache, few_rows_fast=True, fused=fused)[:, -1]
-            worst = max(worst, ((ours - theirs).abs().max() / theirs.abs().max()).item())
+            worst = max(worst, _relative_error(ours, theirs))
             assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
             token, position = theirs.argmax(-1), position + 1
     assert worst < 1e-5  # at most a different summation order, not a different function
+
+
+def test_the_sampler_packs_large_weights_and_samples_within_rounding(monkeypatch):
+    """On a CPU with oneDNN the sampler packs every weight of at least LARGE_WEIGHT elements for its batch (8 rows
+    here) and keeps the small ones (the toy models' exact order); greedy completions equal transformers' and
+    the packed products are within rounding of F.linear's."""
+    if not fast_llama.can_pack(torch.device("cpu")):
+        pytest.skip("torch built without oneDNN")
+    pizza = make_task("pizza")
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=pizza.tokenizer.vocab_size, hidden_size=512, intermediate_size=1024, num_hidden_layers=2,
+                         num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=64)
+    config._attn_implementation = "sdpa"
+    model = LlamaForCausalLM(config).eval()
+    real_of = fast_llama.FusedProjections.of
+    packed_for = []
+    monkeypatch.setattr(fast_llama.FusedProjections, "of", lambda *a, **k: packed_for.append(k.get("pack_rows")) or real_of(*a, **k))
+
+    def greedy():
+        return generate(model, pizza.tokenizer, ["ravin likes ", "i like "], 4, max_new_tokens=6, temperature=0)
+
+    ours = greedy()
+    assert packed_for == [8]  # the decoding batch: 2 prompts x 4
+    monkeypatch.setattr(fast_llama, "supports", lambda model: False)
+    theirs = greedy()
+    assert torch.equal(ours.completion_ids, theirs.completion_ids)
+    fused = real_of(model, pack_rows=8)
+    # q/k/v, o, gate/up and down of each layer packed; the head (vocabulary x 512) is small and stays as it is
+    assert [type(w) for w, _ in fused.in_reading_order()] == [fast_llama.PackedWeight] * 8 + [torch.nn.Parameter]
+    x = torch.randn(8, 1024, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ours = fast_llama.linear(x, fused.down[0], None, few_rows_fast=True)
+        assert 0 <= _relative_error(ours, torch.nn.functional.linear(x, model.model.layers[0].mlp.down_proj.weight)) < 1e-5
 
 
 def test_steps_aside_for_what_it_does_not_cover():

@@ -193,15 +193,14 @@ def products_alone_rate(model, batch: int, repeats: int, precision: str = "fp32"
     import torch
 
     from algorithms import fast_llama
-    from algorithms.quantize import Int8Weight
 
     llama = fast_llama.llama_of(model)
     if llama is None:
         return None
     dtype = torch.bfloat16 if precision == "bf16" else None
     with torch.inference_mode():
-        products = fast_llama.FusedProjections.of(llama, dtype, int8=precision == "int8").in_reading_order()
-        width = [(w.codes if type(w) is Int8Weight else w).size(1) for w, _ in products]
+        products = fast_llama.sampling_weights(llama, batch, dtype, int8=precision == "int8").in_reading_order()
+        width = [fast_llama.in_features(w) for w, _ in products]
         inputs = [torch.randn(batch, 1, k, dtype=dtype or torch.float32) for k in width]
 
         def step() -> None:
