@@ -74,8 +74,12 @@ REPORTS = (
      "grpo-bench bench roof"),
     ("results/perf/revisions.md", "One step at each git revision, side by side: what each performance change bought",
      "grpo-bench bench revisions"),
-    ("results/perf/revisions-lora/revisions.md", "A LoRA policy's step before and after its log-probs moved to fast_llama",
+    ("results/perf/revisions-lora/revisions.md", "A LoRA policy's step before and after its log-probs moved to fast_llama "
+     "(the later revision's reference pass ran the adapter, a bug fixed in 5b687ac)",
      "grpo-bench bench revisions 4f591f4 33f81e5 --workloads chain_sum-lora-mu1,gsm8k-lora-mu1 --out results/perf/revisions-lora"),
+    ("results/perf/revisions-packed/revisions.md", "Sampling weights prepacked for oneDNN, against the revision before",
+     "grpo-bench bench revisions 5b687ac e7b6a6f --workloads chain_sum-mu1,chain_sum-lora-mu1,gsm8k-mu1 --threads 2 "
+     "--out results/perf/revisions-packed"),
     ("results/lora/report.md", "LoRA against full fine-tuning, ours and TRL's", "grpo-bench bench lora"),
     ("results/executors-default/executors.md", "Matrix executors on the default matrix: warm workers against fresh processes",
      "grpo-bench bench executors benchmarks/matrices/default.toml --seeds 0"),
