@@ -210,8 +210,8 @@ def in_features(weight) -> int:
 def linear(x: torch.Tensor, weight, bias: Optional[torch.Tensor], few_rows_fast: bool) -> torch.Tensor:
     if type(weight) is Int8Weight:
         return int8_linear(x, weight, bias)
-    if type(weight) is PackedWeight:
-        return torch.ops.mkldnn._linear_pointwise(x, weight.blocked, bias, "none", [], "")
+    if type(weight) is PackedWeight:  # autocast does not see this op: the input takes the weight's dtype, as autocast casts it
+        return torch.ops.mkldnn._linear_pointwise(x.to(weight.blocked.dtype), weight.blocked, bias, "none", [], "")
     rows = x.numel() // x.size(-1)
     few = WIDE_FEW_ROWS if weight.size(0) >= WIDE_OUTPUT else FEW_ROWS
     if few_rows_fast and rows <= few and weight.numel() >= LARGE_WEIGHT and not torch.is_grad_enabled():

@@ -156,7 +156,9 @@ def test_the_sampler_packs_large_weights_and_samples_within_rounding(monkeypatch
         return generate(model, pizza.tokenizer, ["ravin likes ", "i like "], 4, max_new_tokens=6, temperature=0)
 
     ours = greedy()
-    assert packed_for == [8]  # the decoding batch: 2 prompts x 4
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # the sampler casts and packs once; its inputs take bf16
+        assert greedy().completion_ids.shape == ours.completion_ids.shape
+    assert packed_for == [8, 8]  # the decoding batch: 2 prompts x 4
     monkeypatch.setattr(fast_llama, "supports", lambda model: False)
     theirs = greedy()
     assert torch.equal(ours.completion_ids, theirs.completion_ids)
@@ -164,9 +166,15 @@ def test_the_sampler_packs_large_weights_and_samples_within_rounding(monkeypatch
     # q/k/v, o, gate/up and down of each layer packed; the head (vocabulary x 512) is small and stays as it is
     assert [type(w) for w, _ in fused.in_reading_order()] == [fast_llama.PackedWeight] * 8 + [torch.nn.Parameter]
     x = torch.randn(8, 1024, generator=torch.Generator().manual_seed(0))
+    weight = model.model.layers[0].mlp.down_proj.weight
     with torch.no_grad():
         ours = fast_llama.linear(x, fused.down[0], None, few_rows_fast=True)
-        assert 0 <= _relative_error(ours, torch.nn.functional.linear(x, model.model.layers[0].mlp.down_proj.weight)) < 1e-5
+        assert 0 <= _relative_error(ours, torch.nn.functional.linear(x, weight)) < 1e-5
+        # bf16 autocast: weights cast and packed once; the fp32 input takes their dtype, as autocast would cast it
+        bf16 = real_of(model, torch.bfloat16, pack_rows=8)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            ours, theirs = fast_llama.linear(x, bf16.down[0], None, few_rows_fast=True), torch.nn.functional.linear(x, weight)
+        assert ours.dtype == theirs.dtype == torch.bfloat16 and _relative_error(ours.float(), theirs.float()) < 1e-2
 
 
 def test_steps_aside_for_what_it_does_not_cover():
