@@ -366,3 +366,81 @@ def test_reports_name_the_commit_of_the_code_they_measured(tmp_path):
     assert code_line({"code": {"commit": "0123456789abcdef", "dirty": True}}) == " This suite at commit 0123456789 with uncommitted changes."
     assert code_line({"code": {"commit": "0123456789abcdef", "dirty": False}}) == " This suite at commit 0123456789."
     assert code_line({"code": None}) == ""
+
+
+def test_a_workload_reaches_the_memory_probe_whole():
+    """The probe subprocess rebuilds the workload from JSON, the run's overrides (completion cap, model) kept."""
+    import dataclasses
+    import json
+
+    from benchmarks.perf.grpo_vs_trl import with_model, workload_of_json
+
+    w = with_model([dataclasses.replace(WORKLOADS["chain_sum-lora-mu2"], max_new_tokens=7)], "/models/m")[0]
+    assert dict(w.task_options)["model"] == "/models/m" and w.max_new_tokens == 7
+    assert workload_of_json(json.dumps(dataclasses.asdict(w))) == w
+
+
+def test_lora_workloads_run_the_adapter_without_dropout_on_both_sides(pizza):
+    """TRL's disable_dropout zeroes its adapters' dropout; ours must take none, or the two compute different
+    functions (and ours pays for masks TRL never draws)."""
+    import dataclasses
+
+    w = dataclasses.replace(WORKLOADS["pizza-mu1"], name="pizza-lora", lora_r=4)
+    assert all(v.lora_dropout == 0 for v in WORKLOADS.values() if v.lora_r)
+    ours, trl = Ours(w, seed=0, device="cpu", task=pizza), Trl(w, seed=0, device="cpu", task=pizza)
+    for model in (ours.policy, trl.model):
+        dropouts = [m for name, m in model.named_modules() if ".lora_dropout." in name]
+        assert dropouts, "no LoRA adapter found"
+        assert all(isinstance(m, torch.nn.Identity) or m.p == 0 for m in dropouts)
+
+
+def _saved_pizza_model(path):
+    task = make_task("pizza", eval_samples=1)
+    model = task.load_policy("cpu")
+    model.save_pretrained(path)
+    task.tokenizer.save_pretrained(path)
+    return model
+
+
+def test_random_weights_keep_the_architecture_and_are_seeded(tmp_path, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    from benchmarks.perf.grpo_vs_trl import random_weight_checkpoint
+
+    source = _saved_pizza_model(tmp_path / "model")
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    first = random_weight_checkpoint(str(tmp_path / "model"), seed=0)
+    made = (first / "config.json").stat().st_mtime_ns
+    assert random_weight_checkpoint(str(tmp_path / "model"), seed=0) == first  # reused, not rewritten
+    assert (first / "config.json").stat().st_mtime_ns == made
+    random0 = AutoModelForCausalLM.from_pretrained(first)
+    shapes = lambda m: {n: p.shape for n, p in m.named_parameters()}  # noqa: E731
+    assert shapes(random0) == shapes(source)
+    weight = "model.layers.0.mlp.down_proj.weight"
+    params = lambda m: dict(m.named_parameters())  # noqa: E731
+    assert not torch.equal(params(random0)[weight], params(source)[weight])
+    import shutil
+
+    shutil.rmtree(first)
+    again = AutoModelForCausalLM.from_pretrained(random_weight_checkpoint(str(tmp_path / "model"), seed=0))
+    other = AutoModelForCausalLM.from_pretrained(random_weight_checkpoint(str(tmp_path / "model"), seed=1))
+    assert torch.equal(params(again)[weight], params(random0)[weight])
+    assert not torch.equal(params(other)[weight], params(random0)[weight])
+
+
+def test_the_bench_runs_the_model_given_with_random_weights(run_cli, tmp_path, monkeypatch):
+    import json
+
+    _saved_pizza_model(tmp_path / "model")
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    code, _, err = run_cli("bench", "grpo-vs-trl", "--random-weights")
+    assert code == 2 and "--random-weights needs --model" in err and "Traceback" not in err
+    code, _, err = run_cli("bench", "grpo-vs-trl", "--workloads", "pizza-mu1", "--model", tmp_path / "model",
+                           "--random-weights", "--pairs", "1", "--allow-few-pairs", "--no-memory", "--bf16-steps", "0",
+                           "--scaling-steps", "0", "--readme", "", "--out", tmp_path / "out")
+    assert code == 0, err
+    report = json.loads((tmp_path / "out" / "perf.json").read_text())
+    assert report["model"] == {"model": str(tmp_path / "model"), "random_weights": True}
+    model = dict(report["comparisons"][0]["workload"]["task_options"])["model"]
+    assert model.startswith(str(tmp_path / "tmp" / "grpo-bench-random-weights"))
+    assert f"Model: `{tmp_path / 'model'}` with random weights" in (tmp_path / "out" / "perf.md").read_text()

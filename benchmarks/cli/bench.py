@@ -27,6 +27,11 @@ def _common(p, algo: str) -> None:
     p.add_argument("--seed", type=int, default=PerfSettings.seed, help="seed of every side and of the prompt draws")
     p.add_argument("--device", default=PerfSettings.device, help="cpu, cuda or auto (cuda results go to results/gpu)")
     p.add_argument("--out", default=PerfSettings.out, help="output folder (default: results/perf, or results/gpu on CUDA)")
+    p.add_argument("--model", default=PerfSettings.model,
+                   help="hub id or local directory in place of the workloads' model (tasks that take one)")
+    p.add_argument("--random-weights", action="store_true",
+                   help="--model's architecture and tokenizer with seeded random weights (timing where its weights "
+                        "cannot go; completions then seldom end before their cap)")
     p.set_defaults(handler=cmd_bench, algo=algo)
 
 
@@ -53,6 +58,6 @@ def cmd_bench(args) -> int:
         algo=args.algo, workloads=comma_list(args.workloads), pairs=args.pairs,
         allow_few_pairs=args.allow_few_pairs, memory=args.memory, max_new_tokens=args.max_new_tokens, seed=args.seed,
         device=args.device, out=args.out, bf16_steps=args.bf16_steps, scaling_steps=args.scaling_steps,
-        readme=args.readme)
+        readme=args.readme, model=args.model, random_weights=args.random_weights)
     run_bench(settings, command=args.command_line)
     return 0

@@ -71,6 +71,9 @@ class Workload:
     algo: str = "grpo"  # "grpo" (TRL's GRPOTrainer) or "rloo" (TRL's RLOOTrainer)
     task_options: tuple = ()  # (name, value) pairs for make_task, both sides
     lora_r: int = 0  # > 0: LoRA through PEFT on both sides, the harness's adapter (TRL: the same peft_config)
+    # TRL's side runs with disable_dropout (so that it samples without dropout, as ours does), which also zeroes its
+    # PEFT adapters' dropout: ours takes no LoRA dropout either, so both sides compute one function.
+    lora_dropout: float = 0.0
 
     def settings(self) -> dict:
         """Our GRPOConfig (or RLOOConfig) fields, which both sides train with: ours as its config, TRL's through
@@ -140,7 +143,8 @@ class Ours:
         from benchmarks.harness import RunConfig, build
 
         rc = RunConfig(task=w.task, algo=w.algo, seed=seed, device=device, precision=precision,
-                       max_new_tokens=w.max_new_tokens, temperature=w.temperature, lora_r=w.lora_r)
+                       max_new_tokens=w.max_new_tokens, temperature=w.temperature, lora_r=w.lora_r,
+                       lora_dropout=w.lora_dropout)
         config = (GRPOConfig if w.algo == "grpo" else RLOOConfig)(**w.settings())
         self.task, self.policy, self.algo, _ = build(rc, config, dict(w.task_options), task)
         self.workload = w
@@ -181,7 +185,8 @@ class Trl:
                               device=dev.type, logging_steps=10**9, optim="adamw_torch_fused", disable_dropout=True,
                               pad_to_multiple_of=None, **TRL_SETTINGS[setting])
         dataset = Dataset.from_dict({"prompt": self.task.train_prompts()[:1]})
-        peft = lora_config(RunConfig(task=w.task, lora_r=w.lora_r)) if w.lora_r else None  # the harness's adapter
+        peft = (lora_config(RunConfig(task=w.task, lora_r=w.lora_r, lora_dropout=w.lora_dropout))  # the harness's adapter
+                if w.lora_r else None)
         self.trainer = trl_ref.trainer(args, model=policy, reward_funcs=[self._reward], train_dataset=dataset,
                                        processing_class=self.tokenizer, peft_config=peft)
         self.trainer.create_optimizer_and_scheduler(num_training_steps=10**6)
@@ -517,7 +522,8 @@ def bf16_speed(w: Workload, *, steps: int, seed: int, device: str) -> dict:
 
 def probe_memory(w: Workload, side: str, *, steps: int, seed: int, device: str) -> dict:
     """Run one side (one of SIDES) alone in a fresh subprocess; its peak RSS (or CUDA peak) is that side's alone."""
-    cmd = [sys.executable, "-m", "benchmarks.perf.grpo_vs_trl", "probe", side, w.name, str(steps), str(seed), device]
+    cmd = [sys.executable, "-m", "benchmarks.perf.grpo_vs_trl", "probe", side, json.dumps(dataclasses.asdict(w)),
+           str(steps), str(seed), device]
     done = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
     if done.returncode != 0:
         tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
@@ -525,10 +531,17 @@ def probe_memory(w: Workload, side: str, *, steps: int, seed: int, device: str) 
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def workload_of_json(text: str) -> Workload:
+    """The Workload ``json.dumps(dataclasses.asdict(w))`` wrote (its task options back to (name, value) pairs)."""
+    fields = json.loads(text)
+    return Workload(**{**fields, "task_options": tuple(tuple(pair) for pair in fields["task_options"])})
+
+
 def _probe_main(argv: list[str]) -> None:
-    side, name, steps, seed, device = argv
+    side, workload, steps, seed, device = argv
     rss_import = _rss_bytes()
-    w = WORKLOADS[name]
+    w = workload_of_json(workload)
+    name = w.name
     dev = measure.resolve_device(device)
     measure.reset_peak_memory(dev)
     runner = (Ours(w, seed=int(seed), device=device) if side == "ours" else
@@ -669,6 +682,19 @@ def render_markdown(report: dict) -> str:
         "against the faster of the two.",
         "",
     ]
+    if report.get("model"):
+        model = report["model"]
+        lines += [f"Model: `{model['model']}`" + (" with random weights (its architecture and tokenizer, weights drawn "
+                  "by transformers' initialisation, seeded: its weights could not be brought to this machine); the "
+                  "sizes of every product and update are the model's, but completions seldom end before their cap"
+                  if model["random_weights"] else "") + ", in place of each task's default model.", ""]
+    lora = sorted({(r["workload"]["lora_r"], r["workload"].get("lora_dropout", 0.05)) for r in report["comparisons"]
+                   if r["workload"].get("lora_r")})  # a report from before lora_dropout: the harness's 0.05
+    if lora:
+        lines += ["LoRA workloads: PEFT adapters " + ", ".join(f"r {r}, dropout {d:g}" for r, d in lora)
+                  + " on both sides, the harness's targets (TRL gets the same peft_config). TRL runs with "
+                  "disable_dropout, so that it samples without dropout as ours does, and that zeroes its adapters' "
+                  "dropout too; ours then takes none either, so both sides compute one function.", ""]
     if report.get("load"):
         samples = report["load"]["load_1min"]
         shared = max(samples) > report["threads"] + 0.5  # the load average counts this run's own threads too
@@ -791,6 +817,44 @@ class PerfSettings:
     bf16_steps: int = 0  # GRPO only: timed steps of our bf16-autocast step (0: none)
     scaling_steps: int = 0  # GRPO only: timed steps of our step per scaling point, after one warm-up (0: none)
     readme: str = "README.md"  # README whose perf section (perf or perf-rloo) is regenerated ("": none)
+    model: Optional[str] = None  # a hub id or local directory in place of the workloads' model (tasks with a model)
+    random_weights: bool = False  # the model's architecture with seeded random weights (where its weights can't go)
+
+
+def random_weight_checkpoint(model: str, seed: int) -> Path:
+    """A checkpoint of ``model``'s architecture and tokenizer with weights drawn at random (transformers' own
+    initialisation, seeded), written once under $TMPDIR and reused. For timing on a machine the weights cannot
+    reach: every product, cache and update is the same size, but the text differs, so completions seldom end
+    before their cap (each side's report shows the tokens it generated)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        config = AutoConfig.from_pretrained(model)
+        tokenizer = AutoTokenizer.from_pretrained(model)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--model {model!r}: no config and tokenizer there ({str(exc).strip().splitlines()[0]})")
+    name = f"{config.model_type}-{config.num_hidden_layers}x{config.hidden_size}-{config.vocab_size}-seed{seed}"
+    target = Path(os.environ.get("TMPDIR", "/tmp")) / "grpo-bench-random-weights" / name
+    if not (target / "config.json").is_file():
+        torch.manual_seed(seed)
+        built = AutoModelForCausalLM.from_config(config)
+        staging = target.with_name(target.name + ".partial")
+        built.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        staging.rename(target)  # whole or absent: a killed run leaves only the staging folder
+    return target
+
+
+def with_model(workloads: list[Workload], model: str) -> list[Workload]:
+    """``workloads`` with ``model`` as their task's model; a UsageError if none of their tasks takes one."""
+    from tasks import TASKS
+
+    takes = [w for w in workloads if "model" in TASKS[w.task].options()]
+    if not takes:
+        raise UsageError(f"--model: none of the workloads ({', '.join(w.name for w in workloads)}) has a task "
+                         f"that takes a model")
+    return [dataclasses.replace(w, task_options=(*w.task_options, ("model", model))) if w in takes else w
+            for w in workloads]
 
 
 def run_bench(settings: PerfSettings, command: str) -> dict:
@@ -812,6 +876,8 @@ def run_bench(settings: PerfSettings, command: str) -> dict:
     device = measure.requested_device(settings.device)
     if settings.max_new_tokens is not None and settings.max_new_tokens < 1:
         raise UsageError(f"--max-new-tokens must be >= 1, got {settings.max_new_tokens}")
+    if settings.random_weights and not settings.model:
+        raise UsageError("--random-weights needs --model (the architecture and tokenizer to draw weights for)")
     out = Path(settings.out or ("results/gpu" if device.type == "cuda" else "results/perf"))
     out.mkdir(parents=True, exist_ok=True)
     log = print
@@ -833,6 +899,10 @@ def run_bench(settings: PerfSettings, command: str) -> dict:
     log(f"matmul 2048: {report['matmul_gflops']['fp32']:.0f} GFLOP/s fp32, {report['matmul_gflops']['bf16']:.0f} bf16")
     workloads = [dataclasses.replace(choices[n], max_new_tokens=settings.max_new_tokens or choices[n].max_new_tokens)
                  for n in names]
+    if settings.model:
+        model = str(random_weight_checkpoint(settings.model, settings.seed)) if settings.random_weights else settings.model
+        workloads = with_model(workloads, model)
+        report["model"] = {"model": settings.model, "random_weights": settings.random_weights}
     for w in workloads:
         result = compare(w, pairs=settings.pairs, seed=settings.seed, device=str(device), log=log)
         if settings.memory:
