@@ -117,6 +117,9 @@ def test_report_shows_trl_default_and_fastest_and_the_ratio_against_the_faster()
     assert "1.9 to 4.2 on 2 CPUs, this run using 2 threads. Other work shared the cores" in render_markdown(report)
     report["load"]["load_1min"] = [2.1, 2.3]
     assert "2.1 to 2.3 on 2 CPUs, this run using 2 threads. Nothing else ran." in render_markdown(report)
+    assert "Stopped before the end" not in render_markdown(report)
+    report["workloads"] = ["w", "v", "u"]  # a run stopped after its first workload
+    assert "**Stopped before the end**: 1 of 3 workloads measured; not measured: v, u." in render_markdown(report)
 
 
 def test_rloo_bench_refuses_a_grpo_workload(run_cli):
@@ -366,6 +369,23 @@ def test_reports_name_the_commit_of_the_code_they_measured(tmp_path):
     assert code_line({"code": {"commit": "0123456789abcdef", "dirty": True}}) == " This suite at commit 0123456789 with uncommitted changes."
     assert code_line({"code": {"commit": "0123456789abcdef", "dirty": False}}) == " This suite at commit 0123456789."
     assert code_line({"code": None}) == ""
+
+
+def test_a_copy_without_git_names_the_commit_it_was_given(monkeypatch):
+    """A checkout copied to a machine without its .git folder (the GPU machine) records the commit it is told."""
+    import os
+
+    from benchmarks.harness import measure
+    from benchmarks.perf.grpo_vs_trl import code_line
+
+    real = os.path.exists
+    monkeypatch.setattr(measure.os.path, "exists", lambda p: False if str(p).endswith(".git") else real(p))
+    monkeypatch.delenv("GRPO_BENCH_REVISION", raising=False)
+    assert measure.code_revision() is None
+    monkeypatch.setenv("GRPO_BENCH_REVISION", "0123456789abcdef\n")
+    code = measure.code_revision()
+    assert code == {"commit": "0123456789abcdef", "dirty": None}
+    assert code_line({"code": code}) == " This suite copied from commit 0123456789 (as given; its changes unknown)."
 
 
 def test_a_workload_reaches_the_memory_probe_whole():

@@ -87,10 +87,12 @@ def environment(device: torch.device) -> dict:
 def code_revision() -> dict | None:
     """The git commit of the suite's own checkout, and whether its tracked files differ from it ("dirty"): the
     code a number was measured with. None when the suite is not a git checkout (an installed wheel, a tree
-    extracted with git archive)."""
+    extracted with git archive), unless $GRPO_BENCH_REVISION names the commit the copy was made from (a machine
+    the checkout reaches without its git folder); then "dirty" is None: not known."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if not os.path.exists(os.path.join(root, ".git")):
-        return None
+        given = os.environ.get("GRPO_BENCH_REVISION", "").strip()
+        return {"commit": given, "dirty": None} if given else None
     try:
         commit = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
         dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no", "--", "algorithms",

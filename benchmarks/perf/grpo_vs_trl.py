@@ -660,6 +660,8 @@ def code_line(env: dict) -> str:
     code = env.get("code")
     if not code:
         return ""
+    if code["dirty"] is None:  # a copy of the checkout without git: the commit as given ($GRPO_BENCH_REVISION)
+        return f" This suite copied from commit {code['commit'][:10]} (as given; its changes unknown)."
     return f" This suite at commit {code['commit'][:10]}" + (" with uncommitted changes." if code["dirty"] else ".")
 
 
@@ -720,6 +722,11 @@ def render_markdown(report: dict) -> str:
          "peak memory ours", *(f"peak memory TRL {name}" for name in TRL_SETTINGS), "same-batch loss abs diff"],
         rows))
     lines += ["", target_verdict(report)]
+    done = [r["workload"]["name"] for r in report["comparisons"]]
+    missing = [name for name in report.get("workloads", done) if name not in done]
+    if missing:
+        lines += ["", f"**Stopped before the end**: {len(done)} of {len(done) + len(missing)} workloads measured; "
+                      f"not measured: {', '.join(missing)}."]
     lines += ["", "Median seconds per phase (generate / score / ref+old log-probs / update / other; ours takes the "
               "old log-probs from its first update's forward, so its logprobs column is the reference pass alone), "
               "generation throughput and the update's FLOP rate (6 x params x positions actually processed):", ""]
@@ -891,6 +898,7 @@ def run_bench(settings: PerfSettings, command: str) -> dict:
         "memory_method": MEMORY_METHOD,
         "matmul_gflops": {"fp32": matmul_gflops(torch.float32, device=device.type),
                           "bf16": matmul_gflops(torch.bfloat16, device=device.type)},
+        "workloads": names,  # planned: a report with fewer comparisons is from a run stopped before the end
         "comparisons": [],
         # Other work on the machine, sampled at the start and after each workload: a reader of the absolute times
         # needs it; the ratios are side by side in interleaved rounds either way.
