@@ -463,4 +463,5 @@ def test_the_bench_runs_the_model_given_with_random_weights(run_cli, tmp_path, m
     assert report["model"] == {"model": str(tmp_path / "model"), "random_weights": True}
     model = dict(report["comparisons"][0]["workload"]["task_options"])["model"]
     assert model.startswith(str(tmp_path / "tmp" / "grpo-bench-random-weights"))
-    assert f"Model: `{tmp_path / 'model'}` with random weights" in (tmp_path / "out" / "perf.md").read_text()
+    assert (f"Model: `{tmp_path / 'model'}`, in place of each task's default model, with random weights"
+            in (tmp_path / "out" / "perf.md").read_text())

@@ -686,10 +686,11 @@ def render_markdown(report: dict) -> str:
     ]
     if report.get("model"):
         model = report["model"]
-        lines += [f"Model: `{model['model']}`" + (" with random weights (its architecture and tokenizer, weights drawn "
-                  "by transformers' initialisation, seeded: its weights could not be brought to this machine); the "
-                  "sizes of every product and update are the model's, but completions seldom end before their cap"
-                  if model["random_weights"] else "") + ", in place of each task's default model.", ""]
+        lines += [f"Model: `{model['model']}`, in place of each task's default model" + (
+                  ", with random weights: its architecture and tokenizer, the weights drawn by transformers' "
+                  "initialisation, seeded (its weights could not be brought to this machine). Every product and "
+                  "update has the model's sizes, but completions seldom end before their cap."
+                  if model["random_weights"] else "."), ""]
     lora = sorted({(r["workload"]["lora_r"], r["workload"].get("lora_dropout", 0.05)) for r in report["comparisons"]
                    if r["workload"].get("lora_r")})  # a report from before lora_dropout: the harness's 0.05
     if lora:
