@@ -287,7 +287,7 @@ def _trl_batch(trl: Trl, prompts: list[str]):
     rollout = Rollout(
         prompts=[b["prompt"] for b in batch], completions=trl.last_texts, prompt_ids=inputs["prompt_ids"],
         prompt_mask=inputs["prompt_mask"], completion_ids=inputs["completion_ids"], completion_mask=mask,
-        truncated=torch.zeros(mask.size(0), dtype=torch.bool), group_size=trl.workload.group_size,
+        truncated=torch.zeros(mask.size(0), dtype=torch.bool, device=mask.device), group_size=trl.workload.group_size,
     )
     return inputs, rollout
 
@@ -317,13 +317,13 @@ def same_batch_check(trl: Trl, prompts: list[str]) -> dict[str, float]:
     temperature = t.temperature
     inputs, rollout = _trl_batch(trl, prompts)
     mask = inputs["completion_mask"]
-    advantages = group_advantages(torch.tensor(trl.last_rewards), w.group_size, "group")
+    advantages = group_advantages(torch.tensor(trl.last_rewards, device=mask.device), w.group_size, "group")
     advantage_source = "task rewards"
     adv_diff = float((advantages - inputs["advantages"]).abs().max())
     if not advantages.abs().gt(0).any():
         # Every group scored alike (common for a 135M model on GSM8K): both losses would be 0 whatever their
         # formulas. Give both the same non-zero advantages so the comparison, and the update, mean something.
-        advantages = torch.tensor([1.0, -1.0]).repeat(mask.size(0) // 2 + 1)[: mask.size(0)]
+        advantages = torch.tensor([1.0, -1.0], device=mask.device).repeat(mask.size(0) // 2 + 1)[: mask.size(0)]
         inputs = {**inputs, "advantages": advantages.clone()}
         advantage_source = "synthetic +1/-1 (all rewards of every group were equal)"
     loss_kwargs = dict(level="token", loss_type=w.loss_type, epsilon=0.2, epsilon_high=None, beta=w.beta,
@@ -380,7 +380,7 @@ def same_batch_check_rloo(trl: Trl, prompts: list[str]) -> dict[str, float]:
         old = rollout_logps(model, rollout, temperature=t.temperature)
         ref = _reference_logps(t, model, rollout, t.temperature) if w.beta > 0 else None
     kl = sequence_logps(old - ref, mask) if ref is not None else None
-    advantages = rloo_advantages(torch.tensor(trl.last_rewards), w.group_size, kl=kl, beta=w.beta)
+    advantages = rloo_advantages(torch.tensor(trl.last_rewards, device=mask.device), w.group_size, kl=kl, beta=w.beta)
     out = {"max_abs_diff_advantages": float((advantages - inputs["advantages"]).abs().max()),
            "max_abs_diff_old_logps": float((sequence_logps(old, mask) - inputs["old_logps"]).abs().max())}
 
