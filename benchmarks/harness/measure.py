@@ -87,12 +87,15 @@ def environment(device: torch.device) -> dict:
 def code_revision() -> dict | None:
     """The git commit of the suite's own checkout, and whether its tracked files differ from it ("dirty"): the
     code a number was measured with. None when the suite is not a git checkout (an installed wheel, a tree
-    extracted with git archive), unless $GRPO_BENCH_REVISION names the commit the copy was made from (a machine
-    the checkout reaches without its git folder); then "dirty" is None: not known."""
+    extracted with git archive). $GRPO_BENCH_REVISION, when set, names the commit a copy of the checkout was made
+    from and wins over git (a copy sent to another machine may carry a stale .git folder, or none); "dirty" is
+    then None: not known."""
+    given = os.environ.get("GRPO_BENCH_REVISION", "").strip()
+    if given:
+        return {"commit": given, "dirty": None}
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if not os.path.exists(os.path.join(root, ".git")):
-        given = os.environ.get("GRPO_BENCH_REVISION", "").strip()
-        return {"commit": given, "dirty": None} if given else None
+        return None
     try:
         commit = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
         dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no", "--", "algorithms",
