@@ -660,7 +660,7 @@ def code_line(env: dict) -> str:
     code = env.get("code")
     if not code:
         return ""
-    if code["dirty"] is None:  # a copy of the checkout without git: the commit as given ($GRPO_BENCH_REVISION)
+    if code["dirty"] is None:  # the commit a copy was made from, as given ($GRPO_BENCH_REVISION): its changes unknown
         return f" This suite copied from commit {code['commit'][:10]} (as given; its changes unknown)."
     return f" This suite at commit {code['commit'][:10]}" + (" with uncommitted changes." if code["dirty"] else ".")
 
