@@ -310,3 +310,18 @@ def test_curves_too_short_for_a_fit_say_so_in_one_line():
         [0.9, 0.8, 1.0, 500, 400, 600, 1.5, 0.01, 0.02]
     table = verdicts._scaling_lines({"scaling_fits": fitted}, "t", frame)[-1]
     assert "| a | 0.150 | 0.900 [0.800, 1.000] | 500 [400, 600] | 1.50 | 0.010 | +0.020 |" in table and "| b |" not in table
+
+
+def test_the_wall_clock_line_says_when_a_resumed_cell_trained_longer_than_its_last_process():
+    """A resumed cell's training time adds up its attempts, its process time is the last attempt's: the line
+    must not call training a part of the process time then."""
+    from benchmarks.report.matrix import wall_clock_line
+
+    sessions = [{"elapsed_s": 100.0, "jobs": 1, "cells_run": 2}]
+    fresh = pd.DataFrame({"matrix_session": [0, 0], "process_wall_clock_s": [60.0, 50.0], "wall_clock_s": [40.0, 30.0]})
+    assert "cell time summed over workers (not a wall-clock): 110 s, of which training 70 s." in wall_clock_line(sessions, fresh)
+    resumed = fresh.assign(wall_clock_s=[90.0, 30.0])
+    line = wall_clock_line(sessions, resumed)
+    assert "of which" not in line
+    assert ("processes 110 s, training 120 s; 1 resumed cell(s) count training over every attempt but only their "
+            "last attempt's process.") in line

@@ -255,8 +255,16 @@ def wall_clock_line(sessions: list[dict], done: pd.DataFrame) -> str:
                      f"the sessions that ran cells took {runs}")
     if not done.empty:
         process = done["process_wall_clock_s"].sum() if "process_wall_clock_s" in done else math.nan
-        parts.append(f"cell time summed over workers (not a wall-clock): {process:.0f} s, of which training "
-                     f"{done['wall_clock_s'].sum():.0f} s")
+        training = done["wall_clock_s"].sum()
+        # A resumed cell's training time adds up its attempts; only its last attempt's process is recorded.
+        resumed = int((done["wall_clock_s"] > done["process_wall_clock_s"]).sum()) if "process_wall_clock_s" in done else 0
+        if resumed:
+            parts.append(f"cell time summed over workers (not a wall-clock): processes {process:.0f} s, training "
+                         f"{training:.0f} s; {resumed} resumed cell(s) count training over every attempt but only "
+                         f"their last attempt's process")
+        else:
+            parts.append(f"cell time summed over workers (not a wall-clock): {process:.0f} s, of which training "
+                         f"{training:.0f} s")
     return "; ".join(parts) + "."
 
 
