@@ -117,6 +117,9 @@ def test_report_shows_trl_default_and_fastest_and_the_ratio_against_the_faster()
     assert "1.9 to 4.2 on 2 CPUs, this run using 2 threads. Other work shared the cores" in render_markdown(report)
     report["load"]["load_1min"] = [2.1, 2.3]
     assert "2.1 to 2.3 on 2 CPUs, this run using 2 threads. Nothing else ran." in render_markdown(report)
+    assert "Memory bandwidth" not in render_markdown(report)  # a report from before it was sampled
+    report["load"]["bandwidth_gbs"] = [21.04, 18.96, 20.0]
+    assert "Nothing else ran. Memory bandwidth (a STREAM triad, sampled likewise): 19.0 to 21.0 GB/s" in render_markdown(report)
     assert "Stopped before the end" not in render_markdown(report)
     report["workloads"] = ["w", "v", "u"]  # a run stopped after its first workload
     assert "**Stopped before the end**: 1 of 3 workloads measured; not measured: v, u." in render_markdown(report)

@@ -705,7 +705,13 @@ def render_markdown(report: dict) -> str:
                   f"{min(samples):.1f} to {max(samples):.1f} on {report['load']['cpus']} CPUs, this run using "
                   f"{report['threads']} threads. "
                   + ("Other work shared the cores: the absolute times are slower than on an idle machine; the ratios "
-                     "are measured side by side, in the same rounds." if shared else "Nothing else ran."), ""]
+                     "are measured side by side, in the same rounds." if shared else "Nothing else ran.")]
+        bandwidth = report["load"].get("bandwidth_gbs")
+        if bandwidth:
+            lines[-1] += (f" Memory bandwidth (a STREAM triad, sampled likewise): {min(bandwidth):.1f} to "
+                          f"{max(bandwidth):.1f} GB/s, for a reader comparing runs: other tenants of the host take "
+                          "from it unseen by the load average.")
+        lines.append("")
     rows = []
     for r in report["comparisons"]:
         w, mem = r["workload"], r.get("memory", {})
@@ -865,6 +871,12 @@ def with_model(workloads: list[Workload], model: str) -> list[Workload]:
             for w in workloads]
 
 
+def _bandwidth_gbs() -> float:
+    from benchmarks.perf.roof import memory_bandwidth
+
+    return memory_bandwidth(256, 5) / 1e9
+
+
 def run_bench(settings: PerfSettings, command: str) -> dict:
     """Every workload's comparison (plus bf16 and scaling when their steps are > 0), written to OUT as STEM.md and
     STEM.json and into the README section; ``command`` is the command line that reproduces them."""
@@ -905,6 +917,10 @@ def run_bench(settings: PerfSettings, command: str) -> dict:
         # needs it; the ratios are side by side in interleaved rounds either way.
         "load": {"cpus": os.cpu_count(), "load_1min": [os.getloadavg()[0]]},
     }
+    if device.type == "cpu":
+        # What neighbours on a shared host leave of the memory bandwidth, which the load average does not see (the
+        # same workloads' ratios moved by about a tenth between runs on these machines).
+        report["load"]["bandwidth_gbs"] = [_bandwidth_gbs()]
     log(f"matmul 2048: {report['matmul_gflops']['fp32']:.0f} GFLOP/s fp32, {report['matmul_gflops']['bf16']:.0f} bf16")
     workloads = [dataclasses.replace(choices[n], max_new_tokens=settings.max_new_tokens or choices[n].max_new_tokens)
                  for n in names]
@@ -921,6 +937,8 @@ def run_bench(settings: PerfSettings, command: str) -> dict:
                                 for side in SIDES}
         report["comparisons"].append(result)
         report["load"]["load_1min"].append(os.getloadavg()[0])
+        if "bandwidth_gbs" in report["load"]:
+            report["load"]["bandwidth_gbs"].append(_bandwidth_gbs())
         # What is finished is on disk: a 135M comparison is tens of minutes, and a later part may fail.
         atomic_write_json(out / f"{stem}.json", report)
         atomic_write_text(out / f"{stem}.md", f"# {title}\n\n" + render_markdown(report) + "\n")
