@@ -83,6 +83,10 @@ REPORTS = (
     ("results/perf/revisions-packed/revisions.md", "Sampling weights prepacked for oneDNN, against the revision before",
      "grpo-bench bench revisions 5b687ac e7b6a6f --workloads chain_sum-mu1,chain_sum-lora-mu1,gsm8k-mu1 --threads 2 "
      "--out results/perf/revisions-packed"),
+    ("results/perf/revisions-lora-dropout/revisions.md", "A LoRA policy's step before and after the grpo-vs-trl "
+     "workloads dropped adapter dropout (TRL's side had run without it all along)",
+     "grpo-bench bench revisions cd064c7 201e140 --workloads gsm8k-lora-mu2,chain_sum-lora-mu2 --rounds 5 --threads 2 "
+     "--out results/perf/revisions-lora-dropout"),
     ("results/lora/report.md", "LoRA against full fine-tuning, ours and TRL's", "grpo-bench bench lora"),
     ("results/executors-default/executors.md", "Matrix executors on the default matrix: warm workers against fresh processes",
      "grpo-bench bench executors benchmarks/matrices/default.toml --seeds 0"),
