@@ -396,7 +396,7 @@ def _attend_groups(query, keys, values, layout: PromptGroups, scaling: float, gr
     return torch.cat([prompt_out, completion_out], dim=1)
 
 
-def _attention_mask(attention_mask, query_length: int, key_length: int):
+def _attention_mask(attention_mask, query_length: int, key_length: int, device: torch.device):
     """transformers' sdpa mask: None when nothing is padded and the query is one token or the whole
     sequence (sdpa's own is_causal then), else a (B, 1, L, K) bool mask: padding and causality.
     A 4-D mask or a ``PromptGroups`` layout is the caller's own (packed sequences) and is used as it is."""
@@ -406,7 +406,7 @@ def _attention_mask(attention_mask, query_length: int, key_length: int):
         if query_length == 1 or query_length == key_length:
             return None
     if attention_mask is None:
-        attention_mask = torch.ones(1, key_length, dtype=torch.bool)
+        attention_mask = torch.ones(1, key_length, dtype=torch.bool, device=device)
     kv_index = torch.arange(key_length, device=attention_mask.device)
     q_index = torch.arange(key_length - query_length, key_length, device=attention_mask.device)
     causal = kv_index[None, :] <= q_index[:, None]  # (L, K)
@@ -458,7 +458,7 @@ def forward(model, input_ids: torch.Tensor, position_ids: torch.Tensor, attentio
     config = model.config
     batch, length = input_ids.shape
     past = cache.length if cache is not None else 0
-    mask = _attention_mask(attention_mask, length, past + length)
+    mask = _attention_mask(attention_mask, length, past + length, input_ids.device)
     hidden = body.embed_tokens(input_ids)
     if rotary is None:
         cos, sin = body.rotary_emb(hidden, position_ids)

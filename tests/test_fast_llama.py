@@ -448,3 +448,13 @@ def test_few_row_products_run_as_w_times_x_transposed_where_the_rule_says(rows, 
     fast_llama.linear(x.requires_grad_(), weight, None, few_rows_fast=True)
     assert transposed_products == ([weight.shape] if rows <= few else [])
     assert torch.allclose(ours, torch.nn.functional.linear(x, weight), rtol=1e-5, atol=1e-4)
+
+
+def test_a_mask_made_without_an_attention_mask_is_causal_on_the_inputs_device():
+    """No attention mask, a query of neither one token nor the whole sequence (a chunk after a cache): the
+    causal mask is built, on the inputs' device (a CUDA run would otherwise mix a CPU mask into sdpa)."""
+    mask = fast_llama._attention_mask(None, 2, 5, torch.device("cpu"))
+    assert mask.shape == (1, 1, 2, 5)
+    assert mask[0, 0].tolist() == [[True, True, True, True, False], [True, True, True, True, True]]
+    assert fast_llama._attention_mask(None, 2, 5, torch.device("meta")).device.type == "meta"
+    assert fast_llama._attention_mask(None, 1, 5, torch.device("meta")) is None  # one token: sdpa needs none
