@@ -541,7 +541,6 @@ def _probe_main(argv: list[str]) -> None:
     side, workload, steps, seed, device = argv
     rss_import = _rss_bytes()
     w = workload_of_json(workload)
-    name = w.name
     dev = measure.resolve_device(device)
     measure.reset_peak_memory(dev)
     runner = (Ours(w, seed=int(seed), device=device) if side == "ours" else
@@ -551,7 +550,7 @@ def _probe_main(argv: list[str]) -> None:
     prompts = runner.task.train_prompts()
     for _ in range(int(steps)):
         runner.step(rng.choices(prompts, k=1))
-    print(json.dumps({"side": side, "workload": name, "steps": int(steps),
+    print(json.dumps({"side": side, "workload": w.name, "steps": int(steps),
                       "peak_bytes": measure.peak_memory_bytes(dev),
                       "kind": measure.peak_memory_kind(dev),
                       "rss_after_imports_bytes": rss_import, "rss_after_build_bytes": rss_built}))
@@ -871,10 +870,13 @@ def with_model(workloads: list[Workload], model: str) -> list[Workload]:
             for w in workloads]
 
 
-def _bandwidth_gbs() -> float:
+def _sample_machine(load: dict) -> None:
+    """Append the 1-minute load average, and the memory bandwidth where ``load`` tracks it, to ``load``'s samples."""
     from benchmarks.perf.roof import memory_bandwidth
 
-    return memory_bandwidth(256, 5) / 1e9
+    load["load_1min"].append(os.getloadavg()[0])
+    if "bandwidth_gbs" in load:
+        load["bandwidth_gbs"].append(memory_bandwidth(256, 5) / 1e9)
 
 
 def run_bench(settings: PerfSettings, command: str) -> dict:
@@ -915,12 +917,11 @@ def run_bench(settings: PerfSettings, command: str) -> dict:
         "comparisons": [],
         # Other work on the machine, sampled at the start and after each workload: a reader of the absolute times
         # needs it; the ratios are side by side in interleaved rounds either way.
-        "load": {"cpus": os.cpu_count(), "load_1min": [os.getloadavg()[0]]},
+        # On a CPU also what neighbours on a shared host leave of the memory bandwidth, which the load average does
+        # not see (the same workloads' ratios moved by about a tenth between runs on these machines).
+        "load": {"cpus": os.cpu_count(), "load_1min": [], **({"bandwidth_gbs": []} if device.type == "cpu" else {})},
     }
-    if device.type == "cpu":
-        # What neighbours on a shared host leave of the memory bandwidth, which the load average does not see (the
-        # same workloads' ratios moved by about a tenth between runs on these machines).
-        report["load"]["bandwidth_gbs"] = [_bandwidth_gbs()]
+    _sample_machine(report["load"])
     log(f"matmul 2048: {report['matmul_gflops']['fp32']:.0f} GFLOP/s fp32, {report['matmul_gflops']['bf16']:.0f} bf16")
     workloads = [dataclasses.replace(choices[n], max_new_tokens=settings.max_new_tokens or choices[n].max_new_tokens)
                  for n in names]
@@ -936,9 +937,7 @@ def run_bench(settings: PerfSettings, command: str) -> dict:
             result["memory"] = {side: probe_memory(w, side, steps=steps, seed=settings.seed, device=str(device))
                                 for side in SIDES}
         report["comparisons"].append(result)
-        report["load"]["load_1min"].append(os.getloadavg()[0])
-        if "bandwidth_gbs" in report["load"]:
-            report["load"]["bandwidth_gbs"].append(_bandwidth_gbs())
+        _sample_machine(report["load"])
         # What is finished is on disk: a 135M comparison is tens of minutes, and a later part may fail.
         atomic_write_json(out / f"{stem}.json", report)
         atomic_write_text(out / f"{stem}.md", f"# {title}\n\n" + render_markdown(report) + "\n")
