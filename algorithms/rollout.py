@@ -151,6 +151,11 @@ INVERSE_CDF_MIN_VOCAB = 4096
 STATIC_CACHE_MIN_NEW_TOKENS = 64
 
 
+# On a GPU, a lean model's decoding steps replay one CUDA graph (fast_llama.StaticDecodeStep) from this many
+# new tokens (capturing it runs a warm-up step and the capture, once per generate call).
+CUDA_GRAPH_MIN_NEW_TOKENS = 16
+
+
 def sample_categorical(probs: torch.Tensor, generator: Optional[torch.Generator] = None) -> torch.Tensor:
     """One index per row of ``probs`` (B, V): exact ancestral sampling, seeded by ``generator``.
 
@@ -218,6 +223,10 @@ def _prefill(model, lean: Optional[tuple], unique_ids: torch.Tensor, unique_mask
         padded = not bool(unique_mask.all())  # without padding no step needs a mask
         # RoPE of every position decoding can reach, computed once and sliced per step.
         cos, signed_sin = fast_llama.rotary_table(model, first_position + torch.arange(max_new_tokens, device=first_position.device))
+        if unique_ids.device.type == "cuda" and max_new_tokens >= CUDA_GRAPH_MIN_NEW_TOKENS:
+            static = fast_llama.StaticDecodeStep(model, fused, cache, first_position, attention, prompt_length,
+                                                 (cos, signed_sin))
+            return logits[:, -1, :].float().repeat_interleave(group_size, dim=0), fast_llama.cuda_graph_decoder(static)
 
         def decode(step, tokens):
             mask = attention[:, : prompt_length + step + 1] if padded else None

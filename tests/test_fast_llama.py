@@ -458,3 +458,91 @@ def test_a_mask_made_without_an_attention_mask_is_causal_on_the_inputs_device():
     assert mask[0, 0].tolist() == [[True, True, True, True, False], [True, True, True, True, True]]
     assert fast_llama._attention_mask(None, 2, 5, torch.device("meta")).device.type == "meta"
     assert fast_llama._attention_mask(None, 1, 5, torch.device("meta")) is None  # one token: sdpa needs none
+
+
+def _static_and_transformers_decoding(model, ids, mask, group_size: int, steps: int, graph: bool):
+    """Greedy decoding, transformers' growing cache against ``StaticDecodeStep`` (eager, or replayed as a CUDA
+    graph): the largest relative difference of the logits over the steps, and whether every greedy token agreed."""
+    device = ids.device
+    with torch.no_grad():
+        theirs_cache = DynamicCache()
+        theirs = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), past_key_values=theirs_cache,
+                       use_cache=True, logits_to_keep=1).logits[:, -1]
+        theirs_cache.batch_repeat_interleave(group_size)
+        cache = fast_llama.KVCache(model.config.num_hidden_layers)
+        fast_llama.forward(model, ids, _positions(mask), mask, cache, logits_to_keep=1)
+        capacity = ids.size(1) + steps
+        cache.fan_out(group_size, capacity)
+        key_real = torch.cat([mask, mask.new_ones(mask.size(0), steps)], dim=1).repeat_interleave(group_size, dim=0)
+        first_position = _positions(mask)[:, -1:].repeat_interleave(group_size, dim=0) + 1
+        rotary = fast_llama.rotary_table(model, first_position + torch.arange(steps, device=device))
+        static = fast_llama.StaticDecodeStep(model, fast_llama.FusedProjections.of(model), cache, first_position,
+                                             key_real, ids.size(1), rotary)
+        decode = fast_llama.cuda_graph_decoder(static) if graph else (lambda step, tokens: (static.feed(step, tokens), static())[1])
+        attention = mask.repeat_interleave(group_size, dim=0)
+        token = theirs.argmax(-1).repeat_interleave(group_size)
+        worst, agreed = 0.0, True
+        for step in range(steps):
+            attention = torch.cat([attention, attention.new_ones(attention.size(0), 1)], dim=-1)
+            theirs = model(input_ids=token[:, None], attention_mask=attention, position_ids=first_position + step,
+                           past_key_values=theirs_cache, use_cache=True).logits[:, -1]
+            ours = decode(step, token[:, None])
+            worst = max(worst, _relative_error(ours, theirs))
+            agreed &= bool(torch.equal(ours.argmax(-1), theirs.argmax(-1)))
+            token = theirs.argmax(-1)
+    return worst, agreed
+
+
+def test_static_decoding_step_is_transformers_decoding_within_rounding():
+    """The step a CUDA graph captures (fixed shapes: attention over the whole preallocated cache under a mask, the
+    step's cache slot and RoPE row read from tensors), run eagerly on the CPU: left-padded prompts, grouped-query
+    attention, G = 2, the first generated slot overwritten after a stale write. A step that attended to an unwritten
+    slot, to a padding token, or took another step's RoPE row would be off by far more than rounding."""
+    model = _gqa_llama().eval()
+    ids, mask = _padded_batch(model.config.vocab_size)
+    worst, agreed = _static_and_transformers_decoding(model, ids, mask, group_size=2, steps=12, graph=False)
+    assert worst < 1e-5 and agreed
+
+
+def test_static_step_zeroes_the_unwritten_cache_so_masked_slots_cannot_poison_attention():
+    model = _gqa_llama().eval()
+    ids, mask = _padded_batch(model.config.vocab_size)
+    with torch.no_grad():
+        cache = fast_llama.KVCache(model.config.num_hidden_layers)
+        fast_llama.forward(model, ids, _positions(mask), mask, cache, logits_to_keep=1)
+        cache.fan_out(1, ids.size(1) + 4)
+        for keys in cache.keys:
+            keys[:, :, ids.size(1):] = float("nan")  # what an uninitialised buffer may hold
+        first_position = _positions(mask)[:, -1:] + 1
+        static = fast_llama.StaticDecodeStep(model, None, cache, first_position, torch.ones(3, ids.size(1) + 4),
+                                             ids.size(1), fast_llama.rotary_table(model, first_position + torch.arange(4)))
+        static.feed(0, ids[:, -1:])
+        assert torch.isfinite(static()).all()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_graph_decoding_is_transformers_decoding_within_rounding(dtype):
+    model = _gqa_llama().eval().cuda()
+    ids, mask = (t.cuda() for t in _padded_batch(model.config.vocab_size))
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+        worst, agreed = _static_and_transformers_decoding(model, ids, mask, group_size=2, steps=12, graph=True)
+    assert worst < (1e-5 if dtype == torch.float32 else 2e-2) and (agreed or dtype == torch.bfloat16)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_generate_on_a_gpu_replays_a_graph_and_keeps_the_greedy_tokens(monkeypatch, prompts):
+    """generate() on CUDA takes the graph from CUDA_GRAPH_MIN_NEW_TOKENS; greedy, its completions are those of the
+    eager steps."""
+    from algorithms import rollout as rollout_lib
+    pizza = make_task("pizza")
+    model = pizza.load_policy(torch.device("cuda"))
+    captured = []
+    real = fast_llama.cuda_graph_decoder
+    monkeypatch.setattr(fast_llama, "cuda_graph_decoder", lambda static: captured.append(static) or real(static))
+    monkeypatch.setattr(rollout_lib, "CUDA_GRAPH_MIN_NEW_TOKENS", 8)
+    graphed = generate(model, pizza.tokenizer, prompts, 2, max_new_tokens=12, temperature=0.0)
+    assert captured
+    monkeypatch.setattr(rollout_lib, "CUDA_GRAPH_MIN_NEW_TOKENS", 10**9)
+    eager = generate(model, pizza.tokenizer, prompts, 2, max_new_tokens=12, temperature=0.0)
+    assert graphed.completions == eager.completions
