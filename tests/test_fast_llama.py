@@ -531,6 +531,7 @@ def test_cuda_graph_decoding_is_transformers_decoding_within_rounding(dtype):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("prompts", [["ravin likes ", "i like "]], ids=["padded"])
 def test_generate_on_a_gpu_replays_a_graph_and_keeps_the_greedy_tokens(monkeypatch, prompts):
     """generate() on CUDA takes the graph from CUDA_GRAPH_MIN_NEW_TOKENS; greedy, its completions are those of the
     eager steps."""
