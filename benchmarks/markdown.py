@@ -87,6 +87,10 @@ REPORTS = (
      "workloads dropped adapter dropout (TRL's side had run without it all along)",
      "grpo-bench bench revisions cd064c7 201e140 --workloads gsm8k-lora-mu2,chain_sum-lora-mu2 --rounds 5 --threads 2 "
      "--out results/perf/revisions-lora-dropout"),
+    ("results/perf/revisions-logps-tail/revisions.md", "The log-prob tail (log-sum-exp, entropy and their backward) "
+     "a chunk of rows at a time, against the revision before",
+     "grpo-bench bench revisions 8240db0 eed3224 --workloads gsm8k-mu1 --rounds 5 --threads 2 "
+     "--out results/perf/revisions-logps-tail"),
     ("results/lora/report.md", "LoRA against full fine-tuning, ours and TRL's", "grpo-bench bench lora"),
     ("results/executors-default/executors.md", "Matrix executors on the default matrix: warm workers against fresh processes",
      "grpo-bench bench executors benchmarks/matrices/default.toml --seeds 0"),
