@@ -5,6 +5,10 @@ import torch
 
 # Tests share one cache of pretrained task models; CI starts with an empty one and builds it once.
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# No test reaches the network (the hub code paths are tested on local files). Offline, a missing hub file fails at
+# once: online without a route, huggingface_hub retried for about 20 s per probe (the GSM8K probe in a checkout
+# without the local copy).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 # One torch thread in the test process, whatever ran before (several tests set it, and a test's numbers must not
 # depend on which ones ran first), unless OMP_NUM_THREADS asks for more. The toy models gain nothing from a

@@ -87,6 +87,7 @@ def test_plugin_algorithm_and_task_in_help_and_run(plugin_env, tmp_path):
     assert done.returncode == 2 and done.stderr.strip() == "grpo-bench: error: --bonus is an option of task bonus_pizza, not of pizza"
 
 
+@pytest.mark.slow  # a two-cell matrix in a worker process, then its report: about 19 s
 def test_plugin_cells_in_a_matrix(plugin_env, tmp_path):
     toml = tmp_path / "plugin.toml"
     toml.write_text("seeds = [0, 1]\nbudget = 24\ndevice = \"cpu\"\n\n[tasks.bonus_pizza]\neval_samples = 16\nbonus = 0.5\n\n"

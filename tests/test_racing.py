@@ -70,6 +70,7 @@ def test_a_bad_racing_table_is_one_line(tmp_path, edit, words):
     assert words in str(info.value) and str(info.value).startswith(f"{path}:")
 
 
+@pytest.mark.slow  # a whole raced matrix, run and resumed: about 20 s
 def test_a_raced_matrix_adds_seeds_to_undecided_variants_only_and_resumes(tmp_path):
     path, out = tmp_path / "m.toml", tmp_path / "out"
     path.write_text(MATRIX)
