@@ -542,6 +542,7 @@ class StaticDecodeStep:
         self.first_position = first_position
         self.tokens = torch.zeros(first_position.size(0), 1, dtype=torch.long, device=device)
         self.step = torch.zeros(1, dtype=torch.long, device=device)
+        self.position = torch.full((1,), prompt_length, dtype=torch.long, device=device)  # the fed tokens' cache slot
         self.key_real = key_real.bool()
         self.key_index = torch.arange(key_real.size(1), device=device)
         self.prompt_length = prompt_length
@@ -549,23 +550,20 @@ class StaticDecodeStep:
         for keys, values in zip(cache.keys, cache.values):
             keys[:, :, cache.length:].zero_()
             values[:, :, cache.length:].zero_()
+        cache.write_at = self.position  # from here on the cache is this step's alone
 
     def feed(self, step: int, tokens: torch.Tensor) -> None:
         """The tokens (B, 1) sampled at ``step``: the next ``__call__`` runs them."""
         self.tokens.copy_(tokens)
         self.step.fill_(step)
+        self.position.fill_(self.prompt_length + step)
 
     def __call__(self) -> torch.Tensor:
         """Logits (B, V) after the fed tokens."""
-        position = self.step + self.prompt_length  # (1,) the fed tokens' place in the cache
-        mask = (self.key_real & (self.key_index <= position))[:, None, None, :]  # (B, 1, 1, capacity)
+        mask = (self.key_real & (self.key_index <= self.position))[:, None, None, :]  # (B, 1, 1, capacity)
         rotary = (self.cos.index_select(2, self.step), self.signed_sin.index_select(2, self.step))
-        self.cache.write_at = position
-        try:
-            logits = forward(self.model, self.tokens, self.first_position, mask, self.cache, few_rows_fast=True,
-                             fused=self.fused, rotary=rotary)
-        finally:
-            self.cache.write_at = None
+        logits = forward(self.model, self.tokens, self.first_position, mask, self.cache, few_rows_fast=True,
+                         fused=self.fused, rotary=rotary)
         return logits[:, -1, :]
 
 
@@ -589,4 +587,3 @@ def cuda_graph_decoder(static: StaticDecodeStep):
         return logits
 
     return decode
-

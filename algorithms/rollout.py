@@ -224,15 +224,14 @@ def _prefill(model, lean: Optional[tuple], unique_ids: torch.Tensor, unique_mask
         # RoPE of every position decoding can reach, computed once and sliced per step.
         cos, signed_sin = fast_llama.rotary_table(model, first_position + torch.arange(max_new_tokens, device=first_position.device))
         if unique_ids.device.type == "cuda" and max_new_tokens >= CUDA_GRAPH_MIN_NEW_TOKENS:
-            static = fast_llama.StaticDecodeStep(model, fused, cache, first_position, attention, prompt_length,
-                                                 (cos, signed_sin))
-            return logits[:, -1, :].float().repeat_interleave(group_size, dim=0), fast_llama.cuda_graph_decoder(static)
-
-        def decode(step, tokens):
-            mask = attention[:, : prompt_length + step + 1] if padded else None
-            rotary = (cos[:, :, step:step + 1], signed_sin[:, :, step:step + 1])
-            return fast_llama.forward(model, tokens, first_position + step, mask, cache, few_rows_fast=True,
-                                      fused=fused, rotary=rotary)[:, -1, :]
+            decode = fast_llama.cuda_graph_decoder(fast_llama.StaticDecodeStep(
+                model, fused, cache, first_position, attention, prompt_length, (cos, signed_sin)))
+        else:
+            def decode(step, tokens):
+                mask = attention[:, : prompt_length + step + 1] if padded else None
+                rotary = (cos[:, :, step:step + 1], signed_sin[:, :, step:step + 1])
+                return fast_llama.forward(model, tokens, first_position + step, mask, cache, few_rows_fast=True,
+                                          fused=fused, rotary=rotary)[:, -1, :]
     else:
         out = model(input_ids=unique_ids, attention_mask=unique_mask, position_ids=positions,
                     past_key_values=DynamicCache(), use_cache=True, logits_to_keep=1)
@@ -611,9 +610,9 @@ class _TokenLogps(torch.autograd.Function):
             if with_entropy or with_sum_pi_squared:
                 log_probs = F.log_softmax(x, dim=-1)
                 if with_entropy:
-                    entropy[start:start + step] = -(log_probs.exp() * log_probs).sum(-1)
+                    entropy[start:start + step] = _entropy(log_probs)
                 if with_sum_pi_squared:
-                    sum_pi_squared[start:start + step] = log_probs.mul(2).exp().sum(-1)
+                    sum_pi_squared[start:start + step] = _sum_pi_squared(log_probs)
         picked = _scaled(logits[rows, tokens], scale)
         ctx.save_for_backward(logits, lse, rows, tokens)
         ctx.scale, ctx.step = scale, step
@@ -649,10 +648,18 @@ def _logps_with_entropy_graph(logits, row_of, tokens, scale, with_sum_pi_squared
     x = _scaled(logits, scale)
     logps = x[row_of, tokens] - torch.logsumexp(x, dim=-1)[row_of]  # (B, T)
     log_probs = F.log_softmax(x, dim=-1)  # (R, V)
-    outputs = [logps, -(log_probs.exp() * log_probs).sum(-1)[row_of]]
+    outputs = [logps, _entropy(log_probs)[row_of]]
     if with_sum_pi_squared:
-        outputs.append(log_probs.detach().mul(2).exp().sum(-1)[row_of])
+        outputs.append(_sum_pi_squared(log_probs.detach())[row_of])
     return tuple(outputs)
+
+
+def _entropy(log_probs: torch.Tensor) -> torch.Tensor:
+    return -(log_probs.exp() * log_probs).sum(-1)
+
+
+def _sum_pi_squared(log_probs: torch.Tensor) -> torch.Tensor:
+    return log_probs.mul(2).exp().sum(-1)
 
 
 def rollout_logps(model, rollout: Rollout, *, temperature: float = 1.0, with_entropy: bool = False,
