@@ -70,7 +70,7 @@ REPORTS = (
     ("results/trl_train/report.md", "TRL's GRPOTrainer and ours, trained side by side on pizza", "grpo-bench check trl-train"),
     ("results/perf/perf.md", "One GRPO step against TRL's GRPOTrainer", "grpo-bench bench grpo-vs-trl"),
     ("results/gpu/perf.md", "One GRPO step against TRL's GRPOTrainer on an NVIDIA H200 (SmolLM2-135M's architecture "
-     "with random weights; 3 of the 4 GSM8K workloads before the run's time limit)",
+     "with random weights, GSM8K workloads)",
      "grpo-bench bench grpo-vs-trl --device cuda --model HuggingFaceTB/SmolLM2-135M-Instruct --random-weights"),
     ("results/perf/rloo.md", "One RLOO step against TRL's RLOOTrainer", "grpo-bench bench rloo-vs-trl"),
     ("results/perf/roof.md", "Generation (SmolLM2-135M) against the roof of the measured bandwidth and FLOP rate",

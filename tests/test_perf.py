@@ -202,6 +202,18 @@ def test_too_few_pairs_is_refused(run_cli):
     assert code == 2 and "--pairs must be >= 5" in err
 
 
+def test_rerender_writes_the_committed_report_from_its_json_and_refuses_a_missing_one(run_cli, tmp_path):
+    from pathlib import Path
+
+    committed = Path(__file__).resolve().parents[1] / "results" / "gpu"
+    (tmp_path / "perf.json").write_text((committed / "perf.json").read_text())
+    code, _, err = run_cli("bench", "grpo-vs-trl", "--rerender", "--out", tmp_path, "--readme", "")
+    assert code == 0, err
+    assert (tmp_path / "perf.md").read_text() == (committed / "perf.md").read_text()
+    code, _, err = run_cli("bench", "grpo-vs-trl", "--rerender", "--out", tmp_path / "empty", "--readme", "")
+    assert code == 2 and "--rerender needs a finished report" in err and len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("shared", [False, True], ids=["packed", "cached-prompt"])
 @pytest.mark.parametrize("beta, mu", [(0.0, 1), (0.04, 1), (0.0, 2), (0.04, 2)])
 def test_no_reference_or_old_pass_unless_needed(pizza, beta, mu, shared, monkeypatch):
@@ -297,6 +309,11 @@ def test_target_verdict_names_each_workload_that_misses():
     assert "not met on b (median 2.40 < 2.5), c (more memory than TRL), d (loss differs by nan)" in line
     assert line.endswith("met on a.")
     assert target_verdict({"comparisons": report["comparisons"][:1]}).endswith("met on every workload.")
+    # A run stopped before the end claims the target only on what it measured, and names the rest.
+    stopped = target_verdict({"workloads": ["a", "b", "e"], "comparisons": report["comparisons"][:1]})
+    assert stopped.endswith("met on every workload measured (1 of 3); not measured: b, e."), stopped
+    stopped = target_verdict({"workloads": ["a", "b", "e"], "comparisons": report["comparisons"][:2]})
+    assert stopped.endswith("not met on b (median 2.40 < 2.5); met on a; not measured: e."), stopped
 
 
 @pytest.mark.parametrize("shared", [False, True], ids=["packed", "cached-prompt"])
