@@ -125,6 +125,58 @@ def test_report_shows_trl_default_and_fastest_and_the_ratio_against_the_faster()
     assert "**Stopped before the end**: 1 of 3 workloads measured; not measured: v, u." in render_markdown(report)
 
 
+def test_bench_refuses_to_replace_a_report_and_resumes_the_workloads_it_lacks(tmp_path, monkeypatch):
+    """A stopped run's report is kept: a second run is refused unless --resume (which measures only the planned
+    workloads the report lacks, with the same settings) or --overwrite."""
+    import dataclasses
+    import json
+
+    from benchmarks.errors import UsageError
+    from benchmarks.perf import grpo_vs_trl as bench
+
+    measured, stopped = [], []
+
+    def fake_compare(w, *, pairs, seed, device, log):
+        if w.name == "pizza-mu2" and not stopped:  # the first run stops here
+            stopped.append(w.name)
+            raise KeyboardInterrupt
+        measured.append(w.name)
+        side = {"median": {"time/step": 1.0, "tokens/generated": 1.0, "tokens/processed": 1.0,
+                           **{f"time/{p}": 0.0 for p in ("generate", "score", "logprobs", "update", "other")}},
+                "rates": {"generation_tokens_per_s": 1.0, "generation_gflops": 1.0, "update_gflops": 1.0}}
+        ratio = {"min": 3.0, "median": 3.0, "max": 3.0}
+        return {"workload": dataclasses.asdict(w), "parameters": 1.0, "pairs": pairs, "faster_trl": "fastest",
+                "ratios": {"default": ratio, "fastest": ratio}, "ratio": ratio, "same_batch": {"max_abs_diff": 0.0},
+                "ours": side, "trl_default": side, "trl_fastest": side}
+
+    monkeypatch.setattr(bench, "compare", fake_compare)
+    monkeypatch.setattr(bench, "_sample_machine", lambda load: load["load_1min"].append(0.5))
+    monkeypatch.setattr(bench, "matmul_gflops", lambda dtype, device: 1.0)
+    settings = bench.PerfSettings(workloads=["pizza-mu1", "pizza-mu2"], pairs=5, memory=False, readme="",
+                                  out=str(tmp_path))
+    with pytest.raises(KeyboardInterrupt):
+        bench.run_bench(settings, command="first")
+    first = json.loads((tmp_path / "perf.json").read_text())
+    assert [r["workload"]["name"] for r in first["comparisons"]] == ["pizza-mu1"]
+    with pytest.raises(UsageError, match="--resume to measure the workloads it lacks, or --overwrite"):
+        bench.run_bench(settings, command="again")
+    monkeypatch.setattr(bench.measure, "requested_device", torch.device)  # as if CUDA were there
+    with pytest.raises(UsageError, match="measured on cpu, this run is on cuda"):
+        bench.run_bench(dataclasses.replace(settings, resume=True, device="cuda"), command="again")
+    with pytest.raises(UsageError, match="pizza-mu1 .* was measured with other settings"):
+        bench.run_bench(dataclasses.replace(settings, resume=True, pairs=6), command="again")
+    report = bench.run_bench(dataclasses.replace(settings, resume=True), command="resumed")
+    assert measured == ["pizza-mu1", "pizza-mu2"]  # pizza-mu1 kept, not measured twice
+    assert [r["workload"]["name"] for r in report["comparisons"]] == ["pizza-mu1", "pizza-mu2"]
+    assert report["command"] == "first" and [r["workloads"] for r in report["resumed"]] == [["pizza-mu2"]]
+    text = (tmp_path / "perf.md").read_text()
+    assert "Resumed in a later session on" in text and "It measured: pizza-mu2;" in text
+    assert "Stopped before the end" not in text and "not measured:" not in text
+    bench.run_bench(dataclasses.replace(settings, overwrite=True), command="over")
+    assert json.loads((tmp_path / "perf.json").read_text())["command"] == "over"
+    assert measured[-2:] == ["pizza-mu1", "pizza-mu2"]
+
+
 def test_rloo_bench_refuses_a_grpo_workload(run_cli):
     code, _, err = run_cli("bench", "rloo-vs-trl", "--workloads", "pizza-mu1")
     assert code == 2 and "unknown workload 'pizza-mu1'; choose from pizza-rloo" in err

@@ -32,6 +32,10 @@ def _common(p, algo: str) -> None:
     p.add_argument("--random-weights", action="store_true",
                    help="--model's architecture and tokenizer with seeded random weights (timing where its weights "
                         "cannot go; completions then seldom end before their cap)")
+    again = p.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true",
+                       help="keep OUT's measured workloads (same settings) and measure the planned ones it lacks")
+    again.add_argument("--overwrite", action="store_true", help="replace OUT's report (else an existing one is refused)")
     p.add_argument("--rerender", action="store_true",
                    help="measure nothing: write OUT's report markdown (and the README section) again from its json")
     p.set_defaults(handler=cmd_bench, algo=algo)
@@ -60,6 +64,7 @@ def cmd_bench(args) -> int:
         algo=args.algo, workloads=comma_list(args.workloads), pairs=args.pairs,
         allow_few_pairs=args.allow_few_pairs, memory=args.memory, max_new_tokens=args.max_new_tokens, seed=args.seed,
         device=args.device, out=args.out, bf16_steps=args.bf16_steps, scaling_steps=args.scaling_steps,
-        readme=args.readme, model=args.model, random_weights=args.random_weights, rerender=args.rerender)
+        readme=args.readme, model=args.model, random_weights=args.random_weights, rerender=args.rerender,
+        resume=args.resume, overwrite=args.overwrite)
     run_bench(settings, command=args.command_line)
     return 0

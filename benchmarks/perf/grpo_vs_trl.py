@@ -688,6 +688,11 @@ def render_markdown(report: dict) -> str:
         "against the faster of the two.",
         "",
     ]
+    for later in report.get("resumed", []):
+        later_env = later["environment"]
+        lines += [f"Resumed in a later session on {later_env['device_name']} (torch {later_env['versions']['torch']}, "
+                  f"{later['threads']} threads).{code_line(later_env)} It measured: "
+                  f"{', '.join(later['workloads']) or 'nothing'}; each workload's rounds ran in one session.", ""]
     if report.get("model"):
         model = report["model"]
         lines += [f"Model: `{model['model']}`, in place of each task's default model" + (
@@ -838,6 +843,8 @@ class PerfSettings:
     model: Optional[str] = None  # a hub id or local directory in place of the workloads' model (tasks with a model)
     random_weights: bool = False  # the model's architecture with seeded random weights (where its weights can't go)
     rerender: bool = False  # re-read OUT's finished report (STEM.json) and write its markdown again, measuring nothing
+    resume: bool = False  # keep OUT's report's measured workloads (same settings) and measure the rest of the plan
+    overwrite: bool = False  # replace OUT's report (without it or resume, an existing report is refused)
 
 
 def random_weight_checkpoint(model: str, seed: int) -> Path:
@@ -909,6 +916,7 @@ def run_bench(settings: PerfSettings, command: str) -> dict:
     if settings.random_weights and not settings.model:
         raise UsageError("--random-weights needs --model (the architecture and tokenizer to draw weights for)")
     out = Path(settings.out or ("results/gpu" if device.type == "cuda" else "results/perf"))
+    earlier = _earlier_report(out / f"{stem}.json", settings, device)
     out.mkdir(parents=True, exist_ok=True)
     log = print
     started = time.perf_counter()
@@ -928,7 +936,13 @@ def run_bench(settings: PerfSettings, command: str) -> dict:
         # On a CPU also what neighbours on a shared host leave of the memory bandwidth, which the load average does
         # not see (the same workloads' ratios moved by about a tenth between runs on these machines).
         "load": {"cpus": os.cpu_count(), "load_1min": [], **({"bandwidth_gbs": []} if device.type == "cpu" else {})},
+        "seed": settings.seed,
     }
+    if earlier:
+        # The report stays the first session's (its machine and code head it); each later one is listed with what it measured.
+        report = {**earlier, "workloads": list(dict.fromkeys(earlier["workloads"] + names)),
+                  "resumed": earlier.get("resumed", []) + [{"command": command, "environment": report["environment"],
+                                                            "threads": report["threads"], "workloads": []}]}
     _sample_machine(report["load"])
     log(f"matmul 2048: {report['matmul_gflops']['fp32']:.0f} GFLOP/s fp32, {report['matmul_gflops']['bf16']:.0f} bf16")
     workloads = [dataclasses.replace(choices[n], max_new_tokens=settings.max_new_tokens or choices[n].max_new_tokens)
@@ -937,8 +951,17 @@ def run_bench(settings: PerfSettings, command: str) -> dict:
         model = str(random_weight_checkpoint(settings.model, settings.seed)) if settings.random_weights else settings.model
         workloads = with_model(workloads, model)
         report["model"] = {"model": settings.model, "random_weights": settings.random_weights}
+    measured = {r["workload"]["name"]: r for r in report["comparisons"]}
     for w in workloads:
+        if w.name in measured:
+            if _as_json(dataclasses.asdict(w)) != measured[w.name]["workload"] or measured[w.name]["pairs"] != settings.pairs:
+                raise UsageError(f"--resume: {w.name} in {out / (stem + '.json')} was measured with other settings "
+                                 "(workload or --pairs); --overwrite to measure everything again")
+            log(f"{w.name}: measured in the report being resumed, kept")
+            continue
         result = compare(w, pairs=settings.pairs, seed=settings.seed, device=str(device), log=log)
+        if report.get("resumed"):
+            report["resumed"][-1]["workloads"].append(w.name)
         if settings.memory:
             # Enough steps for two optimizer updates: the second runs with AdamW's state already allocated.
             steps = -(-2 // w.mu)
@@ -969,6 +992,38 @@ def run_bench(settings: PerfSettings, command: str) -> dict:
     log(f"wrote {out}/{stem}.md, {stem}.json" + (", scaling.png" if report.get("scaling") else "")
         + f" in {report['wall_clock_s']:.0f} s")
     return report
+
+
+def _as_json(value):
+    return json.loads(json.dumps(value))
+
+
+def _earlier_report(path: Path, settings: PerfSettings, device: torch.device) -> Optional[dict]:
+    """The report at ``path`` that --resume continues (None when there is none). A finished or stopped report is
+    never replaced unless --overwrite says so."""
+    if not path.exists() or settings.overwrite:
+        return None
+    if not settings.resume:
+        raise UsageError(f"{path} holds a measured report; --resume to measure the workloads it lacks, or --overwrite "
+                         "to replace it")
+    try:
+        earlier = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--resume: {path} cannot be read: {e!r}") from None
+    if not (isinstance(earlier, dict) and isinstance(earlier.get("comparisons"), list)
+            and isinstance(earlier.get("workloads"), list)):
+        raise UsageError(f"--resume: {path} is not a report of this bench (no comparisons and workloads)")
+    if earlier.get("algo", "grpo") != settings.algo or earlier.get("seed", settings.seed) != settings.seed:
+        raise UsageError(f"--resume: {path} was measured with another algorithm or --seed; --overwrite to replace it")
+    measured_on = str(earlier.get("environment", {}).get("device", "")).split(":")[0]
+    if measured_on != device.type:
+        raise UsageError(f"--resume: {path} was measured on {measured_on or 'an unknown device'}, this run is on "
+                         f"{device.type}; --out another folder")
+    model = {"model": settings.model, "random_weights": settings.random_weights} if settings.model else None
+    if earlier.get("model") != model:
+        raise UsageError(f"--resume: {path} was measured with another --model / --random-weights; --overwrite to "
+                         "replace it")
+    return earlier
 
 
 def _rerender(settings: PerfSettings, stem: str, section: str, title: str) -> dict:
