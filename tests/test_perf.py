@@ -26,6 +26,31 @@ def test_same_batch_loss_matches_trl(pizza, name):
     assert check["abs_diff_updated"] <= 1e-6
     assert check["max_abs_diff_advantages"] <= 1e-6
     assert check["max_abs_diff_ref_logps"] <= 1e-5
+    # Part by part: the loss function on TRL's own log-probs, our log-probs against TRL's, transformers alone.
+    assert check["abs_diff_formula"] <= 1e-7 and check["max_abs_diff_logps"] <= 1e-5
+    assert check["abs_diff_layout"] <= 1e-6 and check["max_abs_diff_layout_logps"] <= 1e-5
+    from benchmarks.perf.grpo_vs_trl import same_loss_misses
+
+    assert same_loss_misses(check) == []
+
+
+@pytest.mark.parametrize("plant, miss", [("loss", "loss function differs by"), ("temperature", "log-probs differ by")])
+def test_same_batch_parts_catch_a_planted_fault(pizza, plant, miss, monkeypatch):
+    """A loss off by 1e-4 of itself, or our log-probs taken at a temperature 1% off: each fails its own part."""
+    import algorithms.losses
+    import algorithms.rollout
+    from benchmarks.perf.grpo_vs_trl import same_loss_misses
+
+    if plant == "loss":
+        real_loss = algorithms.losses.grpo_loss
+        monkeypatch.setattr(algorithms.losses, "grpo_loss", lambda *a, **k: real_loss(*a, **k) * (1 + 1e-4) + 1e-5)
+    else:
+        real_logps = algorithms.rollout.rollout_logps
+        monkeypatch.setattr(algorithms.rollout, "rollout_logps",
+                            lambda model, rollout, temperature=1.0, **k: real_logps(model, rollout, temperature=temperature * 1.01, **k))
+    torch.manual_seed(0)
+    check = same_batch_check(Trl(WORKLOADS["pizza-mu2"], seed=0, device="cpu", task=pizza), pizza.train_prompts()[:1])
+    assert any(m.startswith(miss) for m in same_loss_misses(check)), same_loss_misses(check)
 
 
 def test_same_batch_loss_matches_trl_with_lora(pizza):
@@ -41,6 +66,7 @@ def test_same_batch_loss_matches_trl_with_lora(pizza):
     assert abs(check["loss_trl_updated"]) > 1e-4
     assert check["abs_diff_sampled"] <= 1e-6 and check["abs_diff_updated"] <= 1e-6
     assert check["max_abs_diff_ref_logps"] <= 1e-5
+    assert check["abs_diff_formula"] <= 1e-7 and check["max_abs_diff_layout_logps"] <= 1e-5  # the adapter off alone too
 
 
 def test_median_interval_is_a_seeded_bootstrap_of_the_median():
@@ -175,6 +201,20 @@ def test_bench_refuses_to_replace_a_report_and_resumes_the_workloads_it_lacks(tm
     bench.run_bench(dataclasses.replace(settings, overwrite=True), command="over")
     assert json.loads((tmp_path / "perf.json").read_text())["command"] == "over"
     assert measured[-2:] == ["pizza-mu1", "pizza-mu2"]
+
+
+def test_check_same_batch_writes_each_batch_part_by_part(run_cli, tmp_path):
+    code, out, err = run_cli("check", "same-batch", "--workloads", "pizza-mu2", "--batches", "2", "--out", tmp_path)
+    assert code == 0, err
+    import json
+
+    report = json.loads((tmp_path / "results.json").read_text())
+    assert [(r["workload"], r["batch"]) for r in report["rows"]] == [("pizza-mu2", 0), ("pizza-mu2", 1)]
+    assert all(r["abs_diff_formula"] <= 1e-6 and r["max_abs_diff_logps"] <= 1e-5 and not r["misses"] for r in report["rows"])
+    text = (tmp_path / "report.md").read_text()
+    assert "**2 of 2 batches hold the bar**" in text and "| pizza-mu2 | 2 | task rewards |" in text
+    code, _, err = run_cli("check", "same-batch", "--workloads", "nope", "--out", tmp_path)
+    assert code == 2 and "unknown workload 'nope'" in err and len(err.strip().splitlines()) == 1
 
 
 def test_rloo_bench_refuses_a_grpo_workload(run_cli):

@@ -1,4 +1,4 @@
-"""``grpo-bench check {trl,mu1,trl-train,references}``: correctness checks whose numbers go into results/ and the README.
+"""``grpo-bench check {trl,mu1,trl-train,references,same-batch}``: correctness checks whose numbers go into results/ and the README.
 
 The checks import TRL only when they run: it takes seconds to import and `grpo-bench run` never needs it."""
 
@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from benchmarks.checks.mu1 import Mu1Settings, run_mu1_check
 from benchmarks.checks.references import CASES, FRAMEWORKS, PLANTS, ReferencesSettings, run_references_check
+from benchmarks.checks.same_batch import SameBatchSettings, run_same_batch_check
 from benchmarks.checks.trl import TrlCheckSettings, run_trl_check
 from benchmarks.checks.trl_train import TrlTrainSettings, run_trl_train_check
+from benchmarks.cli.options import comma_list
 
 
 def add_check_parser(subparsers) -> None:
@@ -42,6 +44,14 @@ def add_check_parser(subparsers) -> None:
     train.add_argument("--seeds", type=int, default=TrlTrainSettings.seeds, help="seeds 0..N-1 for each implementation")
     train.add_argument("--out", default=TrlTrainSettings.out, help="directory for report.md, results.json, rewards.png")
     train.set_defaults(handler=cmd_check_trl_train)
+
+    same = which.add_parser("same-batch", help="the GRPO step's loss against TRL's on the same sampled batches, part by part")
+    same.add_argument("--workloads", default=",".join(SameBatchSettings().workloads),
+                      help="comma-separated workloads of bench grpo-vs-trl (default: all of them)")
+    same.add_argument("--batches", type=int, default=SameBatchSettings.batches, help="sampled batches per workload")
+    same.add_argument("--seed", type=int, default=SameBatchSettings.seed, help="seed of the trainers and prompt draws")
+    same.add_argument("--out", default=SameBatchSettings.out, help="directory for report.md, results.json")
+    same.set_defaults(handler=cmd_check_same_batch)
 
     refs = which.add_parser("references", help="every estimator and loss against verl, OpenRLHF and TRL 1.12's PPO")
     refs.add_argument("--install", action="store_true",
@@ -82,3 +92,9 @@ def cmd_check_references(args) -> int:
                                   install=args.install, plant=args.plant, plants=args.plants,
                                   readme=args.readme)
     return run_references_check(settings, command=args.command_line)
+
+
+def cmd_check_same_batch(args) -> int:
+    settings = SameBatchSettings(workloads=comma_list(args.workloads), batches=args.batches, seed=args.seed, out=args.out)
+    run_same_batch_check(settings, command=args.command_line)
+    return 0
