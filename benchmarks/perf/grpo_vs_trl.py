@@ -694,7 +694,7 @@ def same_loss_misses(check: dict) -> list[str]:
 def _same_loss_bar(report: dict) -> str:
     if all("abs_diff_formula" in r["same_batch"] for r in report["comparisons"]):
         return (f"the same loss on the same batch: the loss function within {SAME_LOSS_ATOL:g} on TRL's own log-probs, "
-                f"advantages within {SAME_LOSS_ATOL:g}, log-probs within {SAME_LOGPS_ATOL:g} of TRL's")
+                f"advantages within {SAME_LOSS_ATOL:g}, log-probs within {SAME_LOGPS_ATOL:.0e} of TRL's")
     return f"same-batch loss within {SAME_LOSS_ATOL:g}"
 
 
