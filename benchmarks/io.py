@@ -5,7 +5,8 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import tempfile
+import secrets
+import stat
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
@@ -15,16 +16,32 @@ def atomic_write(path: Path | str, write: Callable[[Path], None]) -> None:
     """Call ``write(tmp_path)`` then rename onto ``path``: readers see the old file or the new one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    tmp = _new_file_beside(path)
     try:
-        write(Path(tmp))
+        write(tmp)
+        # The file being replaced keeps its mode (a shared README stays readable by its readers).
+        try:
+            os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))
+        except FileNotFoundError:
+            pass
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+
+
+def _new_file_beside(path: Path) -> Path:
+    """A new empty temporary file in ``path``'s folder, created as open() creates files (0666 less the umask,
+    or the folder's default ACL), not with mkstemp's 0600 that would hide a new result from its readers."""
+    while True:
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return tmp
+        except FileExistsError:
+            continue
 
 
 def atomic_write_text(path: Path | str, text: str) -> None:

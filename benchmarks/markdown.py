@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from pathlib import Path
 from typing import Any, Sequence
 
+from benchmarks.errors import UsageError
 from benchmarks.io import atomic_write_text
 
 
@@ -46,13 +46,29 @@ def _markers(name: str) -> tuple[str, str]:
 
 
 def update_section(path: Path | str, name: str, body: str) -> None:
-    """Replace section ``name`` of ``path`` with ``body`` (appending the section if it is new)."""
+    """Replace section ``name`` of ``path`` with ``body`` (appending the section if it is new). Markers that do
+    not pair up are refused, the file untouched: guessing where the section ends would delete what follows."""
     path = Path(path)
-    text = path.read_text() if path.exists() else ""
+    try:
+        text = path.read_text() if path.exists() else ""
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read it as a markdown file ({getattr(exc, 'strerror', None) or exc})") from None
     start, end = _markers(name)
     block = f"{start}\n{body.rstrip()}\n{end}"
-    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.DOTALL)
-    text = pattern.sub(lambda _: block, text, count=1) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
+    starts, ends = text.count(start), text.count(end)
+    if not starts and not ends:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    else:
+        problem = (f"{start} without its end marker {end}" if not ends else
+                   f"{end} without its start marker {start}" if not starts else
+                   f"{start} appears {starts} times" if starts > 1 else
+                   f"{end} appears {ends} times" if ends > 1 else
+                   f"{end} comes before {start}" if text.index(end) < text.index(start) else None)
+        if problem:
+            raise UsageError(f"{path}: section {name} has malformed markers ({problem}); the file is left as it was, "
+                             f"fix its markers by hand")
+        head, rest = text.split(start)
+        text = head + block + rest.split(end)[1]
     atomic_write_text(path, text)
 
 

@@ -10,10 +10,15 @@ A missing metric is null and a NaN metric stays NaN, so a row reads back exactly
 (numbers as float64, ``step`` as int64). The file is rewritten whole through a temporary file and a
 rename each time a cell is added, so a kill leaves the previous store or the new one, never a torn file;
 a matrix that grows 10x would want append-only parts, which this layout can add without changing readers.
+
+A flipped bit must not read back as another number: every page carries its CRC (Parquet's page checksums)
+and the format tag carries a sha256 of the values (``_digest``), which also covers the page headers and the
+footer (column names, types). A store written before either is read unverified.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -120,8 +125,8 @@ class ResultStore:
         tables = [self._tables[k] for k in self.cells]
         table = (pa.concat_tables(tables, promote_options="permissive") if tables
                  else pa.table({k: pa.array([], pa.string()) for k in ("cell", "kind", "spec", "summary")}))
-        table = table.replace_schema_metadata({"grpo_bench": json.dumps(FORMAT)})
-        atomic_write(self.path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+        table = table.replace_schema_metadata({"grpo_bench": json.dumps({**FORMAT, "sha256": _digest(table)})})
+        atomic_write(self.path, lambda tmp: pq.write_table(table, tmp, compression="zstd", write_page_checksum=True))
 
 
 def _cell_table(relpath: str, entry: dict, metrics: list[dict]):
@@ -146,29 +151,79 @@ def _numbers(row: dict) -> dict:
             for k, v in row.items()}
 
 
+def _digest(table) -> str:
+    """sha256 of a table's values column by column (name, type, nulls, values): equal for the table written and
+    the table read back, whatever the chunks, and different after any change a reader would see."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    pa, _ = _pyarrow()
+    digest = hashlib.sha256(f"{table.num_rows} rows".encode())
+    for field, column in zip(table.schema, table.columns):
+        array = column.combine_chunks()
+        digest.update(f"\0{field.name}\0{field.type}\0".encode())
+        digest.update(np.packbits(array.is_null().to_numpy(zero_copy_only=False)).tobytes())
+        if pa.types.is_string(field.type):
+            if len(array):  # each value's length, then the values end to end
+                array = pc.fill_null(array, "")
+                offsets = np.frombuffer(array.buffers()[1], np.int32)[array.offset: array.offset + len(array) + 1]
+                digest.update(np.diff(offsets).tobytes())
+                digest.update(memoryview(array.buffers()[2])[offsets[0]: offsets[-1]])
+        elif pa.types.is_integer(field.type) or pa.types.is_floating(field.type):
+            digest.update(pc.fill_null(array, 0).to_numpy(zero_copy_only=False).tobytes())
+        else:
+            digest.update(repr(array.to_pylist()).encode())
+    return digest.hexdigest()
+
+
 def _read(path: Path) -> tuple[dict, dict]:
     pa, pq = _pyarrow()
     try:
-        table = pq.read_table(path)
+        table = pq.read_table(path, page_checksum_verification=True)
+        columns = table.column_names  # decoded here: a damaged name is a ValueError
         meta = json.loads((table.schema.metadata or {}).get(b"grpo_bench", b"null"))
     except (OSError, ValueError, pa.ArrowException) as exc:
-        raise UsageError(f"{path}: not a readable result store ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
+        reason = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+        if "checksum" in str(exc).lower():
+            raise UsageError(f"the result store {path} is corrupted: a page fails its checksum ({reason})") from None
+        raise UsageError(f"{path}: not a readable result store ({reason})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT["format"]:
         raise UsageError(f"{path}: not a grpo-bench result store (a Parquet file without its format tag)")
     if meta.get("version") != FORMAT["version"]:
         raise UsageError(f"{path}: result store version {meta.get('version')}, this grpo-bench reads version {FORMAT['version']}")
+    if "sha256" in meta and meta["sha256"] != _digest(table):
+        raise UsageError(f"the result store {path} is corrupted: its values do not match the sha256 it was written with")
+    missing = [c for c in ("cell", "kind", "spec", "summary") if c not in columns]
+    if missing:
+        raise UsageError(f"{path}: a malformed result store: no {' and no '.join(missing)} column")
     cells: dict[str, dict] = {}
     steps: dict[str, list[dict]] = {}
     for row in table.to_pylist():
-        relpath = row.pop("cell")
-        if row.pop("kind") == "cell":
-            cells[relpath] = {"spec": json.loads(row["spec"]), "summary": json.loads(row["summary"])}
+        relpath, kind = row.pop("cell"), row.pop("kind")
+        if not isinstance(relpath, str) or kind not in ("cell", "step"):
+            raise UsageError(f"{path}: a malformed result store: a row of cell {relpath!r} of kind {kind!r} "
+                             "(a cell's name and the kind 'cell' or 'step' expected)")
+        if kind == "cell":
+            cells[relpath] = {key: _json_object(path, relpath, key, row[key]) for key in ("spec", "summary")}
+        elif not isinstance(row.get("step"), int):
+            raise UsageError(f"{path}: a malformed result store: a metrics row of cell {relpath} without its step number")
         else:
             steps.setdefault(relpath, []).append(
                 {k: v for k, v in row.items() if v is not None and k not in ("spec", "summary")})
     for relpath, rows in steps.items():
         rows.sort(key=lambda r: r["step"])
     return cells, steps
+
+
+def _json_object(path: Path, relpath: str, key: str, text) -> dict:
+    """A cell's ``spec`` or ``summary``, which must be a JSON object."""
+    try:
+        value = json.loads(text) if isinstance(text, str) else None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path}: a malformed result store: the {key} of cell {relpath} is not JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{path}: a malformed result store: the {key} of cell {relpath} is not a JSON object")
+    return value
 
 
 def same_rows(a: list[dict], b: list[dict]) -> bool:

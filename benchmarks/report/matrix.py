@@ -77,34 +77,40 @@ def collect(out: Path) -> dict:
         raise UsageError(f"nothing to report in {out}: the result store holds no cells")
     cell_rows, eval_rows, step_rows = [], [], []
     for spec in planned:
-        keys = {"task": spec["task_label"], "variant": spec["variant"], "algo": spec["algo"], "seed": spec["seed"]}
-        stored = same_experiment_spec(store.spec(spec["dir"]), {k: v for k, v in spec.items() if k != "dir"})
-        summary = store.summary(spec["dir"]) if stored else None
-        metrics = store.metrics(spec["dir"]) if stored else []
-        row = {**keys, "task_name": spec["task"], "steps_planned": spec.get("steps"), "budget": spec.get("budget"),
-               "completions_per_step": spec.get("completions_per_step"), "eval_every": spec.get("eval_every"),
-               "dir": spec["dir"]}
-        if summary is None:
-            row["status"] = "missing"
+        try:
+            keys = {"task": spec["task_label"], "variant": spec["variant"], "algo": spec["algo"], "seed": spec["seed"]}
+            stored = same_experiment_spec(store.spec(spec["dir"]), {k: v for k, v in spec.items() if k != "dir"})
+            summary = store.summary(spec["dir"]) if stored else None
+            metrics = store.metrics(spec["dir"]) if stored else []
+            row = {**keys, "task_name": spec["task"], "steps_planned": spec.get("steps"), "budget": spec.get("budget"),
+                   "completions_per_step": spec.get("completions_per_step"), "eval_every": spec.get("eval_every"),
+                   "dir": spec["dir"]}
+            if summary is None:
+                row["status"] = "missing"
+                cell_rows.append(row)
+                continue
+            row.update(_flatten_summary(summary))
             cell_rows.append(row)
-            continue
-        row.update(_flatten_summary(summary))
-        cell_rows.append(row)
-        if summary.get("status") != "complete":
-            continue
-        cps = spec.get("completions_per_step") or (summary["completions_generated"] / max(summary["steps"], 1))
-        samples, samples_at = 0.0, {0: 0.0}
-        for r in metrics:  # "completions" is per step; "samples" counts them up (what the budget counts)
-            samples += r.get("completions", cps)
-            samples_at[r["step"]] = samples
-            step_rows.append({**keys, **r, "samples": samples})
-        evals = [(0, 0.0, "before", {k[: -len("_before")]: v for k, v in summary.items() if k.endswith("_before")})]
-        evals += [(r["step"], r["time/wall"], "during", {k[len("eval/"):]: v for k, v in r.items() if k.startswith("eval/")})
-                  for r in metrics if any(k.startswith("eval/") for k in r)]
-        evals.append((summary["steps"], summary["wall_clock_s"], "after",
-                      {k[: -len("_after")]: v for k, v in summary.items() if k.endswith("_after")}))
-        for step, wall, phase, values in evals:
-            eval_rows.append({**keys, "step": step, "samples": samples_at.get(step, step * cps), "time/wall": wall, "phase": phase, **values})
+            if summary.get("status") != "complete":
+                continue
+            cps = spec.get("completions_per_step") or (summary["completions_generated"] / max(summary["steps"], 1))
+            samples, samples_at = 0.0, {0: 0.0}
+            for r in metrics:  # "completions" is per step; "samples" counts them up (what the budget counts)
+                samples += r.get("completions", cps)
+                samples_at[r["step"]] = samples
+                step_rows.append({**keys, **r, "samples": samples})
+            evals = [(0, 0.0, "before", {k[: -len("_before")]: v for k, v in summary.items() if k.endswith("_before")})]
+            evals += [(r["step"], r["time/wall"], "during", {k[len("eval/"):]: v for k, v in r.items() if k.startswith("eval/")})
+                      for r in metrics if any(k.startswith("eval/") for k in r)]
+            evals.append((summary["steps"], summary["wall_clock_s"], "after",
+                          {k[: -len("_after")]: v for k, v in summary.items() if k.endswith("_after")}))
+            for step, wall, phase, values in evals:
+                eval_rows.append({**keys, "step": step, "samples": samples_at.get(step, step * cps), "time/wall": wall, "phase": phase, **values})
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a store or plan another writer made
+            what = f"no {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+            source = f"{out / 'matrix.json'} or the result store {store.path}" if meta else f"the result store {store.path}"
+            raise UsageError(f"{source}: cell {spec.get('dir') if isinstance(spec, dict) else spec!r} cannot be "
+                             f"reported, its spec, summary or metrics are malformed ({what})") from None
     cells = pd.DataFrame(cell_rows)
     # A summary written by a failed or foreign cell may lack fields: they are missing values, not errors.
     for column in [c for c, _, _, _ in SUMMARY_COLUMNS] + ["peak_memory_bytes", "peak_memory_kind", "accuracy_after"]:
