@@ -235,6 +235,9 @@ class Task:
             values = fn(prompts, completions)
         except Exception as exc:  # a user's reward function may raise anything
             raise RewardError(f"reward function {fn_name} raised {type(exc).__name__}: {exc}") from exc
+        except SystemExit as exc:  # sys.exit() in a reward would end the run with its status and no summary
+            raise RewardError(f"reward function {fn_name} called sys.exit({exc.code!r}): "
+                              "it must return its rewards") from exc
         try:
             values = [float(v) for v in values]
         except (TypeError, ValueError) as exc:

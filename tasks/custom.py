@@ -25,15 +25,20 @@ from tasks.base import GenerationDefaults, Task, TaskError, load_pretrained, reg
 def read_prompts(path: str) -> list[str]:
     """Prompts from a .txt file (one a line) or a .jsonl file (one {"prompt": ...} a line)."""
     try:
-        lines = [line for line in Path(path).read_text().splitlines() if line.strip()]
+        lines = [(n, line) for n, line in enumerate(Path(path).read_text().splitlines(), 1) if line.strip()]
     except OSError as exc:
         raise TaskError(f"cannot read prompts from {path!r}: {exc.strerror or exc}") from None
-    if path.endswith(".jsonl"):
+    if not path.endswith(".jsonl"):
+        return [line for _, line in lines]
+    prompts = []
+    for n, line in lines:
         try:
-            return [json.loads(line)["prompt"] for line in lines]
+            prompts.append(json.loads(line)["prompt"])
         except (ValueError, KeyError, TypeError) as exc:
             raise TaskError(f"{path}: every line must be a JSON object with a \"prompt\" ({type(exc).__name__}: {exc})") from None
-    return lines
+        if not isinstance(prompts[-1], str) or not prompts[-1]:
+            raise TaskError(f"{path}:{n}: the prompt must be a non-empty string, got {prompts[-1]!r}")
+    return prompts
 
 
 @register_task
@@ -93,11 +98,24 @@ class PromptsTask(Task):
     def _set_prompts(self, prompts: list[str], eval_prompts: Optional[list[str]]) -> None:
         if not prompts or not all(isinstance(p, str) for p in prompts):
             raise TaskError("prompts must be a non-empty list of strings")
+        if eval_prompts is not None and not all(isinstance(p, str) for p in eval_prompts):
+            raise TaskError("eval_prompts must be a list of strings")
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.has_chat_template = bool(getattr(self.tokenizer, "chat_template", None))
-        self._prompts = [self._format(p) for p in prompts]
-        self._eval_prompts = [self._format(p) for p in eval_prompts] if eval_prompts else self._prompts
+        self._prompts = self._formatted(prompts, "prompts")
+        self._eval_prompts = self._formatted(eval_prompts, "eval_prompts") if eval_prompts else self._prompts
+
+    def _formatted(self, prompts: list[str], which: str) -> list[str]:
+        """The prompts as the policy sees them; one that is empty, or no tokens to the tokenizer, is refused:
+        a rollout needs at least one prompt token to start from."""
+        out = [self._format(p) for p in prompts]
+        tokens = self.tokenizer(out, add_special_tokens=False)["input_ids"]
+        for i, (prompt, ids) in enumerate(zip(prompts, tokens)):
+            if not prompt or not ids:
+                what = "empty" if not prompt else f"no tokens to the tokenizer ({prompt!r})"
+                raise TaskError(f"{which}[{i}] is {what}: every prompt needs some text")
+        return out
 
     def _format(self, prompt: str) -> str:
         if self.use_chat_template and self.has_chat_template:

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
+import inspect
 import math
 import random
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
@@ -53,9 +56,36 @@ def discard_checkpoints(out: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def _os_error(exc: BaseException) -> Optional[OSError]:
+    """The OSError behind ``exc``: itself, or in its chain (torch.save's RuntimeError hides a full disk's there)."""
+    while exc is not None and not isinstance(exc, OSError):
+        exc = exc.__cause__ or exc.__context__
+    return exc
+
+
+@contextmanager
+def _writing(path: Path, what: str):
+    """A run's file that cannot be written (a full disk) is one UsageError line naming it, not a traceback;
+    its older copy, written atomically, is intact."""
+    try:
+        yield
+    except (OSError, RuntimeError) as exc:
+        cause = _os_error(exc)
+        if cause is None:
+            raise
+        raise UsageError(f"{path}: cannot write the {what}: {cause.strerror or cause}; the run stopped there, "
+                         "and --resume continues it from its newest checkpoint") from None
+
+
 def _save_checkpoint(out: Path, step: int, payload: dict, keep: int = 2) -> None:
     path = out / "checkpoints" / f"step_{step:07d}.pt"
-    atomic_write(path, lambda tmp: torch.save(payload, tmp))
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:  # through a Python file, so that a full disk's OSError reaches us (see _os_error)
+            torch.save(payload, f)
+
+    with _writing(path, "checkpoint"):
+        atomic_write(path, write)
     for old in _checkpoints(out)[:-keep]:
         old.unlink(missing_ok=True)
 
@@ -145,12 +175,45 @@ def build(rc: RunConfig, algo_config, task_options: dict, task: Optional[Task] =
         "sampling": dataclasses.asdict(sampling),
         "precision": precision,
         "completions_per_step": algo_config.completions_per_step(),
+        "reward_fn": reward_identity(getattr(task, "_custom_reward", None)),
         "environment": measure.environment(device),
         "policy": {"class": type(policy).__name__, "parameters": sum(p.numel() for p in policy.parameters()),
                    "trainable_parameters": sum(p.numel() for p in policy.parameters() if p.requires_grad),
                    **lora.describe(policy)},
     }
     return task, policy, algo, resolved
+
+
+def reward_identity(fn) -> Optional[dict]:
+    """A reward function's module, name and source hash (None: the task's own reward): part of a run's identity,
+    so that a resume with another function, or the same one edited, cannot put rewards of two scales in one run.
+    A lambda's source is the whole statement around it (a ``train(...)`` call and its other arguments), so a
+    lambda is hashed by its code instead."""
+    if fn is None:
+        return None
+    identity = {"module": getattr(fn, "__module__", None) or type(fn).__module__,
+                "name": getattr(fn, "__qualname__", None) or type(fn).__qualname__}
+    if getattr(fn, "__name__", None) == "<lambda>" and hasattr(fn, "__code__"):
+        return {**identity, "code_sha256": hashlib.sha256(_code_bytes(fn.__code__)).hexdigest()}
+    try:  # a callable object's source is its class's; a function typed into a bare interpreter has none
+        source = inspect.getsource(fn if inspect.isroutine(fn) else type(fn))
+    except Exception:  # inspect raises OSError or TypeError, and more for a file changed since it was imported
+        source = None
+    return {**identity, "source_sha256": hashlib.sha256(source.encode()).hexdigest() if source is not None else None}
+
+
+def _code_bytes(code) -> bytes:
+    """What a code object computes, without where it was written (nested code objects by their own bytes)."""
+    consts = [_code_bytes(c) if inspect.iscode(c) else repr(c).encode() for c in code.co_consts]
+    return b"\0".join([code.co_code, repr(code.co_names).encode(), repr(code.co_varnames).encode(), *consts])
+
+
+def _describe_reward(identity: Optional[dict]) -> str:
+    if identity is None:
+        return "the task's own reward"
+    kind = "code" if "code_sha256" in identity else "source"
+    sha = identity.get(f"{kind}_sha256")
+    return f"{identity.get('module')}:{identity.get('name')} ({kind} sha256 {sha[:12] if sha else 'unknown'})"
 
 
 def train_steps(algo: Algorithm, task: Task, prompt_rng: random.Random, steps: range) -> Iterator[tuple[int, dict, float]]:
@@ -197,6 +260,20 @@ def _check_previous_run(out: Path, rc: RunConfig, resolved: dict) -> Optional[di
         changes = ", ".join(f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in differ)
         raise UsageError(f"--resume with other settings than the run in {out}: {changes} "
                          f"(only {', '.join(RESUMABLE)} may change)")
+    reward = resolved["reward_fn"]
+    if "reward_fn" in previous:
+        same, was = previous["reward_fn"] == reward, _describe_reward(previous["reward_fn"])
+    else:  # a run recorded before the reward function's identity was: its name is all there is to compare
+        name = (previous.get("task") or {}).get("custom_reward_fn")
+        same, was = name == (reward or {}).get("name"), name or _describe_reward(None)
+    if not same:
+        raise UsageError(f"--resume with another reward function than the run in {out}: "
+                         f"{was} -> {_describe_reward(reward)}")
+    # A run only grows: fewer steps would delete the rows (and change the results) of the steps past them.
+    done = max([r.get("step", 0) for r in read_jsonl(out / "metrics.jsonl")] + [(summary or {}).get("steps") or 0])
+    if rc.steps < done:
+        raise UsageError(f"--resume with --steps {rc.steps}, fewer than the {done} steps the run in {out} has done: "
+                         f"a run resumes to as many steps or more (--overwrite replaces it)")
     return previous
 
 
@@ -259,7 +336,8 @@ def _train_and_record(out: Path, rc: RunConfig, task: Task, policy, algo: Algori
                    if previous["settings"].get(k) != v}
         resolved["resumed"] = previous.get("resumed", []) + [{"changed": changed}]
     (out / "summary.json").unlink(missing_ok=True)  # a summary only ever describes a finished run
-    atomic_write_json(out / "config.json", resolved)
+    with _writing(out / "config.json", "run's settings"):
+        atomic_write_json(out / "config.json", resolved)
     metrics_path = out / "metrics.jsonl"
     prompt_rng = random.Random(rc.seed)
     measure.reset_peak_memory(device)
@@ -293,7 +371,8 @@ def _train_and_record(out: Path, rc: RunConfig, task: Task, policy, algo: Algori
             last = step == rc.steps or (rc.budget is not None and generated >= rc.budget)
             if _evaluation_due(rc, step, generated_before, generated) and not last:
                 row.update({f"eval/{k}": v for k, v in _evaluate(task, policy, rc.seed).items()})
-            append_jsonl(metrics_path, row)
+            with _writing(metrics_path, "step's metrics"):
+                append_jsonl(metrics_path, row)
             trackers.log(row)
             bar.update(1)
             bar.set_postfix({"reward": f"{metrics.get('reward/mean', float('nan')):.3f}", "loss": f"{metrics.get('loss', 0.0):.4f}"})
@@ -354,5 +433,6 @@ def _write_summary(out: Path, rc: RunConfig, resolved: dict, before: dict, after
         **({f"{k}_after": v for k, v in after.items()} if after else {}),
         "config": resolved,
     }
-    atomic_write_json(out / "summary.json", summary)
+    with _writing(out / "summary.json", "summary"):
+        atomic_write_json(out / "summary.json", summary)
     return summary

@@ -341,8 +341,10 @@ def parse(path: str | Path) -> Plan:
     if not cells and not groups:
         check.fail((), None, "the matrix has no cells: add [tasks.NAME] and [algorithms.NAME] tables")
     _check_equivalent(check, data.get("equivalent", []), {c.variant for c in cells} | {g.variant for g in groups})
-    return Plan(str(path), text, str(data.get("name", path.stem)), str(data.get("description", "")), cells,
+    plan = Plan(str(path), text, str(data.get("name", path.stem)), str(data.get("description", "")), cells,
                 float(timeout_s), groups, tuning_seeds, _racing(check, data, seeds))
+    _check_folders(check, plan)
+    return plan
 
 
 def _racing(check: _Checker, data: dict, seeds: list[int]) -> Optional[Racing]:
@@ -594,4 +596,25 @@ def _algorithms(check: _Checker, data: dict) -> list[tuple[str, str, dict, str, 
     for label in labels:
         if labels.count(label) > 1:
             check.fail(("algorithms",), None, f"two algorithm variants are both called {label!r}")
+    folders: dict[str, str] = {}  # a variant's folder name (casefolded: one folder on macOS) -> its variant
+    for _, label, _, table_name, _ in out:
+        other = folders.setdefault(_slug(label).casefold(), label)
+        if other != label:
+            check.fail(("algorithms", table_name), None,
+                       f"algorithm variants {other!r} and {label!r} would share the folder {_slug(label)!r} (a folder "
+                       "name keeps letters, digits and . = + -, the rest becomes _): rename one")
     return out
+
+
+def _check_folders(check: _Checker, plan: "Plan") -> None:
+    """One folder per cell: two cells in one folder would overwrite each other's run and share one entry of
+    the store (a variant's or a task's label whose folder name is another's, e.g. "fast lr" and "fast_lr")."""
+    # A tuning group's candidates share their folders by design: one point of each is chosen.
+    cells = plan.cells + plan.tuning_cells() + [c for group in plan.tuning for c in group.candidates[0]]
+    seen: dict[str, Cell] = {}
+    for cell in cells:
+        other = seen.setdefault(cell.relpath.casefold(), cell)
+        if other is not cell:
+            where = ("tasks", cell.task) if other.task_label != cell.task_label else ("tuning",)
+            check.fail(where, None, f"cells {other.name!r} and {cell.name!r} would share the folder {cell.relpath!r}: "
+                                 "rename a variant or task option")
