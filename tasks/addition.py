@@ -58,12 +58,13 @@ from typing import Optional, Sequence
 
 from tasks.base import (GenerationDefaults, Samples, Task, TaskError, load_pretrained, register_task,
                         reward_ranked_pairs, sample_batched)
-from tasks.tiny_lm import cached_model, char_tokenizer, pretrain, tiny_llama
+from tasks.tiny_lm import cached_model, char_tokenizer, model_source, pretrain, tiny_llama
 
 ALPHABET = list("0123456789+=;#")
 MIN_DIGITS, MAX_DIGITS = 2, 4
 FORMAT_REWARD = 0.1
 HELD_OUT_SHARE = 16  # 1 problem in 16 is reserved for evaluation
+EVAL_SETS = ("test", "validation")  # the held-out problems, halved by eval_set_of
 # The mistakes of corrupted pretraining solutions, drawn uniformly; see ``corrupted_solution``.
 MISTAKES = ("column", "carry", "copy", "loop", "no_answer")
 
@@ -204,8 +205,16 @@ def is_held_out(a: int, b: int) -> bool:
     return zlib.crc32(prompt_for(a, b).encode()) % HELD_OUT_SHARE == 0
 
 
-def problem_sets(seed: int, train: int, held_out: int, digits=(MIN_DIGITS, MAX_DIGITS)) -> tuple[list, list]:
-    """(train, held-out) lists of distinct problems drawn with ``seed``; held-out ones satisfy ``is_held_out``."""
+def eval_set_of(a: int, b: int) -> str:
+    """Which half of the held-out problems a held-out problem belongs to, by a second fixed hash: "validation"
+    (what tuning selects on) or "test" (what the verdicts judge on); the two never share a problem."""
+    return "validation" if zlib.crc32(f"{prompt_for(a, b)}|validation".encode()) % 2 else "test"
+
+
+def problem_sets(seed: int, train: int, held_out: int, digits=(MIN_DIGITS, MAX_DIGITS),
+                 eval_set: str = "test") -> tuple[list, list]:
+    """(train, held-out) lists of distinct problems drawn with ``seed``; held-out ones satisfy ``is_held_out`` and
+    belong to ``eval_set`` (the training list does not depend on it)."""
     rng = random.Random(f"addition-problems-{seed}")
     seen, sets = set(), ([], [])
     while len(sets[0]) < train or len(sets[1]) < held_out:
@@ -213,8 +222,11 @@ def problem_sets(seed: int, train: int, held_out: int, digits=(MIN_DIGITS, MAX_D
         if p in seen:
             continue
         seen.add(p)
-        target = sets[is_held_out(*p)]
-        if len(target) < (held_out if is_held_out(*p) else train):
+        held = is_held_out(*p)
+        if held and eval_set_of(*p) != eval_set:
+            continue
+        target = sets[held]
+        if len(target) < (held_out if held else train):
             target.append(p)
     return sets
 
@@ -264,6 +276,8 @@ class AdditionTask(Task):
         "problem_seed": "seed of the train / held-out problem draw",
         "train_problems": "distinct training problems",
         "eval_problems": "held-out problems evaluated",
+        "eval_set": "which held-out problems to evaluate on: test (the verdicts') or validation (tuning's; disjoint "
+                    "from test, never trained on)",
         "eval_k": "completions sampled per held-out problem",
         "eval_temperature": "sampling temperature of the held-out evaluation (default: the task's, 1.0); 0 is greedy, "
                             "which with eval_k 1 scores the policy without sampling noise",
@@ -274,8 +288,11 @@ class AdditionTask(Task):
 
     def __init__(self, reward_mode: Optional[str] = None, reward_fn=None, problem_seed: int = 0,
                  train_problems: int = 2000, eval_problems: int = 128, eval_k: int = 2, model: Optional[str] = None,
-                 eval_temperature: Optional[float] = None):
+                 eval_temperature: Optional[float] = None, eval_set: str = "test"):
         super().__init__(reward_mode, reward_fn)
+        if eval_set not in EVAL_SETS:
+            raise TaskError(f"eval_set must be one of {', '.join(EVAL_SETS)}, got {eval_set!r}")
+        self.eval_set = eval_set
         if eval_temperature is not None and eval_temperature < 0:
             raise TaskError(f"eval_temperature must be >= 0, got {eval_temperature}")
         self.eval_temperature = eval_temperature
@@ -283,7 +300,7 @@ class AdditionTask(Task):
             if value < 1:
                 raise TaskError(f"{option} must be >= 1, got {value}")
         self.problem_seed, self.eval_k, self.model_path = problem_seed, eval_k, model
-        self.train, self.held_out = problem_sets(problem_seed, train_problems, eval_problems)
+        self.train, self.held_out = problem_sets(problem_seed, train_problems, eval_problems, eval_set=eval_set)
         self.eval_prompts = [prompt_for(a, b) for a, b in self.held_out]
         # The tokenizer is fixed by ALPHABET: no need to pretrain (or load) the policy to build the task.
         self.tokenizer = load_pretrained(model)[1] if model else char_tokenizer(ALPHABET)
@@ -337,7 +354,8 @@ class AdditionTask(Task):
 
     def describe(self) -> dict:
         return {**super().describe(), "problem_seed": self.problem_seed, "train_problems": len(self.train),
-                "eval_problems": len(self.held_out), "eval_k": self.eval_k, "eval_temperature": self.eval_temperature,
+                "eval_problems": len(self.held_out), "eval_set": self.eval_set, "eval_k": self.eval_k, "eval_temperature": self.eval_temperature,
                 "format_reward": FORMAT_REWARD,
                 "model": self.model_path, "pretrain_recipe": None if self.model_path else RECIPE,
+                "starting_model": None if self.model_path else model_source("addition", RECIPE),
                 "eval_sampler": getattr(self.eval_sampler, "__qualname__", "transformers generate (sample_batched)")}

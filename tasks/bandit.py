@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from tasks.base import GenerationDefaults, Task, TaskError, load_pretrained, register_task
-from tasks.tiny_lm import cached_model, char_tokenizer, pretrain, tiny_llama
+from tasks.tiny_lm import cached_model, char_tokenizer, model_source, pretrain, tiny_llama
 
 CONTEXTS = tuple("abcde")
 ACTIONS = tuple("0123456789")
@@ -40,6 +40,7 @@ RECIPE = {
     "version": 1,
 }
 RM_COMPARISONS = 2000
+EVAL_SETS = ("test", "validation")
 
 
 def true_preferences(seed: int) -> torch.Tensor:
@@ -97,13 +98,19 @@ class BanditTask(Task):
     recommended_learning_rate = 1e-3
     option_help = {
         "bandit_seed": "seed of the hidden preferences and of the reward model fitted to them",
+        "eval_set": "test or validation: accepted for a matrix's tuning stage, evaluated the same way, as the "
+                    "evaluation is exact (every context, no samples) and there are no problems to hold out",
         "model": "a Hugging Face model id or local directory to start from (default: the pretrained tiny Llama)",
     }
     preference_labelling = ("two actions of the starting policy per context, labelled by a Bradley-Terry draw over "
                             "the hidden true preferences, P(a > b) = p_a / (p_a + p_b); identical actions dropped")
 
-    def __init__(self, reward_mode: Optional[str] = None, reward_fn=None, bandit_seed: int = 0, model: Optional[str] = None):
+    def __init__(self, reward_mode: Optional[str] = None, reward_fn=None, bandit_seed: int = 0, model: Optional[str] = None,
+                 eval_set: str = "test"):
         super().__init__(reward_mode, reward_fn)
+        if eval_set not in EVAL_SETS:
+            raise TaskError(f"eval_set must be one of {', '.join(EVAL_SETS)}, got {eval_set!r}")
+        self.eval_set = eval_set
         self.bandit_seed = bandit_seed
         self.success_threshold = 1.0 if self.reward_mode == "verifiable" else None  # the rm's scores have no "correct"
         self.model_path = model
@@ -115,8 +122,11 @@ class BanditTask(Task):
     def _pretrained(self):
         if self.model_path:
             return load_pretrained(self.model_path)
-        recipe = {**RECIPE, "seed": self.bandit_seed}
+        recipe = self.recipe()
         return cached_model("bandit", recipe, lambda: build_bandit_model(recipe))
+
+    def recipe(self) -> dict:
+        return {**RECIPE, "seed": self.bandit_seed}
 
     def load_policy(self, device):
         model, self.tokenizer = self._pretrained()
@@ -203,5 +213,7 @@ class BanditTask(Task):
     def describe(self) -> dict:
         return {**super().describe(), "bandit_seed": self.bandit_seed, "contexts": len(CONTEXTS), "actions": len(ACTIONS),
                 "rm_comparisons": RM_COMPARISONS, "model": self.model_path,
-                "pretrain_recipe": None if self.model_path else {**RECIPE, "seed": self.bandit_seed},
+                "pretrain_recipe": None if self.model_path else self.recipe(),
+                "starting_model": None if self.model_path else model_source("bandit", self.recipe()),
+                "eval_set": self.eval_set, "eval_set_note": "no problems to hold out: the evaluation is exact",
                 "optimal_true_reward": self.prefs.max(dim=1).values.mean().item()}

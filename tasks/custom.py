@@ -8,7 +8,9 @@ Prompts go through the tokenizer's chat template as one user message when the to
 (``chat_template``), else they are used as plain text, and config.json says which. Evaluation samples
 ``eval_samples`` completions per evaluation prompt (the training prompts unless ``eval_prompts`` is given)
 with plain ancestral sampling; ``reward`` is their mean reward and ``accuracy`` the share whose reward is
-above ``accuracy_threshold`` (default 0: the share of completions with any reward).
+above ``accuracy_threshold`` (default 0: the share of completions with any reward). The task cannot tell
+which of your questions to hold out, so ``eval_set = "validation"`` (a matrix's tuning stage) evaluates the
+``validation_prompts`` you give, refused when they are missing or share a prompt with training or evaluation.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from tasks.base import GenerationDefaults, Task, TaskError, load_pretrained, register_task, sample_completions
+
+EVAL_SETS = ("test", "validation")
 
 
 def read_prompts(path: str) -> list[str]:
@@ -41,6 +45,14 @@ def read_prompts(path: str) -> list[str]:
     return prompts
 
 
+def _check_eval_set(eval_set: str, validation_prompts) -> None:
+    if eval_set not in EVAL_SETS:
+        raise TaskError(f"eval_set must be one of {', '.join(EVAL_SETS)}, got {eval_set!r}")
+    if eval_set == "validation" and not validation_prompts:
+        raise TaskError("task prompts cannot hold your questions out by itself: eval_set validation needs "
+                        "validation_prompts (a file, or a list from Python)")
+
+
 @register_task
 class PromptsTask(Task):
     """Your prompts and reward on any transformers causal LM; accuracy = share of rewards above a threshold."""
@@ -56,12 +68,17 @@ class PromptsTask(Task):
         "eval_samples": "completions sampled per evaluation prompt",
         "accuracy_threshold": "accuracy is the share of evaluation completions whose reward is above this",
         "chat_template": "wrap each prompt as a user message in the tokenizer's chat template, when it has one",
+        "eval_set": "test: evaluate eval_prompts (the verdicts'); validation (tuning's): evaluate validation_prompts",
+        "validation_prompts": "the prompts eval_set validation evaluates, same formats; none may be a training or "
+                              "evaluation prompt",
     }
 
     def __init__(self, reward_mode: Optional[str] = None, reward_fn=None, model: Optional[str] = None,
                  prompts: Optional[str] = None, eval_prompts: Optional[str] = None, eval_samples: int = 8,
-                 accuracy_threshold: float = 0.0, chat_template: bool = True):
+                 accuracy_threshold: float = 0.0, chat_template: bool = True, eval_set: str = "test",
+                 validation_prompts: Optional[str] = None):
         self._setup(reward_mode, reward_fn, eval_samples, accuracy_threshold, chat_template)
+        _check_eval_set(eval_set, validation_prompts)
         if model is None or prompts is None:
             raise TaskError("task prompts needs --model (a hub id or local directory) and --prompts FILE")
         if reward_fn is None:
@@ -69,6 +86,8 @@ class PromptsTask(Task):
         self.model_path = model
         self._model, self.tokenizer = load_pretrained(model)
         self._set_prompts(read_prompts(prompts), read_prompts(eval_prompts) if eval_prompts else None)
+        if eval_set == "validation":
+            self._set_validation(read_prompts(validation_prompts))
 
     def _setup(self, reward_mode, reward_fn, eval_samples: int, accuracy_threshold: float, chat_template: bool) -> None:
         super().__init__(reward_mode, reward_fn)
@@ -77,22 +96,27 @@ class PromptsTask(Task):
         self.eval_samples, self.accuracy_threshold, self.use_chat_template = eval_samples, accuracy_threshold, chat_template
         # The training diagnostics count a completion correct at reward >= success_threshold; accuracy here is reward > threshold.
         self.success_threshold = math.nextafter(accuracy_threshold, math.inf)
-        self.model_path = None
+        self.model_path, self.eval_set = None, "test"
 
     @classmethod
     def from_objects(cls, model, tokenizer, prompts: Sequence[str], reward_fn, *, eval_prompts: Optional[Sequence[str]] = None,
                      generation: Optional[GenerationDefaults] = None, reward_mode: Optional[str] = None,
-                     eval_samples: int = 8, accuracy_threshold: float = 0.0, chat_template: bool = True) -> "PromptsTask":
+                     eval_samples: int = 8, accuracy_threshold: float = 0.0, chat_template: bool = True,
+                     eval_set: str = "test", validation_prompts=None) -> "PromptsTask":
         """The task of an already-loaded ``model`` and ``tokenizer`` (trained in place), ``prompts`` and
-        ``reward_fn(prompts, completions) -> list[float]``."""
+        ``reward_fn(prompts, completions) -> list[float]``; ``validation_prompts`` a list or a file."""
         if not callable(reward_fn):
             raise TaskError(f"reward_fn must be a function (prompts, completions) -> list of floats, got {reward_fn!r}")
         task = cls.__new__(cls)
         task._setup(reward_mode, reward_fn, eval_samples, accuracy_threshold, chat_template)
+        _check_eval_set(eval_set, validation_prompts)
         task._model, task.tokenizer = model, tokenizer
         if generation is not None:
             task.generation = generation
         task._set_prompts(list(prompts), list(eval_prompts) if eval_prompts is not None else None)
+        if eval_set == "validation":
+            task._set_validation(read_prompts(validation_prompts) if isinstance(validation_prompts, str)
+                                 else list(validation_prompts))
         return task
 
     def _set_prompts(self, prompts: list[str], eval_prompts: Optional[list[str]]) -> None:
@@ -105,6 +129,19 @@ class PromptsTask(Task):
         self.has_chat_template = bool(getattr(self.tokenizer, "chat_template", None))
         self._prompts = self._formatted(prompts, "prompts")
         self._eval_prompts = self._formatted(eval_prompts, "eval_prompts") if eval_prompts else self._prompts
+
+    def _set_validation(self, prompts: list[str]) -> None:
+        """Evaluate ``prompts`` instead of the evaluation prompts; one that is also a training or evaluation prompt is
+        refused, as tuning would then select on questions it trained on or that the verdicts judge on."""
+        if not prompts or not all(isinstance(p, str) for p in prompts):
+            raise TaskError("validation_prompts must be a non-empty list of strings")
+        formatted = self._formatted(prompts, "validation_prompts")
+        taken = set(self._prompts) | set(self._eval_prompts)
+        for i, prompt in enumerate(formatted):
+            if prompt in taken:
+                raise TaskError(f"validation_prompts[{i}] ({prompts[i]!r}) is also a training or evaluation prompt: "
+                                "validation prompts must be held out of both")
+        self._eval_prompts, self.eval_set = formatted, "validation"
 
     def _formatted(self, prompts: list[str], which: str) -> list[str]:
         """The prompts as the policy sees them; one that is empty, or no tokens to the tokenizer, is refused:
@@ -147,4 +184,5 @@ class PromptsTask(Task):
                                       else "chat_template off") + ")")
         return {**super().describe(), "model": self.model_path or type(self._model).__name__ + " (given in Python)",
                 "prompt_format": fmt, "train_prompts": len(self._prompts), "eval_prompts": len(self._eval_prompts),
-                "eval_samples": self.eval_samples, "accuracy": f"share of evaluation rewards > {self.accuracy_threshold}"}
+                "eval_samples": self.eval_samples, "eval_set": self.eval_set,
+                "accuracy": f"share of evaluation rewards > {self.accuracy_threshold}"}

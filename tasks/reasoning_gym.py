@@ -12,7 +12,10 @@ its items in order, the first max(``eval_problems``, ``held_out``) distinct ques
 evaluation takes the first ``eval_problems`` of them) and the next ``train_problems`` distinct questions
 are the training prompts. So a run that evaluates on fewer questions (a cheap curve) never trains on a
 question that a 500-question paired evaluation at the same ``data_seed`` asks. The same ``data_seed``
-gives the same split; a dataset too small to fill both is one TaskError line.
+gives the same split; a dataset too small to fill both is one TaskError line. ``eval_set = "validation"``
+(a matrix's tuning stage) evaluates instead the next ``eval_problems`` distinct questions after the split,
+neither held out for the test nor trained on; the test and training questions stay as they are. Where a
+generator repeats its easy questions, these later ones lean to the harder side, as the training ones do.
 
 Prompt: the system prompt (``system_prompt``) and the question through the tokenizer's chat template;
 with ``answer_prefill`` the assistant's turn starts with "<answer>" (counted as part of the completion
@@ -148,9 +151,11 @@ def extracted_answer(completion: str, extract: str = "last_number") -> Optional[
 
 
 SPLITS = ("first", "spread")
+EVAL_SETS = ("test", "validation")
 
 
-def split_questions(dataset, held_out: int, train_problems: int, mode: str = "first", seed: int = 0) -> tuple[list[dict], list[dict]]:
+def split_questions(dataset, held_out: int, train_problems: int, mode: str = "first", seed: int = 0,
+                    draws: Optional[int] = None) -> tuple[list[dict], list[dict]]:
     """(held-out, train) entries, disjoint by question text, walking the distinct questions in generation order.
 
     ``first``: the first ``held_out`` distinct questions are held out, the next ``train_problems`` train. Where a
@@ -158,12 +163,13 @@ def split_questions(dataset, held_out: int, train_problems: int, mode: str = "fi
     uses them up and the training side gets the hard ones: on products (1-2 digits) SmolLM2-135M-Instruct's greedy
     accuracy was 0.25 on held-out prompts and 0.03 on training prompts. ``spread``: each distinct question goes to
     the held-out side with probability held_out / (held_out + train_problems), drawn from ``random.Random(seed)``,
-    until a side is full; both sides then sample one distribution of distinct questions."""
+    until a side is full; both sides then sample one distribution of distinct questions. Only the first ``draws``
+    items are walked (default: all), so a dataset made longer for validation questions splits as before."""
     rng = random.Random(seed)
     share = held_out / (held_out + train_problems)
     seen: set[str] = set()
     kept, train = [], []
-    for i in range(len(dataset)):
+    for i in range(len(dataset) if draws is None else min(draws, len(dataset))):
         entry = dataset[i]
         question = entry["question"]
         if question in seen:
@@ -177,6 +183,21 @@ def split_questions(dataset, held_out: int, train_problems: int, mode: str = "fi
         if len(kept) >= held_out and len(train) >= train_problems:
             break
     return kept, train[:train_problems]
+
+
+def validation_questions(dataset, taken: set[str], count: int) -> list[dict]:
+    """The first ``count`` distinct questions of ``dataset`` in generation order whose text is not in ``taken`` (the
+    held-out and training questions): the ones after the split, never trained on and never in the test set."""
+    seen, out = set(taken), []
+    for i in range(len(dataset)):
+        entry = dataset[i]
+        if entry["question"] in seen:
+            continue
+        seen.add(entry["question"])
+        out.append(entry)
+        if len(out) >= count:
+            break
+    return out
 
 
 @register_task
@@ -199,6 +220,8 @@ class ReasoningGymTask(Task):
         "data_seed": "seed of reasoning-gym's generator: the same seed gives the same train / held-out split",
         "train_problems": "distinct training problems",
         "eval_problems": "held-out problems evaluated (the first of the held-out questions)",
+        "eval_set": "test: the held-out questions (the verdicts'); validation (tuning's): as many distinct questions "
+                    "from after the split, never trained on and disjoint from test; the training questions are the same",
         "split": "first: the first held_out distinct questions are held out and the next ones train (the committed "
                  "chain_sum results); spread: each distinct question is assigned by a seeded draw, so held-out and "
                  "training questions come from one distribution (use it where easy questions repeat, e.g. products)",
@@ -218,7 +241,7 @@ class ReasoningGymTask(Task):
                  dataset_config: Optional[str] = None, data_seed: int = 0, train_problems: int = 2000,
                  eval_problems: int = 500, held_out: int = 500, eval_k: int = 1, eval_temperature: float = 0.0, eval_batch: int = 64,
                  completion_tokens: int = 24, system_prompt: Optional[str] = None, answer_prefill: bool = False,
-                 extract: str = "last_number", model: Optional[str] = None, split: str = "first"):
+                 extract: str = "last_number", model: Optional[str] = None, split: str = "first", eval_set: str = "test"):
         super().__init__(reward_mode, reward_fn)
         for option, value in (("train_problems", train_problems), ("eval_problems", eval_problems), ("eval_k", eval_k),
                               ("eval_batch", eval_batch), ("completion_tokens", completion_tokens)):
@@ -230,7 +253,9 @@ class ReasoningGymTask(Task):
             raise TaskError(f"extract must be one of {', '.join(EXTRACTIONS)}, got {extract!r}")
         if split not in SPLITS:
             raise TaskError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
-        self.extract, self.split = extract, split
+        if eval_set not in EVAL_SETS:
+            raise TaskError(f"eval_set must be one of {', '.join(EVAL_SETS)}, got {eval_set!r}")
+        self.extract, self.split, self.eval_set = extract, split, eval_set
         dataset, config = split_dataset_option(dataset, dataset_config)
         self.dataset_name, self.config, self.data_seed = dataset, config, data_seed
         self.eval_k, self.eval_temperature, self.eval_batch = eval_k, eval_temperature, eval_batch
@@ -239,13 +264,20 @@ class ReasoningGymTask(Task):
         self.generation = GenerationDefaults(max_new_tokens=completion_tokens, temperature=type(self).generation.temperature)
         # Room for repeated questions; reasoning-gym generates item i from seed + i, so a larger size keeps the prefix.
         reserve = max(eval_problems, held_out)
-        self.dataset = create_dataset(dataset, self.config, seed=data_seed, size=4 * (train_problems + reserve))
-        kept, train = split_questions(self.dataset, reserve, train_problems, split, seed=data_seed)
+        draws = 4 * (train_problems + reserve)
+        validation = 4 * eval_problems if eval_set == "validation" else 0  # walked after the split's draws
+        self.dataset = create_dataset(dataset, self.config, seed=data_seed, size=draws + validation)
+        kept, train = split_questions(self.dataset, reserve, train_problems, split, seed=data_seed, draws=draws)
         if len(kept) < reserve or not train:
             raise TaskError(f"reasoning_gym: {dataset} with this config has only {len(kept) + len(train)} distinct "
-                            f"questions in {len(self.dataset)} draws; need {reserve} held-out and some to train on")
+                            f"questions in {draws} draws; need {reserve} held-out and some to train on")
         self.held_out = reserve
         held_out = kept[:eval_problems]
+        if eval_set == "validation":
+            held_out = validation_questions(self.dataset, {e["question"] for e in kept + train}, eval_problems)
+            if len(held_out) < eval_problems:
+                raise TaskError(f"reasoning_gym: {dataset} with this config has only {len(held_out)} distinct questions "
+                                f"left after the split in {len(self.dataset)} draws; eval_set validation needs {eval_problems}")
         self.train_entries = train
         self.tokenizer = load_tokenizer(model)
         self._entries: dict[str, dict] = {}
@@ -357,7 +389,7 @@ class ReasoningGymTask(Task):
         return {
             **super().describe(), "dataset": self.dataset_name, "dataset_config": self.config, "data_seed": self.data_seed,
             "reasoning_gym": _version(), "train_problems": len(self.train_entries), "eval_questions": len(self.eval_entries),
-            "held_out": self.held_out,
+            "held_out": self.held_out, "eval_set": self.eval_set,
             "eval_k": self.eval_k, "eval_temperature": self.eval_temperature,
             "eval_max_new_tokens": self.generation.max_new_tokens, "system_prompt": self.system_prompt,
             "answer_prefill": self.answer_prefill,

@@ -1,5 +1,10 @@
 """Tiny from-scratch causal LMs for the toy tasks: a real character-level ``PreTrainedTokenizerFast``
-and a small ``LlamaForCausalLM``, pretrained deterministically and cached outside the repository.
+and a small ``LlamaForCausalLM``, pretrained deterministically.
+
+The default recipes' models ship with the package (``tasks/models``, each file's sha256 in its
+``manifest.json``): pretraining follows each CPU's rounding, so a model rebuilt elsewhere is another starting
+policy (addition's start accuracy differed between two machines of one kind, 0.4305 against 0.4008). Any
+other recipe is pretrained on first use and cached outside the repository.
 
 Both are ordinary Hugging Face objects (``save_pretrained`` / ``from_pretrained``), so every
 algorithm, and TRL, sees them exactly as it would see a hub model.
@@ -14,13 +19,16 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from tasks.base import TaskError
+
 SPECIAL_TOKENS = ("<pad>", "<eos>", "<unk>")
+SHIPPED = Path(__file__).resolve().parent / "models"  # the packaged models and their manifest.json
 
 
 def cache_root() -> Path:
@@ -86,22 +94,70 @@ def pretrain(model, tokenizer, texts: Sequence[str], *, steps: int, batch_size: 
     return losses
 
 
+def recipe_key(recipe: dict) -> str:
+    """The short hash of a recipe that names its model's folder: any change to a setting is a new model."""
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def shipped_model(kind: str, recipe: dict) -> Optional[Path]:
+    """The packaged folder of ``recipe``'s model, every file checked against the manifest; None when that recipe is
+    not shipped. A missing manifest or file, or a digest that differs, is one TaskError line: never a silent rebuild."""
+    manifest_path = SHIPPED / "manifest.json"
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise TaskError(f"cannot read the shipped models' manifest {manifest_path} ({type(exc).__name__}): "
+                        "grpo-bench was installed without tasks/models; reinstall it") from None
+    name = f"{kind}-{recipe_key(recipe)}"
+    entry = manifest.get("models", {}).get(name)
+    if entry is None:
+        return None
+    folder = SHIPPED / name
+    for file, digest in entry["files"].items():
+        try:
+            actual = _sha256(folder / file)
+        except OSError:
+            raise TaskError(f"shipped model {name}: {folder / file} is missing; reinstall grpo-bench") from None
+        if actual != digest:
+            raise TaskError(f"shipped model {name}: {file} has sha256 {actual[:16]}, the manifest says {digest[:16]}: "
+                            "the file was changed or damaged; reinstall grpo-bench")
+    return folder
+
+
+def model_source(kind: str, recipe: dict) -> str:
+    """Where ``cached_model(kind, recipe)`` takes its model from, for a run's config.json: the shipped copy, or one
+    pretrained on this machine (another CPU's rounding gives another starting policy)."""
+    folder = shipped_model(kind, recipe)
+    if folder is not None:
+        return f"shipped tasks/models/{folder.name} (sha256 {_sha256(folder / 'model.safetensors')[:16]})"
+    target = cache_root() / f"{kind}-{recipe_key(recipe)}"
+    weights = target / "model.safetensors"
+    built = f", sha256 {_sha256(weights)[:16]}" if weights.is_file() else ", not built yet"
+    return f"rebuilt on this machine (cache {target}{built})"
+
+
 def cached_model(kind: str, recipe: dict, build: Callable[[], tuple]) -> tuple:
-    """Load the (model, tokenizer) that ``recipe`` describes from the cache, or build and cache it.
+    """Load the (model, tokenizer) that ``recipe`` describes: the shipped copy when the recipe is shipped, else
+    from the cache, built and cached on first use.
 
     The cache key is a hash of the recipe, so changing any pretraining setting builds a new model;
     the directory is written under a temporary name and renamed, so a killed build leaves nothing
     half-written behind.
     """
-    key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
-    target = cache_root() / f"{kind}-{key}"
-    if not (target / "config.json").exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        # Cells of one matrix start side by side: one builds, the others wait for it instead of building it again.
-        with open(target.parent / f".{kind}-{key}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not (target / "config.json").exists():
-                _build_into(target, kind, recipe, build)
+    target = shipped_model(kind, recipe)
+    if target is None:
+        target = cache_root() / f"{kind}-{recipe_key(recipe)}"
+        if not (target / "config.json").exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            # Cells of one matrix start side by side: one builds, the others wait for it instead of building it again.
+            with open(target.parent / f".{target.name}.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if not (target / "config.json").exists():
+                    _build_into(target, kind, recipe, build)
     model = LlamaForCausalLM.from_pretrained(target)
     tokenizer = AutoTokenizer.from_pretrained(target)
     return model, tokenizer
