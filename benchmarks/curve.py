@@ -44,3 +44,44 @@ def normalised_auc(x: Sequence[float], y: Sequence[float], x_max: float) -> floa
     xs = np.append(x[inside], x_max)
     ys = np.append(y[inside], np.interp(x_max, x, y))  # np.interp holds the last value past the end
     return float(np.sum(np.diff(xs) * (ys[1:] + ys[:-1]) / 2) / x_max)
+
+
+# ------------------------------------------------------------------------------------------------
+# The primary metric: what a matrix's verdicts and its tuning both judge a cell by
+# ------------------------------------------------------------------------------------------------
+
+PRIMARY_DEFAULT = "final"
+
+
+def parse_primary(name: str) -> tuple[str, int]:
+    """("final", 1), ("last", K) for "last_K" (K >= 2) or ("auc", 0); ValueError with the choices otherwise."""
+    if name == "final":
+        return "final", 1
+    if name == "auc":
+        return "auc", 0
+    if name.startswith("last_") and name[5:].isdigit() and int(name[5:]) >= 2:
+        return "last", int(name[5:])
+    raise ValueError(f"primary metric {name!r}: one of final (the accuracy after training), last_K (the mean of the "
+                     "last K evaluations, the final one included, K >= 2) or auc (the area under accuracy against "
+                     "completions, divided by the budget)")
+
+
+def evaluations_needed(name: str) -> int:
+    """How many evaluations during and after training a primary metric needs to mean what it says: last_K its
+    K, AUC a curve of at least 3 points after the start (before-and-after alone makes AUC (before + after) / 2)."""
+    kind, k = parse_primary(name)
+    return {"final": 1, "last": k, "auc": 3}[kind]
+
+
+def primary_value(name: str, x: Sequence[float], y: Sequence[float], budget: float) -> float:
+    """One cell's primary metric from its curve (x completions from 0, y accuracy; the last point the final
+    evaluation); nan when the curve has fewer evaluations than the metric needs."""
+    kind, k = parse_primary(name)
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(y) - 1 < evaluations_needed(name):
+        return float("nan")
+    if kind == "final":
+        return float(y[-1])
+    if kind == "last":
+        return float(np.mean(y[-k:]))
+    return normalised_auc(x, y, budget)

@@ -26,18 +26,50 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
     return "\n".join(lines)
 
 
-def plus_minus(mean: float, half: float, fmt: str = "{:.3f}", scale: float = 1.0) -> str:
-    """``mean ± half`` (``mean`` alone when the half-width is nan, "-" when the mean is)."""
-    if mean is None or math.isnan(mean):
+def na_text(seeds: int | None = None) -> str:
+    """What stands where an interval (or a spread-based number) cannot be had: "n/a", with the reason when it
+    is too few seeds ("n/a (1 seed)": one seed has no seed-to-seed spread, a bootstrap over it is zero-width)."""
+    if not _too_few(seeds):
+        return "n/a"
+    seeds = int(seeds)
+    return f"n/a ({seeds} seed{'' if seeds == 1 else 's'})"
+
+
+def _missing(value) -> bool:
+    try:
+        return value is None or math.isnan(value)
+    except TypeError:
+        return False
+
+
+def _too_few(seeds: int | None) -> bool:
+    return seeds is not None and not _missing(seeds) and int(seeds) < 2
+
+
+def number_or_na(value: float, fmt: str = "{:.3f}", seeds: int | None = None) -> str:
+    """``value`` formatted, or ``na_text(seeds)`` when it is nan or rests on fewer than 2 seeds (an MDD, a sd)."""
+    return na_text(seeds) if _missing(value) or _too_few(seeds) else fmt.format(value)
+
+
+def plus_minus(mean: float, half: float, fmt: str = "{:.3f}", scale: float = 1.0, seeds: int | None = None) -> str:
+    """``mean ± half``; "-" when the mean is nan; ``mean ± n/a`` when the half-width is nan, ``mean ± n/a (1 seed)``
+    when ``seeds`` < 2 (the mean alone would read as exact)."""
+    if _missing(mean):
         return "-"
     text = fmt.format(mean * scale)
-    return text if half is None or math.isnan(half) else f"{text} ± {fmt.format(half * scale)}"
+    if _missing(half) or _too_few(seeds):
+        return f"{text} ± {na_text(seeds)}"
+    return f"{text} ± {fmt.format(half * scale)}"
 
 
-def with_interval(point: float, low: float, high: float, fmt: str = "{:.3f}") -> str:
-    """``point [low, high]``, as a bootstrap interval is written."""
-    if point is None or math.isnan(point):
+def with_interval(point: float, low: float, high: float, fmt: str = "{:.3f}", seeds: int | None = None) -> str:
+    """``point [low, high]``, as a bootstrap interval is written; ``point [n/a]`` when a bound is nan,
+    ``point [n/a (1 seed)]`` when ``seeds`` < 2 (a bootstrap over one seed is zero-width, not certain); "-" when
+    the point is nan."""
+    if _missing(point):
         return "-"
+    if _missing(low) or _missing(high) or _too_few(seeds):
+        return f"{fmt.format(point)} [{na_text(seeds)}]"
     return f"{fmt.format(point)} [{fmt.format(low)}, {fmt.format(high)}]"
 
 

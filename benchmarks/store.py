@@ -46,6 +46,9 @@ def _pyarrow():
 # How often a cell saves a checkpoint changes what survives a kill, not what the cell computes (a resumed run
 # reproduces the uninterrupted one): a matrix may start checkpointing without invalidating its finished cells.
 NOT_THE_EXPERIMENT = ("checkpoint_every",)
+# Settings added after cells were stored, at the value every earlier cell ran with: a stored spec without one is
+# the same experiment as a planned spec that has it at this value.
+ADDED_DEFAULTS = {"replicate": 0}
 
 
 def experiment(spec: dict) -> dict:
@@ -53,7 +56,8 @@ def experiment(spec: dict) -> dict:
     ``experiment(spec)`` compute the same thing."""
     spec = {k: v for k, v in spec.items() if k not in NOT_THE_EXPERIMENT}
     if "settings" in spec:
-        spec["settings"] = {k: v for k, v in spec["settings"].items() if k not in NOT_THE_EXPERIMENT}
+        spec["settings"] = {k: v for k, v in spec["settings"].items() if k not in NOT_THE_EXPERIMENT
+                            and not (k in ADDED_DEFAULTS and v == ADDED_DEFAULTS[k])}
     return spec
 
 

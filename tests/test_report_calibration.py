@@ -105,32 +105,6 @@ def test_minimum_detectable_difference():
     assert stats.minimum_detectable_difference(0.05, 5) == pytest.approx(expected)
     assert stats.minimum_detectable_difference(0.05, 3) > stats.minimum_detectable_difference(0.05, 5)
     assert math.isnan(stats.minimum_detectable_difference(0.05, 1))
-    cells = _identical_cells(2, ["a", "b"], 5, seed=0)
-    table = verdicts.power(cells).set_index("task")
-    sd = math.sqrt(cells[cells["task"] == "t0"].groupby("variant")["final_accuracy"].var().mean())
-    assert table.loc["t0", "seeds"] == 5 and table.loc["t0", "pooled_sd"] == pytest.approx(sd)
-    assert table.loc["t0", "mdd"] == pytest.approx(stats.minimum_detectable_difference(sd, 5))
-
-
-def test_contenders_mdd_leaves_out_a_noisy_loser():
-    """The MDD that decides the close calls is the contenders' (best and tied), not one inflated by a variant
-    that collapses on some seeds: a, b near 0.9 with sd 0.01, c spread over 0.1-0.7."""
-    rows = [{"task": "t", "variant": v, "seed": s, "final_accuracy": x}
-            for v, xs in (("a", [0.90, 0.91, 0.89, 0.90, 0.92]), ("b", [0.89, 0.90, 0.91, 0.88, 0.90]),
-                          ("c", [0.1, 0.7, 0.4, 0.2, 0.6]))
-            for s, x in enumerate(xs)]
-    cells = pd.DataFrame(rows)
-    marks = pd.DataFrame({"task": ["t"] * 3, "variant": ["a", "b", "c"],
-                          "mark": [stats.BEST, stats.TIED, stats.WORSE]})
-    row = verdicts.power(cells, marks=marks).set_index("task").loc["t"]
-    sd_ab = math.sqrt((np.var([0.90, 0.91, 0.89, 0.90, 0.92], ddof=1) + np.var([0.89, 0.90, 0.91, 0.88, 0.90], ddof=1)) / 2)
-    assert row["contenders"] == "a, b" and row["contenders_seeds"] == 5
-    assert row["contenders_sd"] == pytest.approx(sd_ab)
-    assert row["contenders_mdd"] == pytest.approx(stats.minimum_detectable_difference(sd_ab, 5))
-    assert row["contenders_mdd"] < 0.03 < row["mdd"]  # the pooled one carries c's spread
-    # a best that stands alone is compared with its nearest rival
-    alone = marks.assign(mark=[stats.BEST, stats.WORSE, stats.WORSE])
-    assert verdicts.contenders(alone) == ["a", "b"]
 
 
 def test_wilson_interval():
@@ -144,11 +118,18 @@ def test_wilson_interval():
 @pytest.mark.parametrize("curve, expected", [
     ([0.4, 0.8, 0.85, 0.5, 0.5], True),  # 0.35 below the peak at the end
     ([0.4, 0.8, 0.85, 0.5, 0.8], False),  # recovered
-    ([0.4, 0.5, 0.45, 0.42, 0.39], True),  # ended below the start
+    ([0.4, 0.5, 0.45, 0.42, 0.39], False),  # ended a little below the start: not a collapse
     ([0.4, 0.6, 0.7, 0.65, 0.6], False),
+    ([0.4, 0.8, 0.4, 0.8, 0.45], True),  # fell, recovered, fell again: still 0.35 below its peak at the end
+    ([0.5, 0.3, 0.2, 0.1], True),  # never learned, and fell 0.4 below its start
 ])
 def test_collapse(curve, expected):
     assert stats.collapsed(curve) is expected
+
+
+@pytest.mark.parametrize("curve, expected", [([0.4, 0.4, 0.3, 0.39], True), ([0.4, 0.41, 0.3], False), ([0.4], False)])
+def test_never_learned(curve, expected):
+    assert stats.never_learned(curve) is expected
 
 
 def test_completions_to_threshold_is_interpolated_between_evaluations():
@@ -188,7 +169,7 @@ def test_the_verdict_section_shows_power_collapse_scaling_and_the_aa_check():
             curve = 0.2 + (final - 0.2) * grid / (grid + 200) * 1.2 + 0.01 * rng.standard_normal(len(grid))
             curve[0] = 0.2
             if variant == "c" and seed == 0:
-                curve[-1] = 0.1  # collapsed: ends below the start
+                curve[-1] = 0.1  # collapsed: ends 0.3 or more below its peak
             per_cell.append({"task": "t", "variant": variant, "seed": seed, "budget": 1024.0, "accuracy_before": 0.2,
                              "final_accuracy": curve[-1], "auc": stats.normalised_auc(grid, curve, 1024),
                              "collapsed": stats.collapsed(curve), "completions_to_threshold": 300.0})
@@ -205,7 +186,7 @@ def test_the_verdict_section_shows_power_collapse_scaling_and_the_aa_check():
     assert list(analysis["aa"][["a", "b"]].itertuples(index=False, name=None)) == [("a", "b")]
     assert set(analysis["scaling_fits"]["variant"]) == {"a", "b", "c"}
     text = verdicts.render(analysis)
-    assert "MDD " in text and "(5 seeds, pooled seed-to-seed sd " in text
+    assert "MDD (the gap to the best called" in text and "Model: blocked by seed (3 variants x 5 seeds" in text
     assert "| 1/5 [0.04, 0.62] |" in text and "A/A check: of the 1 pairs" in text
     assert "asymptote A [95% CI]" in text
     brief = verdicts.render(analysis, scaling=False)
@@ -217,40 +198,29 @@ def test_the_verdict_section_shows_power_collapse_scaling_and_the_aa_check():
 # ------------------------------------------------------------------------------------------------
 
 
-def test_simulated_aa_false_separation_is_near_nominal_for_welch_and_high_for_the_bootstrap():
-    from benchmarks.report import calibration_report
-
-    table = calibration_report.simulated_false_separation(("welch", "percentile"), (3, 5), sims=2000, reps=500)
-    rate = table.set_index(["method", "seeds"])["false_separation"]
-    assert 0.02 <= rate[("welch", 3)] <= 0.07 and 0.02 <= rate[("welch", 5)] <= 0.07
-    assert rate[("percentile", 3)] > 0.12  # the bootstrap the verdicts used to use: 2-4x the nominal rate
-
-
-def test_calibration_report_reads_declared_groups_and_counts_separated_pairs(tmp_path, monkeypatch):
-    from benchmarks.report import calibration_report
-
-    matrix = tmp_path / "m.toml"
-    matrix.write_text('equivalent = [["a", "b"]]\n')
-    assert calibration_report.declared_groups({"toml": 'equivalent = [["x", "y"]]'}) == ([["x", "y"]], "the matrix file as it ran")
-    groups, source = calibration_report.declared_groups({"toml": "name = 'm'", "file": str(matrix)})
-    assert groups == [["a", "b"]] and "declared after the run" in source
-    assert calibration_report.declared_groups({"toml": "name = 'm'"}) == ([], "none declared")
+def test_calibration_report_on_a_real_aa_matrix_and_declared_pairs(monkeypatch):
+    """The A/A part cuts one variant's cells into null matrices and judges them; a matrix of two variants is no
+    A/A; declared pairs separated or not are counted in the headline."""
+    from benchmarks.report import calibration_report, inference
 
     rng = np.random.default_rng(0)
-    cells = pd.DataFrame([{"task": t, "variant": v, "seed": s, "final_accuracy": base + shift + 0.01 * rng.standard_normal()}
-                          for t, base in (("t1", 0.5), ("t2", 0.8)) for v, shift in (("a", 0.0), ("b", 0.0), ("c", 0.2))
-                          for s in range(5)])
-    cells.loc[(cells["task"] == "t2") & (cells["variant"] == "b"), "final_accuracy"] += 0.3  # a planted "A/A" gap
-    monkeypatch.setattr("benchmarks.report.matrix.collect", lambda d: {"meta": {"toml": 'equivalent = [["a", "b"]]'},
-                                                                       "cells": cells, "evals": None})
-    monkeypatch.setattr("benchmarks.report.curves.build", lambda cells_, evals: {"cells": cells_})
-    measured, sources = calibration_report.measured_false_separation([tmp_path / "m1"])
-    assert sources == {"m1": "the matrix file as it ran"}
-    assert measured.set_index("task")["separated"].to_dict() == {"t1": False, "t2": True}
-    cover = calibration.coverage(("welch",), (3,), sims=200, reps=10)
-    simulated = calibration_report.simulated_false_separation(("welch",), (3,), sims=200, reps=10)
-    text = calibration_report.render(cover, simulated, measured, sources, "grpo-bench calibration m1")
-    assert "1 of 2 separated (50%" in text and "| m1 | t2 | `a` | `b` |" in text
+    aa = pd.DataFrame({"task": "t", "variant": "g", "seed": range(40), "primary": 0.9 + 0.01 * rng.standard_normal(40)})
+    monkeypatch.setattr(calibration_report, "_primary_cells", lambda d: ("aa", {"primary": "final", "margin": 0.02}, aa))
+    summary, rates = calibration_report.real_aa("aa", shapes=((6, 3), (4, 5), (15, 4)), draws=200, outer=20, inner=50,
+                                                reps=300)
+    assert summary["cells"] == 40 and list(rates["variants"]) == [6, 4]  # 15 x 4 needs 60 cells
+    assert (rates["false_claim"] <= 0.12).all() and (rates["low"] <= rates["high"]).all()
+    two = aa.assign(variant=["g", "h"] * 20)
+    monkeypatch.setattr(calibration_report, "_primary_cells", lambda d: ("m", {"primary": "final"}, two))
+    with pytest.raises(ValueError, match="one variant, found 2"):
+        calibration_report.real_aa("m")
+    pairs = pd.DataFrame({"matrix": ["m", "m"], "task": ["t1", "t2"], "a": ["a", "a"], "b": ["b", "b"],
+                          "diff": [0.0, 0.3], "half_width": [0.05, 0.05], "separated": [False, True]})
+    sim = pd.DataFrame([{"matrix": "m", "task": "t1", "variants": 3, "seeds": 5, "scenario": "global null",
+                         **inference.family_error(inference.Design(3, 5), sims=100, reps=100)}])
+    text = calibration_report.render(sim, (summary, rates), pairs, "grpo-bench calibration m --aa aa")
+    assert "1 of 2 declared-equivalent pairs separated" in text and "| m | t2 | `a` | `b` |" in text
+    assert "on real A/A replicates (6 x 3:" in text
 
 
 def test_calibration_command_refuses_a_directory_without_a_matrix(run_cli, tmp_path):

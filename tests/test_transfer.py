@@ -46,18 +46,18 @@ def test_the_report_states_the_verdict_and_the_power(tmp_path, run_cli, committe
     assert code == 0
     text = out.read_text()
     assert "**The toy ranking carries over: Kendall's tau-b +1.00 (p 0.02; with 5 algorithms only tau >= 1.00" in text
-    assert "the toy's first of these, reinforce, is also in addition's best group" in text
+    assert "the toy's first of these, reinforce, is also in addition's could-be-best set" in text
     assert text.count("\n| ") == 6  # the header and five algorithms (the rule starts "|---")
 
 
 def _made_up(task, rows):
     return pd.DataFrame([{"task": task, "variant": v, "seeds": 3, "final_mean": m, "final_mean_low": m - 0.05,
-                          "final_mean_high": m + 0.05, "mark": mark} for v, m, mark in rows])
+                          "final_mean_high": m + 0.05, "mark": mark, "in_best_set": mark != "worse"} for v, m, mark in rows])
 
 
 def test_a_toy_winner_outside_the_real_best_group_is_said(tmp_path, monkeypatch):
     toy = _made_up("addition", [("a", 0.9, "best"), ("b", 0.8, "worse"), ("c", 0.7, "worse"), ("d", 0.6, "worse")])
-    real = _made_up("chain_sum", [("a", 0.3, "worse"), ("b", 0.5, "best"), ("c", 0.45, "tied with best"),
+    real = _made_up("chain_sum", [("a", 0.3, "worse"), ("b", 0.5, "not resolved"), ("c", 0.45, "not resolved"),
                                   ("d", 0.2, "worse")])
     monkeypatch.setattr(transfer_module, "matrix_verdicts", lambda d: toy if d.name == "toy" else real)
     result = transfer(tmp_path / "toy", tmp_path / "real", [(v, v) for v in "abcd"])
@@ -67,7 +67,7 @@ def test_a_toy_winner_outside_the_real_best_group_is_said(tmp_path, monkeypatch)
     text = transfer_module.headline(result)
     assert "is not shown to carry over: Kendall's tau-b +0.33" in text
     assert "with 4 algorithms no ranking reaches p < 0.05" in text
-    assert "the toy's first of these, a, is not in chain_sum's best group; first on chain_sum: b." in text
+    assert "the toy's first of these, a, is not in chain_sum's could-be-best set; first on chain_sum: b." in text
 
 
 @pytest.mark.parametrize("args, message", [

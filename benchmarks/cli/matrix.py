@@ -6,6 +6,7 @@ ranking against a real one's), ``calibration`` (the verdicts' coverage and A/A f
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 from benchmarks.errors import UsageError
 
@@ -41,22 +42,48 @@ def add_executor_options(parser) -> None:
         add_dataclass_options(parser.add_argument_group(f"--executor {name}", summary), cls.Options, owners, name)
 
 
+def executor_settings(args) -> dict:
+    """The executor flags given, refusing one of another executor than ``--executor``'s (ignored before:
+    ``--ray-address`` without ``--executor ray`` ran the cells locally)."""
+    import dataclasses
+
+    from benchmarks.cli.options import flag, given_options
+    from benchmarks.matrix.executors import EXECUTORS, executor_class, executor_option_names
+
+    given = given_options(args, executor_option_names())
+    own = {f.name for f in dataclasses.fields(executor_class(args.executor).Options)}
+    for name in sorted(set(given) - own):
+        owners = sorted(n for n, cls in EXECUTORS.items() if name in {f.name for f in dataclasses.fields(cls.Options)})
+        raise UsageError(f"{flag(name)} is an option of --executor {' or '.join(owners)}, not of --executor "
+                         f"{args.executor}" + (" (the default)" if args.executor == "local" else ""))
+    return given
+
+
+def check_cells(plan) -> None:
+    """Every cell's settings, before any runs: what the matrix file's validation lets through and every cell
+    would then fail on one by one, or train on nothing (``options.run_settings_problem``)."""
+    from benchmarks.cli.options import run_settings_problem
+
+    for cell in plan.tuning_cells() + plan.cells + [c for g in plan.tuning for cells in g.candidates for c in cells]:
+        problem = run_settings_problem(cell.spec().get("settings", {}))
+        if problem:
+            raise UsageError(f"{plan.path}: cell {cell.relpath}: {problem}")
+
+
 def cmd_matrix(args) -> int:
     from benchmarks.io import read_json
     from benchmarks.matrix import parse, run_matrix
-    from benchmarks.cli.options import comma_list, given_options
-    from benchmarks.matrix.executors import executor_option_names, make_executor
+    from benchmarks.cli.options import comma_list
+    from benchmarks.matrix.executors import make_executor
 
-    executor = make_executor(args.executor, **given_options(args, executor_option_names()))
+    executor = make_executor(args.executor, **executor_settings(args))
     plan = parse(args.file)
+    check_cells(plan)
     out = Path(args.out)
     evaluation = plan.cells or [g.candidates[0][i] for g in plan.tuning for i in range(len(g.candidates[0]))]
     budgets = sorted({(c.task_label, c.budget) for c in evaluation})
     tuning = (f" after {len(plan.tuning_cells())} tuning cells (seeds {plan.tuning_seeds}; the grid point of highest "
-              f"mean AUC is each variant's)" if plan.tuning else "")
-    if plan.racing:
-        tuning += (f"; racing: up to {plan.racing.max_seeds} seeds per variant, {plan.racing.step} more at a time to "
-                   f"the variants still undecided (target +-{plan.racing.target})")
+              f"mean primary metric on validation problems is each variant's)" if plan.tuning else "")
     print(f"matrix {plan.name}: {len(evaluation)} cells{tuning}, budget "
           + ", ".join(f"{t} {b}" for t, b in budgets) + " generated completions per cell")
     if args.dry_run:
@@ -65,11 +92,9 @@ def cmd_matrix(args) -> int:
                   f"= {cell.steps * cell.completions_per_step}, eval every {cell.eval_every or '-'} steps"
                   + (" (at the chosen grid point)" if plan.tuning and not cell.tuning_point else ""))
         return 0
-    from benchmarks.report.verdicts import undecided
-
     tasks = None if args.tasks is None else comma_list(args.tasks)
     counts = run_matrix(plan, out, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress,
-                        executor=executor, racing_rule=undecided, tasks=tasks)
+                        executor=executor, tasks=tasks)
     sessions = (read_json(out / "matrix.json") or {}).get("sessions", [])
     print(f"matrix {plan.name}: {counts['complete']} run and complete, {counts['skipped']} already complete, "
           f"{counts['failed']} failed; {sessions[-1]['elapsed_s']:.0f} s this session, "
@@ -120,14 +145,18 @@ def add_transfer_parser(sub) -> None:
 def cmd_transfer(args) -> int:
     from benchmarks.report.transfer import write_transfer
 
+    from benchmarks.cli.options import matrix_directory, writable
+
+    matrix_directory(args.toy, "TOY")  # the folders first: a typo in one is not "too few algorithms"
+    matrix_directory(args.real, "REAL")
     pairs = [(toy.strip(), real.strip()) for toy, real in args.pair]
     if len({real for _, real in pairs}) < len(pairs) or len({toy for toy, _ in pairs}) < len(pairs):
         raise UsageError("--pair: each variant at most once on each side")
     if len(pairs) < 3:
         raise UsageError(f"--pair: a ranking needs at least 3 algorithms, got {len(pairs)}")
-    for directory in (args.toy, args.real):
-        if not (Path(directory) / "matrix.json").is_file():
-            raise UsageError(f"{directory}: not a matrix directory (no matrix.json)")
+    writable(args.out, "--out")
+    if args.readme:
+        writable(args.readme, "--readme")
     text = write_transfer(args.toy, args.real, pairs, args.out, command=args.command_line, readme=args.readme,
                           section=args.section)
     print(text.splitlines()[0])
@@ -136,29 +165,40 @@ def cmd_transfer(args) -> int:
 
 
 def add_calibration_parser(sub) -> None:
-    p = sub.add_parser("calibration", help="the verdicts' calibration: coverage and A/A false separation, simulated "
-                                           "and measured on matrices' declared-equivalent pairs")
-    p.add_argument("dirs", nargs="+", help="matrix directories whose declared-equivalent pairs are measured")
+    p = sub.add_parser("calibration", help="the verdict procedure's family-wise error: simulated at matrices' own "
+                                           "designs, measured on real A/A replicates and declared-equivalent pairs")
+    p.add_argument("dirs", nargs="+", help="matrix directories: their designs are simulated, their declared pairs judged")
+    p.add_argument("--aa", default=None, help="an A/A matrix directory (one variant on many seeds, e.g. "
+                                              "benchmarks/matrices/calibration_aa.toml): its cells cut into null matrices")
     p.add_argument("--out", default="results/calibration", help="folder for report.md and calibration.json")
-    p.add_argument("--sims", type=int, default=4000, help="simulated matrices per case (default: 4000)")
+    p.add_argument("--sims", type=int, default=2000, help="simulated matrices per case (default: 2000)")
     p.set_defaults(handler=cmd_calibration)
 
 
 def cmd_calibration(args) -> int:
     from benchmarks.report.calibration_report import write_calibration
 
+    from benchmarks.cli.options import matrix_directory, writable
+
     if args.sims < 100:
         raise UsageError(f"--sims must be at least 100, got {args.sims}")
-    for directory in args.dirs:
-        if not (Path(directory) / "matrix.json").is_file():
-            raise UsageError(f"{directory}: not a matrix directory (no matrix.json)")
-    text = write_calibration(args.dirs, args.out, sims=args.sims, command=args.command_line)
+    for directory in args.dirs + ([args.aa] if args.aa else []):
+        matrix_directory(directory)
+    writable(args.out, "--out", folder=True)
+    try:
+        text = write_calibration(args.dirs, args.out, aa=args.aa, sims=args.sims, command=args.command_line)
+    except ValueError as exc:  # an --aa matrix of more than one variant
+        raise UsageError(str(exc)) from None
     print(text.splitlines()[2])
     print(f"wrote {args.out}/report.md, calibration.json")
     return 0
 
 
 def cmd_agreement(args) -> int:
+    from benchmarks.cli.options import writable
+
+    shared_variants(args.first, args.second)
+    writable(args.out, "--out")
     from benchmarks.report.agreement import write_agreement
 
     _, text = write_agreement(args.first, args.second, args.out)
@@ -167,9 +207,82 @@ def cmd_agreement(args) -> int:
     return 0
 
 
+def _planned(directory: Path) -> tuple[str, list[dict]]:
+    """The matrix's name and its planned cells, from DIR/matrix.json (one UsageError line when unreadable)."""
+    from benchmarks.io import read_json
+
+    meta = read_json(directory / "matrix.json")
+    if not isinstance(meta, dict) or not isinstance(meta.get("cells"), list):
+        raise UsageError(f"{directory / 'matrix.json'}: not a matrix plan (unreadable, or without its cells)")
+    return str(meta.get("name", directory.name)), [c for c in meta["cells"] if isinstance(c, dict)]
+
+
+def shared_variants(first, second) -> set[tuple[str, str]]:
+    """The (task, variant) pairs two matrix directories both plan; none is one UsageError line naming each side's
+    (``agreement`` compares a rerun of the same matrix, and two different ones had read "0 of 0 agree")."""
+    from benchmarks.cli.options import matrix_directory
+
+    sides = []
+    for label, directory in (("FIRST", first), ("SECOND", second)):
+        name, cells = _planned(matrix_directory(directory, label))
+        sides.append((name, {(str(c.get("task_label")), str(c.get("variant"))) for c in cells}))
+    shared = sides[0][1] & sides[1][1]
+    if not shared:
+        def listed(pairs):
+            return ", ".join(f"{task} {variant}" for task, variant in sorted(pairs)[:4]) + (", ..." if len(pairs) > 4 else "")
+
+        raise UsageError(f"{first} (matrix {sides[0][0]}) and {second} (matrix {sides[1][0]}) share no variant of a "
+                         f"task: {listed(sides[0][1]) or 'no cells'} against {listed(sides[1][1]) or 'no cells'}; "
+                         "agreement compares a rerun of the same matrix")
+    return shared
+
+
+def stored_cells(directory: Path) -> Optional[dict[str, dict]]:
+    """Each cell the result store DIR/results.parquet holds, with its spec (its cell rows alone, not its metrics);
+    None when there is no store or it cannot be read here (the report's own reading then says why)."""
+    import json
+
+    from benchmarks.store import store_path
+
+    path = store_path(directory)
+    if not path.is_file():
+        return None
+    try:
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(path, columns=["cell", "kind", "spec"], filters=[("kind", "==", "cell")])
+        return {row["cell"]: json.loads(row["spec"]) for row in table.to_pylist()}
+    except Exception:  # noqa: BLE001 -- a damaged store: the report's verified read names the damage
+        return None
+
+
+def check_store_matches_plan(directory: Path) -> None:
+    """Refuse a result store none of whose cells is a cell of DIR/matrix.json's plan (another matrix's store, copied
+    in): its report would be every cell "missing", written over the matrix's own report."""
+    from benchmarks.store import same_experiment_spec
+
+    stored = stored_cells(directory)
+    if not stored or not (directory / "matrix.json").is_file():
+        return
+    name, planned = _planned(directory)
+    if not planned:
+        return
+    if any(same_experiment_spec(stored.get(c.get("dir")), {k: v for k, v in c.items() if k != "dir"}) for c in planned):
+        return
+    same_folders = sum(c.get("dir") in stored for c in planned)
+    raise UsageError(f"{directory}: none of the {len(stored)} cells of its result store is a cell of the plan in "
+                     f"{directory / 'matrix.json'} (matrix {name}, {len(planned)} cells"
+                     + (f"; {same_folders} share a folder name but not the settings" if same_folders else "")
+                     + "): the store belongs to another matrix; nothing written")
+
+
 def cmd_report(args) -> int:
+    from benchmarks.cli.options import writable
     from benchmarks.report.matrix import report, summary_markdown
 
+    check_store_matches_plan(Path(args.dir))
+    if args.readme:
+        writable(args.readme, "--readme")
     data = report(args.dir, readme=args.readme, section=args.section, plot=not args.no_plots,
                   verdicts_section=not args.no_verdicts_section)
     cells = data["cells"]
@@ -198,6 +311,7 @@ def cmd_readme(args) -> int:
 
 
 def add_ablation_parser(sub) -> None:
+    from benchmarks.cli.options import seed_value
     from benchmarks.matrix.ablation import AblationSettings
 
     defaults = AblationSettings()
@@ -205,7 +319,7 @@ def add_ablation_parser(sub) -> None:
     p.add_argument("--out", default=defaults.out, help=f"output directory (default: {defaults.out})")
     p.add_argument("--group-sizes", type=int, nargs="+", default=defaults.group_sizes,
                    help=f"values of G (default: {' '.join(map(str, defaults.group_sizes))})")
-    p.add_argument("--seeds", type=int, nargs="+", default=defaults.seeds,
+    p.add_argument("--seeds", type=seed_value, nargs="+", default=defaults.seeds,
                    help=f"seeds (default: {' '.join(map(str, defaults.seeds))})")
     p.add_argument("--steps", type=int, default=defaults.steps, help=f"GRPO steps per run (default: {defaults.steps})")
     p.add_argument("--eval-every", type=int, default=defaults.eval_every,

@@ -22,6 +22,14 @@ from benchmarks.errors import UsageError
 from tasks import TASKS
 
 
+REPLICATE_STRIDE = 1_000_003  # a replicate's training seed: seed + REPLICATE_STRIDE * replicate (no seed a matrix uses)
+
+
+def training_seed(rc: "RunConfig") -> int:
+    """The seed of a run's training randomness (``replicate`` moves it, the evaluation's seed stays ``rc.seed``)."""
+    return rc.seed + REPLICATE_STRIDE * rc.replicate
+
+
 @dataclass
 class RunConfig:
     task: str = field(default="pizza", metadata={"help": "task name"})
@@ -29,6 +37,7 @@ class RunConfig:
     steps: int = field(default=200, metadata={"help": "training steps (with --budget: at most this many)"})
     budget: Optional[int] = field(default=None, metadata={"help": "stop once this many completions were generated, discarded ones included (the matrix's unit)"})
     seed: int = field(default=0, metadata={"help": "seed for sampling, prompts and evaluation"})
+    replicate: int = field(default=0, metadata={"help": "an independent replicate of the same run: its training randomness (initialisation, sampling, prompt order) is drawn from seed + REPLICATE_STRIDE x replicate while its evaluation keeps --seed, the block it shares with other variants of a matrix (an A/A twin)"})
     device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
     precision: str = field(default="auto", metadata={"help": "fp32, bf16 (autocast), or auto (bf16 on CUDA)"})
     out: str = field(default="runs/latest", metadata={"help": "run directory"})

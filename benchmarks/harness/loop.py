@@ -31,7 +31,7 @@ from algorithms import ALGORITHMS, Algorithm, Sampling
 from algorithms.rollout import generate
 from benchmarks.errors import TrainingFailed, UsageError
 from benchmarks.harness import distributed, lora, measure, tracking
-from benchmarks.harness.config import RESUMABLE, RunConfig, flat_settings
+from benchmarks.harness.config import RESUMABLE, RunConfig, flat_settings, training_seed
 from benchmarks.progress import progress as progress_bar
 from benchmarks.io import locked_directory, append_jsonl, atomic_write, atomic_write_json, read_json, read_jsonl, rewrite_jsonl
 from tasks import Task, make_task
@@ -139,8 +139,8 @@ def build(rc: RunConfig, algo_config, task_options: dict, task: Optional[Task] =
         precision = measure.resolve_precision(rc.precision, device)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    torch.manual_seed(rc.seed)
-    random.seed(rc.seed)
+    torch.manual_seed(training_seed(rc))
+    random.seed(training_seed(rc))
     task = task or make_evaluated_task(rc.task, **task_options)
     if algo_config.learning_rate is None:
         algo_config = dataclasses.replace(algo_config, learning_rate=task.recommended_learning_rate)
@@ -162,7 +162,7 @@ def build(rc: RunConfig, algo_config, task_options: dict, task: Optional[Task] =
     rank = data_parallel.rank if data_parallel else 0
     # Each rank samples its own completions: its generator's seed is offset by its rank.
     try:  # an algorithm may refuse a policy it cannot serve (GRPO's int8 sampling: a Llama on the CPU)
-        algo = algo_cls(policy, ref, task, algo_config, sampling, seed=rc.seed + rank, precision=precision)
+        algo = algo_cls(policy, ref, task, algo_config, sampling, seed=training_seed(rc) + rank, precision=precision)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if data_parallel:
@@ -339,7 +339,7 @@ def _train_and_record(out: Path, rc: RunConfig, task: Task, policy, algo: Algori
     with _writing(out / "config.json", "run's settings"):
         atomic_write_json(out / "config.json", resolved)
     metrics_path = out / "metrics.jsonl"
-    prompt_rng = random.Random(rc.seed)
+    prompt_rng = random.Random(training_seed(rc))
     measure.reset_peak_memory(device)
 
     start_step, elapsed, before = 0, 0.0, None

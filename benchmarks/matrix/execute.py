@@ -256,19 +256,12 @@ def _refuse_overwrite(out: Path, cells: list[Cell], store: ResultStore) -> None:
                          f"runs the rest, --overwrite runs every cell again")
 
 
-# Racing's rule: {variant: final accuracies} of one task and the target -> the variants still undecided
-# (benchmarks.report.verdicts.undecided; the command line hands it down, the report sits above the matrix).
-RacingRule = Callable[[dict, float], list]
-
-
 def run_matrix(plan: Plan, out: Path, *, resume: bool = False, overwrite: bool = False, progress: bool = True,
-               executor: Optional[Executor] = None, racing_rule: Optional[RacingRule] = None,
-               tasks: Optional[Sequence[str]] = None) -> dict[str, int]:
+               executor: Optional[Executor] = None, tasks: Optional[Sequence[str]] = None) -> dict[str, int]:
     """Run (or resume) every cell through ``executor``; returns counts of complete, failed and skipped cells.
 
     With ``[tuning]``: the tuning cells first, then each variant's evaluation cells at its chosen grid point
-    (benchmarks/matrix/tuning.py). With ``[racing]`` and a ``racing_rule``: then rounds of more seeds for the
-    variants the rule calls undecided. ``tasks`` (task labels) runs only those tasks' cells now: the others
+    (benchmarks/matrix/tuning.py). ``tasks`` (task labels) runs only those tasks' cells now: the others
     stay planned, their finished cells stay in the store, and a later ``resume`` runs them."""
     from benchmarks.matrix import tuning
 
@@ -281,10 +274,10 @@ def run_matrix(plan: Plan, out: Path, *, resume: bool = False, overwrite: bool =
             raise UsageError(f"--tasks names no task (the tasks of {plan.name}: {', '.join(known)})")
         if unknown:
             raise UsageError(f"--tasks: {', '.join(unknown)} is not a task of {plan.name} (its tasks: {', '.join(known)})")
-        if plan.tuning or plan.racing:
-            raise UsageError("--tasks runs a subset of the cells; a matrix with [tuning] or [racing] decides over all "
+        if plan.tuning:
+            raise UsageError("--tasks runs a subset of the cells; a matrix with [tuning] decides over all "
                              "of them: run it whole")
-    every_cell = plan.cells + plan.tuning_cells() + plan.candidate_cells() + plan.raceable_cells()
+    every_cell = plan.cells + plan.tuning_cells() + plan.candidate_cells()
     with locked_directory(out, ".matrix.lock", what="matrix directory", busy="another grpo-bench matrix is running in"):
         store = ResultStore.open(out)  # a corrupt or foreign store stops here, before any work
         if not resume and not overwrite:
@@ -298,7 +291,7 @@ def run_matrix(plan: Plan, out: Path, *, resume: bool = False, overwrite: bool =
             store.write()  # --overwrite: the previous cells are gone from the store now, not when a cell ends
         executor = executor or SubprocessExecutor()
         counts, tuned, stages_run = {"complete": 0, "failed": 0, "skipped": 0}, None, 0
-        staged = bool(plan.tuning or (plan.racing and racing_rule))
+        staged = bool(plan.tuning)
 
         def run_stage(cells: list[Cell], stage: str) -> None:
             nonlocal stages_run
@@ -318,38 +311,32 @@ def run_matrix(plan: Plan, out: Path, *, resume: bool = False, overwrite: bool =
             plan = plan.choose(chosen)
             for group in tuned["table"]:
                 point = group["points"][group["chosen"]]
-                tqdm.write(f"tuning: {group['task']} {group['variant']}: {point['point']} (AUC {point['auc']:.3f} "
-                           f"over {point['seeds']} tuning seed(s))")
+                tqdm.write(f"tuning: {group['task']} {group['variant']}: {point['point']} ({point['primary_metric']} "
+                           f"{point['primary']:.3f} over {point['seeds']} tuning seed(s), on validation problems)")
         run_stage(plan.cells, "evaluation")
-        rounds = 0
-        while plan.racing and racing_rule:
-            more_cells = _raced_cells(plan, store, racing_rule)
-            if not more_cells:
-                break
-            rounds += 1
-            plan = dataclasses.replace(plan, cells=plan.cells + more_cells)
-            run_stage(more_cells, f"racing round {rounds}")
         return counts
 
 
-def _raced_cells(plan: Plan, store: ResultStore, rule: RacingRule) -> list[Cell]:
-    """The next racing round: ``step`` more seeds for each variant the rule calls undecided on its task
-    (failed cells count as no score), none for a variant at ``max_seeds``."""
-    by_variant: dict[tuple[str, str], list[Cell]] = {}
-    for cell in plan.cells:
-        by_variant.setdefault((cell.task_label, cell.variant), []).append(cell)
-    new = []
-    for task in dict.fromkeys(t for t, _ in by_variant):
-        scores = {}
-        for (t, variant), cells in by_variant.items():
-            if t == task:
-                summaries = [store.summary(c.relpath) or {} for c in cells]
-                scores[variant] = [s["accuracy_after"] for s in summaries if s.get("status") == CELL_COMPLETE]
-        for variant in rule(scores, plan.racing.target):
-            cells = by_variant[(task, variant)]
-            seeds = plan.racing.seeds_after([c.seed for c in cells], plan.tuning_seeds)
-            new += [dataclasses.replace(cells[0], seed=s, settings={**cells[0].settings, "seed": s}) for s in seeds]
-    return new
+def _stated_analysis(plan: Plan, previous: dict, sessions: list[dict]) -> Optional[dict]:
+    """The matrix's ``[analysis]`` with when it was first stated (the start of the first session that ran under
+    it). Pre-registration: a resumed matrix whose cells ran under another primary metric or margin is refused, a
+    change after seeing results being a new experiment."""
+    if plan.analysis is None:
+        if sessions and previous.get("analysis"):
+            raise UsageError(f"the matrix in {plan.path} drops the [analysis] its first session stated "
+                             f"({previous['analysis']}); a change of analysis is a new experiment: use a new --out")
+        return None
+    stated = plan.analysis.as_dict()
+    before = previous.get("analysis") if sessions else None
+    if before is not None:
+        if {k: v for k, v in before.items() if k != "stated_at"} != stated:
+            raise UsageError(f"[analysis] changed since the first session of this matrix stated it "
+                             f"({ {k: v for k, v in before.items() if k != 'stated_at'} } -> {stated}): a change of the "
+                             "primary metric or the margin after cells ran is a new experiment: use a new --out")
+        return before
+    if any(s.get("cells_run") for s in sessions):
+        return {**stated, "stated_at": None}  # added to a matrix that had already run: not pre-registered
+    return {**stated, "stated_at": _now()}
 
 
 def _run_locked(plan: Plan, cells: list[Cell], out: Path, store: ResultStore, *, resume: bool, progress: bool,
@@ -364,10 +351,13 @@ def _run_locked(plan: Plan, cells: list[Cell], out: Path, store: ResultStore, *,
                "timing": dict.fromkeys(SESSION_KEYS, 0.0)}
     if staged:
         session["stage"] = stage
+    analysis = _stated_analysis(plan, previous, sessions)
     sessions.append(session)
     meta = {"name": plan.name, "description": plan.description, "file": plan.path, "toml": plan.text,
             "unit": "generated completions per cell", "cells": [{"dir": c.relpath, **c.spec()} for c in plan.cells],
             "sessions": sessions}
+    if analysis:
+        meta["analysis"] = analysis
     if tuned is not None:
         meta["tuning"] = tuned
     atomic_write_json(out / "matrix.json", meta)

@@ -34,7 +34,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-import json
 import re
 import tomllib
 import typing
@@ -42,6 +41,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from algorithms import ALGORITHMS
+from benchmarks.curve import PRIMARY_DEFAULT, evaluations_needed, parse_primary
 from benchmarks.errors import UsageError
 from benchmarks.harness.config import field_type, flat_settings, resolve
 from tasks import TASKS
@@ -63,12 +63,16 @@ RUN_KEYS = {
                   "its procedure separates them",
     "tuning": "[tuning]: seeds of its own and a grid of algorithm settings (learning_rate = [...]; "
               "[tuning.algorithms.Y] adds a table's own keys); each variant runs its evaluation seeds at the grid "
-              "point with the highest mean AUC on the tuning seeds",
-    "racing": "[racing]: seeds beyond the first ones go only to variants whose mark is undecided (max_seeds, step, "
-              "target: the interval half-width that counts as decided)",
+              "point with the highest mean primary metric ([analysis]) on the tuning seeds, evaluated on validation problems",
+    "analysis": "[analysis], stated before the cells run: primary (the metric the verdicts and the tuning judge by: "
+                "final, last_K or auc), margin (equivalence to the best within +-margin), target_mdd (optional: the "
+                "minimum detectable difference the seeds were chosen for)",
     "tasks": "[tasks.NAME] tables",
     "algorithms": "[algorithms.NAME] tables",
 }
+# Run settings an [algorithms.Y] table may set besides its algorithm's options.
+TABLE_RUN_KEYS = {"replicate": "an independent replicate (A/A twin) of another table's variant: its training draws "
+                               "other random numbers while its evaluation keeps the seed's block (RunConfig.replicate)"}
 TASK_RESERVED = {"budget": "override the budget for this task", "eval_every": "override eval_every for this task",
                  "algorithms": "[tasks.X.algorithms.Y]: options of algorithm table Y on this task only"}
 # The resources a cell asks of its executor: top level, then [tasks.X], then [algorithms.Y] (the most specific wins).
@@ -181,26 +185,6 @@ class TuningGroup:
         return ",".join(f"{k}={v}" for k, v in point.items())
 
 
-@dataclasses.dataclass(frozen=True)
-class Racing:
-    """Seeds allocated by racing: after the matrix's ``seeds``, rounds of ``step`` more seeds go to the
-    variants whose mark is still undecided, until none is or a variant has ``max_seeds``. A mark is decided
-    when the variant is worse than the best, or tied with it by an interval within +-``target``."""
-
-    max_seeds: int
-    step: int = 1
-    target: float = 0.03
-
-    def seeds_after(self, seeds: list[int], avoid: list[int], count: Optional[int] = None) -> list[int]:
-        """The next ``count`` (default ``step``) seeds, never a tuning seed, at most up to ``max_seeds`` in all."""
-        out, candidate = [], max(seeds) + 1
-        while len(out) < min(self.step if count is None else count, self.max_seeds - len(seeds)):
-            if candidate not in avoid and candidate not in seeds:
-                out.append(candidate)
-            candidate += 1
-        return out
-
-
 @dataclasses.dataclass
 class Plan:
     path: str
@@ -211,25 +195,13 @@ class Plan:
     timeout_s: float
     tuning: list[TuningGroup] = dataclasses.field(default_factory=list)
     tuning_seeds: list[int] = dataclasses.field(default_factory=list)
-    racing: Optional["Racing"] = None
+    analysis: Optional["Analysis"] = None
 
     def tuning_cells(self) -> list[Cell]:
         return [c for group in self.tuning for cells in group.tuning_cells for c in cells]
 
     def candidate_cells(self) -> list[Cell]:
         return [c for group in self.tuning for cells in group.candidates for c in cells]
-
-    def raceable_cells(self) -> list[Cell]:
-        """Every cell racing could add (each evaluation or candidate cell's variant, seeds up to max_seeds)."""
-        if not self.racing:
-            return []
-        groups: dict[tuple, list[Cell]] = {}
-        for cell in self.cells + self.candidate_cells():
-            setting = json.dumps({k: v for k, v in cell.settings.items() if k != "seed"}, sort_keys=True, default=str)
-            groups.setdefault((cell.task_label, cell.variant, setting), []).append(cell)
-        return [dataclasses.replace(cells[0], seed=s, settings={**cells[0].settings, "seed": s})
-                for cells in groups.values()
-                for s in self.racing.seeds_after([c.seed for c in cells], self.tuning_seeds, self.racing.max_seeds)]
 
     def choose(self, chosen: list[int]) -> "Plan":
         """This plan with its evaluation cells at grid point ``chosen[i]`` of tuning group i."""
@@ -295,6 +267,10 @@ def parse(path: str | Path) -> Plan:
         raise MatrixError(f"{path}: invalid TOML: {exc}") from None
     check = _Checker(str(path), text)
 
+    if "racing" in data:
+        check.fail(("racing",), None, "[racing] is no longer supported: more seeds for the variants whose mark was still "
+                                 "open, with no correction for the repeated looks, raised the false-'worse' rate above "
+                                 "5%; a matrix runs the fixed seeds it states (benchmarks/report/inference.py)")
     for key in data:
         if key not in RUN_KEYS:
             check.fail((), key, f"unknown key {key!r}; a matrix file has: {', '.join(RUN_KEYS)}")
@@ -335,33 +311,69 @@ def parse(path: str | Path) -> Plan:
                 cells += make(algo_options, seeds)
                 continue
             points = grids[table]
+            tune = functools.partial(_cells, check, _on_validation(task), (algo_name, variant, table, algo_resources),
+                                     overrides, budget=budget_t, eval_every=eval_t, checkpoint_every=checkpoint_every,
+                                     device=device, precision=precision, resources=top_resources)
             groups.append(TuningGroup(task_label, variant, points,
-                                      [make({**algo_options, **pt}, tuning_seeds, TuningGroup.label(pt)) for pt in points],
+                                      [tune({**algo_options, **pt}, tuning_seeds, TuningGroup.label(pt)) for pt in points],
                                       [make({**algo_options, **pt}, seeds) for pt in points]))
     if not cells and not groups:
         check.fail((), None, "the matrix has no cells: add [tasks.NAME] and [algorithms.NAME] tables")
     _check_equivalent(check, data.get("equivalent", []), {c.variant for c in cells} | {g.variant for g in groups})
     plan = Plan(str(path), text, str(data.get("name", path.stem)), str(data.get("description", "")), cells,
-                float(timeout_s), groups, tuning_seeds, _racing(check, data, seeds))
+                float(timeout_s), groups, tuning_seeds, _analysis(check, data, eval_every, budget))
     _check_folders(check, plan)
     return plan
 
 
-def _racing(check: _Checker, data: dict, seeds: list[int]) -> Optional[Racing]:
-    table = data.get("racing")
+@dataclasses.dataclass(frozen=True)
+class Analysis:
+    """A matrix's pre-registered analysis (``[analysis]``): the primary metric its verdicts and its tuning judge
+    by, the margin of equivalence to the best, and the MDD its seeds were chosen for (benchmarks/report/inference.py)."""
+    primary: str = PRIMARY_DEFAULT
+    margin: Optional[float] = None
+    target_mdd: Optional[float] = None
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _analysis(check: _Checker, data: dict, eval_every: int, budget: int) -> Optional[Analysis]:
+    table = data.get("analysis")
     if table is None:
         return None
+    where = ("analysis",)
     if not isinstance(table, dict):
-        check.fail((), "racing", "racing must be a table: [racing]")
-    unknown = sorted(set(table) - {"max_seeds", "step", "target"})
+        check.fail((), "analysis", "analysis must be a table: [analysis]")
+    unknown = sorted(set(table) - {"primary", "margin", "target_mdd"})
     if unknown:
-        check.fail(("racing",), unknown[0], f"unknown key {unknown[0]!r} of [racing]; it has: max_seeds, step, target")
-    max_seeds = check.int_key(table, "max_seeds", 0, len(seeds) + 1, ("racing",))
-    step = check.int_key(table, "step", 1, 1, ("racing",))
-    target = table.get("target", 0.03)
-    if not isinstance(target, (int, float)) or isinstance(target, bool) or not 0 < target < 1:
-        check.fail(("racing",), "target", f"target must be a number in (0, 1), got {target!r}")
-    return Racing(max_seeds, step, float(target))
+        check.fail(where, unknown[0], f"unknown key {unknown[0]!r} of [analysis]; it has: primary, margin, target_mdd")
+    primary = table.get("primary", PRIMARY_DEFAULT)
+    try:
+        parse_primary(primary if isinstance(primary, str) else repr(primary))
+    except ValueError as exc:
+        check.fail(where, "primary", str(exc))
+    need = evaluations_needed(primary)
+    have = -(-budget // eval_every) if eval_every else 1  # evaluations below the budget, and the final one
+    if need > 1 and have < need:
+        check.fail(where, "primary", f"primary {primary!r} needs {need} evaluations after the start, but eval_every "
+                                     f"{eval_every} gives {have} over a budget of {budget}")
+    numbers = {}
+    for key in ("margin", "target_mdd"):
+        value = table.get(key)
+        if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < 1):
+            check.fail(where, key, f"{key} must be a number in (0, 1), got {value!r}")
+        numbers[key] = None if value is None else float(value)
+    return Analysis(primary, **numbers)
+
+
+def _on_validation(task: tuple) -> tuple:
+    """A task's tuning cells evaluate on its validation problems (``eval_set``), disjoint from the test problems the
+    verdicts judge on, when the task has them; the task's label stays, so a tuning cell names its task as before."""
+    name, label, options, *rest = task
+    if "eval_set" in TASKS[name].options() and "eval_set" not in options:
+        return (name, label, {**options, "eval_set": "validation"}, *rest)
+    return task
 
 
 def _cells(check: _Checker, task: tuple, algo: tuple, overrides: dict, algo_options: dict, seeds: list[int],
@@ -582,6 +594,10 @@ def _algorithms(check: _Checker, data: dict) -> list[tuple[str, str, dict, str, 
         config_cls = ALGORITHMS[algo].Config
         fields = {f.name for f in dataclasses.fields(config_cls)}
         for key, value in options.items():
+            if key in TABLE_RUN_KEYS:
+                if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                    check.fail(where, key, f"{key} must be an integer >= 0, got {value!r}")
+                continue
             if key not in fields:
                 check.fail(where, key, f"{key!r} is not an option of {algo}; its options: {', '.join(sorted(fields))}")
             kind = field_type(config_cls, key)

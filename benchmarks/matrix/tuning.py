@@ -1,10 +1,12 @@
 """Tuned baselines: every variant gets the same tuning budget before it is compared.
 
 A matrix with a ``[tuning]`` table runs in two stages. First each variant runs every point of its grid
-(for example four learning rates; DPO's table may add its beta) on the tuning seeds. Then each variant's
-evaluation seeds run at the point whose mean AUC over the tuning seeds is highest (accuracy against
-generated completions, normalised by the budget: reaching an accuracy early counts, as does reaching it
-at all). The verdicts use the evaluation seeds only, so the seeds that chose a setting never judge it.
+(for example four learning rates; DPO's table may add its beta) on the tuning seeds, evaluated on the task's
+validation problems (``eval_set = "validation"``, disjoint from the test problems, where the task has them).
+Then each variant's evaluation seeds run at the point whose mean primary metric over the tuning seeds is
+highest: the metric the matrix's ``[analysis]`` states (final accuracy when it states none), the one its
+verdicts judge by. The verdicts use the evaluation seeds and the test problems only, so neither the seeds nor
+the problems that chose a setting judge it.
 A point where any tuning seed failed (diverged, timed out) is never chosen; a tie goes to the grid's
 first point in the file's order.
 
@@ -21,37 +23,39 @@ from typing import Optional
 
 import numpy as np
 
-from benchmarks.curve import accuracy_curve, normalised_auc
+from benchmarks.curve import PRIMARY_DEFAULT, accuracy_curve, normalised_auc, primary_value
 from benchmarks.matrix.plan import Plan, TuningGroup
 from benchmarks.store import ResultStore
 
 
-def _score(store: ResultStore, cell) -> Optional[tuple[float, float]]:
-    """(AUC, final accuracy) of a finished tuning cell; None when it failed or is missing."""
+def _score(store: ResultStore, cell, primary: str) -> Optional[tuple[float, float, float]]:
+    """(primary metric, AUC, final accuracy) of a finished tuning cell; None when it failed or is missing."""
     summary = store.summary(cell.relpath)
     if not summary or summary.get("status") != "complete":
         return None
     x, y = accuracy_curve(summary, store.metrics(cell.relpath))
-    return normalised_auc(x, y, cell.budget), float(summary["accuracy_after"])
+    return primary_value(primary, x, y, cell.budget), normalised_auc(x, y, cell.budget), float(summary["accuracy_after"])
 
 
 def choose(plan: Plan, store: ResultStore) -> tuple[list[int], list[dict]]:
     """Per tuning group, the index of the chosen grid point, and the table behind the choice."""
+    primary = plan.analysis.primary if plan.analysis else PRIMARY_DEFAULT
     chosen, table = [], []
     for group in plan.tuning:
-        rows = [_point_row(group, i, store) for i in range(len(group.points))]
+        rows = [_point_row(group, i, store, primary) for i in range(len(group.points))]
         usable = [r for r in rows if r["failed"] == 0 and r["seeds"] > 0]
-        best = max(usable, key=lambda r: r["auc"]) if usable else rows[0]  # max keeps the first of equal AUCs
+        best = max(usable, key=lambda r: r["primary"]) if usable else rows[0]  # max keeps the first of equal scores
         chosen.append(rows.index(best))
         table.append({"task": group.task_label, "variant": group.variant, "chosen": rows.index(best), "points": rows})
     return chosen, table
 
 
-def _point_row(group: TuningGroup, i: int, store: ResultStore) -> dict:
-    scores = [_score(store, cell) for cell in group.tuning_cells[i]]
+def _point_row(group: TuningGroup, i: int, store: ResultStore, primary: str) -> dict:
+    scores = [_score(store, cell, primary) for cell in group.tuning_cells[i]]
     done = [s for s in scores if s is not None]
     return {"point": TuningGroup.label(group.points[i]), "settings": group.points[i],
-            "seeds": len(done), "failed": len(scores) - len(done),
-            "auc": float(np.mean([a for a, _ in done])) if done else math.nan,
-            "final_accuracy": float(np.mean([f for _, f in done])) if done else math.nan,
+            "seeds": len(done), "failed": len(scores) - len(done), "primary_metric": primary,
+            "primary": float(np.mean([p for p, _, _ in done])) if done else math.nan,
+            "auc": float(np.mean([a for _, a, _ in done])) if done else math.nan,
+            "final_accuracy": float(np.mean([f for _, _, f in done])) if done else math.nan,
             "cells": [cell.relpath for cell in group.tuning_cells[i]]}

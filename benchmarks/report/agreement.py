@@ -5,8 +5,10 @@ Seed for seed, a rerun elsewhere is a different run: another CPU (or another thr
 sums in another order, the rounding differs in the last bits at the first step, and sampling diverges
 from there. What a rerun should agree on is what the statistics claim, within their stated error:
 
-  * every mark (best, tied with best, worse) on every task that ranks: a verdict the procedure
-    calls with 95% intervals may flip in roughly 5% of the comparisons, not more;
+  * every mark (best, worse, equivalent, not resolved: benchmarks/report/inference.py) on every task that
+    ranks: each run's marks of a task hold together with probability >= 95%, so a mark may move between
+    "not resolved" and a decided one when a comparison sits near its interval's edge, but two runs should
+    never disagree in direction (one "worse" where the other says "best");
   * the variant means: each of B's means inside A's 95% interval for that variant, again in all but
     about 5% of the variants.
 
@@ -46,7 +48,8 @@ def render(table: pd.DataFrame, first: str, second: str) -> str:
     lines = [f"# Agreement of `{second}` with `{first}`", "",
              f"**{marks}; {means}.**", "",
              "A rerun elsewhere is a different run seed for seed (other rounding, then other samples); what it should "
-             "share is the verdicts, within the procedure's stated error (about 5% of the marks and of the means).", ""]
+             "share is the verdicts, within the procedure's stated error (each run's marks of a task hold together with "
+             "probability >= 95%; about 5% of the means may fall outside the first run's 95% interval).", ""]
     rows = [[r.task, r.variant, f"{r.seeds_a} / {r.seeds_b}",
              with_interval(r.final_mean_a, r.final_mean_low_a, r.final_mean_high_a),
              with_interval(r.final_mean_b, r.final_mean_low_b, r.final_mean_high_b),

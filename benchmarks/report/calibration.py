@@ -17,11 +17,14 @@ The bootstraps are vectorised here (numpy, the same resampling as rliable's Stra
 for one task), so the simulation takes seconds. Coverage with 4000 simulations per case and 2000 resamples
 (``python -m benchmarks.report.calibration``), 3 / 5 seeds, equal spreads (worst scenario in brackets):
 percentile 0.81 / 0.88 (0.76 / 0.86), BCa 0.82 / 0.88 (0.76 / 0.86), paired t 0.95 / 0.95 (0.95 / 0.95),
-Welch 0.96 / 0.95 (0.94 / 0.95). The verdicts use Welch: it reaches nominal coverage in every scenario
-(conservatively where seeds are correlated), needs no matched seeds, and on results/verdicts the seeds are
-not correlated across variants on the task that ranks (addition: mean correlation -0.01), so pairing would
-only lose degrees of freedom (paired t: n - 1; Welch: up to 2n - 2) and would call two variants whose
-per-seed differences happen to be constant separated however small the difference.
+Welch 0.96 / 0.95 (0.94 / 0.95).
+
+These are intervals for one pair of variants. The verdicts no longer rest on them: "which is best" is a multiple
+comparison, answered with simultaneous intervals (benchmarks/report/inference.py). An earlier version of this
+docstring said the seeds are not correlated across variants; they are: cells of different variants with the same
+seed share the evaluation's sampling seed (and the torch seed and prompt order), and on verdicts-tuned the mean
+correlation of two variants' cells over a seed is +0.13 to +0.19 (the starting policy's accuracy under that
+evaluation seed). The verdicts therefore block on the seed.
 
 A/A (``false_separation``): a matrix file may declare groups of variants that compute the same update,
 top-level ``equivalent = [["grpo(level=token,mu=1)", "grpo(level=sequence,mu=1)", "grpo_sapo"]]``; every

@@ -1,137 +1,215 @@
-"""``grpo-bench calibration DIR [DIR ...] --out OUT``: the verdict procedure's calibration, as committed numbers.
+"""``grpo-bench calibration DIR [DIR ...] [--aa AA_DIR] --out OUT``: the verdict procedure's error rates, as
+committed numbers.
 
-Three measurements of the same claim -- "a mark at the 95% level is wrong about 5% of the time":
+The claim to check: all the marks of a task (benchmarks/report/inference.py) hold together with probability
+>= 95%, i.e. the family-wise rate of false claims ("worse" by more than the truth, "best" or "equivalent" when not,
+the best left out of the could-be-best set) is <= 5%. Three measurements:
 
-  * coverage: the share of simulated 95% intervals of a difference of two means that contain the true difference
-    (``calibration.coverage``: known means, the seed counts the matrices use, three spread scenarios), per method;
-  * simulated A/A: the share of simulated pairs of *identical* variants (true difference 0, the addition task's
-    seed-to-seed spread) that a method separates -- the false-separation rate the verdicts would have if every
-    comparison were an A/A one;
-  * measured A/A: every pair of variants that a committed matrix declares equivalent (``equivalent`` in its matrix
-    file: variants that compute the same update), on every task, compared by the verdicts' own interval; the share
-    separated, with a Wilson interval.
+  * simulated, at each given matrix's own design: its variants, seeds and each variant's observed seed-to-seed sd
+    (on its primary metric), Gaussian noise; under the global null (every variant equal) and partial nulls (the top
+    2, 3 and 6 equal, the rest spaced a pooled sd apart below); the share of simulated matrices with any false claim
+    and with any interval missing its truth;
+  * measured A/A on real replicates (``--aa``): a matrix of one variant on many independent seeds (e.g.
+    benchmarks/matrices/calibration_aa.toml, 60 cells). Its cells are partitioned at random into null matrices of a
+    verdict matrix's shape (every cell once per matrix) and the procedure is applied to each; the share with any
+    false claim is the family-wise rate under the real distribution of the primary metric (its tails, its skew near
+    the ceiling), which the Gaussian simulation assumes away. The partitions share cells, so their count is not the
+    evidence: the interval comes from a bootstrap over the cells (resample the cells, partition again);
+  * the declared A/A pairs of the given matrices (``equivalent`` groups, e.g. an independent replicate of a variant
+    under a second name): how many the procedure separates.
 
 It reads the result stores and matrix.json files it is given, and writes OUT/report.md and OUT/calibration.json.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
 
 from benchmarks.io import atomic_write_json, atomic_write_text
 from benchmarks.markdown import markdown_table
-from benchmarks.report import calibration, stats
+from benchmarks.report import inference, stats
 
-SEEDS = (3, 5, 10)
-AA_SD = 0.05  # the addition task's typical seed-to-seed spread (calibration.SCENARIOS' equal spread)
+PARTIAL_NULLS = (2, 3, 6)
+AA_SHAPES = ((15, 4), (6, 3), (4, 5))  # (variants, seeds) of the null matrices cut from the A/A cells
 
 
-def simulated_false_separation(methods: Sequence[str] = calibration.CANDIDATES, seeds: Sequence[int] = SEEDS, *,
-                               sims: int = 4000, reps: int = 2000, sd: float = AA_SD, seed: int = 0) -> pd.DataFrame:
-    """Per (method, seeds): the share of simulated A/A pairs (two variants with the same true mean and spread
-    ``sd``, independent seeds) whose 95% interval of the difference excludes 0."""
+def _primary_cells(directory: Path | str) -> tuple[str, dict, pd.DataFrame]:
+    """(matrix name, its stated analysis, per complete cell: task, variant, seed, primary)."""
+    from benchmarks.report.curves import build
+    from benchmarks.report.matrix import collect
+    from benchmarks.report.verdicts import analysis_spec
+
+    data = collect(Path(directory))
+    spec = analysis_spec(data["meta"])
+    cells = data["cells"][data["cells"]["status"] == "complete"]
+    per_cell = build(cells, data["evals"], spec["primary"]).get("cells", pd.DataFrame())
+    name = data["meta"].get("name") or Path(directory).name
+    return name, spec, per_cell
+
+
+def matrix_designs(directories: Sequence[Path | str]) -> list[dict]:
+    """Per (matrix, task): the design the simulation reproduces -- variants, seeds each (the complete blocks),
+    each variant's observed sd -- and the fitted procedure's numbers."""
+    designs = []
+    for directory in directories:
+        name, spec, per_cell = _primary_cells(directory)
+        for task, frame in per_cell.groupby("task", sort=False):
+            scores = {v: dict(zip(g["seed"].astype(int), g["primary"])) for v, g in frame.groupby("variant", sort=False)}
+            fit = inference.fit({v: s for v, s in scores.items() if len(s) >= 3})
+            if fit is None or fit.sd == 0:
+                continue
+            designs.append({"matrix": name, "dir": str(directory), "task": task, "primary": spec["primary"],
+                            "k": len(fit.variants), "n": int(np.median(fit.n)), "sds": fit.sds.tolist(), "sd": fit.sd,
+                            "c": fit.c, "model": fit.model})
+    return designs
+
+
+def simulated(designs: list[dict], *, sims: int = 2000, reps: int = 1000) -> pd.DataFrame:
+    """Per design and scenario: the family-wise rates of ``inference.family_error``."""
     rows = []
-    for n in seeds:
-        rng = np.random.default_rng([seed, n, 7])
-        a, b = calibration.simulate_seeds(n, sims, sd, sd, 0.0, rng, diff=0.0)
-        for method in methods:
-            low, high = calibration.INTERVALS[method](a, b, reps=reps, rng=np.random.default_rng([seed, n, 8]))
-            rows.append({"method": method, "seeds": n, "false_separation": float(np.mean((low > 0) | (high < 0)))})
+    for d in designs:
+        k, n, sds = d["k"], d["n"], np.asarray(d["sds"])
+        scenarios = [("global null", None)] + [(f"top {m} equal, the rest {d['sd']:.3f} apart below",
+                                                inference.partial_null(k, m, d["sd"])) for m in PARTIAL_NULLS if m < k]
+        for label, means in scenarios:
+            rates = inference.family_error(inference.Design(k, n, sds=sds, means=means), sims=sims, reps=reps)
+            rows.append({"matrix": d["matrix"], "task": d["task"], "variants": k, "seeds": n, "scenario": label, **rates})
     return pd.DataFrame(rows)
 
 
-def declared_groups(meta: dict) -> tuple[list[list[str]], str]:
-    """A matrix's equivalent groups and where they were read: the matrix file as it ran (matrix.json's copy), else
-    the matrix file it names as it is now -- equivalence is a property of the algorithms, not of the run, so a
-    declaration added after a matrix ran applies to its cells as well."""
-    groups = calibration.equivalent_groups(meta)
-    if groups:
-        return groups, "the matrix file as it ran"
-    path = Path(meta.get("file") or "")
-    if path.is_file():
-        groups = calibration.equivalent_groups({"toml": path.read_text()})
-        if groups:
-            return groups, f"{path} (declared after the run)"
-    return [], "none declared"
+def _null_matrices(values: np.ndarray, k: int, n: int, draws: int, rng: np.random.Generator) -> np.ndarray:
+    """``draws`` null matrices (draws, k, n), each a random assignment of k * n distinct cells of ``values``."""
+    picks = np.argsort(rng.random((draws, len(values))), axis=1)[:, : k * n]
+    return values[picks].reshape(draws, k, n)
 
 
-def measured_false_separation(directories: Sequence[Path | str]) -> tuple[pd.DataFrame, dict[str, str]]:
-    """Every declared A/A pair of every given matrix, on every task, by the verdicts' interval (stats.METHOD), and
-    for each matrix where its groups were read."""
-    from benchmarks.report.curves import build
-    from benchmarks.report.matrix import collect
+def real_aa(directory: Path | str, *, shapes: Sequence[tuple[int, int]] = AA_SHAPES, draws: int = 1000,
+            outer: int = 100, inner: int = 100, reps: int = 1000, seed: int = 0) -> tuple[dict, pd.DataFrame]:
+    """The A/A matrix's primary metric per cell, and per null-matrix shape: the family-wise rate of false claims
+    over ``draws`` random partitions, its 95% interval from ``outer`` bootstrap resamples of the cells (``inner``
+    partitions each), and for contrast the rate of Tukey's critical value with the pooled sd on the same draws."""
+    name, spec, per_cell = _primary_cells(directory)
+    variants = sorted(set(per_cell["variant"])) if not per_cell.empty else []
+    if len(variants) != 1:
+        raise ValueError(f"{directory}: an A/A matrix runs one variant, found {len(variants)}: {', '.join(variants)}")
+    values = per_cell["primary"].to_numpy(float)
+    values = values[np.isfinite(values)]
+    rng = np.random.default_rng(seed)
+    rows = []
+    for k, n in shapes:
+        if k * n > len(values):
+            continue
+        y = _null_matrices(values, k, n, draws, rng)
+        low, high = inference.procedure(y, blocked=False, reps=reps, seed=seed + 11)
+        rate = inference.error_rates(low, high, np.zeros(k), spec.get("margin"))
+        ss = ((y - y.mean(-1, keepdims=True)) ** 2).sum(-1)
+        sd = np.sqrt(ss.sum(-1) / (k * (n - 1)))
+        tl, th = inference.intervals(y.mean(-1), np.full(k, n), sd, inference.tukey_value(k, k * (n - 1)))
+        boot = []
+        for b in range(outer):
+            resampled = values[rng.integers(0, len(values), len(values))]
+            yb = _null_matrices(resampled, k, n, inner, rng)
+            lb, hb = inference.procedure(yb, blocked=False, reps=reps // 2, seed=seed + 13 + b)
+            boot.append(inference.error_rates(lb, hb, np.zeros(k), spec.get("margin"))["false_claim"])
+        rows.append({"variants": k, "seeds": n, "draws": draws, "false_claim": rate["false_claim"],
+                     "low": float(np.quantile(boot, 0.025)), "high": float(np.quantile(boot, 0.975)),
+                     "false_equivalent": rate["false_equivalent"],
+                     "tukey_pooled": inference.error_rates(tl, th, np.zeros(k), None)["false_claim"]})
+    skew = float(pd.Series(values).skew()) if len(values) > 2 else math.nan
+    kurt = float(pd.Series(values).kurt()) if len(values) > 3 else math.nan
+    summary = {"matrix": name, "dir": str(directory), "variant": variants[0], "primary": spec["primary"],
+               "margin": spec.get("margin"), "cells": int(len(values)), "mean": float(np.mean(values)),
+               "sd": float(np.std(values, ddof=1)), "skewness": skew, "excess_kurtosis": kurt,
+               "min": float(np.min(values)), "max": float(np.max(values))}
+    return summary, pd.DataFrame(rows)
 
-    frames, sources = [], {}
+
+def declared_pairs(directories: Sequence[Path | str]) -> pd.DataFrame:
+    """Every declared-equivalent pair of the given matrices, on every task, judged by the verdicts' procedure."""
+    from benchmarks.report.matrix import analyse, collect
+
+    frames = []
     for directory in directories:
-        data = collect(Path(directory))
-        groups, sources[Path(directory).name] = declared_groups(data["meta"])
-        per_cell = build(data["cells"], data["evals"]).get("cells", pd.DataFrame())
-        if groups and not per_cell.empty:
-            frames.append(calibration.false_separation(per_cell, groups).assign(matrix=Path(directory).name))
-    columns = ["matrix", "task", "a", "b", "diff", "low", "high", "separated"]
-    measured = pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
-    return measured, sources
+        aa = analyse(collect(Path(directory)))["analysis"].get("aa", pd.DataFrame())
+        if aa is not None and not aa.empty:
+            frames.append(aa.assign(matrix=Path(directory).name))
+    columns = ["matrix", "task", "a", "b", "diff", "half_width", "separated"]
+    return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
 
 
-def render(cover: pd.DataFrame, simulated: pd.DataFrame, measured: pd.DataFrame, sources: dict[str, str],
-           command: str) -> str:
-    n_sep, n_pairs = int(measured["separated"].sum()), len(measured)
-    low, high = stats.wilson_interval(n_sep, n_pairs)
-    welch_cover = cover[(cover["method"] == stats.METHOD) & (cover["scenario"] != "all")]
-    welch_sim = simulated[simulated["method"] == stats.METHOD]
-    headline = (f"**The verdicts' interval ({stats.METHOD} t, 95%): coverage {welch_cover['coverage'].min():.3f}-"
-                f"{welch_cover['coverage'].max():.3f} over the simulated scenarios at {', '.join(map(str, SEEDS))} seeds; "
-                f"simulated A/A false separation {welch_sim['false_separation'].min():.3f}-"
-                f"{welch_sim['false_separation'].max():.3f}; measured on the committed matrices' declared-equivalent "
-                f"pairs: {n_sep} of {n_pairs} separated"
-                + (f" ({n_sep / n_pairs:.0%}, Wilson 95% [{low:.2f}, {high:.2f}])" if n_pairs else "") + ".**")
-    pivot = cover.pivot_table(index=["method", "scenario"], columns="seeds", values="coverage", sort=False)
-    cover_rows = [[m, s] + [f"{pivot.loc[(m, s), n]:.3f}" for n in pivot.columns] for m, s in pivot.index]
-    sim_pivot = simulated.pivot_table(index="method", columns="seeds", values="false_separation", sort=False)
-    sim_rows = [[m] + [f"{sim_pivot.loc[m, n]:.3f}" for n in sim_pivot.columns] for m in sim_pivot.index]
-    pair_rows = [[r.matrix, r.task, f"`{r.a}`", f"`{r.b}`", f"{r.diff:+.4f}", f"[{r.low:+.4f}, {r.high:+.4f}]",
-                  "**yes**" if r.separated else "no"] for r in measured.itertuples()]
-    lines = [
-        "# Calibration of the verdicts", "", headline, "",
-        "Matrices read, and where their equivalent groups come from: "
-        + "; ".join(f"`{name}`: {source}" for name, source in sources.items()) + f". Written by `{command}`.", "",
-        "## Coverage", "",
-        f"Share of simulated 95% intervals of mean(A) - mean(B) that contain the true difference "
-        f"({calibration.TRUE_DIFF}); {len(SEEDS)} seed counts, the scenarios of benchmarks/report/calibration.py "
-        "(equal spreads sd 0.05; unequal 0.02 against 0.08; seeds correlated rho 0.5), 'all' their mean. "
-        "A calibrated method reads about 0.95.", "",
-        markdown_table(["method", "scenario"] + [f"{n} seeds" for n in pivot.columns], cover_rows), "",
-        "## Simulated A/A", "",
-        f"Share of simulated pairs of identical variants (true difference 0, seed-to-seed sd {AA_SD}, independent "
-        "seeds) that a method separates at 95%. A calibrated method reads about 0.05.", "",
-        markdown_table(["method"] + [f"{n} seeds" for n in sim_pivot.columns], sim_rows), "",
-        "## Measured A/A", "",
-        "Every pair of variants a matrix declares equivalent (same update; `equivalent` in its matrix file), on "
-        "every task, by the verdicts' interval. Pairs whose runs are bit-identical seed for seed (GRPO at the token and "
-        "the sequence level and SAPO at mu = 1, on pizza and the bandits) differ by exactly 0 and cannot be separated; "
-        "the informative pairs are those where rounding let the runs drift apart (addition, and CISPO everywhere). "
-        "Pairs that share a variant are not independent, so the Wilson interval of the headline is optimistic.", "",
-        markdown_table(["matrix", "task", "A", "B", "mean(A) - mean(B)", "95% interval", "separated"], pair_rows)
-        if pair_rows else "No declared pairs in these matrices.", "",
-    ]
+def render(sim: pd.DataFrame, aa: Optional[tuple[dict, pd.DataFrame]], pairs: pd.DataFrame, command: str) -> str:
+    worst = sim["false_claim"].max() if not sim.empty else math.nan
+    head = [f"the simulated family-wise rate of false claims is at most {worst:.3f} over {len(sim)} scenarios at the "
+            "committed matrices' designs" if not sim.empty else "no design simulated"]
+    if aa is not None and not aa[1].empty:
+        summary, rates = aa
+        head.append("on real A/A replicates (" + "; ".join(
+            f"{r.variants} x {r.seeds}: {r.false_claim:.3f} [{r.low:.3f}, {r.high:.3f}]" for r in rates.itertuples())
+            + f", from {summary['cells']} cells)")
+    if not pairs.empty:
+        head.append(f"{int(pairs['separated'].sum())} of {len(pairs)} declared-equivalent pairs separated")
+    lines = ["# Calibration of the verdicts", "",
+             f"**The verdict procedure (benchmarks/report/inference.py, 95% simultaneous): " + "; ".join(head) + ".**", "",
+             f"Written by `{command}`.", ""]
+    if not sim.empty:
+        rows = [[r.matrix, r.task, f"{r.variants} x {r.seeds}", r.scenario, f"{r.false_claim:.3f}", f"{r.noncoverage:.3f}",
+                 f"{r.any_worse:.3f}", r.sims] for r in sim.itertuples()]
+        lines += ["## Simulated at the matrices' own designs", "",
+                  "Each committed matrix's variants, seeds and per-variant seed-to-seed sds (of its primary metric), "
+                  "Gaussian noise, the procedure applied as the report applies it (critical value calibrated per "
+                  "simulated matrix). *False claim*: any variant marked worse by more than its true gap, best or "
+                  "equivalent when it is not, or a best variant left out of the could-be-best set; *non-coverage*: "
+                  "any simultaneous interval missing its true gap; *any worse*: matrices with at least one variant "
+                  "marked worse (power, under the partial nulls). A controlled procedure reads <= 0.05 within "
+                  f"simulation error (+-{2 * math.sqrt(0.05 * 0.95 / max(int(sim['sims'].min()), 1)):.3f}).", "",
+                  markdown_table(["matrix", "task", "design", "scenario", "false claim", "non-coverage", "any worse",
+                                  "simulated matrices"], rows), ""]
+    if aa is not None:
+        summary, rates = aa
+        lines += ["## Real A/A replicates", "",
+                  f"`{summary['matrix']}` ({summary['dir']}): `{summary['variant']}` on {summary['cells']} independent "
+                  f"seeds; primary metric {summary['primary']}: mean {summary['mean']:.4f}, sd {summary['sd']:.4f}, "
+                  f"range [{summary['min']:.4f}, {summary['max']:.4f}], skewness {summary['skewness']:+.2f}, excess "
+                  f"kurtosis {summary['excess_kurtosis']:+.2f}. Its cells, partitioned at random into null matrices "
+                  "(every cell at most once per matrix; the cells share no seed, so the one-way model), judged by the "
+                  "procedure; the interval is a bootstrap over the cells. *Tukey, pooled*: the textbook critical value "
+                  "on the same draws, for contrast.", ""]
+        if rates.empty:
+            lines += ["Too few cells for any null-matrix shape yet.", ""]
+        else:
+            rows = [[f"{r.variants} x {r.seeds}", r.draws, f"{r.false_claim:.3f} [{r.low:.3f}, {r.high:.3f}]",
+                     f"{r.false_equivalent:.3f}", f"{r.tukey_pooled:.3f}"] for r in rates.itertuples()]
+            lines += [markdown_table(["null matrix", "partitions", "false claim [95% bootstrap]",
+                                      "false equivalence", "Tukey, pooled"], rows), ""]
+    if not pairs.empty:
+        rows = [[r.matrix, r.task, f"`{r.a}`", f"`{r.b}`", f"{r.diff:+.4f}", f"+-{r.half_width:.4f}",
+                 "**yes**" if r.separated else "no"] for r in pairs.itertuples()]
+        lines += ["## Declared A/A pairs", "",
+                  "Pairs of variants a matrix declares equivalent (`equivalent` in its matrix file: the same update, or "
+                  "an independent replicate of a variant under a second name), judged by the procedure's simultaneous "
+                  "interval of their difference. Rounding twins (bit-identical runs) cannot be separated and say little.",
+                  "", markdown_table(["matrix", "task", "A", "B", "mean(A) - mean(B)", "simultaneous interval",
+                                      "separated"], rows), ""]
     return "\n".join(lines)
 
 
-def write_calibration(directories: Sequence[Path | str], out: Path | str, *, sims: int = 4000, reps: int = 2000,
-                      command: str = "grpo-bench calibration") -> str:
-    cover = calibration.coverage(seeds=SEEDS, sims=sims, reps=reps)
-    simulated = simulated_false_separation(sims=sims, reps=reps)
-    measured, sources = measured_false_separation(directories)
-    text = render(cover, simulated, measured, sources, command)
+def write_calibration(directories: Sequence[Path | str], out: Path | str, *, aa: Optional[Path | str] = None,
+                      sims: int = 2000, command: str = "grpo-bench calibration") -> str:
+    designs = matrix_designs(directories)
+    sim = simulated(designs, sims=sims)
+    measured = real_aa(aa) if aa else None
+    pairs = declared_pairs(directories)
+    text = render(sim, measured, pairs, command)
     out = Path(out)
     atomic_write_text(out / "report.md", text)
     atomic_write_json(out / "calibration.json", {
-        "coverage": cover.to_dict(orient="records"), "simulated_aa": simulated.to_dict(orient="records"),
-        "measured_aa": measured.to_dict(orient="records"), "matrices": [str(d) for d in directories],
-        "groups_from": sources,
-        "sims": sims, "reps": reps, "method": stats.METHOD})
+        "designs": designs, "simulated": sim.to_dict(orient="records"),
+        "real_aa": None if measured is None else {"summary": measured[0], "rates": measured[1].to_dict(orient="records")},
+        "declared_pairs": pairs.to_dict(orient="records"), "matrices": [str(d) for d in directories],
+        "sims": sims, "alpha": inference.ALPHA, "seed": stats.SEED})
     return text

@@ -20,7 +20,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from benchmarks.report.stats import collapsed, completions_to_threshold, normalised_auc
+from benchmarks.curve import PRIMARY_DEFAULT, primary_value
+from benchmarks.report.stats import collapsed, completions_to_threshold, never_learned, normalised_auc
 
 CURVE_KEYS = ["task", "variant", "seed"]
 THRESHOLD_SHARE = 0.8  # completions to reach 80% of the best variant's mean final accuracy on the task
@@ -52,13 +53,14 @@ def completion_grids(cells: pd.DataFrame, evals: pd.DataFrame) -> dict[str, np.n
     return grids
 
 
-def build(cells: pd.DataFrame, evals: pd.DataFrame) -> dict:
+def build(cells: pd.DataFrame, evals: pd.DataFrame, primary: str = PRIMARY_DEFAULT) -> dict:
     """The curves and each complete cell's summaries.
 
     Returns {"completions": long frame (task, variant, seed, completions, accuracy, measured),
              "seconds": long frame (task, variant, seed, seconds, accuracy),
              "cells": per cell (task, variant, seed, budget, accuracy_before, final_accuracy, auc,
-                      peak_accuracy, collapsed, completions_to_threshold (interpolated),
+                      peak_accuracy, collapsed, never_learned, evaluations (after the start), primary (the
+                      matrix's primary metric, ``benchmarks.curve.primary_value``), completions_to_threshold (interpolated),
                       completions_to_threshold_measured (the first evaluation at or above)), "thresholds": {task: accuracy threshold},
              "aligned": {task: True when every grid point of every cell was measured}}."""
     empty = {"completions": pd.DataFrame(), "seconds": pd.DataFrame(), "cells": pd.DataFrame(), "thresholds": {}, "aligned": {}}
@@ -87,7 +89,8 @@ def build(cells: pd.DataFrame, evals: pd.DataFrame) -> dict:
         per_cell.append({"task": task, "variant": variant, "seed": seed, "budget": budgets[task],
                          "accuracy_before": y[0], "final_accuracy": float(after.iloc[-1]) if len(after) else y[-1],
                          "auc": normalised_auc(x, y, budgets[task]), "peak_accuracy": float(np.max(y)),
-                         "collapsed": collapsed(y), "x": x, "y": y})
+                         "primary": primary_value(primary, x, y, budgets[task]), "evaluations": len(y) - 1,
+                         "collapsed": collapsed(y), "never_learned": never_learned(y), "x": x, "y": y})
     if not per_cell:
         return empty
     cell_frame = pd.DataFrame(per_cell)

@@ -179,7 +179,8 @@ def summary_markdown(summary: pd.DataFrame) -> str:
         seeds = f"{r['seeds_complete']}/{r['seeds_planned']}" + (f" ({r['failed']} failed)" if r["failed"] else "")
         used = "-" if pd.isna(r["completions_used"]) else f"{r['completions_used']:.0f}"
         rows.append([r["task"], r["variant"], seeds, f"{r['steps']} = {used}"]
-                    + [plus_minus(r[f"{c}_mean"], r[f"{c}_ci95"], fmt, scale) for c, _, fmt, scale in SUMMARY_COLUMNS])
+                    + [plus_minus(r[f"{c}_mean"], r[f"{c}_ci95"], fmt, scale, seeds=int(r["seeds_complete"]))
+                       for c, _, fmt, scale in SUMMARY_COLUMNS])
     return markdown_table(headers, rows)
 
 
@@ -242,36 +243,66 @@ def render(data: dict, summary: pd.DataFrame, images: list[tuple[str, str]], pre
 
 def wall_clock_line(sessions: list[dict], done: pd.DataFrame) -> str:
     """The matrix's elapsed time: the sessions that made the cells shown, each on the clock on the wall, apart
-    from cell time summed over parallel workers (which is not a duration anyone waited for)."""
+    from cell time summed over parallel workers (which is not a duration anyone waited for). Every number says
+    what it counts: sessions whose cells were run again, and resumed cells whose earlier processes are not
+    recorded, are named rather than summed into a total that would contradict another."""
     if not sessions:
         return ""
     made = done["matrix_session"].dropna().astype(int).tolist() if "matrix_session" in done else []
     producing = sorted(set(made))
+    ran = [i for i, s in enumerate(sessions) if s.get("cells_run") and i not in producing]
+    tuning = [sessions[i] for i in ran if str(sessions[i].get("stage", "")).startswith("tuning")]
+    ran = [i for i in ran if not str(sessions[i].get("stage", "")).startswith("tuning")]
+    untagged = len(done) - len(made)
     parts = []
     if producing:
         elapsed = sum(sessions[i]["elapsed_s"] for i in producing if i < len(sessions))
         jobs = sorted({sessions[i].get("jobs") for i in producing if i < len(sessions)} - {None})
         parts.append(f"Matrix wall-clock: {elapsed:.0f} s, the elapsed time of the {len(producing)} session(s) that "
                      f"ran the {len(made)} complete cells shown" + (f" ({', '.join(map(str, jobs))} cell(s) at a time)" if jobs else ""))
-    untagged = len(done) - len(made)
+        others = [sessions[i] for i in ran]
+        if others and not untagged:
+            parts.append(f"{len(others)} more session(s) ran cells for {sum(s['elapsed_s'] for s in others):.0f} s "
+                         f"without finishing any of those shown (stopped and resumed later, failed, or run again)")
     if untagged:
-        runs = ", ".join(f"{s['elapsed_s']:.0f} s ({s['cells_run']} cells, {s.get('jobs') or 1} at a time)"
-                         for s in sessions if s.get("cells_run"))
-        parts.append(f"{untagged} cells were finished before the store recorded which session ran each; "
-                     f"the sessions that ran cells took {runs}")
+        those = [sessions[i] for i in ran]
+        text = f"{untagged} cells were finished before the store recorded which session ran each"
+        if those:
+            runs = sum(int(s["cells_run"]) for s in those)
+            text += (f"; {len(those)} session(s) ran cells: " + ", ".join(
+                f"{s['elapsed_s']:.0f} s ({s['cells_run']} cell runs, {s.get('jobs') or 1} at a time)" for s in those))
+            if runs > untagged:
+                text += (f", {runs} cell runs for these {untagged} cells: a cell run again (after a change, a failure "
+                         f"or a stop) replaces its earlier result, so the sessions' times add up to more than these "
+                         f"cells took")
+        parts.append(text)
+    if tuning:
+        parts.append(f"the tuning stage took {sum(s['elapsed_s'] for s in tuning):.0f} s in {len(tuning)} session(s) "
+                     f"({sum(int(s['cells_run']) for s in tuning)} tuning cell runs, not among the cells shown)")
     if not done.empty:
-        process = done["process_wall_clock_s"].sum() if "process_wall_clock_s" in done else math.nan
-        training = done["wall_clock_s"].sum()
-        # A resumed cell's training time adds up its attempts; only its last attempt's process is recorded.
-        resumed = int((done["wall_clock_s"] > done["process_wall_clock_s"]).sum()) if "process_wall_clock_s" in done else 0
-        if resumed:
-            parts.append(f"cell time summed over workers (not a wall-clock): processes {process:.0f} s, training "
-                         f"{training:.0f} s; {resumed} resumed cell(s) count training over every attempt but only "
-                         f"their last attempt's process")
-        else:
-            parts.append(f"cell time summed over workers (not a wall-clock): {process:.0f} s, of which training "
-                         f"{training:.0f} s")
+        parts.append(_cell_time_text(done))
     return "; ".join(parts) + "."
+
+
+def _cell_time_text(done: pd.DataFrame) -> str:
+    """Cell time summed over workers. A resumed cell's training time adds up its attempts but only its last
+    attempt's process is recorded: such cells are counted apart, so that "of which" is always a part."""
+    head = "cell time summed over workers (not a wall-clock): "
+    training = done["wall_clock_s"]
+    process = done["process_wall_clock_s"] if "process_wall_clock_s" in done else pd.Series(math.nan, index=done.index)
+    if process.isna().all():
+        return head + f"training {training.sum():.0f} s (the cells' process time is not recorded)"
+    resumed = training > process
+    whole, again = done[~resumed], done[resumed]
+    if again.empty:
+        return head + f"{process.sum():.0f} s, of which training {training.sum():.0f} s"
+    text = head
+    if not whole.empty:
+        text += (f"{len(whole)} cell(s) took {process[~resumed].sum():.0f} s, of which training "
+                 f"{training[~resumed].sum():.0f} s; ")
+    return text + (f"{len(again)} resumed cell(s) trained {training[resumed].sum():.0f} s over every attempt, and "
+                   f"their last attempts' processes took {process[resumed].sum():.0f} s (their earlier attempts' "
+                   f"process time is not recorded)")
 
 
 TABLES = [("summary", ""), ("cells", " (every cell)"), ("evals", ""), ("curves", " (accuracy on each task's grid)"),
@@ -283,7 +314,7 @@ TABLES = [("summary", ""), ("cells", " (every cell)"), ("evals", ""), ("curves",
 
 def analyse(data: dict) -> dict:
     """Learning curves and the statistics over them, added to ``data`` as "curves" and "analysis"."""
-    data["curves"] = learning_curves.build(data["cells"], data["evals"])
+    data["curves"] = learning_curves.build(data["cells"], data["evals"], verdicts.analysis_spec(data["meta"])["primary"])
     data["analysis"] = verdicts.analyse(data["cells"], data["curves"], meta=data["meta"])
     return data
 
@@ -319,7 +350,10 @@ def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[s
     for name, frame in frames:
         atomic_write_text(out / "tables" / f"{name}.csv", frame.to_csv(index=False))
     atomic_write_text(out / "tables" / "summary.md", summary_markdown(summary) + "\n")
-    images = plots(data, curves, analysis, out / "plots") if plot else []
+    tasks = analysis["tasks"]
+    best_set = set(tasks.loc[tasks["in_best_set"], "variant"]) if "in_best_set" in tasks else set()
+    images = plots(data, curves, analysis, out / "plots", highlight=best_set or None,
+                   highlight_label="could be best") if plot else []
     source = str(out)
     atomic_write_text(out / "README.md", "# grpo-bench results\n\n" + render(data, summary, images, "", source))
     section_name = section or f"matrix-{out.name}"

@@ -1,12 +1,16 @@
-"""The report's PNGs. One colour and one order per variant in every plot (the matrix file's order),
-one panel per task; curves are means over seeds with a 95% Student-t band.
+"""The report's PNGs. One look per variant in every plot (the matrix file's order): nine colours far apart,
+and past nine variants another line style and marker, so that 15 curves are told apart; one panel per task;
+curves are means over seeds with a 95% Student-t band. ``plots(..., highlight={...})`` draws the given variants
+(the ones that could be best, say) bold in colour and on top, the others thin in greys without bands; their
+names stay in the legend, highlighted ones in bold. Every title sits above the panels and legends it heads.
 
     accuracy_vs_completions.png   held-out accuracy against generated completions (the learning curves)
     accuracy_vs_seconds.png       the same against training seconds
     reward_vs_samples.png         training reward (smoothed) against generated completions
     reward_vs_wallclock.png       the same against training wall-clock
-    final_accuracy.png, peak_memory.png, time_per_step.png   bars per variant
+    final_accuracy.png, peak_memory.png, time_per_step.png   bars per variant, named under every panel
     diagnostics_<task>.png        the per-step metrics present (entropy, KL, clip fractions, ...)
+    collapse.png                  the collapsed run that fell furthest from a peak, per step
     performance_profile.png       rliable score distributions of normalised final accuracy
     probability_of_improvement.png   P(row > column), averaged over tasks
     interval_estimates.png        normalised final accuracy and AUC: IQM and mean with 95% intervals
@@ -15,13 +19,14 @@ one panel per task; curves are means over seeds with a 95% Student-t band.
 from __future__ import annotations
 
 import re
+import textwrap
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from benchmarks.io import atomic_write
-from benchmarks.report.stats import COLLAPSE_DROP, t_band
+from benchmarks.report.stats import COLLAPSE_DROP
 
 CELL_KEYS = ["task", "variant", "algo", "seed"]
 # Per-step metrics worth watching, in panel order; those absent from every cell are skipped.
@@ -49,35 +54,124 @@ def _slug(text: str) -> str:
 
 
 def _save(figure, path: Path, title: str) -> None:
+    """Write ``figure`` with ``title`` above everything already drawn (panel titles, legends, colour bars), wrapped
+    to the drawing's width: a fixed position overlapped the panel titles of a short figure."""
     import matplotlib.pyplot as plt
 
-    figure.suptitle(title, y=1.02)
+    renderer = figure.canvas.get_renderer()
+    boxes = [ax.get_tightbbox(renderer) for ax in figure.axes if ax.get_visible()]
+    boxes += [legend.get_window_extent(renderer) for legend in figure.legends]
+    boxes = [b for b in boxes if b is not None and np.isfinite([b.x0, b.x1, b.y1]).all()]
+    top = max((b.y1 for b in boxes), default=figure.bbox.y1)
+    left = min((b.x0 for b in boxes), default=figure.bbox.x0)
+    right = max((b.x1 for b in boxes), default=figure.bbox.x1)
+    size = 11
+    # characters of a line: the drawing's width over an average glyph (about half the font size)
+    chars = max(30, int((right - left) / (0.5 * size * figure.dpi / 72)))
+    figure.suptitle("\n".join(textwrap.wrap(title, chars)), x=(left + right) / 2 / figure.bbox.width,
+                    y=(top + 0.6 * size * figure.dpi / 72) / figure.bbox.height, va="bottom", ha="center", fontsize=size)
     # 90 dpi: readable on a page, and every regeneration of a matrix's plots is history the repository keeps
     atomic_write(path, lambda tmp: figure.savefig(tmp, dpi=90, bbox_inches="tight", format="png",
                                                   pil_kwargs={"optimize": True}))
     plt.close(figure)
 
 
+# Nine colours far apart (tab10 without its grey, which marks the variants not highlighted); neighbours in the
+# matrix's order never share one. Past nine variants a colour comes back with another line style and marker.
+COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf"]
+GREYS = ["#7f7f7f", "#a6a6a6", "#595959"]
+LINESTYLES = ["-", (0, (4, 1.5)), (0, (1, 1.2)), (0, (6, 1.5, 1, 1.5))]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "<", "*", ">"]
+
+
 class _Style:
-    """Colours, orders and the seaborn keywords every faceted plot shares."""
+    """Colours, line styles, markers and orders every plot shares. Each variant has its own look: a colour, and
+    past nine variants another line style and marker, so that 15 curves are told apart. With ``highlight`` the
+    variants in it are drawn bold in those colours on top, the others thin in greys (still with their own line
+    style and marker, and their names in the legend) and without bands."""
 
-    def __init__(self, cells: pd.DataFrame):
-        import seaborn as sns
-
+    def __init__(self, cells: pd.DataFrame, highlight: set[str] | None = None, highlight_label: str = "highlighted"):
         self.variants = list(dict.fromkeys(cells["variant"]))
         self.tasks = list(dict.fromkeys(cells["task"]))
-        self.palette = dict(zip(self.variants, sns.color_palette("husl" if len(self.variants) > 10 else None,
-                                                                 n_colors=len(self.variants))))
+        chosen = set(highlight or ())
+        self.highlighted = [v for v in self.variants if v in chosen]
+        self.highlight_label = highlight_label
+        self.looks = {}
+        rest = [v for v in self.variants if v not in chosen]
+        if self.highlighted:
+            for k, v in enumerate(self.highlighted):
+                self.looks[v] = {"color": COLOURS[k % 9], "linestyle": LINESTYLES[(k // 9) % 4],
+                                 "marker": MARKERS[k % 10], "linewidth": 2.2, "markersize": 5.0, "alpha": 1.0, "zorder": 3}
+            for j, v in enumerate(rest):
+                self.looks[v] = {"color": GREYS[j % 3], "linestyle": LINESTYLES[j % 4], "marker": MARKERS[j % 10],
+                                 "linewidth": 0.9, "markersize": 3.0, "alpha": 0.85, "zorder": 2}
+        else:
+            for i, v in enumerate(self.variants):
+                self.looks[v] = {"color": COLOURS[i % 9], "linestyle": LINESTYLES[(i // 9) % 4],
+                                 "marker": MARKERS[i % 10], "linewidth": 1.5, "markersize": 4.0, "alpha": 1.0, "zorder": 2}
+        self.palette = {v: look["color"] for v, look in self.looks.items()}
 
-    def facets(self, frame: pd.DataFrame, band: bool = True) -> dict:
-        present_v, present_t = set(frame["variant"]), set(frame["task"])
-        return {"hue": "variant", "hue_order": [v for v in self.variants if v in present_v], "palette": self.palette,
-                "col": "task", "col_order": [t for t in self.tasks if t in present_t], "col_wrap": min(3, len(present_t)),
-                "errorbar": t_band if band else None}
+    def look(self, variant: str) -> dict:
+        """A variant not in the matrix's cells (a profile's name, say) gets a plain grey look."""
+        return self.looks.get(variant, {"color": GREYS[0], "linestyle": "-", "marker": "o", "linewidth": 1.0,
+                                        "markersize": 3.0, "alpha": 0.85, "zorder": 2})
+
+    def is_highlighted(self, variant: str) -> bool:
+        return variant in self.highlighted
+
+    def band_alpha(self, variant: str) -> float:
+        """Bands of the highlighted variants only, when there are some; fainter the more variants share a panel."""
+        if self.highlighted:
+            return 0.18 if self.is_highlighted(variant) else 0.0
+        return 0.15 if len(self.variants) <= 6 else 0.07
+
+    def order(self, present) -> list[str]:
+        """The legend's order: highlighted variants first, then the others, each in the matrix's order."""
+        present = set(present)
+        return [v for v in self.highlighted if v in present] + [v for v in self.variants
+                                                                if v in present and v not in self.highlighted]
+
+    def line(self, variant: str, points: int, markers: bool = True, width: float = 1.0) -> dict:
+        """Keywords of ``ax.plot`` for a variant's line of ``points`` points; ``width`` scales its line width."""
+        look = self.look(variant)
+        kwargs = {k: look[k] for k in ("color", "linestyle", "alpha", "zorder")}
+        kwargs["linewidth"] = look["linewidth"] * width
+        if markers:
+            # markers on at most ~10 points of a line: they tell the series apart without hiding the line
+            kwargs.update(marker=look["marker"], markersize=look["markersize"], markevery=max(1, points // 10),
+                          markeredgewidth=0.4, markeredgecolor="white")
+        return kwargs
+
+    def handles(self, present) -> list:
+        import matplotlib.pyplot as plt
+
+        return [plt.Line2D([], [], label=v, color=self.look(v)["color"], linestyle=self.look(v)["linestyle"],
+                           linewidth=self.look(v)["linewidth"], marker=self.look(v)["marker"],
+                           markersize=self.look(v)["markersize"] + 1) for v in self.order(present)]
+
+    def legend(self, figure, present, **kwargs) -> None:
+        """One legend for the figure, outside its panels on the right; highlighted names in bold."""
+        title = "variant" + (f" (bold: {self.highlight_label})" if self.highlighted else "")
+        options = {"loc": "center left", "bbox_to_anchor": (1.0, 0.5), "fontsize": 8, "title": title,
+                   "title_fontsize": 8, "frameon": False, "handlelength": 3.2}
+        options.update(kwargs)
+        legend = figure.legend(handles=self.handles(present), **options)
+        for text in legend.get_texts():
+            if self.is_highlighted(text.get_text()):
+                text.set_fontweight("bold")
+
+    def ticks(self, labels) -> None:
+        """Tick labels of highlighted variants in bold."""
+        for label in labels:
+            if self.is_highlighted(label.get_text()):
+                label.set_fontweight("bold")
 
 
-def plots(data: dict, curves: dict, analysis: dict, out: Path) -> list[tuple[str, str]]:
-    """Write the PNGs; returns [(file name, caption)] for the ones there was data for."""
+def plots(data: dict, curves: dict, analysis: dict, out: Path, *, highlight: set[str] | None = None,
+          highlight_label: str = "highlighted") -> list[tuple[str, str]]:
+    """Write the PNGs; returns [(file name, caption)] for the ones there was data for. ``highlight``: a set of
+    variants (the ones that could be best, say) drawn bold in colour, the others thin in grey; ``highlight_label``
+    names that set in the legends."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -86,7 +180,7 @@ def plots(data: dict, curves: dict, analysis: dict, out: Path) -> list[tuple[str
     sns.set_theme(style="whitegrid", context="paper")
     out.mkdir(parents=True, exist_ok=True)
     cells = data["cells"]
-    style = _Style(cells)
+    style = _Style(cells, highlight, highlight_label)
     written = []
     written += _learning_curves(curves, style, out)
     written += _training_reward(data["steps"], style, out)
@@ -97,9 +191,64 @@ def plots(data: dict, curves: dict, analysis: dict, out: Path) -> list[tuple[str
     return written
 
 
-def _learning_curves(curves: dict, style: _Style, out: Path) -> list[tuple[str, str]]:
-    import seaborn as sns
+def _t_half(std: pd.Series, count: pd.Series) -> np.ndarray:
+    """Half-width of the 95% Student-t interval of a mean (0 for a single value: no band)."""
+    from scipy import stats
 
+    n = count.to_numpy(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        half = stats.t.ppf(0.975, np.maximum(n - 1, 1)) * std.to_numpy(float) / np.sqrt(n)
+    return np.where((n >= 2) & np.isfinite(half), half, 0.0)
+
+
+def _panels(style: _Style, tasks: list[str], *, width: float = 4.6, height: float = 3.4):
+    """A panel per task, three to a row; one task gets one larger panel."""
+    import matplotlib.pyplot as plt
+
+    if len(tasks) == 1:
+        width, height = 6.4, 4.4
+    cols = min(3, len(tasks))
+    rows = -(-len(tasks) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    for ax in list(axes.flat)[len(tasks):]:
+        ax.set_visible(False)
+    return fig, dict(zip(tasks, axes.flat))
+
+
+def _draw_lines(ax, frame: pd.DataFrame, x: str, y: str, style: _Style, *, band: bool = True,
+                markers: bool = True, width: float = 1.0) -> None:
+    """Per variant: the mean of ``y`` over seeds at each ``x``, with a 95% t band; the highlighted on top."""
+    for variant in reversed(style.order(frame["variant"])):
+        part = frame.loc[frame["variant"] == variant, [x, y]].dropna()
+        if part.empty:
+            continue
+        agg = part.groupby(x, sort=True)[y].agg(["mean", "std", "count"])
+        xs, mean = agg.index.to_numpy(float), agg["mean"].to_numpy(float)
+        ax.plot(xs, mean, label=variant, **style.line(variant, len(xs), markers, width))
+        alpha = style.band_alpha(variant)
+        if band and alpha:
+            half = _t_half(agg["std"], agg["count"])
+            ax.fill_between(xs, mean - half, mean + half, color=style.look(variant)["color"], alpha=alpha, linewidth=0,
+                            zorder=style.look(variant)["zorder"] - 1)
+
+
+def _curve_plot(frame: pd.DataFrame, x: str, y: str, style: _Style, path: Path, title: str, xlabel: str,
+                ylabel: str, *, accuracy: bool, markers: bool) -> None:
+    tasks = [t for t in style.tasks if t in set(frame["task"])]
+    fig, panels = _panels(style, tasks)
+    for task, ax in panels.items():
+        _draw_lines(ax, frame[frame["task"] == task], x, y, style, markers=markers)
+        ax.set_title(task, fontsize=10)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        if accuracy:
+            ax.set_ylim(-0.02, 1.02)
+    fig.tight_layout()
+    style.legend(fig, frame["variant"])
+    _save(fig, path, title)
+
+
+def _learning_curves(curves: dict, style: _Style, out: Path) -> list[tuple[str, str]]:
     written = []
     for key, x, label, name, title in [
         ("completions", "completions", "generated completions (training samples)", "accuracy_vs_completions.png",
@@ -110,61 +259,68 @@ def _learning_curves(curves: dict, style: _Style, out: Path) -> list[tuple[str, 
         frame = curves.get(key, pd.DataFrame())
         if frame.empty:
             continue
-        g = sns.relplot(data=frame, x=x, y="accuracy", kind="line", marker="o" if key == "completions" else None,
-                        facet_kws={"sharex": False}, height=3.2, **style.facets(frame))
-        g.set_axis_labels(label, "held-out accuracy")
-        g.set(ylim=(-0.02, 1.02))
-        _save(g.figure, out / name, title)
+        _curve_plot(frame, x, "accuracy", style, out / name, title, label, "held-out accuracy", accuracy=True,
+                    markers=True)
         written.append((name, f"held-out accuracy vs {label}"))
     return written
 
 
 def _training_reward(steps: pd.DataFrame, style: _Style, out: Path) -> list[tuple[str, str]]:
-    import seaborn as sns
-
     if steps.empty or "reward/mean" not in steps:
         return []
     steps = steps.sort_values(CELL_KEYS + ["step"]).copy()
     # Per-step rewards of a small batch are noisy: a trailing mean over ~10% of the run.
     steps["reward (smoothed)"] = steps.groupby(["task", "variant", "seed"], sort=False)["reward/mean"].transform(
         lambda s: s.rolling(max(1, len(s) // 10), min_periods=1).mean())
-    g = sns.relplot(data=steps, x="samples", y="reward (smoothed)", kind="line",
-                    facet_kws={"sharex": False, "sharey": False}, height=3.2, **style.facets(steps))
-    g.set_axis_labels("generated completions (training samples)", "training reward")
-    _save(g.figure, out / "reward_vs_samples.png", "Training reward vs samples (mean over seeds, 95% t-interval)")
+    _curve_plot(steps, "samples", "reward (smoothed)", style, out / "reward_vs_samples.png",
+                "Training reward vs samples (mean over seeds, 95% t-interval)",
+                "generated completions (training samples)", "training reward", accuracy=False, markers=True)
     # Seeds do not share wall-clock instants: average within 40 time bins per task and variant.
     steps["wall-clock (s)"] = steps.groupby(["task", "variant"])["time/wall"].transform(
         lambda s: ((s / max(s.max(), 1e-9) * 40).clip(upper=39.999).astype(int) + 0.5) * max(s.max(), 1e-9) / 40)
-    g = sns.relplot(data=steps, x="wall-clock (s)", y="reward (smoothed)", kind="line",
-                    facet_kws={"sharex": False, "sharey": False}, height=3.2, **style.facets(steps))
-    g.set_axis_labels("training wall-clock (s)", "training reward")
-    _save(g.figure, out / "reward_vs_wallclock.png", "Training reward vs wall-clock (binned, 95% t-interval)")
+    _curve_plot(steps, "wall-clock (s)", "reward (smoothed)", style, out / "reward_vs_wallclock.png",
+                "Training reward vs wall-clock (binned, 95% t-interval)", "training wall-clock (s)", "training reward",
+                accuracy=False, markers=True)
     return [("reward_vs_samples.png", "training reward vs generated completions"),
             ("reward_vs_wallclock.png", "training reward vs training wall-clock")]
 
 
 def _bars(cells: pd.DataFrame, style: _Style, out: Path) -> list[tuple[str, str]]:
-    import seaborn as sns
-
+    """A bar per variant and panel per task, every panel with the variants' names under its bars."""
     done = cells[cells["status"] == "complete"].copy() if "status" in cells else cells.iloc[:0]
     if done.empty:
         return []
     done["peak memory (MiB)"] = done["peak_memory_bytes"] / 2**20
     done["time per step (ms)"] = done["time_per_step_s"] * 1e3
     done["final accuracy"] = done["accuracy_after"]
+    tasks = [t for t in style.tasks if t in set(done["task"])]
     written = []
     for column, name, title in [
         ("final accuracy", "final_accuracy.png", "Final accuracy"),
         ("peak memory (MiB)", "peak_memory.png", f"Peak memory ({done['peak_memory_kind'].iloc[0]})"),
         ("time per step (ms)", "time_per_step.png", "Training time per step"),
     ]:
-        st = style.facets(done)
-        g = sns.catplot(data=done, x="variant", y=column, order=st["hue_order"], kind="bar", height=3.4, aspect=1.3,
-                        legend=False, sharey=column != "final accuracy", **st)
-        g.set_xticklabels(rotation=40, ha="right")
-        if column == "final accuracy":
-            g.set(ylim=(0, 1.02))
-        _save(g.figure, out / name, f"{title} (mean over seeds, 95% t-interval)")
+        n = len(set(done["variant"]))
+        fig, panels = _panels(style, tasks, width=max(3.6, 1.2 + 0.34 * n), height=3.6)
+        for task, ax in panels.items():
+            part = done[done["task"] == task]
+            order = [v for v in style.variants if v in set(part["variant"])]
+            agg = part.groupby("variant")[column].agg(["mean", "std", "count"]).reindex(order)
+            half = _t_half(agg["std"], agg["count"])
+            colours = [style.look(v)["color"] for v in order]
+            ax.bar(range(len(order)), agg["mean"].to_numpy(float), yerr=half, color=colours, capsize=2,
+                   edgecolor="black", linewidth=[1.2 if style.is_highlighted(v) else 0.3 for v in order],
+                   error_kw={"elinewidth": 0.9})
+            ax.set_xticks(range(len(order)), order, rotation=40, ha="right", rotation_mode="anchor", fontsize=8)
+            style.ticks(ax.get_xticklabels())
+            ax.set_title(task, fontsize=10)
+            ax.set_ylabel(column)
+            ax.grid(axis="x", visible=False)
+            if column == "final accuracy":
+                ax.set_ylim(0, 1.02)
+        fig.tight_layout()
+        _save(fig, out / name, f"{title} (mean over seeds, 95% t-interval)"
+                               + (f"; bold: {style.highlight_label}" if style.highlighted else ""))
         written.append((name, title.lower()))
     return written
 
@@ -172,7 +328,6 @@ def _bars(cells: pd.DataFrame, style: _Style, out: Path) -> list[tuple[str, str]
 def _diagnostics(steps: pd.DataFrame, style: _Style, out: Path) -> list[tuple[str, str]]:
     """One PNG per task, a panel per metric present, x = generated completions, mean over seeds (smoothed)."""
     import matplotlib.pyplot as plt
-    import seaborn as sns
 
     if steps.empty:
         return []
@@ -188,22 +343,19 @@ def _diagnostics(steps: pd.DataFrame, style: _Style, out: Path) -> list[tuple[st
         cols = min(3, len(metrics))
         rows = -(-len(metrics) // cols)
         fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
-        order = [v for v in style.variants if v in set(frame["variant"])]
         for ax, (metric, label) in zip(axes.flat, metrics):
             part = frame[["variant", "seed", "samples", metric]].dropna()
             # Per-step metrics are noisy: a trailing mean over ~5% of each run, then the mean over seeds.
             part = part.assign(value=part.groupby(["variant", "seed"], sort=False)[metric].transform(
                 lambda s: s.rolling(max(1, len(s) // 20), min_periods=1).mean()))
-            sns.lineplot(data=part, x="samples", y="value", hue="variant", hue_order=[v for v in order if v in set(part["variant"])],
-                         palette=style.palette, errorbar=None, ax=ax, legend=False, linewidth=1)
+            _draw_lines(ax, part, "samples", "value", style, band=False, width=0.7)  # jagged: thinner
             ax.set_title(f"{label} ({metric})" if label != metric else label, fontsize=9)
             ax.set_xlabel("generated completions")
             ax.set_ylabel("")
         for ax in list(axes.flat)[len(metrics):]:
             ax.set_visible(False)
-        handles = [plt.Line2D([], [], color=style.palette[v], label=v) for v in order]
-        fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
         fig.tight_layout()
+        style.legend(fig, frame["variant"])
         name = f"diagnostics_{_slug(task)}.png"
         _save(fig, out / name, f"{task}: per-step diagnostics (mean over seeds, smoothed)")
         written.append((name, f"{task}: per-step diagnostics"))
@@ -253,6 +405,8 @@ def _collapse(data: dict, curves: dict, out: Path) -> list[tuple[str, str]]:
         ax.plot(part["samples"], part[metric].rolling(max(1, len(part) // 20), min_periods=1).mean(), color="tab:blue",
                 linewidth=1.2)
         ax.set_title(f"{label} ({metric})", fontsize=9)
+        # a metric that barely moves (an advantage std of 0.99999) in plain numbers, not an offset over the title
+        ax.ticklabel_format(axis="y", useOffset=False)
     for ax in flat[:len(panels) + 1]:
         ax.axvline(peak_at, color="tab:green", linestyle="--", linewidth=0.8)
         if fell_at is not None:
@@ -276,13 +430,17 @@ def _robust(analysis: dict, style: _Style, out: Path) -> list[tuple[str, str]]:
     profiles = analysis.get("profiles", pd.DataFrame())
     if not profiles.empty:
         fig, ax = plt.subplots(figsize=(6.5, 4))
-        for name, frame in profiles.groupby("name", sort=False):
-            colour = style.palette.get(name)
-            ax.plot(frame["tau"], frame["fraction"], label=name, color=colour, linewidth=1.2)
-            ax.fill_between(frame["tau"], frame["low"], frame["high"], color=colour, alpha=0.15)
+        for name in reversed(style.order(profiles["name"])):
+            frame = profiles[profiles["name"] == name]
+            ax.plot(frame["tau"], frame["fraction"], label=name, **style.line(name, len(frame)))
+            alpha = style.band_alpha(name)
+            if alpha:
+                ax.fill_between(frame["tau"], frame["low"], frame["high"], color=style.look(name)["color"], alpha=alpha,
+                                linewidth=0)
         ax.set_xlabel("normalised final accuracy tau (0: starting policy, 1: accuracy 1.0)")
         ax.set_ylabel("fraction of runs with score > tau")
-        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+        fig.tight_layout()
+        style.legend(fig, profiles["name"])
         _save(fig, out / "performance_profile.png", "Performance profiles over all tasks and seeds (95% bootstrap band)")
         written.append(("performance_profile.png", "performance profiles (normalised final accuracy)"))
     poi = analysis.get("poi", pd.DataFrame())
@@ -290,31 +448,44 @@ def _robust(analysis: dict, style: _Style, out: Path) -> list[tuple[str, str]]:
     if not overall.empty:
         names = [v for v in style.variants if v in set(overall["x"])]
         grid = overall.pivot(index="x", columns="y", values="probability").reindex(index=names, columns=names)
-        fig, ax = plt.subplots(figsize=(1.0 + 0.55 * len(names), 0.8 + 0.45 * len(names)))
+        n = len(names)
+        fig, ax = plt.subplots(figsize=(max(3.8, 1.6 + 0.55 * n), max(3.0, 0.9 + 0.45 * n)))
         image = ax.imshow(grid.to_numpy(float), vmin=0, vmax=1, cmap="RdBu")
-        ax.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=7)
-        ax.set_yticks(range(len(names)), names, fontsize=7)
-        for i in range(len(names)):
-            for j in range(len(names)):
-                if i != j:
-                    ax.text(j, i, f"{grid.iat[i, j]:.2f}", ha="center", va="center", fontsize=6)
-        fig.colorbar(image, ax=ax, label="P(row > column)")
+        ax.grid(False)  # the theme's grid would cross the cells
+        ax.set_xticks(range(n), names, rotation=45, ha="right", rotation_mode="anchor", fontsize=8)
+        ax.set_yticks(range(n), names, fontsize=8)
+        style.ticks(ax.get_xticklabels())
+        style.ticks(ax.get_yticklabels())
+        for i in range(n):
+            for j in range(n):
+                value = grid.iat[i, j]
+                if i != j and np.isfinite(value):
+                    ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7 if n <= 8 else 6,
+                            color="white" if abs(value - 0.5) > 0.3 else "black")
+        fig.colorbar(image, ax=ax, label="P(row > column)", shrink=0.8)
+        fig.tight_layout()
         _save(fig, out / "probability_of_improvement.png", "Probability of improvement, final accuracy, averaged over tasks")
         written.append(("probability_of_improvement.png", "probability of improvement (row over column)"))
     table = analysis.get("overall", pd.DataFrame())
     if not table.empty:
-        fig, axes = plt.subplots(1, 2, figsize=(10, 0.8 + 0.32 * len(table)), sharey=True)
+        fig, axes = plt.subplots(1, 2, figsize=(10, max(2.4, 1.0 + 0.34 * len(table))), sharey=True)
         names = list(table["variant"])[::-1]
         y = np.arange(len(names))
         frame = table.set_index("variant").loc[names]
         for ax, prefix, title in zip(axes, ("final", "auc"), ("normalised final accuracy", "normalised AUC")):
-            for offset, stat, marker in ((0.15, "iqm", "o"), (-0.15, "mean", "s")):
+            for offset, stat, marker, colour in ((0.15, "iqm", "o", COLOURS[0]), (-0.15, "mean", "s", COLOURS[1])):
                 point, low, high = (frame[f"{prefix}_{stat}{s}"].to_numpy(float) for s in ("", "_low", "_high"))
                 ax.errorbar(point, y + offset, xerr=[point - low, high - point], fmt=marker, markersize=4, capsize=2,
-                            label=stat.upper() if stat == "iqm" else stat)
-            ax.set_title(title, fontsize=9)
-        axes[0].set_yticks(y, names, fontsize=7)
-        axes[1].legend(fontsize=7)
-        _save(fig, out / "interval_estimates.png", "All tasks: IQM and mean with 95% stratified-bootstrap intervals")
+                            color=colour, label="IQM" if stat == "iqm" else "mean")
+            ax.set_title(title, fontsize=10)
+            ax.set_ylim(-0.6, len(names) - 0.4)
+        axes[0].set_yticks(y, names, fontsize=8)
+        style.ticks(axes[0].get_yticklabels())
+        fig.tight_layout()
+        # the legend beside the panels, where it covers no interval
+        fig.legend(*axes[0].get_legend_handles_labels(), loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8,
+                   frameon=False)
+        _save(fig, out / "interval_estimates.png", "All tasks: IQM and mean with 95% stratified-bootstrap intervals"
+                                                   + (f"; bold: {style.highlight_label}" if style.highlighted else ""))
         written.append(("interval_estimates.png", "IQM and mean over all tasks with 95% bootstrap intervals"))
     return written

@@ -68,14 +68,19 @@ COLLAPSE_DROP = 0.3
 
 
 def collapsed(y: Sequence[float], drop: float = COLLAPSE_DROP) -> bool:
-    """Whether a run's learning curve (accuracy at each evaluation, the first before training) collapsed:
-    it ends at least ``drop`` below its peak (so from some evaluation after the peak on it stayed there:
-    at the latest, the last one), or it ends below where it started."""
+    """Whether a run's learning curve (accuracy at each evaluation, the first before training) collapsed: it fell at
+    least ``drop`` below its peak and is still there at its final evaluation. A run that never rose above its start
+    is counted by ``never_learned``, not here (unless it fell that far below its start)."""
     y = np.asarray(y, dtype=float)
     y = y[np.isfinite(y)]
-    if len(y) < 2:
-        return False
-    return bool(y[-1] <= y.max() - drop or y[-1] < y[0])
+    return bool(len(y) >= 2 and y[-1] <= y.max() - drop)
+
+
+def never_learned(y: Sequence[float]) -> bool:
+    """Whether a run's curve never rose above its start (the first evaluation, before training)."""
+    y = np.asarray(y, dtype=float)
+    y = y[np.isfinite(y)]
+    return bool(len(y) >= 2 and np.all(y[1:] <= y[0]))
 
 
 def normalise(scores, start: float) -> np.ndarray:

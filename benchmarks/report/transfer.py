@@ -22,7 +22,7 @@ from benchmarks.errors import UsageError
 from benchmarks.io import atomic_write_text
 from benchmarks.markdown import markdown_table, update_section, with_interval
 from benchmarks.report.matrix import matrix_verdicts
-from benchmarks.report.stats import BEST, TIED, WORSE
+from benchmarks.report.inference import TOO_FEW
 
 
 def _ranking_task(verdicts: pd.DataFrame, directory: Path) -> pd.DataFrame:
@@ -66,8 +66,9 @@ def transfer(toy: Path | str, real: Path | str, pairs: Sequence[tuple[str, str]]
         a, b = toy_verdicts.loc[toy_name], real_verdicts.loc[real_name]
         rows.append({"algorithm": real_name, "toy_variant": toy_name, "toy_seeds": int(a["seeds"]),
                      "toy_mean": a["final_mean"], "toy_low": a["final_mean_low"], "toy_high": a["final_mean_high"],
-                     "toy_mark": a["mark"], "real_seeds": int(b["seeds"]), "real_mean": b["final_mean"],
-                     "real_low": b["final_mean_low"], "real_high": b["final_mean_high"], "real_mark": b["mark"]})
+                     "toy_mark": a["mark"], "toy_in_set": bool(a["in_best_set"]), "real_seeds": int(b["seeds"]),
+                     "real_mean": b["final_mean"], "real_low": b["final_mean_low"], "real_high": b["final_mean_high"],
+                     "real_mark": b["mark"], "real_in_set": bool(b["in_best_set"])})
     table = pd.DataFrame(rows)
     table["toy_rank"] = table["toy_mean"].rank(ascending=False, method="min").astype(int)
     table["real_rank"] = table["real_mean"].rank(ascending=False, method="min").astype(int)
@@ -82,14 +83,14 @@ def headline(result: dict) -> str:
     table = result["table"]
     toy_first = table.sort_values("toy_rank").iloc[0]
     real_first = table.sort_values("real_rank").iloc[0]
-    real_best = set(table.loc[table["real_mark"].isin([BEST, TIED]), "algorithm"])
+    real_best = set(table.loc[table["real_in_set"], "algorithm"])
     needed = result["tau_needed"]
     power = (f"with {result['n']} algorithms only tau >= {needed:.2f} reaches p < 0.05" if needed is not None
              else f"with {result['n']} algorithms no ranking reaches p < 0.05")
     carried = "carries over" if result["p_value"] < 0.05 and result["tau"] > 0 else "is not shown to carry over"
-    if table["real_mark"].isin([BEST, TIED, WORSE]).all():
+    if not (table["real_mark"] == TOO_FEW).any():
         first = (f"the toy's first of these, {toy_first['toy_variant']}, is "
-                 f"{'also' if toy_first['algorithm'] in real_best else 'not'} in {result['real_task']}'s best group")
+                 f"{'also' if toy_first['algorithm'] in real_best else 'not'} in {result['real_task']}'s could-be-best set")
     else:
         first = f"{result['real_task']} has too few seeds for marks yet"
     return (f"**The toy ranking {carried}: Kendall's tau-b {result['tau']:+.2f} (p {result['p_value']:.2f}; {power}); "
@@ -104,7 +105,8 @@ def render(result: dict, command: str) -> str:
     lines = [headline(result), "",
              f"The algorithms both matrices ran: on the toy task ({result['toy_task']}, `{result['toy']}`) and on "
              f"the real one ({result['real_task']}, `{result['real']}`), each matrix's own verdict (final mean with its "
-             "95% interval, its mark against that matrix's best variant) and the rank among these algorithms.", "",
+             "95% interval, its mark from that matrix's simultaneous comparison with the best: "
+             "benchmarks/report/inference.py) and the rank among these algorithms.", "",
              markdown_table(["algorithm", "toy variant", f"{result['toy_task']}: mean [95% CI]", "toy mark", "toy rank",
                              f"{result['real_task']}: mean [95% CI]", "real mark", "real rank"], rows),
              "", f"Regenerate: `{command}`"]

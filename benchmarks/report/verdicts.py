@@ -1,36 +1,64 @@
-"""Verdicts: per task, the variants ranked with bootstrap intervals, the set tied with the best, what
-each costs, and only the guidance sentences the numbers support.
+"""Verdicts: per task, which variants could be the best, which are worse and by how much, which are equivalent to
+the best within a stated margin, with the family-wise error controlled; what each costs; and only the guidance
+sentences those marks support.
 
-The rules, stated once:
-  * a task *ranks nothing* when every variant's mean final accuracy is >= 0.95 or every one is <= 0.05
-    (saturated: the task cannot tell the variants apart, whatever the intervals say);
-  * on a task that ranks, the variant with the highest mean final accuracy is "best"; another is
-    "tied with best" when the 95% Welch t interval of its mean's difference to the best's contains 0,
-    else "worse" (stats.mark_against_best; fewer than 3 seeds: no mark; why Welch and not the bootstrap:
-    benchmarks.report.calibration);
-  * "the statistics do not separate the variants on TASK" when every variant is best or tied;
-  * "X is best or tied with best on all N tasks that rank" only when that holds for X on every such
-    task; "of those, Y has the lowest mean training time" names the measured minimum, nothing more.
+The procedure (benchmarks/report/inference.py): one primary metric per matrix, stated in its ``[analysis]`` before
+its cells run (final accuracy when a matrix stated none: the report says so); simultaneous 95% intervals for each
+variant's gap to the best of the others (Hsu's multiple comparisons with the best), blocked on the seed that
+cells of different variants share (common random numbers), with one pooled seed-to-seed sd and a critical value
+calibrated by simulation for unequal spreads. The marks:
 
-Beside the marks, per task: the power of that comparison (the minimum detectable difference at 80% power
-for the task's seed count and pooled seed-to-seed spread), per variant the collapse rate with its Wilson
-interval, the ScaleRL compute-scaling fit (benchmarks.report.fits), and, when the matrix declares groups of
-equivalent variants (top-level ``equivalent``), the share of those A/A pairs the intervals separate.
+  * *best*: better than every other variant (its interval above 0);
+  * *worse*: below the best by at least the amount shown (its interval below 0);
+  * *equivalent to best*: its interval within +-margin (the matrix's stated margin; none stated, none claimed);
+  * *not resolved*: the variant could be the best and the seeds cannot say more (the MDD says what would);
+  * the *could-be-best set* (every variant not "worse") is a 95% confidence set for the best; beside it, each
+    variant's posterior probability of being best and how often a rerun of the design gives back the same set.
+
+A task *ranks nothing* when every variant's mean primary metric is >= 0.95 or every one is <= 0.05. Curve metrics
+(AUC, completions to a threshold) are printed only where every curve has at least 3 evaluations after the start: a
+before-and-after curve's AUC is (before + after) / 2 and its "completions to threshold" a rescaled final accuracy.
+A run *collapsed* when it fell >= 0.3 below its peak and stayed there; a run that *never learned* (never above its
+start) is counted apart.
 """
 
 from __future__ import annotations
 
 import math
+import tomllib
 
 import numpy as np
 import pandas as pd
 
-from benchmarks.report import calibration, fits, stats
-from benchmarks.report.curves import THRESHOLD_SHARE
+from benchmarks.curve import PRIMARY_DEFAULT, evaluations_needed
 from benchmarks.markdown import markdown_table, with_interval
+from benchmarks.report import fits, inference, stats
+from benchmarks.report.curves import THRESHOLD_SHARE
 
 SATURATED_HIGH, SATURATED_LOW = 0.95, 0.05
 PROFILE_TAUS = np.linspace(0.0, 1.0, 41)
+CURVE_EVALUATIONS = 3  # evaluations after the start a curve metric needs (see the module docstring)
+PRIMARY_NAMES = {"final": "final accuracy", "auc": "AUC (accuracy against completions, over the budget)"}
+
+
+def analysis_spec(meta: dict | None) -> dict:
+    """The matrix's stated analysis: primary metric, margin, target MDD, and whether (and when) it was stated
+    before its cells ran (matrix.json's ``analysis``, written by the matrix at its first session)."""
+    stated = (meta or {}).get("analysis")
+    spec = {"primary": PRIMARY_DEFAULT, "margin": None, "target_mdd": None, "stated_at": None}
+    if stated:
+        return {**spec, **stated, "stated": stated.get("stated_at") is not None}
+    try:  # a matrix file with [analysis] whose first session predates its record: stated, not pre-registered
+        table = tomllib.loads((meta or {}).get("toml") or "").get("analysis") or {}
+    except tomllib.TOMLDecodeError:
+        table = {}
+    return {**spec, **{k: v for k, v in table.items() if k in spec}, "stated": False}
+
+
+def primary_name(primary: str) -> str:
+    if primary.startswith("last_"):
+        return f"mean accuracy of the last {primary[5:]} evaluations"
+    return PRIMARY_NAMES.get(primary, primary)
 
 
 def _runs(frame: pd.DataFrame, column: str) -> dict[str, np.ndarray]:
@@ -57,87 +85,83 @@ def _pooled(per_cell: pd.DataFrame, column: str, tasks: list[str]) -> dict[str, 
     return out
 
 
-def _pooled_sd_and_seeds(frame: pd.DataFrame, column: str) -> tuple[float, int]:
-    """The seed count (the median over variants) and the pooled seed-to-seed standard deviation (the root
-    mean of the variants' variances, those with 2 or more seeds) of ``frame``'s cells."""
-    groups = frame.groupby("variant", sort=False)[column]
-    sizes, variances = groups.count(), groups.var(ddof=1)
-    variances = variances[sizes >= 2].dropna()
-    n = int(np.median(sizes)) if len(sizes) else 0
-    return (float(np.sqrt(variances.mean())) if len(variances) else math.nan), n
-
-
-def contenders(marks: pd.DataFrame) -> list[str]:
-    """The variants a verdict is about, for one task's marks (ranked best first): the best and those tied
-    with it, and when the best stands alone, its nearest rival too (the comparison that decided it)."""
-    top = [r.variant for r in marks.itertuples() if r.mark in (stats.BEST, stats.TIED)]
-    if len(top) < 2 and len(marks) >= 2:
-        top = list(marks["variant"].iloc[:2])
-    return top
-
-
-def power(per_cell: pd.DataFrame, column: str = "final_accuracy", marks: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Per task: the seed count, the pooled seed-to-seed standard deviation and the minimum detectable
-    difference of two variants' means at 80% power, two-sided 5% (stats.minimum_detectable_difference), over
-    every variant; with ``marks`` (analyse's table), the same over the task's ``contenders`` alone, whose
-    spread is the one that decides the close calls (a collapsing variant's spread says nothing about them)."""
+def _aa_pairs(task: str, fit: inference.Fit | None, groups: list) -> list[dict]:
+    """The declared-equivalent pairs of one task, each separated when the procedure's simultaneous interval of
+    their difference excludes 0."""
+    if fit is None or not np.isfinite(fit.c):
+        return []
+    index = {v: i for i, v in enumerate(fit.variants)}
     rows = []
-    for task, frame in per_cell.groupby("task", sort=False):
-        sd, n = _pooled_sd_and_seeds(frame, column)
-        row = {"task": task, "seeds": n, "pooled_sd": sd, "mdd": stats.minimum_detectable_difference(sd, n),
-               "contenders": "", "contenders_seeds": 0, "contenders_sd": math.nan, "contenders_mdd": math.nan}
-        if marks is not None and not marks.empty and task in set(marks["task"]):
-            top = contenders(marks[marks["task"] == task])
-            top_sd, top_n = _pooled_sd_and_seeds(frame[frame["variant"].isin(top)], column)
-            row.update(contenders=", ".join(top), contenders_seeds=top_n, contenders_sd=top_sd,
-                       contenders_mdd=stats.minimum_detectable_difference(top_sd, top_n))
-        rows.append(row)
-    return pd.DataFrame(rows, columns=["task", "seeds", "pooled_sd", "mdd", "contenders", "contenders_seeds",
-                                       "contenders_sd", "contenders_mdd"])
+    for group in groups:
+        present = [v for v in group if v in index]
+        for i, a in enumerate(present):
+            for b in present[i + 1:]:
+                ia, ib = index[a], index[b]
+                diff = float(fit.means[ia] - fit.means[ib])
+                half = float(fit.c * fit.sd * math.sqrt(1 / fit.n[ia] + 1 / fit.n[ib]))
+                rows.append({"task": task, "a": a, "b": b, "diff": diff, "half_width": half,
+                             "separated": abs(diff) > half})
+    return rows
 
 
 def analyse(cells: pd.DataFrame, curves: dict, *, reps: int = stats.REPS, seed: int = stats.SEED,
             meta: dict | None = None, equivalent: list | None = None, scaling: bool = True) -> dict:
     """Everything the verdict section and its tables need.
 
-    Returns {"tasks": per (task, variant) row with final accuracy and AUC estimates, completions to the
-    threshold, the mark and the costs; "overall": normalised mean / IQM per variant over tasks;
-    "poi": P(X > Y) per task and overall; "profiles": performance profiles of normalised final
-    accuracy; "saturated": {task: bool}; "sentences": the guidance; "power": per task MDD; "scaling_fits":
-    per (task, variant) ScaleRL fit; "aa": the A/A pairs of the ``equivalent`` groups (default: those
-    ``meta``'s matrix file declares) and whether each is separated}."""
+    Returns {"spec": the stated analysis; "tasks": per (task, variant) row with the primary metric, the marks, final
+    accuracy and (where the curves carry them) AUC estimates and completions to the threshold, and the costs;
+    "power": per task the model, MDD and what more seeds buy; "overall": normalised mean / IQM per variant over
+    tasks; "poi": P(X > Y) per task and overall; "profiles"; "saturated": {task: bool}; "sentences"; "scaling_fits";
+    "aa": the declared-equivalent pairs (default: those ``meta``'s matrix file declares) and whether each is
+    separated}."""
+    spec = analysis_spec(meta)
     per_cell = curves.get("cells", pd.DataFrame())
+    empty = {"spec": spec, "tasks": pd.DataFrame(), "overall": pd.DataFrame(), "poi": pd.DataFrame(),
+             "profiles": pd.DataFrame(), "saturated": {}, "sentences": [], "thresholds": {}, "power": pd.DataFrame(),
+             "scaling_fits": pd.DataFrame(columns=fits.COLUMNS), "aa": pd.DataFrame(), "tuning": tuning_table(meta),
+             "curve_metrics": {}}
     if per_cell.empty:
-        return {"tasks": pd.DataFrame(), "overall": pd.DataFrame(), "poi": pd.DataFrame(), "profiles": pd.DataFrame(),
-                "saturated": {}, "sentences": [], "thresholds": {}, "power": pd.DataFrame(),
-                "scaling_fits": pd.DataFrame(columns=fits.COLUMNS), "aa": pd.DataFrame(), "tuning": tuning_table(meta)}
+        return empty
+    if "primary" not in per_cell:
+        per_cell = per_cell.assign(primary=per_cell["final_accuracy"])
+    groups = _equivalent_groups(meta) if equivalent is None else equivalent
     done = cells[cells["status"] == "complete"]
     cost = done.groupby(["task", "variant"], sort=False)[["wall_clock_s", "peak_memory_bytes"]].mean()
-    rows, saturated, poi = [], {}, []
+    rows, saturated, poi, power_rows, aa_rows, curve_ok = [], {}, [], [], [], {}
     tasks = list(dict.fromkeys(per_cell["task"]))
     for task in tasks:
         frame = per_cell[per_cell["task"] == task]
         final, auc = _runs(frame, "final_accuracy"), _runs(frame, "auc")
-        means = {v: float(np.mean(x)) for v, x in final.items()}
+        scores = {v: dict(zip(g["seed"].astype(int), g["primary"].astype(float)))
+                  for v, g in frame.groupby("variant", sort=False)}
+        means = {v: float(np.nanmean(list(s.values()))) for v, s in scores.items()}
         saturated[task] = all(m >= SATURATED_HIGH for m in means.values()) or all(m <= SATURATED_LOW for m in means.values())
-        marks = stats.mark_against_best(final, reps=reps, seed=seed).set_index("variant")
+        curve_ok[task] = bool((frame["evaluations"] >= CURVE_EVALUATIONS).all()) if "evaluations" in frame else True
+        marks, fit = inference.compare(scores, margin=spec["margin"], seed=seed)
+        marks = marks.set_index("variant")
+        power_rows.append({"task": task, **inference.summary(fit, margin=spec["margin"], target=spec["target_mdd"], seed=seed)})
+        aa_rows += _aa_pairs(task, fit, groups)
         final_est = stats.mean_and_iqm(final, reps=reps, seed=seed).set_index("name")
         auc_est = stats.mean_and_iqm(auc, reps=reps, seed=seed).set_index("name")
         for variant in marks.index:
             mine = frame[frame["variant"] == variant]
             ctt = mine["completions_to_threshold"].to_numpy(float)
             n_collapsed = int(mine["collapsed"].sum()) if "collapsed" in mine else 0
+            n_flat = int(mine["never_learned"].sum()) if "never_learned" in mine else 0
             collapse_low, collapse_high = stats.wilson_interval(n_collapsed, len(mine))
-            row = {"task": task, "variant": variant, "seeds": len(final[variant]),
+            m = marks.loc[variant]
+            row = {"task": task, "variant": variant, "seeds": len(final[variant]), "model_seeds": int(m["seeds"]),
+                   "primary_mean": float(m["mean"]), "primary_sd": float(m["sd"]),
                    **{f"final_{k}": v for k, v in final_est.loc[variant].items()},
                    **{f"auc_{k}": v for k, v in auc_est.loc[variant].items()},
                    "threshold": curves["thresholds"][task],
                    "completions_to_threshold": float(np.median(ctt)) if len(ctt) else math.nan,
                    "threshold_reached": int(np.isfinite(ctt).sum()),
                    "collapsed": n_collapsed, "collapse_rate": n_collapsed / len(mine) if len(mine) else math.nan,
-                   "collapse_low": collapse_low, "collapse_high": collapse_high,
-                   **marks.loc[variant, ["diff", "diff_low", "diff_high", "mark"]].to_dict(),
-                   "saturated": saturated[task]}
+                   "collapse_low": collapse_low, "collapse_high": collapse_high, "never_learned": n_flat,
+                   "gap_low": float(m["low"]), "gap_high": float(m["high"]), "mark": m["mark"],
+                   "worse_by": float(m["worse_by"]), "in_best_set": bool(m["in_best_set"]), "p_best": float(m["p_best"]),
+                   "saturated": saturated[task], "curve_metrics": curve_ok[task]}
             if (task, variant) in cost.index:
                 row["wall_clock_s"], row["peak_memory_bytes"] = cost.loc[(task, variant)]
             rows.append(row)
@@ -159,42 +183,32 @@ def analyse(cells: pd.DataFrame, curves: dict, *, reps: int = stats.REPS, seed: 
         all_poi.insert(0, "task", "all tasks")
         poi.append(all_poi)
         profiles = stats.performance_profiles(final_pooled, PROFILE_TAUS, reps=reps, seed=seed)
-    result = {"tasks": table, "overall": overall, "poi": pd.concat(poi, ignore_index=True), "profiles": profiles,
+    power_table = pd.DataFrame(power_rows)
+    result = {**empty, "tasks": table, "overall": overall, "poi": pd.concat(poi, ignore_index=True), "profiles": profiles,
               "saturated": saturated, "thresholds": curves["thresholds"], "aligned": curves.get("aligned", {}),
-              "pooled_tasks": [t for t in tasks if per_cell[per_cell["task"] == t]["accuracy_before"].mean() < 1.0]}
-    result["sentences"] = guidance(table)
-    result["power"] = power(per_cell, marks=table)
-    result["scaling_fits"] = fits.scaling_fits(curves.get("completions"), seed=seed) if scaling else pd.DataFrame(columns=fits.COLUMNS)
-    result["tuning"] = tuning_table(meta)
-    groups = calibration.equivalent_groups(meta) if equivalent is None else equivalent
-    result["equivalent"] = groups
-    result["aa"] = calibration.false_separation(per_cell, groups, reps=reps, seed=seed)
+              "pooled_tasks": [t for t in tasks if per_cell[per_cell["task"] == t]["accuracy_before"].mean() < 1.0],
+              "power": power_table, "curve_metrics": curve_ok, "equivalent": groups,
+              "aa": pd.DataFrame(aa_rows, columns=["task", "a", "b", "diff", "half_width", "separated"])}
+    result["sentences"] = guidance(table, power_table, spec)
+    result["scaling_fits"] = (fits.scaling_fits(curves.get("completions"), seed=seed) if scaling and any(curve_ok.values())
+                              else pd.DataFrame(columns=fits.COLUMNS))
     return result
 
 
-def undecided(scores: dict[str, list[float]], target: float) -> list[str]:
-    """Racing's rule for one task: the variants whose mark more seeds could still change.
-
-    A variant worse than the best is decided; one tied with it is decided when the whole interval of the
-    difference lies within +-``target`` (equivalent for a practitioner's purposes), else undecided; the best
-    is undecided while any rival is (its seeds narrow every comparison). A saturated task decides nothing
-    more (it ranks nothing) and neither does one with too few seeds for a mark (all undecided)."""
-    means = [float(np.mean(v)) for v in scores.values() if len(v)]
-    if means and (all(m >= SATURATED_HIGH for m in means) or all(m <= SATURATED_LOW for m in means)):
+def _equivalent_groups(meta: dict | None) -> list[list[str]]:
+    """The matrix file's top-level ``equivalent`` groups (A/A controls), read from the toml kept in matrix.json."""
+    try:
+        data = tomllib.loads((meta or {}).get("toml") or "")
+    except tomllib.TOMLDecodeError:
         return []
-    marks = stats.mark_against_best(scores)
-    if marks["mark"].str.startswith("too few").any():
-        return list(scores)
-    open_ = [r.variant for r in marks.itertuples()
-             if r.mark == stats.TIED and max(abs(r.diff_low), abs(r.diff_high)) > target]
-    best = [r.variant for r in marks.itertuples() if r.mark == stats.BEST]
-    return [v for v in scores if v in open_ or (open_ and v in best)]
+    return [list(g) for g in data.get("equivalent", []) if isinstance(g, list)]
 
 
 def tuning_table(meta: dict | None) -> pd.DataFrame:
-    """Per (task, variant) and grid point of the matrix's ``[tuning]``: the mean AUC and final accuracy on the
-    tuning seeds, which point was chosen, and the variant's sensitivity (the spread of final accuracy across
-    its grid: how forgiving it is of the setting). Empty without tuning."""
+    """Per (task, variant) and grid point of the matrix's ``[tuning]``: the mean score it was chosen by (the primary
+    metric on validation problems; AUC in matrices run before there was one), its final accuracy on the tuning
+    seeds, which point was chosen, and the variant's sensitivity (the spread of final accuracy across its grid: how
+    forgiving it is of the setting). Empty without tuning."""
     table = ((meta or {}).get("tuning") or {}).get("table") or []
     rows = []
     for group in table:
@@ -202,97 +216,38 @@ def tuning_table(meta: dict | None) -> pd.DataFrame:
         spread = (max(finals) - min(finals)) if finals else math.nan
         for i, point in enumerate(group["points"]):
             rows.append({"task": group["task"], "variant": group["variant"], "point": point["point"],
-                         "chosen": i == group["chosen"], "auc": point["auc"], "final_accuracy": point["final_accuracy"],
-                         "tuning_seeds": point["seeds"], "failed": point["failed"], "sensitivity": spread})
+                         "chosen": i == group["chosen"], "chosen_by": point.get("primary_metric"),
+                         "score": point.get("primary", point["auc"]), "auc": point["auc"],
+                         "final_accuracy": point["final_accuracy"], "tuning_seeds": point["seeds"],
+                         "failed": point["failed"], "sensitivity": spread})
     return pd.DataFrame(rows)
 
 
 def _tuning_lines(analysis: dict, task: str) -> list[str]:
+    """One row per variant: the chosen point and its score, then every grid point's score / final accuracy."""
     tuned = analysis.get("tuning", pd.DataFrame())
     if tuned is None or tuned.empty or task not in set(tuned["task"]):
         return []
     mine = tuned[tuned["task"] == task]
-    points = list(dict.fromkeys(mine["point"]))
     rows = []
     for variant, group in mine.groupby("variant", sort=False):
-        by_point = group.set_index("point")
-        cells = []
-        for point in points:
-            if point not in by_point.index:
-                cells.append("")
-                continue
-            r = by_point.loc[point]
-            text = "failed" if r["failed"] else f"{r['auc']:.3f} / {r['final_accuracy']:.3f}"
-            cells.append(f"**{text}**" if r["chosen"] else text)
-        rows.append([variant, *cells, f"{group['sensitivity'].iloc[0]:.3f}"])
-    n = int(mine["tuning_seeds"].max())
-    return ["", f"Tuning ({n} tuning seed(s), disjoint from the seeds above): AUC / final accuracy at each grid point, "
-                "mean over the tuning seeds; **bold** is the point each variant ran with (highest AUC). *Sensitivity*: "
-                "the spread of final accuracy across the grid (small: forgiving of the setting).", "",
-            markdown_table(["variant", *points, "sensitivity"], rows)]
+        chosen = group[group["chosen"]].iloc[0]
+        grid = "; ".join(f"{r.point}: " + ("failed" if r.failed else f"{r.score:.3f} / {r.final_accuracy:.3f}")
+                         for r in group.itertuples())
+        rows.append([variant, chosen["point"], f"{chosen['score']:.3f}", grid, f"{group['sensitivity'].iloc[0]:.3f}"])
+    n, by = int(mine["tuning_seeds"].max()), mine["chosen_by"].iloc[0]
+    how = ("AUC on the evaluation problems (this matrix ran before tuning selected on the primary metric and on "
+           "validation problems)" if by is None or pd.isna(by) else
+           f"primary metric ({primary_name(by)}) on the task's validation problems")
+    return ["", f"Tuning ({n} tuning seed(s), disjoint from the seeds above): each variant ran with the grid point of "
+                f"highest mean {how}. *Grid*: each point's score / final accuracy, means over the tuning seeds. "
+                "*Sensitivity*: the spread of final accuracy across the grid (small: forgiving of the setting).", "",
+            markdown_table(["variant", "chosen", "its score", "grid (score / final accuracy)", "sensitivity"], rows)]
 
 
 def _names(variants: list[str]) -> str:
     quoted = [f"`{v}`" for v in variants]
     return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
-
-
-def guidance(table: pd.DataFrame) -> list[str]:
-    """The sentences the marks support, by the rules in the module docstring."""
-    if table.empty:
-        return []
-    sentences, ranking = [], []
-    for task, frame in table.groupby("task", sort=False):
-        if frame["saturated"].iloc[0]:
-            level = "at or above 0.95" if frame["final_mean"].min() >= SATURATED_HIGH else "at or below 0.05"
-            sentences.append(f"`{task}` ranks nothing: every variant's mean final accuracy is {level}.")
-            continue
-        judged = frame[frame["mark"].isin([stats.BEST, stats.TIED, stats.WORSE])]
-        if len(judged) < 2:
-            sentences.append(f"`{task}`: fewer than {stats.MIN_SEEDS_FOR_VERDICT} seeds per variant, so no verdict.")
-            continue
-        short = [v for v in frame["variant"] if v not in set(judged["variant"])]
-        not_judged = f"{_names(short)} not judged: fewer than {stats.MIN_SEEDS_FOR_VERDICT} seeds" if short else ""
-        ranking.append(task)
-        top = judged[judged["mark"].isin([stats.BEST, stats.TIED])]
-        if len(top) == len(judged):
-            sentences.append(f"The statistics do not separate the variants on `{task}`"
-                             + (f" ({not_judged})." if short else "."))
-            continue
-        sentence = (f"On `{task}`, best or tied with best: {_names(list(top['variant']))} ({len(top)} of {len(judged)}"
-                    + (f"; {not_judged})" if short else ")"))
-        if len(top) > 1 and "wall_clock_s" in top and top["wall_clock_s"].notna().all():
-            fastest = top.loc[top["wall_clock_s"].idxmin()]
-            sentence += f"; of those, `{fastest['variant']}` has the lowest mean training time ({fastest['wall_clock_s']:.1f} s)"
-        sentences.append(sentence + ".")
-    if len(ranking) >= 2:
-        frame = table[table["task"].isin(ranking)]
-        good = frame[frame["mark"].isin([stats.BEST, stats.TIED])].groupby("variant", sort=False)["task"].nunique()
-        everywhere = [v for v, n in good.items() if n == len(ranking)]
-        if everywhere:
-            sentence = (f"{_names(everywhere)} {'is' if len(everywhere) == 1 else 'are'} best or tied with best on all "
-                        f"{len(ranking)} tasks that rank ({', '.join(f'`{t}`' for t in ranking)})")
-            seconds = frame[frame["variant"].isin(everywhere)].groupby("variant", sort=False)["wall_clock_s"].sum()
-            if len(everywhere) > 1 and seconds.notna().all():
-                sentence += (f"; of those, `{seconds.idxmin()}` has the lowest mean training time "
-                             f"({seconds.min():.1f} s summed over those tasks)")
-            sentences.append(sentence + ".")
-        else:
-            sentences.append(f"No variant is best or tied with best on all {len(ranking)} tasks that rank.")
-    elif not ranking:
-        sentences.append("No task in this matrix ranks the variants.")
-    return sentences
-
-
-def _threshold_text(r) -> str:
-    reached = f"{r['threshold_reached']}/{r['seeds']}"
-    return f"not reached ({reached})" if math.isinf(r["completions_to_threshold"]) else f"{r['completions_to_threshold']:.0f} ({reached})"
-
-
-def _collapse_text(r) -> str:
-    if pd.isna(r.get("collapse_rate")):
-        return "-"
-    return f"{r['collapsed']}/{r['seeds']} [{r['collapse_low']:.2f}, {r['collapse_high']:.2f}]"
 
 
 def _scaling_lines(analysis: dict, task: str, frame: pd.DataFrame) -> list[str]:
@@ -314,64 +269,183 @@ def _scaling_lines(analysis: dict, task: str, frame: pd.DataFrame) -> list[str]:
                             "error at budget"], rows)]
 
 
+def _primary_line(spec: dict) -> str:
+    margin = f"margin of equivalence +-{spec['margin']:g}" if spec.get("margin") else "no margin of equivalence (none is claimed)"
+    when = (f"stated in the matrix file before its cells ran ({spec['stated_at']})" if spec.get("stated")
+            else "NOT stated before the cells ran: the suite's default, chosen without looking at the marks" if spec["primary"] == PRIMARY_DEFAULT and not spec.get("margin")
+            else "stated in the matrix file after some cells had run")
+    return f"Primary metric: {primary_name(spec['primary'])}; {margin}; {when}."
+
+
+def guidance(table: pd.DataFrame, power: pd.DataFrame, spec: dict) -> list[str]:
+    """The sentences the marks support (module docstring)."""
+    if table.empty:
+        return []
+    sentences, ranking = [_primary_line(spec)], []
+    power = power.set_index("task") if not power.empty else power
+    for task, frame in table.groupby("task", sort=False):
+        if frame["saturated"].iloc[0]:
+            level = "at or above 0.95" if frame["primary_mean"].min() >= SATURATED_HIGH else "at or below 0.05"
+            sentences.append(f"`{task}` ranks nothing: every variant's mean is {level}.")
+            continue
+        judged = frame[frame["mark"] != inference.TOO_FEW]
+        if len(judged) < 2:
+            sentences.append(f"`{task}`: fewer than 3 seeds per variant, so no verdict.")
+            continue
+        ranking.append(task)
+        top = judged[judged["in_best_set"]].sort_values("p_best", ascending=False)
+        p = power.loc[task] if task in power.index else {}
+        probabilities = ", ".join(f"`{r.variant}` {r.p_best:.2f}" for r in top.itertuples())
+        if len(top) == 1:
+            lead = top.iloc[0]
+            sentence = (f"On `{task}`, `{lead['variant']}` is best: above every other variant by at least "
+                        f"{lead['gap_low']:.3f} (simultaneous 95%)")
+        elif len(top) == len(judged):
+            sentence = (f"On `{task}` the procedure separates none of the {len(judged)} variants: any could be the best "
+                        f"(P(best): {probabilities})")
+        else:
+            sentence = (f"On `{task}`, could be best: {_names(list(top['variant']))} ({len(top)} of {len(judged)}; "
+                        f"P(best): {probabilities})")
+        worse = judged[judged["mark"] == inference.WORSE]
+        if len(worse) and len(top) < len(judged):
+            sentence += f"; the other {len(worse)} are worse than the best by at least {worse['worse_by'].min():.3f}"
+        equivalent = judged[judged["mark"] == inference.EQUIVALENT]
+        if len(equivalent):
+            sentence += (f"; equivalent to the best within +-{spec['margin']:g}: {_names(list(equivalent['variant']))}")
+        unresolved = judged[judged["mark"] == inference.NOT_RESOLVED]
+        if len(unresolved) and len(top) > 1:
+            sentence += (f"; not separated is not equivalent: {len(unresolved)} of the set are not resolved at this "
+                         f"design's MDD {p.get('mdd', math.nan):.3f}")
+        if len(top) > 1 and "wall_clock_s" in top and top["wall_clock_s"].notna().all():
+            fastest = top.loc[top["wall_clock_s"].idxmin()]
+            sentence += f"; of the set, `{fastest['variant']}` has the lowest mean training time ({fastest['wall_clock_s']:.1f} s)"
+        if np.isfinite(p.get("set_reproduced", math.nan)):
+            sentence += f". A rerun of this design gives back the same set {p['set_reproduced']:.0%} of the time"
+        sentences.append(sentence + ".")
+    if len(ranking) >= 2:
+        frame = table[table["task"].isin(ranking)]
+        good = frame[frame["in_best_set"]].groupby("variant", sort=False)["task"].nunique()
+        everywhere = [v for v, n in good.items() if n == len(ranking)]
+        sentences.append(f"{_names(everywhere)} could be best on all {len(ranking)} tasks that rank."
+                         if everywhere else f"No variant could be best on all {len(ranking)} tasks that rank.")
+    elif not ranking:
+        sentences.append("No task in this matrix ranks the variants.")
+    return sentences
+
+
+def _threshold_text(r) -> str:
+    reached = f"{r['threshold_reached']}/{r['seeds']}"
+    return f"not reached ({reached})" if math.isinf(r["completions_to_threshold"]) else f"{r['completions_to_threshold']:.0f} ({reached})"
+
+
+def _collapse_text(r) -> str:
+    if pd.isna(r.get("collapse_rate")):
+        return "-"
+    return f"{r['collapsed']}/{r['seeds']} [{r['collapse_low']:.2f}, {r['collapse_high']:.2f}]"
+
+
+def _mark_text(r) -> str:
+    if r["mark"] == inference.WORSE:
+        return f"worse (by >= {r['worse_by']:.3f})"
+    if r["mark"] == inference.BEST:
+        return f"**best** (by >= {r['gap_low']:.3f})"
+    if r["mark"] == inference.TOO_FEW:
+        return "too few seeds (< 3)"
+    return f"could be best: {r['mark']}"
+
+
+def _power_text(p: pd.Series, spec: dict) -> str:
+    if p.get("model", "none") == "none":
+        return "No model: fewer than two variants with 3 or more seeds."
+    parts = [f"Model: {p['model']} ({int(p['variants'])} variants x {p['seeds']:.0f} seeds, residual df {int(p['df'])}"
+             + (f"; {int(p['seeds_left_out'])} cells outside the complete seeds left out" if p.get("seeds_left_out") else "")
+             + f"), pooled seed-to-seed sd {p['sd']:.4f}"
+             + (f", mean correlation of two variants' cells over a shared seed {p['seed_correlation']:+.2f}"
+                if np.isfinite(p.get("seed_correlation", math.nan)) else "") + ".",
+             f"Critical value {p['critical_value']:.2f} (calibrated for unequal spreads; Tukey's, for equal ones: "
+             f"{p['tukey_value']:.2f}): a pair's simultaneous interval is +-{p['half_width']:.3f}.",
+             f"MDD (the gap to the best called \"worse\" with 80% probability) {p['mdd']:.3f}; with 2x the seeds "
+             f"{p['mdd_x2']:.3f}, with 4x {p['mdd_x4']:.3f}."]
+    if spec.get("target_mdd"):
+        need = p.get("seeds_for_target")
+        parts.append(f"The stated target MDD {spec['target_mdd']:g} needs {int(need) if need and np.isfinite(need) else 'more than 2000'} seeds per variant.")
+    if spec.get("margin"):
+        need = p.get("seeds_for_margin")
+        parts.append(f"An MDD at the margin {spec['margin']:g} needs {int(need) if need and np.isfinite(need) else 'more than 2000'} "
+                     f"seeds per variant; two equal variants are marked equivalent only when +-{p['half_width']:.3f} "
+                     f"fits inside +-{spec['margin']:g}.")
+    if np.isfinite(p.get("set_reproduced", math.nan)):
+        parts.append(f"The could-be-best set comes back in {p['set_reproduced']:.0%} of parametric reruns.")
+    if p.get("note"):
+        parts.append(str(p["note"]).capitalize() + ".")
+    return " ".join(parts)
+
+
 def render(analysis: dict, *, scaling: bool = True) -> str:
     """The verdict section as markdown; ``scaling``: with a compute-scaling table per ranking task (without,
     one line pointing to tables/scaling_fits.csv: what a README section shows)."""
     table = analysis["tasks"]
+    spec = analysis.get("spec") or analysis_spec(None)
     if table.empty:
         return "### Verdicts\n\nNo complete cells with evaluations yet: nothing to rank.\n"
     lines = ["### Verdicts", "",
-             "Final accuracy on each task's held-out evaluation set, over seeds: mean and interquartile mean (IQM) "
-             f"with stratified-bootstrap 95% intervals ({stats.REPS} resamples, seed {stats.SEED}; rliable, Agarwal et al. "
-             "2021). A variant is *tied with best* when the 95% Welch t interval of its mean's difference to the best's "
-             "contains 0 (with 3-5 seeds a bootstrap interval covers only 81-88% of the time; the Welch interval 95%: "
-             "benchmarks/report/calibration.py). *MDD*: the smallest difference of two means that 80% of matrices like this "
-             "one would detect (two-sided 5%, t with 2n - 2 degrees of freedom, the task's pooled seed-to-seed sd). "
-             "AUC is the area under accuracy against generated completions, divided by the budget (1 = perfect from the "
-             "start). *To threshold*: the median over seeds of the completions at which the curve (linear between "
-             f"evaluations) first reached {THRESHOLD_SHARE:.0%} of the best variant's mean final accuracy (seeds that reached "
-             f"it in brackets). *Collapsed*: seeds ending >= {stats.COLLAPSE_DROP} below their peak or below the start, "
-             "with a Wilson 95% interval. Costs are means over seeds: training seconds and peak memory.", ""]
+             "How to read the marks (benchmarks/report/inference.py): every claim comes from one family of simultaneous "
+             "95% intervals for each variant's *gap to the best of the others* (Hsu's multiple comparisons with the best, "
+             "blocked on the seed that cells of different variants share, one pooled seed-to-seed sd, the critical value "
+             "calibrated by simulation for unequal spreads), so all the marks of a task hold together with probability "
+             ">= 95%. *Could be best*: the gap's interval reaches 0 (the set of these is a 95% confidence set for the best); "
+             "*worse*: below the best by at least the amount shown; *equivalent*: the interval inside +-margin; *not "
+             "resolved*: could be best, and the seeds cannot say more. *P(best)*: the posterior probability of having the "
+             "highest mean. *MDD*: the gap to the best that this design calls worse with 80% probability. Final accuracy "
+             f"mean and IQM are described with stratified-bootstrap 95% intervals ({stats.REPS} resamples; rliable). "
+             f"*Collapsed*: fell >= {stats.COLLAPSE_DROP} below its peak and stayed there (Wilson 95% interval); *never "
+             "learned*: never above its start. Costs are means over seeds.", ""]
     lines += [f"- {s}" for s in analysis["sentences"]]
     aa = analysis.get("aa", pd.DataFrame())
     if aa is not None and not aa.empty:
-        lines.append(f"- A/A check: of the {len(aa)} pairs of variants declared equivalent (same update), over tasks, "
-                     f"{int(aa['separated'].sum())} ({aa['separated'].mean():.0%}) are separated by the 95% intervals "
-                     "(expected: about 5% or fewer).")
+        lines.append(f"- A/A check: of the {len(aa)} pairs of variants declared equivalent, over tasks, "
+                     f"{int(aa['separated'].sum())} are separated by the procedure's simultaneous intervals "
+                     "(a pair separated is a false claim).")
     power_by_task = analysis.get("power", pd.DataFrame())
     power_by_task = power_by_task.set_index("task") if not power_by_task.empty else power_by_task
     for task, frame in table.groupby("task", sort=False):
         note = " (ranks nothing: saturated)" if frame["saturated"].iloc[0] else ""
-        aligned = analysis.get("aligned", {}).get(task, True)
-        power_text = ""
+        curve_ok = bool(frame["curve_metrics"].iloc[0])
+        head = [f"Primary metric: {primary_name(spec['primary'])}."]
         if task in power_by_task.index:
-            p = power_by_task.loc[task]
-            power_text = (f" MDD {p['mdd']:.3f} ({int(p['seeds'])} seeds, pooled seed-to-seed sd {p['pooled_sd']:.3f})")
-            if p.get("contenders") and np.isfinite(p.get("contenders_mdd", math.nan)):
-                power_text += (f"; among the contenders ({', '.join(f'`{v}`' for v in p['contenders'].split(', '))}) "
-                               f"MDD {p['contenders_mdd']:.3f} ({int(p['contenders_seeds'])} seeds, "
-                               f"sd {p['contenders_sd']:.3f})")
-            power_text += "."
-        lines += ["", f"#### `{task}`{note}", "",
-                  f"Threshold: accuracy {analysis['thresholds'][task]:.3f}." + power_text
-                  + ("" if aligned else " Some curves were evaluated at other completion counts than the task's grid "
-                                        "(variable completions per step); their points were interpolated for the plots."),
-                  ""]
+            head.append(_power_text(power_by_task.loc[task], spec))
+        if curve_ok:
+            head.append(f"Threshold for *to threshold*: accuracy {analysis['thresholds'][task]:.3f}.")
+        else:
+            head.append("AUC and completions to a threshold are not shown: the curves have fewer than "
+                        f"{CURVE_EVALUATIONS} evaluations after the start (a before-and-after curve's AUC is "
+                        "(before + after) / 2).")
+        lines += ["", f"#### `{task}`{note}", "", " ".join(head), ""]
         rows = []
-        for rank, r in enumerate(frame.itertuples(index=False), 1):
+        for rank, r in enumerate(frame.sort_values("primary_mean", ascending=False, kind="stable").itertuples(index=False), 1):
             r = r._asdict()
-            rows.append([rank, r["variant"], r["seeds"], with_interval(r["final_mean"], r["final_mean_low"], r["final_mean_high"]),
-                         with_interval(r["final_iqm"], r["final_iqm_low"], r["final_iqm_high"]),
-                         with_interval(r["diff"], r["diff_low"], r["diff_high"], "{:+.3f}"), r["mark"],
-                         with_interval(r["auc_mean"], r["auc_mean_low"], r["auc_mean_high"]), _threshold_text(r),
-                         _collapse_text(r),
-                         "-" if pd.isna(r.get("wall_clock_s")) else f"{r['wall_clock_s']:.1f}",
-                         "-" if pd.isna(r.get("peak_memory_bytes")) else f"{r['peak_memory_bytes'] / 2**20:.0f}"])
-        lines.append(markdown_table(["rank", "variant", "seeds", "final accuracy mean [95% CI]", "IQM [95% CI]",
-                                     "difference to best [95% CI]", "verdict", "AUC mean [95% CI]", "completions to threshold",
-                                     "collapsed [95% CI]", "training s", "peak MiB"], rows))
+            seeds = (f"{r['model_seeds']} (+{r['seeds'] - r['model_seeds']} left out)"
+                     if r["mark"] != inference.TOO_FEW and r["seeds"] > r["model_seeds"] else r["seeds"])
+            row = [rank, r["variant"], seeds, f"{r['primary_mean']:.3f}",
+                   "-" if pd.isna(r["gap_low"]) else f"[{r['gap_low']:+.3f}, {r['gap_high']:+.3f}]", _mark_text(r),
+                   "-" if pd.isna(r["p_best"]) else f"{r['p_best']:.2f}",
+                   with_interval(r["final_mean"], r["final_mean_low"], r["final_mean_high"], seeds=r["seeds"]),
+                   with_interval(r["final_iqm"], r["final_iqm_low"], r["final_iqm_high"], seeds=r["seeds"])]
+            if curve_ok:
+                row += [with_interval(r["auc_mean"], r["auc_mean_low"], r["auc_mean_high"], seeds=r["seeds"]),
+                        _threshold_text(r)]
+            row += [_collapse_text(r), f"{r['never_learned']}/{r['seeds']}",
+                    "-" if pd.isna(r.get("wall_clock_s")) else f"{r['wall_clock_s']:.1f}",
+                    "-" if pd.isna(r.get("peak_memory_bytes")) else f"{r['peak_memory_bytes'] / 2**20:.0f}"]
+            rows.append(row)
+        headers = ["rank", "variant", "seeds", "primary metric", "gap to best of others [simultaneous 95%]", "mark",
+                   "P(best)", "final accuracy mean [95% CI]", "IQM [95% CI]"]
+        if curve_ok:
+            headers += ["AUC mean [95% CI]", "completions to threshold"]
+        headers += ["collapsed [95% CI]", "never learned", "training s", "peak MiB"]
+        lines.append(markdown_table(headers, rows))
         lines += _tuning_lines(analysis, task)
-        if scaling:
+        if scaling and curve_ok:
             lines += _scaling_lines(analysis, task, frame)
     fitted = analysis.get("scaling_fits")
     if not scaling and fitted is not None and not fitted.empty:
@@ -380,21 +454,13 @@ def render(analysis: dict, *, scaling: bool = True) -> str:
     overall = analysis["overall"]
     if not overall.empty and len(analysis["pooled_tasks"]) > 1:
         lines += ["", f"#### All tasks ({', '.join(f'`{t}`' for t in analysis['pooled_tasks'])})", "",
-                  "Scores normalised per task: 0 is the starting policy's mean accuracy, 1 is accuracy 1.0; runs are the seeds a "
-                  "variant completed on every task. Saturated tasks are included (they squeeze everyone towards the same score).",
+                  "Described, not judged: scores normalised per task (0 is the starting policy's mean accuracy, 1 is "
+                  "accuracy 1.0); runs are the seeds a variant completed on every task; saturated tasks included.",
                   "", markdown_table(
                       ["variant", "seeds", "normalised final IQM [95% CI]", "normalised final mean [95% CI]",
                        "normalised AUC IQM [95% CI]", "normalised AUC mean [95% CI]"],
-                      [[r.variant, r.seeds, with_interval(r.final_iqm, r.final_iqm_low, r.final_iqm_high),
-                        with_interval(r.final_mean, r.final_mean_low, r.final_mean_high),
-                        with_interval(r.auc_iqm, r.auc_iqm_low, r.auc_iqm_high),
-                        with_interval(r.auc_mean, r.auc_mean_low, r.auc_mean_high)] for r in overall.itertuples()])]
-        poi = analysis["poi"]
-        top = overall["variant"].iloc[0]
-        pairs = poi[(poi["task"] == "all tasks") & (poi["x"] == top)]
-        if not pairs.empty:
-            lines += ["", f"Probability of improvement of `{top}` (highest normalised IQM) over each other variant, averaged over "
-                          "tasks (Mann-Whitney; every pair in tables/probability_of_improvement.csv): "
-                      + ", ".join(f"`{r.y}` {r.probability:.2f}" for r in pairs.itertuples()) + "."]
+                      [[r.variant, r.seeds, with_interval(r.final_iqm, r.final_iqm_low, r.final_iqm_high, seeds=r.seeds),
+                        with_interval(r.final_mean, r.final_mean_low, r.final_mean_high, seeds=r.seeds),
+                        with_interval(r.auc_iqm, r.auc_iqm_low, r.auc_iqm_high, seeds=r.seeds),
+                        with_interval(r.auc_mean, r.auc_mean_low, r.auc_mean_high, seeds=r.seeds)] for r in overall.itertuples()])]
     return "\n".join(lines) + "\n"
-
