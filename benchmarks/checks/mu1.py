@@ -155,7 +155,9 @@ class Mu1Settings:
     steps: int = 30  # training steps of the mu = 1, beta = 0 run
     seed: int = 0
     out: Optional[str] = None  # folder for report.md, results.json, mu1.png (None: results/mu1, or results/mu1-TASK)
-    readme: str = "README.md"  # README whose mu1 section is regenerated ("": none)
+    # README whose mu1 section is regenerated ("": none; None: README.md with the default ``out``, none with another:
+    # a check written elsewhere does not rewrite the README of the folder it ran in)
+    readme: Optional[str] = None
     group_size: Optional[int] = None  # G (None: GRPO's)
     prompts_per_step: Optional[int] = None  # (None: GRPO's)
     learning_rate: Optional[float] = None  # (None: the task's)
@@ -295,13 +297,13 @@ def length_table(lengths: dict) -> str:
     return "\n".join(lines)
 
 
-def explanation(r: dict) -> str:
-    """The plain-words README section, with the numbers this run measured."""
+def explanation(r: dict, out: Path | str = "results/mu1") -> str:
+    """The plain-words README section, with the numbers this run measured and ``out``, the folder they are in."""
     t, rf, k0, kt, ln, m = r["training"], r["reinforce"], r["kl_step0"], r["kl_trained"], r["lengths"], r["multi"]
     later = m["per_iteration"][1:]
     return f"""### Why the GRPO loss reads 0 at mu = 1 (and the model still learns)
 
-*Measured by `{r['command']}`; details in `results/mu1/`.*
+*Measured by `{r['command']}`; details in `{Path(out).as_posix()}/`.*
 
 With mu = 1 (one update per batch of samples, the common setting) the policy that sampled the completions *is*
 the policy being updated, so every importance ratio pi_theta / pi_theta_old equals 1. With beta = 0 and the
@@ -341,7 +343,7 @@ def verdict_table(rows: list[tuple[str, str, bool]]) -> list[str]:
         f"| {cell(c)} | {cell(v)} | {'yes' if ok else '**NO**'} |" for c, v, ok in rows]
 
 
-def report(r: dict) -> str:
+def report(r: dict, out: Path | str = "results/mu1") -> str:
     rows = verdicts(r)
     table = verdict_table(rows)
     return "\n".join([
@@ -353,7 +355,7 @@ def report(r: dict) -> str:
         "",
         *table,
         "",
-        explanation(r),
+        explanation(r, out),
     ])
 
 
@@ -437,20 +439,21 @@ def run_mu1_check(settings: Mu1Settings, command: str) -> int:
     result["command"] = command
     task = settings.task
     out = Path(settings.out if settings.out else ("results/mu1" if task == "pizza" else f"results/mu1-{task}"))
+    readme = settings.readme if settings.readme is not None else ("" if settings.out else "README.md")
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "results.json", result)
-    atomic_write_text(out / "report.md", report(result))
+    atomic_write_text(out / "report.md", report(result, out))
     plot(result, out / "mu1.png")
     # The plain-words section is the pizza run's; another task adds its verdict table as a section of its own.
     section = "mu1" if task == "pizza" else f"mu1-{task}"
-    if settings.readme:
-        update_section(settings.readme, section, explanation(result) if section == "mu1" else task_section(result, out))
+    if readme:
+        update_section(readme, section, explanation(result, out) if section == "mu1" else task_section(result, out))
     rows = verdicts(result)
     for check, measured, ok in rows:
         print(f"{'ok  ' if ok else 'FAIL'} {check}: {measured}")
     failed = sum(not ok for *_, ok in rows)
     print(f"{len(rows) - failed}/{len(rows)} checks pass -> {out}"
-          + (f", README section {section!r} in {settings.readme}" if settings.readme else ""))
+          + (f", README section {section!r} in {readme}" if readme else ""))
     return 1 if failed else 0
 
 

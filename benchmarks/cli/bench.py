@@ -9,7 +9,7 @@ from benchmarks.cli.bench_executors import add_executors_parser
 from benchmarks.cli.bench_lora import add_bench_lora_parser
 from benchmarks.cli.bench_revisions import add_bench_revisions_parser
 from benchmarks.cli.bench_roof import add_bench_roof_parser
-from benchmarks.cli.options import comma_list
+from benchmarks.cli.options import comma_list, seed_value
 from benchmarks.perf.grpo_vs_trl import PerfSettings, default_workloads, run_bench, workloads_of
 
 
@@ -24,7 +24,7 @@ def _common(p, algo: str) -> None:
                    help="measure each side's peak memory in its own subprocess (two optimizer updates)")
     p.add_argument("--max-new-tokens", type=int, default=PerfSettings.max_new_tokens,
                    help="override every workload's completion cap (quick runs)")
-    p.add_argument("--seed", type=int, default=PerfSettings.seed, help="seed of every side and of the prompt draws")
+    p.add_argument("--seed", type=seed_value, default=PerfSettings.seed, help="seed of every side and of the prompt draws")
     p.add_argument("--device", default=PerfSettings.device, help="cpu, cuda or auto (cuda results go to results/gpu)")
     p.add_argument("--out", default=PerfSettings.out, help="output folder (default: results/perf, or results/gpu on CUDA)")
     p.add_argument("--model", default=PerfSettings.model,

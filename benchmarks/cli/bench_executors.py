@@ -4,6 +4,7 @@ from __future__ import annotations
 
 
 def add_executors_parser(which) -> None:
+    from benchmarks.cli.options import seed_value
     from benchmarks.perf.executors import ARMS, DEFAULT_JOBS
 
     e = which.add_parser("executors", help="a matrix in fresh processes one at a time and N at once, then in N warm "
@@ -15,7 +16,7 @@ def add_executors_parser(which) -> None:
     e.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS),
                    help="the arms to run (default: all): " + "; ".join(
                        f"{name}: {arm.what.format(n='N')}" for name, arm in ARMS.items()))
-    e.add_argument("--seeds", type=int, nargs="+", default=None,
+    e.add_argument("--seeds", type=seed_value, nargs="+", default=None,
                    help="run only the matrix's cells of these seeds (default: every seed)")
     e.add_argument("--spread-from", default=None, metavar="DIR",
                    help="a finished run of the same matrix (e.g. results/cpu): a cell whose accuracy differs between "

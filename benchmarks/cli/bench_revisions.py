@@ -5,6 +5,7 @@ from __future__ import annotations
 
 
 def add_bench_revisions_parser(which) -> None:
+    from benchmarks.cli.options import seed_value
     from benchmarks.perf.revisions import RevisionSettings
 
     defaults = RevisionSettings(revisions=[])
@@ -13,7 +14,7 @@ def add_bench_revisions_parser(which) -> None:
     p.add_argument("--workloads", default=",".join(defaults.workloads),
                    help=f"comma-separated grpo-vs-trl workloads (default: {','.join(defaults.workloads)})")
     p.add_argument("--rounds", type=int, default=defaults.rounds, help=f"timed steps per revision after a warm-up (default: {defaults.rounds})")
-    p.add_argument("--seed", type=int, default=defaults.seed, help="seed of every worker and of the prompt draws")
+    p.add_argument("--seed", type=seed_value, default=defaults.seed, help="seed of every worker and of the prompt draws")
     p.add_argument("--threads", type=int, default=defaults.threads, help="torch threads per worker (default: 0, torch's own)")
     p.add_argument("--device", default=defaults.device, help="cpu, cuda or auto")
     p.add_argument("--repo", default=defaults.repo, help="the git checkout the revisions belong to (default: .)")

@@ -9,7 +9,7 @@ from benchmarks.checks.references import CASES, FRAMEWORKS, PLANTS, ReferencesSe
 from benchmarks.checks.same_batch import SameBatchSettings, run_same_batch_check
 from benchmarks.checks.trl import TrlCheckSettings, run_trl_check
 from benchmarks.checks.trl_train import TrlTrainSettings, run_trl_train_check
-from benchmarks.cli.options import comma_list
+from benchmarks.cli.options import comma_list, seed_value
 
 
 def add_check_parser(subparsers) -> None:
@@ -23,7 +23,7 @@ def add_check_parser(subparsers) -> None:
     mu1 = which.add_parser("mu1", help="why the GRPO loss reads 0 at mu = 1 while the policy still learns")
     mu1.add_argument("--task", default=Mu1Settings.task, help="task to train and roll out on")
     mu1.add_argument("--steps", type=int, default=Mu1Settings.steps, help="training steps of the mu = 1, beta = 0 run")
-    mu1.add_argument("--seed", type=int, default=Mu1Settings.seed, help="seed")
+    mu1.add_argument("--seed", type=seed_value, default=Mu1Settings.seed, help="seed")
     mu1.add_argument("--out", default=Mu1Settings.out, help="directory for report.md, results.json, mu1.png "
                                                             "(default: results/mu1, or results/mu1-TASK for another task)")
     mu1.add_argument("--group-size", dest="group_size", type=int, default=None, help="G (default: GRPO's)")
@@ -36,7 +36,8 @@ def add_check_parser(subparsers) -> None:
     mu1.add_argument("--mu-steps", dest="mu_steps", type=int, default=None, help="steps of the mu = 4 run (default: 5)")
     mu1.add_argument("--metric", choices=("accuracy", "reward"), default=None,
                      help="evaluation metric that must rise (default: accuracy; GSM8K at 135M: reward)")
-    mu1.add_argument("--readme", default=Mu1Settings.readme, help="README whose 'mu1' section is regenerated ('' : none)")
+    mu1.add_argument("--readme", default=Mu1Settings.readme,
+                     help="README whose 'mu1' section is regenerated ('': none; default: README.md, none with --out)")
     mu1.set_defaults(handler=cmd_check_mu1)
 
     train = which.add_parser("trl-train", help="TRL's GRPOTrainer and ours trained on pizza with matched settings")
@@ -49,7 +50,7 @@ def add_check_parser(subparsers) -> None:
     same.add_argument("--workloads", default=",".join(SameBatchSettings().workloads),
                       help="comma-separated workloads of bench grpo-vs-trl (default: all of them)")
     same.add_argument("--batches", type=int, default=SameBatchSettings.batches, help="sampled batches per workload")
-    same.add_argument("--seed", type=int, default=SameBatchSettings.seed, help="seed of the trainers and prompt draws")
+    same.add_argument("--seed", type=seed_value, default=SameBatchSettings.seed, help="seed of the trainers and prompt draws")
     same.add_argument("--out", default=SameBatchSettings.out, help="directory for report.md, results.json")
     same.set_defaults(handler=cmd_check_same_batch)
 

@@ -2,61 +2,142 @@
 
 Bad input never shows a traceback: one line, exit status 2; a run that breaks (a non-finite loss)
 exits 1. Installed plug-ins (entry points ``grpo_bench.algorithms`` / ``grpo_bench.tasks``) are
-registered before the parser is built, so their options show in ``--help`` like the built-in ones.
-Nothing imports this module.
+registered before the parser of a subcommand that reads the registries is built, so their options show
+in ``--help`` like the built-in ones. A subcommand's parser is built only when it is named
+(``COMMANDS``): ``grpo-bench --help`` imports neither torch nor transformers, and a subcommand's
+``--help`` imports what its own flags need. Nothing imports this module.
 """
 
 from __future__ import annotations
 
+import importlib
 import shlex
 import sys
 from typing import Optional
 
-from benchmarks.cli.bench import add_bench_parser
-from benchmarks.cli.checks import add_check_parser
-from benchmarks.cli.matrix import (add_ablation_parser, add_agreement_parser, add_calibration_parser, add_matrix_parser,
-                                   add_readme_parser, add_report_parser, add_transfer_parser)
-from benchmarks.cli.options import PROG, OneLineParser
-from benchmarks.cli.paired import add_paired_parser
-from benchmarks.cli.run import add_eval_parser, add_run_parser
-from benchmarks.cli.survey import add_survey_parser
+from benchmarks.cli.options import PROG, LazySubcommands, OneLineParser
 from benchmarks.errors import TrainingFailed, UsageError
-from benchmarks.plugins import load_plugins
-from tasks import TaskError
 
-SUBCOMMANDS = (add_run_parser, add_eval_parser, add_check_parser, add_matrix_parser, add_report_parser, add_agreement_parser,
-               add_transfer_parser, add_calibration_parser, add_ablation_parser, add_readme_parser, add_bench_parser, add_paired_parser,
-               add_survey_parser)
+# Each subcommand: the module and function that add its parser, and its line in ``grpo-bench --help`` (the help
+# that function passes, which tests/test_adversary_cli.py holds equal to this one).
+COMMANDS = {
+    "run": ("benchmarks.cli.run", "add_run_parser", "train one algorithm on one task, evaluate before and after"),
+    "eval": ("benchmarks.cli.run", "add_eval_parser",
+             "evaluate a task's starting policy (or --model), or tabulate a run's before/after"),
+    "check": ("benchmarks.cli.checks", "add_check_parser",
+              "cross-check the losses against TRL, verl and OpenRLHF, or verify the mu = 1 behaviour"),
+    "matrix": ("benchmarks.cli.matrix", "add_matrix_parser",
+               "run every task x algorithm variant x seed of a matrix file, cells in parallel"),
+    "report": ("benchmarks.cli.matrix", "add_report_parser", "tables (CSV, markdown) and plots of a matrix directory"),
+    "agreement": ("benchmarks.cli.matrix", "add_agreement_parser",
+                  "does a rerun of a matrix (another machine or thread count) reach the same verdicts?"),
+    "transfer": ("benchmarks.cli.matrix", "add_transfer_parser",
+                 "does a toy matrix's ranking of the algorithms carry over to a real task's matrix?"),
+    "calibration": ("benchmarks.cli.matrix", "add_calibration_parser",
+                    "the verdict procedure's family-wise error: simulated at matrices' own designs, measured on real "
+                    "A/A replicates and declared-equivalent pairs"),
+    "ablation": ("benchmarks.cli.matrix", "add_ablation_parser", "GRPO group-size ablation on the toy bandit (G = 2, 4, 8, 16)"),
+    "readme": ("benchmarks.cli.matrix", "add_readme_parser",
+               "the README's table of checks and benchmarks: each results/ report's headline and a link"),
+    "bench": ("benchmarks.cli.bench", "add_bench_parser", "performance benchmarks"),
+    "paired": ("benchmarks.cli.paired", "add_paired_parser",
+               "per-question before/after evaluations and McNemar's exact test between them"),
+    "survey": ("benchmarks.cli.survey", "add_survey_parser", "start accuracy of a task's starting policy across candidate settings"),
+}
+# The subcommands with a flag per algorithm and task option: the plug-ins are registered before their parser is built.
+FROM_REGISTRIES = ("run", "eval")
+
+
+def _builder(name: str):
+    module, function, _ = COMMANDS[name]
+
+    def build(sub) -> None:
+        if name in FROM_REGISTRIES:
+            from benchmarks.plugins import load_plugins
+
+            load_plugins()
+        getattr(importlib.import_module(module), function)(sub)
+
+    return build
 
 
 def build_parser() -> OneLineParser:
     parser = OneLineParser(prog=PROG, description="Side-by-side benchmarks for LLM post-training RL.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
-    for add in SUBCOMMANDS:
-        add(sub)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser, action=LazySubcommands)
+    for name, (_, _, help_text) in COMMANDS.items():
+        sub.add_lazy(name, help_text, _builder(name))
     return parser
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    from transformers.utils import logging as hf_logging
+def _decoded_file(exc: UnicodeDecodeError) -> Optional[str]:
+    """The file whose bytes ``exc`` could not decode: the open file, or the path, in the innermost frame of its
+    traceback that holds one (Path.read_text's ``f`` and ``self``, a reader's ``path``). None when none does."""
+    import io
+    from pathlib import PurePath
 
-    hf_logging.disable_progress_bar()  # "Loading weights" bars would bury our own progress and errors
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    for frame in reversed(frames):
+        values = list(frame.f_locals.values())
+        for value in values:
+            if isinstance(value, (io.TextIOWrapper, io.BufferedReader)) and isinstance(getattr(value, "name", None), str):
+                return value.name
+        for value in values:
+            if isinstance(value, PurePath):
+                return str(value)
+    return None
+
+
+# An OSError of one of these, raised with the path it concerns, is a path given on the command line that cannot be
+# used as given (a folder where a file is wanted, a file where a folder is wanted, no permission).
+PATH_ERRORS = {IsADirectoryError: "a folder where a file is wanted", NotADirectoryError: "a file where a folder is wanted",
+               FileExistsError: "a file where a folder is wanted", PermissionError: "permission denied"}
+
+
+def one_line(exc: Exception) -> Optional[tuple[int, str]]:
+    """(exit status, the line to print) for an exception that is bad input or a failed run; None for a bug."""
+    task_error = getattr(sys.modules.get("tasks.base"), "TaskError", None)  # raised only once tasks is imported
+    if isinstance(exc, UsageError) or (task_error is not None and isinstance(exc, task_error)):
+        return 2, f"error: {exc}"
+    if isinstance(exc, TrainingFailed):
+        return 1, f"failed: {exc}"
+    if isinstance(exc, UnicodeDecodeError):
+        where = _decoded_file(exc)
+        byte = exc.object[exc.start:exc.start + 1].hex() if isinstance(exc.object, bytes) else "?"
+        return 2, (f"error: {where or 'an input file'}: not UTF-8 text (byte 0x{byte} at offset {exc.start}: "
+                   f"{exc.reason}); save it as UTF-8")
+    if type(exc) in PATH_ERRORS and (exc.filename or exc.filename2):
+        # os.replace(tmp, target) names both: the target is the path given
+        target = exc.filename2 if exc.filename2 is not None else exc.filename
+        return 2, f"error: {target}: {exc.strerror or exc} ({PATH_ERRORS[type(exc)]})"
+    return None
+
+
+def main(argv: Optional[list[str]] = None) -> int:
     try:
-        load_plugins()
         argv = sys.argv[1:] if argv is None else list(argv)
         args = build_parser().parse_args(argv)
+        from benchmarks.plugins import load_plugins
+        from transformers.utils import logging as hf_logging
+
+        load_plugins()  # before a handler reads the registries (a matrix names a plug-in's algorithm)
+        hf_logging.disable_progress_bar()  # "Loading weights" bars would bury our own progress and errors
         # The command as typed, recorded with a result so that running it again reproduces the result.
         args.argv, args.command_line = argv, shlex.join([PROG, *argv])
         return args.handler(args)
-    except (UsageError, TaskError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
-    except TrainingFailed as exc:
-        print(f"{PROG}: failed: {exc}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:
+        outcome = one_line(exc)
+        if outcome is None:
+            raise
+        status, line = outcome
+        print(f"{PROG}: {line}", file=sys.stderr)
+        return status
 
 
 if __name__ == "__main__":

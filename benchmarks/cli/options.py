@@ -1,5 +1,9 @@
-"""Command-line plumbing shared by the subcommands: one-line errors, flags generated from config
-dataclasses and from each task's declared options, and ``--reward-fn MODULE:FUNC``."""
+"""Command-line plumbing shared by the subcommands: one-line errors, subcommands whose parsers are built only
+when named, flags generated from config dataclasses and from each task's declared options, ``--reward-fn
+MODULE:FUNC``, and the checks of paths, seeds and run settings that several subcommands share.
+
+Nothing heavy is imported here at module level (algorithms, tasks and the harness import torch and
+transformers): ``grpo-bench --help`` and a light subcommand's ``--help`` import none of them."""
 
 from __future__ import annotations
 
@@ -8,14 +12,12 @@ import dataclasses
 import importlib
 import importlib.util
 import json
+import os
+import re
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
-from algorithms import AlgoConfig
-from algorithms.base import config_fields
 from benchmarks.errors import UsageError
-from benchmarks.harness.config import field_type
-from tasks import TASKS
 
 PROG = "grpo-bench"
 
@@ -27,6 +29,51 @@ class OneLineParser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+class LazySubcommands(argparse._SubParsersAction):
+    """Subcommands listed by name and one-line help, each one's parser built only when its name is parsed
+    (``add_lazy``): the listing imports no subcommand's module, and a subcommand's ``--help`` imports only its own.
+    ``build(self)`` adds the parser as usual, with ``add_parser(name, help=...)``; the listing keeps the help
+    ``add_lazy`` was given, and ``given_help`` records the builder's (tests hold the two equal)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._builders: dict[str, Callable] = {}
+        self._building: Optional[str] = None
+        self.given_help: dict[str, Optional[str]] = {}
+
+    def add_lazy(self, name: str, help: str, build: Callable) -> None:
+        self._builders[name] = build
+        self._name_parser_map[name] = None  # a choice now (usage, "invalid choice"); a parser once built
+        self._choices_actions.append(self._ChoicesPseudoAction(name, (), help))
+
+    def add_parser(self, name, **kwargs):
+        if name != self._building:
+            return super().add_parser(name, **kwargs)
+        self.given_help[name] = kwargs.pop("help", None)
+        if kwargs.get("prog") is None:
+            kwargs["prog"] = f"{self._prog_prefix} {name}"
+        parser = self._parser_class(**kwargs)
+        self._name_parser_map[name] = parser
+        return parser
+
+    def parser_of(self, name: str) -> argparse.ArgumentParser:
+        """``name``'s parser, built now if it was not yet."""
+        if self._name_parser_map.get(name) is None and name in self._builders:
+            self._building = name
+            try:
+                self._builders.pop(name)(self)
+            finally:
+                self._building = None
+            if self._name_parser_map.get(name) is None:
+                raise RuntimeError(f"the builder of subcommand {name!r} added no parser {name!r}")
+        return self._name_parser_map[name]
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if values and values[0] in self._builders:
+            self.parser_of(values[0])
+        super().__call__(parser, namespace, values, option_string)
+
+
 def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -35,16 +82,73 @@ def _escape(help_text: str) -> str:
     return help_text.replace("%", "%%")  # argparse %-formats help strings
 
 
+def with_default(doc: str, default) -> str:
+    """``doc`` and ``(default: DEFAULT)``, unless ``doc`` already says its default ("(default: the task's)"):
+    each default is printed once."""
+    if not doc:
+        return f"default: {default}"
+    if re.search(r"\(default\b|\bdefault:", doc):
+        return doc
+    return f"{doc} (default: {default})"
+
+
+# ------------------------------------------------------------------------------------------------
+# Values a flag takes (argparse ``type=``): a bad one is argparse's one line, "argument --seed: ..."
+# ------------------------------------------------------------------------------------------------
+
+# numpy's legacy seeding and transformers' set_seed take 0 .. 2**32 - 1 and the perf benches' numpy generators no
+# negative seed; torch takes up to 2**64 - 1, but a run also seeds ``seed + rank`` (--nproc) and the mu1 check
+# ``seed + 1``: the flags allow the range every consumer takes.
+SEED_MAX = 2**32 - 1
+
+
+def seed_problem(value) -> Optional[str]:
+    """Why ``value`` is no seed (an integer from 0 to SEED_MAX), or None: "must be ..." to follow its name."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= SEED_MAX:
+        return f"must be an integer from 0 to {SEED_MAX} (2**32 - 1), got {value!r}"
+    return None
+
+
+def seed_value(text: str) -> int:
+    """A ``--seed`` value."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    problem = seed_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return value
+
+
+def at_least_one(text: str) -> int:
+    """An integer flag that counts something that must be there at least once (``--nproc``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+# A generated flag whose field name says what values it takes beyond its type.
+FLAG_TYPES = {"seed": seed_value, "nproc": at_least_one}
+
+
 def add_dataclass_options(group, cls, seen: dict[str, set], owner_name: str, skip=()) -> None:
     """A flag per field of ``cls`` with its help and default; a field another owner added already gets
     this owner's meaning appended to its help instead of a second flag."""
+    from algorithms import AlgoConfig
+    from algorithms.base import config_fields
+    from benchmarks.harness.config import field_type
+
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
         seen.setdefault(f.name, set()).add(owner_name)
-        doc = f.metadata.get("help", "")
         default = f.default if f.default is not dataclasses.MISSING else None
-        help_text = _escape(f"{doc} (default: {default})" if doc else f"default: {default}")
+        help_text = _escape(with_default(f.metadata.get("help", ""), default))
         if len(seen[f.name]) > 1:
             action = group._option_string_actions[flag(f.name)]
             if f.name not in config_fields(AlgoConfig) and owner_name not in (action.help or ""):
@@ -55,12 +159,15 @@ def add_dataclass_options(group, cls, seen: dict[str, set], owner_name: str, ski
         if kind is bool:
             group.add_argument(flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         else:
+            kind = FLAG_TYPES.get(f.name, kind) if kind is int else kind
             group.add_argument(flag(f.name), dest=f.name, type=kind, default=None, choices=f.metadata.get("choices"),
                                help=help_text, metavar=f.name.upper() if not f.metadata.get("choices") else None)
 
 
 def add_task_options(parser: argparse.ArgumentParser) -> None:
     """A flag for every option some registered task declares (``Task.options``), with that task's help."""
+    from tasks import TASKS
+
     group = parser.add_argument_group("task options")
     added: dict[str, list[str]] = {}
     for task_name, cls in sorted(TASKS.items()):
@@ -68,7 +175,7 @@ def add_task_options(parser: argparse.ArgumentParser) -> None:
             added.setdefault(name, []).append(task_name)
             if len(added[name]) > 1:
                 continue
-            help_text = _escape(f"{option.help} (default: {option.default})")
+            help_text = _escape(with_default(option.help, option.default))
             if option.kind is bool:
                 group.add_argument(flag(name), dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
             else:
@@ -76,6 +183,8 @@ def add_task_options(parser: argparse.ArgumentParser) -> None:
 
 
 def task_option_names() -> set[str]:
+    from tasks import TASKS
+
     return {name for cls in TASKS.values() for name in cls.options()}
 
 
@@ -111,6 +220,8 @@ def load_reward_fn(spec: str) -> Callable:
 
 def task_options_for(task: str, given: dict) -> dict:
     """``given`` task options, refusing one that belongs to another task (one line)."""
+    from tasks import TASKS
+
     if task not in TASKS:
         raise UsageError(f"unknown task {task!r}; choose from {', '.join(sorted(TASKS))}")
     own = TASKS[task].options()
@@ -144,3 +255,96 @@ def set_options(items) -> dict:
         options[key] = json_value(value)
     return options
 
+
+
+# ------------------------------------------------------------------------------------------------
+# Paths a command writes, checked before any work: one line, not a traceback at the end of a long computation
+# ------------------------------------------------------------------------------------------------
+
+
+def writable(path, flag_name: str, *, folder: bool = False) -> Path:
+    """``path`` as a file (``folder``: a folder) this command can create or replace, or one UsageError line
+    naming ``flag_name``: a folder where a file is wanted, a file where a folder is wanted (the path itself or
+    one of the folders above it) or a folder it cannot write in."""
+    path = Path(path)
+    if path.is_dir() and not folder:
+        raise UsageError(f"{flag_name} {path}: a folder, not a file; give the path of the file to write")
+    if path.exists() and not path.is_dir() and folder:
+        raise UsageError(f"{flag_name} {path}: a file, not a folder; give a folder (it is created if missing)")
+    # Where the new files go: the folder itself when it exists, else the nearest folder above that exists
+    # (the missing ones are created).
+    where = path if folder and path.is_dir() else path.parent
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    if not where.is_dir():
+        raise UsageError(f"{flag_name} {path}: {where} is a file, not a folder")
+    if not os.access(where, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag_name} {path}: cannot write in {where} (permission denied)")
+    return path
+
+
+def matrix_directory(directory, what: str = "") -> Path:
+    """``directory`` when it holds a matrix (its matrix.json), else one UsageError line saying which is missing."""
+    directory = Path(directory)
+    label = f"{what} {directory}" if what else str(directory)
+    if not directory.exists():
+        raise UsageError(f"{label}: no such folder")
+    if not directory.is_dir():
+        raise UsageError(f"{label}: a file, not a matrix folder")
+    if not (directory / "matrix.json").is_file():
+        raise UsageError(f"{label}: not a matrix directory (no matrix.json)")
+    return directory
+
+
+# ------------------------------------------------------------------------------------------------
+# A run's settings beyond their types: what RunConfig.validate does not refuse
+# ------------------------------------------------------------------------------------------------
+
+DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+
+
+def device_problem(device) -> Optional[str]:
+    """Why ``device`` names no device a run can ask for (auto, cpu, cuda, cuda:N), or None: "must be ..." to
+    follow its name."""
+    if not isinstance(device, str) or not DEVICE.fullmatch(device):
+        return f"must be auto, cpu, cuda or cuda:N, got {device!r}"
+    return None
+
+
+def group_based(algo: str, options: dict) -> bool:
+    """Whether ``algo`` with ``options`` judges each completion against the other completions of its prompt (a
+    group baseline): GRPO's and RLOO's groups, REINFORCE++ with group_baseline."""
+    from algorithms import ALGORITHMS
+
+    cls = ALGORITHMS.get(algo)
+    if cls is None:
+        return False
+    names = {f.name for f in dataclasses.fields(cls.Config)}
+    return "group_size" in names or bool(options.get("group_baseline"))
+
+
+def run_settings_problem(settings: dict, spell: Callable[[str], str] = str) -> Optional[str]:
+    """Why a run's flat settings (``grpo-bench run``'s after --config, or a matrix cell's) cannot be run or would
+    train on nothing, or None; ``spell`` names a setting as its user wrote it (``flag`` for the command line).
+    Beyond RunConfig.validate:
+
+    * ``seed`` outside 0 .. 2**32 - 1 (an OverflowError deep in torch or numpy otherwise);
+    * ``nproc`` below 1 (0 ran one process, silently);
+    * ``device`` that is none of auto, cpu, cuda, cuda:N ("cudaXYZ" passed, and failed in every cell);
+    * ``temperature`` 0 for a group-based algorithm: greedy decoding makes the G completions of a prompt one and
+      the same, every group-relative advantage is 0, and the run would spend its budget without a gradient.
+      Refused, not warned about: no setting makes it train, and a warning scrolls away under the progress lines.
+      (Other algorithms keep temperature 0: their baselines are not the prompt's other completions.)"""
+    if settings.get("seed") is not None and seed_problem(settings["seed"]):
+        return f"{spell('seed')} {seed_problem(settings['seed'])}"
+    nproc = settings.get("nproc")
+    if nproc is not None and (isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1):
+        return f"{spell('nproc')} must be an integer >= 1, got {nproc!r}"
+    if settings.get("device") is not None and device_problem(settings["device"]):
+        return f"{spell('device')} {device_problem(settings['device'])}"
+    temperature = settings.get("temperature")
+    if temperature is not None and temperature == 0 and group_based(settings.get("algo"), settings):
+        return (f"{spell('temperature')} 0 with {settings.get('algo')}: greedy sampling makes every completion of a "
+                "prompt the same, so every group-relative advantage is 0 and nothing is learned; give a temperature "
+                "> 0 (or none: the task's)")
+    return None

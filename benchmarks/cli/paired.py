@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from benchmarks.errors import UsageError
-from benchmarks.cli.options import set_options
+from benchmarks.cli.options import seed_value, set_options
 from benchmarks.io import atomic_write_json
 
 
@@ -24,7 +24,7 @@ def add_paired_parser(sub) -> None:
     e = which.add_parser("eval", help="evaluate one policy and keep per-question results")
     e.add_argument("--task", required=True)
     e.add_argument("--set", nargs="*", metavar="KEY=VALUE", help="task options (JSON values: 500, 0.0, true, \"sft\")")
-    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--seed", type=seed_value, default=0)
     e.add_argument("--device", default="cpu")
     e.add_argument("--label", default=None)
     e.add_argument("--questions", default=None, metavar="A:B", help="evaluate only questions A..B-1 of the task's set")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmarks.cli.options import set_options
+from benchmarks.cli.options import seed_value, set_options
 from benchmarks.errors import UsageError
 
 
@@ -23,7 +23,7 @@ def add_survey_parser(sub) -> None:
                    help="a dataset with its optional JSON config, or a JSON object of task options (repeatable)")
     p.add_argument("--set", nargs="*", metavar="KEY=VALUE", help="task options every candidate shares (JSON values)")
     p.add_argument("--band", default="0.10:0.60", metavar="LO:HI", help="start accuracy counted as headroom")
-    p.add_argument("--seed", type=int, default=0, help="evaluation sampling seed")
+    p.add_argument("--seed", type=seed_value, default=0, help="evaluation sampling seed")
     p.add_argument("--device", default="cpu")
     p.add_argument("--out", required=True, help="folder for survey.csv and survey.md")
     p.add_argument("--resume", action="store_true", help="keep OUT/survey.csv's rows and skip the candidates in it")
