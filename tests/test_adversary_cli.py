@@ -357,3 +357,26 @@ def test_each_default_is_printed_once(run_cli, capsys, command):
     for owner in text.split(" | ["):  # a flag several algorithms share: one default each
         for option in owner.split(" --"):
             assert option.count("(default") <= 1, option
+
+
+def test_run_refuses_temperature_zero_for_a_group_based_algorithm(run_cli, tmp_path):
+    code, _, err = run_cli("run", "--task", "pizza", "--algo", "grpo", "--temperature", "0", "--steps", "1",
+                           "--out", tmp_path / "r")
+    assert code == 2 and "--temperature 0 with grpo" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_prompt_longer_than_the_context_is_refused(run_cli, tmp_path):
+    """A training prompt that with max_new_tokens does not fit the model's positions: one line, not a run on
+    positions the model never learned."""
+    from tasks.tiny_lm import shipped_model
+    from tasks.pizza import RECIPE
+
+    model = shipped_model("pizza", RECIPE)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "hi"}\n{"prompt": "' + "abc " * 100 + '"}\n')
+    reward = tmp_path / "rw.py"
+    reward.write_text("def score(prompts, completions):\n    return [float(len(c)) for c in completions]\n")
+    code, _, err = run_cli("run", "--task", "prompts", "--prompts", prompts, "--model", model, "--algo", "grpo",
+                           "--steps", "1", "--max-new-tokens", "8", "--reward-fn", f"{reward}:score", "--out", tmp_path / "r")
+    assert code == 2 and "training prompt 1 of task 'prompts' is 400 tokens" in err and len(err.strip().splitlines()) == 1

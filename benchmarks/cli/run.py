@@ -12,7 +12,8 @@ from typing import Callable
 
 from algorithms import ALGORITHMS
 from benchmarks.cli.options import (
-    add_dataclass_options, add_task_options, flag, given_options, load_reward_fn, task_option_names, task_options_for,
+    add_dataclass_options, add_task_options, flag, given_options, load_reward_fn, run_settings_problem, seed_value,
+    task_option_names, task_options_for,
 )
 from benchmarks.errors import UsageError
 from benchmarks.harness.config import RunConfig, check_types, load_config_file
@@ -54,6 +55,9 @@ def run_options(args) -> tuple[dict, Callable[[str], str]]:
     for name in ("task", "algo"):
         if options.get(name) is None:
             raise UsageError(f"--{name} is required (on the command line or in --config)")
+    problem = run_settings_problem(options, spell)  # a seed out of range, temperature 0 for a group, ...
+    if problem:
+        raise UsageError(problem)
     if isinstance(options.get("reward_fn"), str):
         options["reward_fn"] = load_reward_fn(options["reward_fn"])
     return options, spell
@@ -78,7 +82,7 @@ def cmd_run(args) -> int:
 def add_eval_parser(sub) -> None:
     p = sub.add_parser("eval", help="evaluate a task's starting policy (or --model), or tabulate a run's before/after")
     p.add_argument("--task", required=True, help=f"one of: {', '.join(sorted(TASKS))}")
-    p.add_argument("--seed", type=int, default=0, help="evaluation sampling seed (default: 0)")
+    p.add_argument("--seed", type=seed_value, default=0, help="evaluation sampling seed (default: 0)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
     p.add_argument("--out", default=None, help="folder for eval.json and eval.md (default: print only)")
     p.add_argument("--readme", default=None, metavar="PATH", help="also write the table as a section of this README")

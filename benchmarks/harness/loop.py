@@ -158,6 +158,7 @@ def build(rc: RunConfig, algo_config, task_options: dict, task: Optional[Task] =
         max_new_tokens=rc.max_new_tokens or task.generation.max_new_tokens,
         temperature=task.generation.temperature if rc.temperature is None else rc.temperature,
     )
+    _check_context(task, policy, sampling.max_new_tokens)
     data_parallel = distributed.from_env(device)  # None in one process
     rank = data_parallel.rank if data_parallel else 0
     # Each rank samples its own completions: its generator's seed is offset by its rank.
@@ -182,6 +183,21 @@ def build(rc: RunConfig, algo_config, task_options: dict, task: Optional[Task] =
                    **lora.describe(policy)},
     }
     return task, policy, algo, resolved
+
+
+def _check_context(task: Task, policy, max_new_tokens: int) -> None:
+    """A training prompt whose tokens and ``max_new_tokens`` do not fit the model's context is refused (it trained
+    with no warning on positions the model never learned, or failed deep in attention)."""
+    limit = getattr(getattr(policy, "config", None), "max_position_embeddings", None)
+    if not limit or task.tokenizer is None:
+        return
+    prompts = task.train_prompts()
+    lengths = [len(ids) for ids in task.tokenizer(prompts, add_special_tokens=False)["input_ids"]]
+    longest = max(range(len(prompts)), key=lengths.__getitem__, default=None)
+    if longest is not None and lengths[longest] + max_new_tokens > limit:
+        raise UsageError(f"training prompt {longest} of task {task.name!r} is {lengths[longest]} tokens, and with "
+                         f"max_new_tokens {max_new_tokens} it needs {lengths[longest] + max_new_tokens} positions; the "
+                         f"model's context is {limit}: shorten the prompt or lower --max-new-tokens")
 
 
 def reward_identity(fn) -> Optional[dict]:

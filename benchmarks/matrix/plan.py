@@ -286,7 +286,7 @@ def parse(path: str | Path) -> Plan:
     if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) or timeout_s < 0:
         check.fail((), "timeout_s", f"timeout_s must be a number >= 0, got {timeout_s!r}")
     device, precision = data.get("device", "auto"), data.get("precision", "auto")
-    if device not in ("auto", "cpu") and not str(device).startswith("cuda"):
+    if device not in ("auto", "cpu") and not re.fullmatch(r"cuda(:\d+)?", str(device)):
         check.fail((), "device", f"device must be auto, cpu or cuda, got {device!r}")
     if precision not in ("auto", "fp32", "bf16"):
         check.fail((), "precision", f"precision must be auto, fp32 or bf16, got {precision!r}")
