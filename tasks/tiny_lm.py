@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -155,8 +156,15 @@ def cached_model(kind: str, recipe: dict, build: Callable[[], tuple]) -> tuple:
             target.parent.mkdir(parents=True, exist_ok=True)
             # Cells of one matrix start side by side: one builds, the others wait for it instead of building it again.
             with open(target.parent / f".{target.name}.lock", "w") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:  # say why nothing happens for a while
+                    print(f"waiting for another process building the {kind} starting model ({target})", file=sys.stderr,
+                          flush=True)
+                    fcntl.flock(lock, fcntl.LOCK_EX)
                 if not (target / "config.json").exists():
+                    print(f"building the {kind} starting model for a recipe that is not shipped ({recipe.get('steps', '?')} "
+                          f"pretraining steps, minutes on one core); cached in {target}", file=sys.stderr, flush=True)
                     _build_into(target, kind, recipe, build)
     model = LlamaForCausalLM.from_pretrained(target)
     tokenizer = AutoTokenizer.from_pretrained(target)

@@ -226,3 +226,17 @@ def test_a_reward_function_calling_sys_exit_is_a_reward_error(run_cli, tmp_path)
                      "--out", tmp_path / "run")
     assert_one_line_error(result, "reward function quits called sys.exit(0)")
     assert not (tmp_path / "run" / "summary.json").exists()
+
+
+def test_a_second_run_with_other_settings_gets_a_hint_that_works(tmp_path):
+    """--resume would be refused for a run with other settings: the hint names the difference and the way out."""
+    from benchmarks.api import train
+    from benchmarks.errors import UsageError
+
+    out = tmp_path / "r"
+    train(task="pizza", algo="grpo", steps=1, out=str(out), learning_rate=1e-3)
+    with pytest.raises(UsageError, match=r"holds a finished run with other settings \(learning_rate 0.001 -> 0.002\): "
+                                         r"give this run its own --out, or --overwrite replaces that one"):
+        train(task="pizza", algo="grpo", steps=1, out=str(out), learning_rate=2e-3)
+    with pytest.raises(UsageError, match="holds a finished run: --resume continues it"):
+        train(task="pizza", algo="grpo", steps=1, out=str(out), learning_rate=1e-3)

@@ -67,7 +67,9 @@ def cmd_run(args) -> int:
     from benchmarks.api import train
 
     options, spell = run_options(args)
-    options.setdefault("out", RunConfig.out)  # the API's default is a temporary directory; the command line's a fixed one
+    # The API's default is a temporary directory; the command line's a folder per task, algorithm and seed, so that a
+    # second run of something else does not meet the first one's folder.
+    options.setdefault("out", f"runs/{options['task']}-{options['algo']}-seed{options.get('seed', RunConfig.seed)}")
     options["command"] = args.command_line
     summary = train(**options, spell=spell).summary
     rc = summary["config"]["run"]

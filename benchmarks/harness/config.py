@@ -40,7 +40,7 @@ class RunConfig:
     replicate: int = field(default=0, metadata={"help": "an independent replicate of the same run: its training randomness (initialisation, sampling, prompt order) is drawn from seed + REPLICATE_STRIDE x replicate while its evaluation keeps --seed, the block it shares with other variants of a matrix (an A/A twin)"})
     device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
     precision: str = field(default="auto", metadata={"help": "fp32, bf16 (autocast), or auto (bf16 on CUDA)"})
-    out: str = field(default="runs/latest", metadata={"help": "run directory"})
+    out: str = field(default="runs/latest", metadata={"help": "run directory (grpo-bench run: runs/TASK-ALGO-seedSEED)"})
     eval_every: int = field(default=50, metadata={"help": "evaluate every N steps (0: only before and after)"})
     eval_every_completions: int = field(default=0, metadata={"help": "evaluate each time the completions generated cross a multiple of N, instead of every --eval-every steps (0: off); the matrix sets it for variants that re-sample (DAPO's dynamic sampling), so they are evaluated at their rivals' completion counts"})
     checkpoint_every: int = field(default=50, metadata={"help": "checkpoint every N steps (0: never)"})

@@ -186,18 +186,19 @@ def build(rc: RunConfig, algo_config, task_options: dict, task: Optional[Task] =
 
 
 def _check_context(task: Task, policy, max_new_tokens: int) -> None:
-    """A training prompt whose tokens and ``max_new_tokens`` do not fit the model's context is refused (it trained
-    with no warning on positions the model never learned, or failed deep in attention)."""
+    """A training prompt longer than the model's context is refused (it trained with no warning on positions the
+    model never learned, or failed deep in attention). Completions that run past the context are the user's call
+    (a rotary model extrapolates; the toy models' 64 positions with the default 64 new tokens do)."""
     limit = getattr(getattr(policy, "config", None), "max_position_embeddings", None)
     if not limit or task.tokenizer is None:
         return
     prompts = task.train_prompts()
     lengths = [len(ids) for ids in task.tokenizer(prompts, add_special_tokens=False)["input_ids"]]
     longest = max(range(len(prompts)), key=lengths.__getitem__, default=None)
-    if longest is not None and lengths[longest] + max_new_tokens > limit:
-        raise UsageError(f"training prompt {longest} of task {task.name!r} is {lengths[longest]} tokens, and with "
-                         f"max_new_tokens {max_new_tokens} it needs {lengths[longest] + max_new_tokens} positions; the "
-                         f"model's context is {limit}: shorten the prompt or lower --max-new-tokens")
+    if longest is not None and lengths[longest] >= limit:
+        raise UsageError(f"training prompt {longest} of task {task.name!r} is {lengths[longest]} tokens, as long as or "
+                         f"longer than the model's context of {limit} positions, with no room for a completion: shorten "
+                         "it or use a model with a longer context")
 
 
 def reward_identity(fn) -> Optional[dict]:
@@ -265,6 +266,12 @@ def _check_previous_run(out: Path, rc: RunConfig, resolved: dict) -> Optional[di
         return None
     if not rc.resume:
         state = "a finished run" if (summary or {}).get("status") == "complete" else "a run"
+        old = (previous or {}).get("settings") or {}
+        differ = sorted(k for k in old if k not in RESUMABLE and old[k] != resolved["settings"].get(k))
+        if differ:  # a hint that would itself be refused is no hint
+            changes = ", ".join(f"{k} {old[k]!r} -> {resolved['settings'].get(k)!r}" for k in differ[:3])
+            raise UsageError(f"{out} holds {state} with other settings ({changes}{', ...' if len(differ) > 3 else ''}): "
+                             "give this run its own --out, or --overwrite replaces that one")
         raise UsageError(f"{out} holds {state}: --resume continues it, --overwrite replaces it")
     old = (previous or {}).get("settings")
     if old is None:
