@@ -227,7 +227,7 @@ def test_mu1_with_out_and_readme_writes_that_readme_naming_out(run_cli, mu1_with
 
 def test_mu1_at_its_default_folder_still_updates_the_readme(run_cli, mu1_without_training):
     assert run_cli("check", "mu1")[0] == 0
-    assert "details in `results/mu1/`" in (mu1_without_training / "README.md").read_text()
+    assert "details in `results/mu1/`" in (mu1_without_training / "results" / "checks.md").read_text()
 
 
 # --- 15. settings accepted silently -------------------------------------------------------------------------------

@@ -43,8 +43,8 @@ def test_ci_runs_the_main_job_as_written_into_a_scratch_directory(capsys):
 
 
 def _layout_rows() -> dict[str, str]:
-    """The README's Layout table: folder cell -> modules cell."""
-    text = (ROOT / "README.md").read_text()
+    """The Layout table (benchmarks/README.md, beside the code it describes): folder cell -> modules cell."""
+    text = (ROOT / "benchmarks" / "README.md").read_text()
     section = text[text.index("## Layout"):]
     section = section[: section.index("\n## ", 1)]
     rows = {}
@@ -80,8 +80,8 @@ def _tree_modules() -> set[str]:
 
 def test_the_layout_table_names_every_module_and_only_modules_that_exist():
     named, tree = _named_modules(_layout_rows()), _tree_modules()
-    assert not tree - named, f"modules the README's Layout table leaves out: {sorted(tree - named)}"
-    assert not named - tree, f"modules the README's Layout table names that do not exist: {sorted(named - tree)}"
+    assert not tree - named, f"modules the Layout table (benchmarks/README.md) leaves out: {sorted(tree - named)}"
+    assert not named - tree, f"modules the Layout table (benchmarks/README.md) names that do not exist: {sorted(named - tree)}"
 
 
 def test_the_layout_check_can_fail():
@@ -91,3 +91,36 @@ def test_the_layout_check_can_fail():
     assert "algorithms/losses.py" in _tree_modules() - _named_modules(shrunk)
     grown = {**rows, first: rows[first] + " `imaginary.py`"}
     assert "algorithms/imaginary.py" in _named_modules(grown) - _tree_modules()
+
+
+def test_the_front_page_says_what_it_found_in_its_first_100_lines():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    start = lines.index("## What the suite found")
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("## "))
+    assert end <= 100, f"'What the suite found' ends at line {end}, past the first 100"
+    assert any("```bash" in line for line in lines[:start])  # the set-up commands come before it
+
+
+def test_the_front_page_links_resolve():
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    targets = {t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", text) if not t.startswith(("http", "#"))}
+    missing = sorted(t for t in targets if not (ROOT / t).exists())
+    assert not missing, f"README.md links to paths that do not exist: {missing}"
+
+
+def test_tool_written_sections_live_on_their_pages_and_the_defaults_point_there():
+    from benchmarks.cli.main import build_parser
+    from benchmarks.perf.grpo_vs_trl import PerfSettings
+
+    front = (ROOT / "README.md").read_text()
+    assert "<!-- grpo-bench:" not in front  # the front page holds no tool-written section
+    checks = (ROOT / "results" / "checks.md").read_text()
+    for name in ("checks", "perf", "features"):
+        assert f"<!-- grpo-bench:{name} -->" in checks and f"<!-- /grpo-bench:{name} -->" in checks
+    results = (ROOT / "results" / "README.md").read_text()
+    for name in ("matrix-verdicts-tuned-verdicts", "matrix-reasoning-gym-verdicts", "matrix-ppo-ties-verdicts"):
+        assert results.count(f"<!-- grpo-bench:{name} -->") == 1 and results.count(f"<!-- /grpo-bench:{name} -->") == 1
+    assert PerfSettings.readme == "results/checks.md"
+    assert build_parser().parse_args(["readme"]).readme == "results/checks.md"

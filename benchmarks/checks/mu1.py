@@ -155,7 +155,7 @@ class Mu1Settings:
     steps: int = 30  # training steps of the mu = 1, beta = 0 run
     seed: int = 0
     out: Optional[str] = None  # folder for report.md, results.json, mu1.png (None: results/mu1, or results/mu1-TASK)
-    # README whose mu1 section is regenerated ("": none; None: README.md with the default ``out``, none with another:
+    # Page whose mu1 section is regenerated ("": none; None: results/checks.md with the default ``out``, none with another:
     # a check written elsewhere does not rewrite the README of the folder it ran in)
     readme: Optional[str] = None
     group_size: Optional[int] = None  # G (None: GRPO's)
@@ -439,7 +439,7 @@ def run_mu1_check(settings: Mu1Settings, command: str) -> int:
     result["command"] = command
     task = settings.task
     out = Path(settings.out if settings.out else ("results/mu1" if task == "pizza" else f"results/mu1-{task}"))
-    readme = settings.readme if settings.readme is not None else ("" if settings.out else "README.md")
+    readme = settings.readme if settings.readme is not None else ("" if settings.out else "results/checks.md")
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "results.json", result)
     atomic_write_text(out / "report.md", report(result, out))

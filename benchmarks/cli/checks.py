@@ -37,7 +37,7 @@ def add_check_parser(subparsers) -> None:
     mu1.add_argument("--metric", choices=("accuracy", "reward"), default=None,
                      help="evaluation metric that must rise (default: accuracy; GSM8K at 135M: reward)")
     mu1.add_argument("--readme", default=Mu1Settings.readme,
-                     help="README whose 'mu1' section is regenerated ('': none; default: README.md, none with --out)")
+                     help="page whose 'mu1' section is regenerated ('': none; default: results/checks.md, none with --out)")
     mu1.set_defaults(handler=cmd_check_mu1)
 
     train = which.add_parser("trl-train", help="TRL's GRPOTrainer and ours trained on pizza with matched settings")

@@ -114,7 +114,7 @@ def cmd_matrix(args) -> int:
 def add_report_parser(sub) -> None:
     p = sub.add_parser("report", help="tables (CSV, markdown) and plots of a matrix directory")
     p.add_argument("dir", help="a directory written by grpo-bench matrix")
-    p.add_argument("--readme", default=None, help="also update a section of this README (e.g. README.md)")
+    p.add_argument("--readme", default=None, help="also update a section of this page (e.g. results/README.md, where the matrices and their verdicts are)")
     p.add_argument("--section", default=None, help="the README section's name (default: matrix-<dir name>)")
     p.add_argument("--no-plots", action="store_true", help="tables and markdown only")
     p.add_argument("--no-verdicts-section", action="store_true",
@@ -298,7 +298,7 @@ def cmd_report(args) -> int:
 
 def add_readme_parser(sub) -> None:
     p = sub.add_parser("readme", help="the README's table of checks and benchmarks: each results/ report's headline and a link")
-    p.add_argument("--readme", default="README.md", help="README to update")
+    p.add_argument("--readme", default="results/checks.md", help="page whose 'checks' section is updated (default: results/checks.md)")
     p.set_defaults(handler=cmd_readme)
 
 

@@ -931,7 +931,7 @@ class PerfSettings:
     out: Optional[str] = None  # output folder (None: results/perf, or results/gpu on CUDA)
     bf16_steps: int = 0  # GRPO only: timed steps of our bf16-autocast step (0: none)
     scaling_steps: int = 0  # GRPO only: timed steps of our step per scaling point, after one warm-up (0: none)
-    readme: str = "README.md"  # README whose perf section (perf or perf-rloo) is regenerated ("": none)
+    readme: str = "results/checks.md"  # page whose perf section (perf or perf-rloo) is regenerated ("": none)
     model: Optional[str] = None  # a hub id or local directory in place of the workloads' model (tasks with a model)
     random_weights: bool = False  # the model's architecture with seeded random weights (where its weights can't go)
     rerender: bool = False  # re-read OUT's finished report (STEM.json) and write its markdown again, measuring nothing

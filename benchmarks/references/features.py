@@ -194,6 +194,6 @@ def feature_summary(rows: Iterable = ()) -> str:
          for name, cls in sorted(ALGORITHMS.items())])
     return "\n".join([
         "Counterparts of this suite's registered entries in each framework (generated from the registries and the "
-        "adapters' mapping tables; every row of every table is in [results/references/features.md]"
-        "(results/references/features.md)); the TRL column counts TRL 1.16 and, for PPO, TRL 1.12.", "",
+        "adapters' mapping tables; every row of every table is in [references/features.md]"
+        "(references/features.md)); the TRL column counts TRL 1.16 and, for PPO, TRL 1.12.", "",
         markdown_table(["registry", "this suite"] + list(COLUMNS), body), "", algorithm_table])
