@@ -76,3 +76,17 @@ def test_prompts_task_from_the_command_line_uses_the_chat_template(run_cli, tmp_
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["task"]["prompt_format"] == "the tokenizer's chat template (one user message)"
     assert config["task"]["train_prompts"] == 2 and config["sampling"]["max_new_tokens"] == 12
+
+
+def test_the_python_api_names_settings_as_keywords_not_flags():
+    """An error from Python names the keyword the caller wrote ('steps'), not a command-line flag (--steps)."""
+    import pytest
+
+    from benchmarks.api import train
+    from benchmarks.errors import UsageError
+
+    for kwargs, message in [({"steps": 0}, "'steps' must be >= 1, got 0"), ({"seed": -1}, "'seed' must be an integer"),
+                            ({"nproc": 0}, "'nproc' must be >= 1, got 0")]:
+        with pytest.raises(UsageError, match=message) as info:
+            train(task="pizza", algo="grpo", **kwargs)
+        assert "--" not in str(info.value)

@@ -64,29 +64,39 @@ class RunConfig:
     # Not a flag: `grpo-bench run` fills it with its own command line, so that config.json says how to run it again.
     command: Optional[str] = field(default=None, metadata={"help": "the command line that started the run (None from Python)"})
 
-    def validate(self) -> None:
+    def validate(self, spell: Optional[Callable[[str], str]] = None) -> None:
+        """Refuse impossible settings, one UsageError line each; ``spell`` writes a setting's name as its user wrote it
+        (the command line: as a flag; Python: as the keyword; default: as a flag)."""
+        name = spell or (lambda n: f"--{n.replace('_', '-')}")
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if isinstance(value, float) and not math.isfinite(value):
-                raise UsageError(f"--{f.name.replace('_', '-')} must be a finite number, got {value}")
+                raise UsageError(f"{name(f.name)} must be a finite number, got {value}")
         if self.steps < 1:
-            raise UsageError(f"--steps must be >= 1, got {self.steps}")
+            raise UsageError(f"{name('steps')} must be >= 1, got {self.steps}")
         if self.budget is not None and self.budget < 1:
-            raise UsageError(f"--budget must be >= 1, got {self.budget}")
+            raise UsageError(f"{name('budget')} must be >= 1, got {self.budget}")
         if self.eval_every < 0 or self.eval_every_completions < 0 or self.checkpoint_every < 0:
-            raise UsageError("--eval-every, --eval-every-completions and --checkpoint-every must be >= 0")
+            raise UsageError(f"{name('eval_every')}, {name('eval_every_completions')} and {name('checkpoint_every')} "
+                             "must be >= 0")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
-            raise UsageError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
+            raise UsageError(f"{name('max_new_tokens')} must be >= 1, got {self.max_new_tokens}")
         if self.temperature is not None and self.temperature < 0:
-            raise UsageError(f"--temperature must be >= 0, got {self.temperature}")
+            raise UsageError(f"{name('temperature')} must be >= 0, got {self.temperature}")
+        if self.nproc < 1:
+            raise UsageError(f"{name('nproc')} must be >= 1, got {self.nproc}")
+        if not 0 <= self.seed < 2**32:
+            raise UsageError(f"{name('seed')} must be an integer from 0 to 2**32 - 1, got {self.seed}")
+        if self.replicate < 0:
+            raise UsageError(f"{name('replicate')} must be >= 0, got {self.replicate}")
         if self.lora_r < 0 or self.lora_alpha < 1 or not 0 <= self.lora_dropout < 1:
-            raise UsageError(f"--lora-r must be >= 0, --lora-alpha >= 1 and --lora-dropout in [0, 1), got "
-                             f"{self.lora_r}, {self.lora_alpha}, {self.lora_dropout}")
+            raise UsageError(f"{name('lora_r')} must be >= 0, {name('lora_alpha')} >= 1 and {name('lora_dropout')} in "
+                             f"[0, 1), got {self.lora_r}, {self.lora_alpha}, {self.lora_dropout}")
         from benchmarks.harness.tracking import parse_report_to
 
         parse_report_to(self.report_to)
         if self.resume and self.overwrite:
-            raise UsageError("--resume continues a run and --overwrite replaces it: give one of them")
+            raise UsageError(f"{name('resume')} continues a run and {name('overwrite')} replaces it: give one of them")
         if self.algo not in ALGORITHMS:
             raise UsageError(f"unknown algorithm {self.algo!r}; choose from {', '.join(sorted(ALGORITHMS))}")
         if self.task not in TASKS:
@@ -152,7 +162,7 @@ def resolve(options: dict[str, Any], *, spell: Callable[[str], str] = repr):
                 raise UsageError(f"{spell(name)} is an option of task {', '.join(tasks)}, not of {task}")
             raise UsageError(f"unknown option {spell(name)}; see grpo-bench run --help")
     rc = RunConfig(**run_kwargs)
-    rc.validate()
+    rc.validate(spell)
     if algo_kwargs.get("learning_rate") is None:
         algo_kwargs["learning_rate"] = task_cls.recommended_learning_rate
     try:
