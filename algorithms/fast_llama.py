@@ -202,9 +202,13 @@ class PackedWeight:
         return cls(torch.ops.mkldnn._reorder_linear_weight(weight.detach(), rows))
 
 
-def can_pack(device: torch.device) -> bool:
-    """Whether ``PackedWeight`` runs on ``device``: a CPU build of torch with oneDNN."""
-    return device.type == "cpu" and torch.backends.mkldnn.is_available()
+def can_pack(device: torch.device, dtype: Optional[torch.dtype] = None) -> bool:
+    """Whether ``PackedWeight`` runs on ``device`` for weights of ``dtype``: a CPU build of torch with oneDNN, and
+    for bf16 a CPU whose instructions oneDNN's bf16 reorder needs (AVX512-BF16 class or AVX-NE-CONVERT; an AVX2
+    EPYC has neither, and the reorder raised there)."""
+    if device.type != "cpu" or not torch.backends.mkldnn.is_available():
+        return False
+    return dtype != torch.bfloat16 or bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 def in_features(weight) -> int:
@@ -303,7 +307,7 @@ class FusedProjections:
 def sampling_weights(llama, batch: int, dtype: Optional[torch.dtype] = None, int8: bool = False) -> Optional[FusedProjections]:
     """The weights the sampler reads for ``batch``-row decoding steps: fused, cast to ``dtype`` or quantised
     (``int8``), and, unquantised on a CPU with oneDNN, packed for ``batch`` rows; None where they cannot be fused."""
-    pack_rows = batch if can_pack(next(llama.parameters()).device) and not int8 else None
+    pack_rows = batch if can_pack(next(llama.parameters()).device, dtype) and not int8 else None
     return FusedProjections.of(llama, dtype, int8=int8, pack_rows=pack_rows)
 
 

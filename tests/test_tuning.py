@@ -143,4 +143,5 @@ def test_a_tuned_matrix_runs_chooses_resumes_and_reports(tmp_path, capsys):
     data = report(out, plot=False)
     assert set(data["analysis"]["tuning"]["variant"]) == {"grpo", "reinforce"}
     text = (out / "README.md").read_text()
-    assert "Tuning (2 tuning seed(s), disjoint from the seeds above)" in text and "| learning_rate=1e-05 |" in text
+    assert "Tuning (2 tuning seed(s), disjoint from the seeds above)" in text and "learning_rate=1e-05: " in text
+    assert "on the task's validation problems" in text

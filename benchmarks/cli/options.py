@@ -136,15 +136,15 @@ def at_least_one(text: str) -> int:
 FLAG_TYPES = {"seed": seed_value, "nproc": at_least_one}
 
 
-def add_dataclass_options(group, cls, seen: dict[str, set], owner_name: str, skip=()) -> None:
-    """A flag per field of ``cls`` with its help and default; a field another owner added already gets
-    this owner's meaning appended to its help instead of a second flag."""
+def add_dataclass_options(group, cls, seen: dict[str, set], owner_name: str, skip=(), only=None) -> None:
+    """A flag per field of ``cls`` (those in ``only``, when given) with its help and default; a field another owner
+    added already gets this owner's meaning appended to its help instead of a second flag."""
     from algorithms import AlgoConfig
     from algorithms.base import config_fields
     from benchmarks.harness.config import field_type
 
     for f in dataclasses.fields(cls):
-        if f.name in skip:
+        if f.name in skip or (only is not None and f.name not in only):
             continue
         seen.setdefault(f.name, set()).add(owner_name)
         default = f.default if f.default is not dataclasses.MISSING else None

@@ -33,8 +33,20 @@ def add_run_parser(sub) -> None:
                            help="replace the task's reward: FUNC(prompts, completions) -> list of floats "
                                 "(MODULE is an importable module or a path to a .py file)")
     algo_owners: dict[str, set] = {}
+    # An option several algorithms take is listed once, under its own heading, not under the first of them.
+    owners: dict[str, list[str]] = {}
     for name, cls in sorted(ALGORITHMS.items()):
-        add_dataclass_options(p.add_argument_group(f"{name} options"), cls.Config, algo_owners, name)
+        for f in dataclasses.fields(cls.Config):
+            owners.setdefault(f.name, []).append(name)
+    shared = {n for n, algos in owners.items() if len(algos) > 1}
+    shared_group = p.add_argument_group("options of several algorithms", "options more than one algorithm takes; "
+                                        "[algo] marks a meaning that differs between them")
+    for name, cls in sorted(ALGORITHMS.items()):
+        add_dataclass_options(shared_group, cls.Config, algo_owners, name, only=shared)
+    for name, cls in sorted(ALGORITHMS.items()):
+        takes = [flag(f.name) for f in dataclasses.fields(cls.Config) if f.name in shared]
+        group = p.add_argument_group(f"{name} options", f"and of the options above: {', '.join(takes)}" if takes else None)
+        add_dataclass_options(group, cls.Config, algo_owners, name, skip=shared)
     add_task_options(p)
     p.set_defaults(handler=cmd_run)
 
