@@ -453,11 +453,22 @@ def same_batch_check_rloo(trl: Trl, prompts: list[str]) -> dict[str, float]:
 # --------------------------------------------------------------------------------------------
 
 
-def matmul_gflops(dtype: torch.dtype, n: int = 2048, reps: int = 5, device: str = "cpu") -> float:
-    """Best-of-``reps`` throughput of one n x n matmul (2 n^3 FLOPs), in GFLOP/s."""
-    a = torch.randn(n, n, device=device).to(dtype)
-    b = torch.randn(n, n, device=device).to(dtype)
-    a @ b
+def matmul_gflops(dtype: torch.dtype, n: int = 2048, reps: int = 5, device: str = "cpu", budget_s: float = 0.2) -> float:
+    """Best-of-``reps`` throughput of one n x n matmul (2 n^3 FLOPs), in GFLOP/s. The size starts at 256 and doubles
+    up to ``n`` while one product takes under ``budget_s``: on a CPU without native bf16 (an AVX2 EPYC) a 2048 bf16
+    product is emulated and took minutes, where a smaller one measures the same rate."""
+    size = min(256, n)
+    while True:
+        a = torch.randn(size, size, device=device).to(dtype)
+        b = torch.randn(size, size, device=device).to(dtype)
+        start = time.perf_counter()
+        a @ b
+        if a.is_cuda:
+            torch.cuda.synchronize()
+        if size >= n or time.perf_counter() - start > budget_s:
+            break
+        size *= 2
+    n = size
     best = float("inf")
     for _ in range(reps):
         if a.is_cuda:
