@@ -1,5 +1,7 @@
 import os
 
+import shutil
+
 import pytest
 import torch
 
@@ -65,3 +67,23 @@ def gsm8k_data():
     reason = gsm8k_unavailable()
     if reason is not None:
         pytest.skip(reason)
+
+
+@pytest.fixture
+def run_dir(finished, tmp_path):
+    """A copy of the module's finished run (its own ``finished`` fixture) to change."""
+    out = tmp_path / "run"
+    shutil.copytree(finished, out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def pizza_model(tmp_path_factory):
+    """The pizza task's starting policy as a save_pretrained directory."""
+    from tasks.pizza import PizzaTask
+
+    path = tmp_path_factory.mktemp("model") / "pizza"
+    task = PizzaTask(eval_samples=1)
+    task.load_policy("cpu").save_pretrained(path)
+    task.tokenizer.save_pretrained(path)
+    return path

@@ -72,18 +72,6 @@ def test_a_config_file_that_is_not_utf8_is_one_line_naming_it(run_cli, tmp_path)
     assert_one_line_error(run_cli("run", "--config", bad, "--out", tmp_path / "run"), f"{bad}: not UTF-8 text", "0xfe")
 
 
-@pytest.fixture(scope="module")
-def pizza_model(tmp_path_factory):
-    """The pizza task's starting policy as a save_pretrained directory."""
-    from tasks.pizza import PizzaTask
-
-    path = tmp_path_factory.mktemp("model") / "pizza"
-    task = PizzaTask(eval_samples=1)
-    task.load_policy("cpu").save_pretrained(path)
-    task.tokenizer.save_pretrained(path)
-    return path
-
-
 def test_a_prompts_file_that_is_not_utf8_is_one_line_naming_it(run_cli, tmp_path, pizza_model):
     prompts = tmp_path / "prompts.txt"
     prompts.write_bytes(b"ravin likes \xe9\n")  # latin-1

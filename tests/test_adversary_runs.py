@@ -44,26 +44,6 @@ def finished(tmp_path_factory):
 
 
 @pytest.fixture
-def run_dir(finished, tmp_path):
-    """A copy of the finished run to change."""
-    out = tmp_path / "run"
-    shutil.copytree(finished, out)
-    return out
-
-
-@pytest.fixture(scope="module")
-def pizza_model(tmp_path_factory):
-    """The pizza task's starting policy as a save_pretrained directory."""
-    from tasks.pizza import PizzaTask
-
-    path = tmp_path_factory.mktemp("model") / "pizza"
-    task = PizzaTask(eval_samples=1)
-    task.load_policy("cpu").save_pretrained(path)
-    task.tokenizer.save_pretrained(path)
-    return path
-
-
-@pytest.fixture
 def reward(finished):
     """The finished run's --reward-fn."""
     return f"{finished.parent / 'rewards.py'}:score"

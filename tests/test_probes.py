@@ -46,14 +46,6 @@ def finished(tmp_path_factory):
     return out
 
 
-@pytest.fixture
-def run_dir(finished, tmp_path):
-    """A copy of the finished run to change."""
-    out = tmp_path / "run"
-    shutil.copytree(finished, out)
-    return out
-
-
 # --- non-finite numbers -----------------------------------------------------------------------------
 
 

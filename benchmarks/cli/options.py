@@ -109,12 +109,16 @@ def seed_problem(value) -> Optional[str]:
     return None
 
 
-def seed_value(text: str) -> int:
-    """A ``--seed`` value."""
+def _integer(text: str) -> int:
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+
+
+def seed_value(text: str) -> int:
+    """A ``--seed`` value."""
+    value = _integer(text)
     problem = seed_problem(value)
     if problem:
         raise argparse.ArgumentTypeError(problem)
@@ -123,10 +127,7 @@ def seed_value(text: str) -> int:
 
 def at_least_one(text: str) -> int:
     """An integer flag that counts something that must be there at least once (``--nproc``)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    value = _integer(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
