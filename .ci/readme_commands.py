@@ -1,8 +1,8 @@
-"""The README's two set-up commands (the main job, the tests), read from its first ```bash block.
+"""The README's set-up commands (the main job, the tests, the integration tests), read from its first ```bash block.
 
 CI runs exactly these (the main job into a scratch directory instead of results/, optionally on another
 matrix file), and tests/test_readme.py checks the README still has them, so the two cannot drift apart.
-Usage: python3 .ci/readme_commands.py main|tests [--out DIR] [--matrix FILE]
+Usage: python3 .ci/readme_commands.py main|tests|integrations [--out DIR] [--matrix FILE]
 """
 
 from __future__ import annotations
@@ -17,19 +17,22 @@ DEFAULT_OUT = "results/demo"
 
 
 def commands(readme: Path = README) -> dict[str, str]:
-    """{'main': ..., 'tests': ...}: the command under the comment naming each, in the first bash block."""
+    """{'main': ..., 'tests': ..., 'integrations': ...}: the command under the comment naming each, in the first
+    bash block."""
     block = re.search(r"```bash\n(.*?)```", readme.read_text(), re.DOTALL)
     if not block:
         raise SystemExit(f"{readme}: no ```bash block with the set-up commands")
     found, label = {}, None
     for line in block.group(1).splitlines():
         if line.startswith("#"):
-            label = "main" if "main job" in line else "tests" if "tests" in line else None
+            label = ("main" if "main job" in line else "integrations" if "integration" in line
+                     else "tests" if "tests" in line else None)
         elif line.strip() and label and label not in found:
             found[label] = line.strip()
-    missing = {"main", "tests"} - set(found)
+    missing = {"main", "tests", "integrations"} - set(found)
     if missing:
-        raise SystemExit(f"{readme}: no command under a '# the main job' / '# the tests' comment: {sorted(missing)}")
+        raise SystemExit(f"{readme}: no command under a '# the main job' / '# the tests' / '# the integration tests' "
+                         f"comment: {sorted(missing)}")
     return found
 
 

@@ -25,8 +25,6 @@ from typing import Iterable, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
-from transformers import DynamicCache, StaticCache
-from transformers.cache_utils import StaticLayer
 
 from algorithms import fast_llama
 
@@ -180,6 +178,9 @@ def _fan_out(model, prefilled: DynamicCache, group_size: int, max_length: int, m
     completions, bf16 autocast, and models whose layers are not all plain full-attention ones (sliding
     windows, linear attention), keep the dynamic cache. Either way the logits agree to float rounding.
     """
+    from transformers import StaticCache
+    from transformers.cache_utils import StaticLayer
+
     static = None
     # Under autocast, keys come out of RoPE in float32 and values in bf16, while a StaticCache holds one dtype.
     autocast = torch.is_autocast_enabled(next(model.parameters()).device.type)
@@ -233,6 +234,8 @@ def _prefill(model, lean: Optional[tuple], unique_ids: torch.Tensor, unique_mask
                 return fast_llama.forward(model, tokens, first_position + step, mask, cache, few_rows_fast=True,
                                           fused=fused, rotary=rotary)[:, -1, :]
     else:
+        from transformers import DynamicCache
+
         out = model(input_ids=unique_ids, attention_mask=unique_mask, position_ids=positions,
                     past_key_values=DynamicCache(), use_cache=True, logits_to_keep=1)
         logits = out.logits
@@ -480,7 +483,12 @@ def _completion_logits(model, prompt_ids, prompt_mask, completion_ids, completio
         logits = run(torch.cat([prompt_ids, completion_ids], dim=1), attention_mask, positions, logits_to_keep=T + 1)
         return logits[:, :-1, :]  # (B, T, V)
     unique_ids, unique_mask = prompt_ids[::group_size], prompt_mask[::group_size]  # (n, P)
-    cache = fast_llama.KVCache(model.config.num_hidden_layers) if fast else DynamicCache()
+    if fast:
+        cache = fast_llama.KVCache(model.config.num_hidden_layers)
+    else:
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
     first = run(unique_ids, unique_mask, _positions(unique_mask), cache, logits_to_keep=1)
     cache.batch_repeat_interleave(group_size)
     first = first.repeat_interleave(group_size, dim=0)  # (B, 1, V) predicts token 0

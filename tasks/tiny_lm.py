@@ -24,7 +24,6 @@ from typing import Callable, Optional, Sequence
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from tasks.base import TaskError
 
@@ -39,6 +38,8 @@ def cache_root() -> Path:
 
 def char_tokenizer(alphabet: Sequence[str]) -> PreTrainedTokenizerFast:
     """One token per character (or per listed symbol), plus <pad>, <eos> and <unk>."""
+    from transformers import PreTrainedTokenizerFast  # here, not at import: `run --help` reads this module
+
     vocab = {tok: i for i, tok in enumerate(list(SPECIAL_TOKENS) + list(alphabet))}
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
@@ -47,6 +48,8 @@ def char_tokenizer(alphabet: Sequence[str]) -> PreTrainedTokenizerFast:
 
 
 def tiny_llama(tokenizer, *, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4, max_positions: int = 64, seed: int = 0) -> LlamaForCausalLM:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
@@ -166,6 +169,8 @@ def cached_model(kind: str, recipe: dict, build: Callable[[], tuple]) -> tuple:
                     print(f"building the {kind} starting model for a recipe that is not shipped ({recipe.get('steps', '?')} "
                           f"pretraining steps, minutes on one core); cached in {target}", file=sys.stderr, flush=True)
                     _build_into(target, kind, recipe, build)
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
     model = LlamaForCausalLM.from_pretrained(target)
     tokenizer = AutoTokenizer.from_pretrained(target)
     return model, tokenizer

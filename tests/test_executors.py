@@ -111,8 +111,9 @@ EXECUTOR_ARGS = {
 FAST_EXECUTORS = ("local-jobs1",)
 
 
-@pytest.mark.parametrize("name", [n if n in FAST_EXECUTORS else pytest.param(n, marks=pytest.mark.slow)
-                                  for n in EXECUTOR_ARGS])
+# Ray and Slurm (submitit) come with the integrations extra.
+@pytest.mark.parametrize("name", [n if n in FAST_EXECUTORS else pytest.param(n, marks=(
+    pytest.mark.slow, *([pytest.mark.integration] if n.startswith(("ray", "slurm")) else []))) for n in EXECUTOR_ARGS])
 def test_same_cell_same_metrics_under_every_executor(baseline, tmp_path, request, name):
     path, reference = baseline
     if name.startswith("ray"):
@@ -174,7 +175,7 @@ RESUMABLE_STEPS = 10
 
 # Both drivers' kills are slow-tier tests (local about 20 s; Ray starts and tears down its own instance).
 @pytest.mark.slow
-@pytest.mark.parametrize("executor", ["local", "ray"])
+@pytest.mark.parametrize("executor", ["local", pytest.param("ray", marks=pytest.mark.integration)])
 def test_sigkill_driver_then_resume_keeps_and_skips_finished_cells(tmp_path, executor):
     if executor == "ray":
         pytest.importorskip("ray")
@@ -267,6 +268,7 @@ def _ray_cell_checkpoints() -> list[Path]:
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 def test_sigkill_to_a_ray_worker_retries_the_cell(tmp_path, ray_cluster):
     path = tmp_path / "m.toml"
     path.write_text(ONE_CELL)

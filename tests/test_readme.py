@@ -22,14 +22,17 @@ def test_the_readme_has_the_two_commands_ci_runs():
     assert module.DEFAULT_MATRIX in commands["main"] and module.DEFAULT_OUT in commands["main"]
     assert (ROOT / module.DEFAULT_MATRIX).is_file()
     assert commands["tests"].startswith("pip install torch==2.13.0 && ") and commands["tests"].endswith("pytest tests")
+    # the fast tier's extra stays small: the trackers and cluster engines are the integration tests' own extra
+    assert "integrations" not in commands["tests"] and '".[integrations]"' in commands["integrations"]
+    assert "-m \"integration" in commands["integrations"]
 
 
 def test_ci_runs_the_readme_commands_not_a_copy():
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "readme_commands.py main" in ci and "readme_commands.py tests" in ci
+    assert all(f"readme_commands.py {which}" in ci for which in ("main", "tests", "integrations"))
     assert "python3 -m venv" in ci  # a fresh environment, not the machine's Python
     commands = _readme_commands().commands()
-    assert commands["tests"] not in ci and commands["main"] not in ci
+    assert all(command not in ci for command in commands.values())
 
 
 def test_ci_runs_the_main_job_as_written_into_a_scratch_directory(capsys):
@@ -124,3 +127,24 @@ def test_tool_written_sections_live_on_their_pages_and_the_defaults_point_there(
         assert results.count(f"<!-- grpo-bench:{name} -->") == 1 and results.count(f"<!-- /grpo-bench:{name} -->") == 1
     assert PerfSettings.readme == "results/checks.md"
     assert build_parser().parse_args(["readme"]).readme == "results/checks.md"
+
+
+def test_the_test_extra_leaves_the_trackers_and_cluster_engines_to_the_integrations_extra():
+    import re
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+
+    def closure(name: str) -> set[str]:  # the requirement names an extra pulls, through grpo-bench[...] references
+        names = set()
+        for requirement in extras[name]:
+            if requirement.startswith("grpo-bench["):
+                for inner in requirement[len("grpo-bench["):-1].split(","):
+                    names |= closure(inner)
+            else:
+                names.add(re.split(r"[<>=!\[; ]", requirement, maxsplit=1)[0] + ("[" if "[" in requirement else ""))
+        return names
+
+    fast = closure("test")
+    assert not fast & {"wandb", "trackio", "tensorboard", "submitit", "ray["}, fast  # bare ray only (references)
+    assert {"wandb", "trackio", "tensorboard", "submitit", "ray["} <= closure("integrations")

@@ -1,5 +1,6 @@
 """--report-to: TensorBoard's event files hold metrics.jsonl's scalars; wandb (offline) and trackio write
-their local run directories under --out; a tracker that is not installed is one line, exit 2, before any work."""
+their local run directories under --out; a tracker that is not installed is one line, exit 2, before any work.
+The first two need the integrations extra (pytest -m integration); the missing-tracker ones run in the fast tier."""
 
 import json
 import os
@@ -16,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PIZZA = ("run", "--task", "pizza", "--algo", "grpo", "--steps", "3", "--eval-samples", "32", "--eval-every", "2")
 
 
+@pytest.mark.integration
 def test_tensorboard_scalars_equal_metrics_jsonl(run_cli, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -38,6 +40,7 @@ def test_tensorboard_scalars_equal_metrics_jsonl(run_cli, tmp_path):
     assert "config/text_summary" in events.Tags()["tensors"]  # the resolved config, as text
 
 
+@pytest.mark.integration
 def test_wandb_offline_and_trackio_write_local_runs(tmp_path):
     # A fresh process: trackio reads its directory ($TRACKIO_DIR, set to OUT/trackio) when first imported.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "TRACKIO_"))}
