@@ -419,5 +419,13 @@ def test_a_resumed_cell_counts_the_process_time_of_every_attempt(tmp_path, capsy
                           {"task": "bandit", "variant": "grpo", "status": "complete", "wall_clock_s": 250.0,
                            "process_wall_clock_s": 100.0}])
     table = phase_markdown(cells)
-    assert "| pizza | grpo | 0.00 | 0.00 | 0.00 | 0.00 | 130.00 | 4.00 |" in table
-    assert "| bandit | grpo | 0.00 | 0.00 | 0.00 | 0.00 | 250.00 | - |" in table
+    assert "| pizza | grpo | 0.00 | 0.00 | 0.00 | 0.00 | 130.00 | - | 4.00 | 134.00 | - | 1.00 |" in table
+    assert "| bandit | grpo | 0.00 | 0.00 | 0.00 | 0.00 | 250.00 | - | - | - | - | - |" in table
+    # Evaluation apart from start-up, the cell in all, its threads, and the ratio to the task's first variant
+    cells = pd.DataFrame([{"task": "t", "variant": v, "status": "complete", "wall_clock_s": w, "eval_s": e,
+                           "process_wall_clock_s": p, "threads": 1, "time_generate_s": g, "time_update_s": w - g}
+                          for v, w, e, p, g in [("grpo", 100.0, 20.0, 125.0, 40.0), ("ppo", 300.0, 20.0, 325.0, 60.0),
+                                                ("ppo", 310.0, 30.0, 345.0, 70.0)]])
+    table = phase_markdown(cells)
+    assert "| t | grpo | 40.00 | 0.00 | 0.00 | 60.00 | 100.00 | 20.00 | 5.00 | 125.00 | 1 | 1.00 |" in table
+    assert "| t | ppo | 65.00 | 0.00 | 0.00 | 240.00 | 305.00 | 25.00 | 5.00 | 335.00 | 1 | 2.68 |" in table

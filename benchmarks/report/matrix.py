@@ -156,20 +156,36 @@ PHASES = ["generate", "score", "logprobs", "update"]
 
 
 def phase_markdown(cells: pd.DataFrame) -> str:
-    """Mean seconds per phase over complete seeds; "other" is process start-up and evaluation (and the work of
-    killed attempts lost after their last checkpoint), over the cells where every attempt's time is known."""
+    """What a cell costs, by phase: mean seconds over complete seeds of training's phases, training in all, every
+    evaluation (before, during and after), and start-up and the rest (process start, imports, building the task and
+    model, writing the store; also the work of killed attempts lost after their last checkpoint), over the cells
+    where every attempt's time is known; then the cell in all (the sum of those three means), its threads, and its
+    ratio to the task's first variant."""
     done = cells[cells["status"] == "complete"].copy()
     if done.empty:
         return ""
     for phase in PHASES:
         done[f"time_{phase}_s"] = done.get(f"time_{phase}_s", pd.Series(0.0, index=done.index)).fillna(0.0)
-    done["other"] = done["process_wall_clock_s"] - done["wall_clock_s"] if "process_wall_clock_s" in done else math.nan
+    process = done["process_wall_clock_s"] if "process_wall_clock_s" in done else pd.Series(math.nan, index=done.index)
+    evaluation = done["eval_s"] if "eval_s" in done else pd.Series(math.nan, index=done.index)
+    done["evaluation"] = evaluation
+    done["other"] = process - done["wall_clock_s"] - evaluation.fillna(0.0)
     # A cell resumed after its driver was stopped carries its checkpoint's training time but not the earlier
     # processes' time: what they spent besides training is unknown, not negative.
     done.loc[done["other"] < 0, "other"] = math.nan
-    means = done.groupby(["task", "variant"], sort=False)[[f"time_{p}_s" for p in PHASES] + ["wall_clock_s", "other"]].mean()
-    rows = [[task, variant] + ["-" if math.isnan(v) else f"{v:.2f}" for v in r] for (task, variant), r in zip(means.index, means.values)]
-    return markdown_table(["task", "variant"] + PHASES + ["training total", "start-up + evaluation"], rows)
+    done["threads"] = done["threads"] if "threads" in done else math.nan
+    columns = [f"time_{p}_s" for p in PHASES] + ["wall_clock_s", "evaluation", "other"]
+    means = done.groupby(["task", "variant"], sort=False)[columns + ["threads"]].mean()
+    means.insert(len(columns), "total", means["wall_clock_s"] + means["evaluation"].fillna(0.0) + means["other"])
+    first = {}  # each task's first variant: the unit of the last column
+    rows = []
+    for (task, variant), r in zip(means.index, means.values):
+        first.setdefault(task, r[-2])
+        ratio = r[-2] / first[task] if first[task] and not math.isnan(r[-2]) else math.nan
+        rows.append([task, variant] + ["-" if math.isnan(v) else f"{v:.2f}" for v in r[:-1]]
+                    + ["-" if math.isnan(r[-1]) else f"{r[-1]:g}", "-" if math.isnan(ratio) else f"{ratio:.2f}"])
+    return markdown_table(["task", "variant"] + PHASES + ["training total", "evaluation", "start-up and other", "cell",
+                                                          "threads", "cell / first variant's"], rows)
 
 
 def summary_markdown(summary: pd.DataFrame) -> str:
@@ -223,7 +239,8 @@ def render(data: dict, summary: pd.DataFrame, images: list[tuple[str, str]], pre
               "", summary_markdown(summary)]
     phases = phase_markdown(cells) if "status" in cells else ""
     if phases:
-        lines += ["", "Wall-clock per phase (seconds per cell, mean over seeds):", "", phases]
+        lines += ["", "What a cell costs, by phase (wall-clock seconds per cell, mean over seeds; times the threads, "
+                  "core-seconds):", "", phases]
     failed = cells[cells["status"] == "failed"] if "status" in cells else cells.iloc[:0]
     if not failed.empty:
         lines += ["", "Failed cells:", "", markdown_table(
