@@ -33,6 +33,9 @@ COMMANDS = {
                   "does a rerun of a matrix (another machine or thread count) reach the same verdicts?"),
     "transfer": ("benchmarks.cli.matrix", "add_transfer_parser",
                  "does a toy matrix's ranking of the algorithms carry over to a real task's matrix?"),
+    "claims": ("benchmarks.cli.matrix", "add_claims_parser",
+               "published claims about RL for LLMs, each tested by a matrix that stated it before its cells ran: the "
+               "table of marks"),
     "calibration": ("benchmarks.cli.matrix", "add_calibration_parser",
                     "the verdict procedure's family-wise error: simulated at matrices' own designs, measured on real "
                     "A/A replicates and declared-equivalent pairs"),

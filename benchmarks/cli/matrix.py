@@ -164,6 +164,31 @@ def cmd_transfer(args) -> int:
     return 0
 
 
+def add_claims_parser(sub) -> None:
+    p = sub.add_parser("claims", help="published claims about RL for LLMs, each tested by a matrix that stated it "
+                                      "before its cells ran: the table of marks")
+    p.add_argument("dirs", nargs="+", help="matrix directories whose matrix files state [[analysis.claims]]")
+    p.add_argument("--out", default="results/claims.md", help="the markdown report to write (default: results/claims.md)")
+    p.add_argument("--readme", default="", help="README whose SECTION gets the table (default: none)")
+    p.add_argument("--section", default="claims", help="README section name (default: claims)")
+    p.set_defaults(handler=cmd_claims)
+
+
+def cmd_claims(args) -> int:
+    from benchmarks.report.claims import write_claims
+
+    from benchmarks.cli.options import matrix_directory, writable
+
+    for directory in args.dirs:
+        matrix_directory(directory)
+    writable(args.out, "--out")
+    if args.readme:
+        writable(args.readme, "--readme")
+    write_claims(args.dirs, args.out, command=args.command_line, readme=args.readme, section=args.section)
+    print(f"wrote {args.out}" + (f" and the {args.section} section of {args.readme}" if args.readme else ""))
+    return 0
+
+
 def add_calibration_parser(sub) -> None:
     p = sub.add_parser("calibration", help="the verdict procedure's family-wise error: simulated at matrices' own "
                                            "designs, measured on real A/A replicates and declared-equivalent pairs")

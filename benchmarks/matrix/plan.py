@@ -66,7 +66,8 @@ RUN_KEYS = {
               "point with the highest mean primary metric ([analysis]) on the tuning seeds, evaluated on validation problems",
     "analysis": "[analysis], stated before the cells run: primary (the metric the verdicts and the tuning judge by: "
                 "final, last_K or auc), margin (equivalence to the best within +-margin), target_mdd (optional: the "
-                "minimum detectable difference the seeds were chosen for)",
+                "minimum detectable difference the seeds were chosen for), and [[analysis.claims]] (published claims "
+                "this matrix tests, each a treatment variant against a control: grpo-bench claims)",
     "tasks": "[tasks.NAME] tables",
     "algorithms": "[algorithms.NAME] tables",
 }
@@ -323,19 +324,46 @@ def parse(path: str | Path) -> Plan:
     plan = Plan(str(path), text, str(data.get("name", path.stem)), str(data.get("description", "")), cells,
                 float(timeout_s), groups, tuning_seeds, _analysis(check, data, eval_every, budget))
     _check_folders(check, plan)
+    _check_claims(check, plan)
     return plan
+
+
+CLAIM_KEYS = {"id": "a short name for the claim (unique in the file)", "source": "who claims it (paper, year)",
+              "claim": "the claim, in a sentence", "treatment": "the variant the claim says is better (or equal)",
+              "control": "the variant it is compared with", "expects": "better (default), worse or equal",
+              "task": "the task label it is judged on (default: every task of the matrix)"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """A published claim this matrix tests (``[[analysis.claims]]``): the treatment variant against the control
+    on the primary metric, judged with the other claims as one family (benchmarks/report/inference.contrasts)."""
+    id: str
+    source: str
+    claim: str
+    treatment: str
+    control: str
+    expects: str = "better"
+    task: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)
 class Analysis:
     """A matrix's pre-registered analysis (``[analysis]``): the primary metric its verdicts and its tuning judge
-    by, the margin of equivalence to the best, and the MDD its seeds were chosen for (benchmarks/report/inference.py)."""
+    by, the margin of equivalence to the best, the MDD its seeds were chosen for (benchmarks/report/inference.py),
+    and the claims it tests."""
     primary: str = PRIMARY_DEFAULT
     margin: Optional[float] = None
     target_mdd: Optional[float] = None
+    claims: tuple[Claim, ...] = ()
 
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        if not self.claims:  # matrices stated before claims existed keep their recorded analysis equal
+            del out["claims"]
+        else:
+            out["claims"] = [dataclasses.asdict(c) for c in self.claims]
+        return out
 
 
 def _analysis(check: _Checker, data: dict, eval_every: int, budget: int) -> Optional[Analysis]:
@@ -345,9 +373,10 @@ def _analysis(check: _Checker, data: dict, eval_every: int, budget: int) -> Opti
     where = ("analysis",)
     if not isinstance(table, dict):
         check.fail((), "analysis", "analysis must be a table: [analysis]")
-    unknown = sorted(set(table) - {"primary", "margin", "target_mdd"})
+    unknown = sorted(set(table) - {"primary", "margin", "target_mdd", "claims"})
     if unknown:
-        check.fail(where, unknown[0], f"unknown key {unknown[0]!r} of [analysis]; it has: primary, margin, target_mdd")
+        check.fail(where, unknown[0], f"unknown key {unknown[0]!r} of [analysis]; it has: primary, margin, target_mdd, "
+                                      "claims")
     primary = table.get("primary", PRIMARY_DEFAULT)
     try:
         parse_primary(primary if isinstance(primary, str) else repr(primary))
@@ -364,7 +393,52 @@ def _analysis(check: _Checker, data: dict, eval_every: int, budget: int) -> Opti
         if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < 1):
             check.fail(where, key, f"{key} must be a number in (0, 1), got {value!r}")
         numbers[key] = None if value is None else float(value)
-    return Analysis(primary, **numbers)
+    return Analysis(primary, **numbers, claims=_claims(check, table.get("claims", [])))
+
+
+def _claims(check: _Checker, claims: Any) -> tuple[Claim, ...]:
+    where = ("analysis", "claims")
+    if not isinstance(claims, list) or not all(isinstance(c, dict) for c in claims):
+        check.fail(("analysis",), "claims", "claims must be tables: [[analysis.claims]]")
+    out = []
+    for claim in claims:
+        unknown = sorted(set(claim) - set(CLAIM_KEYS))
+        if unknown:
+            check.fail(where, unknown[0], f"unknown key {unknown[0]!r} of [[analysis.claims]]; it has: "
+                                          f"{', '.join(CLAIM_KEYS)}")
+        for key in ("id", "source", "claim", "treatment", "control"):
+            if not isinstance(claim.get(key), str) or not claim[key].strip():
+                check.fail(where, key if key in claim else None, f"[[analysis.claims]] needs {key} (text): "
+                                                                 f"{CLAIM_KEYS[key]}")
+        expects = claim.get("expects", "better")
+        if expects not in ("better", "worse", "equal"):
+            check.fail(where, "expects", f"expects must be better, worse or equal, got {expects!r}")
+        if claim["treatment"] == claim["control"]:
+            check.fail(where, "control", f"claim {claim['id']!r}: the treatment and the control are one variant")
+        task = claim.get("task")
+        if task is not None and not isinstance(task, str):
+            check.fail(where, "task", f"task must be a task label, got {task!r}")
+        out.append(Claim(claim["id"], claim["source"], claim["claim"], claim["treatment"], claim["control"], expects, task))
+    ids = [c.id for c in out]
+    if len(set(ids)) != len(ids):
+        check.fail(where, "id", f"claim ids repeat: {sorted({i for i in ids if ids.count(i) > 1})}")
+    return tuple(out)
+
+
+def _check_claims(check: _Checker, plan: "Plan") -> None:
+    """Every claim names variants and a task the matrix runs."""
+    if plan.analysis is None:
+        return
+    variants = {c.variant for c in plan.cells} | {g.variant for g in plan.tuning}
+    tasks = {c.task_label for c in plan.cells} | {g.task_label for g in plan.tuning}
+    for claim in plan.analysis.claims:
+        for side in ("treatment", "control"):
+            if getattr(claim, side) not in variants:
+                check.fail(("analysis", "claims"), side, f"claim {claim.id!r}: {side} {getattr(claim, side)!r} is not a "
+                                                         f"variant of this matrix ({', '.join(sorted(variants))})")
+        if claim.task is not None and claim.task not in tasks:
+            check.fail(("analysis", "claims"), "task", f"claim {claim.id!r}: task {claim.task!r} is not one of this "
+                                                       f"matrix's ({', '.join(sorted(tasks))})")
 
 
 def _on_validation(task: tuple) -> tuple:

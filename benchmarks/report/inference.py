@@ -111,10 +111,10 @@ def residual_ss(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fit(scores: Mapping[str, Mapping[int, float]], *, blocked: bool = True, alpha: float = ALPHA,
-        seed: int = SEED) -> Optional["Fit"]:
+        seed: int = SEED, pairs: Optional[Sequence[tuple[str, str]]] = None) -> Optional["Fit"]:
     """The model of ``scores`` ({variant: {seed: value}}): blocked by seed when the cells share seeds (``blocked``)
     and at least MIN_BLOCKS seeds are complete across variants, else one-way. None when fewer than two variants
-    have two or more seeds."""
+    have two or more seeds. ``pairs`` (variant names): c is calibrated for that family of contrasts, not every pair."""
     scores = {v: {int(s): float(x) for s, x in by_seed.items() if np.isfinite(x)} for v, by_seed in scores.items()}
     scores = {v: s for v, s in scores.items() if len(s) >= 2}
     if len(scores) < 2:
@@ -134,7 +134,9 @@ def fit(scores: Mapping[str, Mapping[int, float]], *, blocked: bool = True, alph
                 ONE_WAY, seed_correlation=correlation,
                 note="" if not blocked else f"fewer than {MIN_BLOCKS} seeds are complete across variants, so the "
                 "seed is not blocked on (conservative when cells sharing a seed are positively correlated)")
-    f.c = calibrate(f.ss, f.dfs, f.n, blocked=f.model == BLOCKED, alpha=alpha, seed=seed) if f.sd > 0 else math.nan
+    index = None if pairs is None else np.array([[variants.index(a), variants.index(b)] for a, b in pairs])
+    f.c = (calibrate(f.ss, f.dfs, f.n, blocked=f.model == BLOCKED, alpha=alpha, seed=seed, pairs=index)
+           if f.sd > 0 else math.nan)
     return f
 
 
@@ -149,18 +151,24 @@ def _seed_correlation(scores: Mapping[str, Mapping[int, float]], common: Sequenc
     return float(np.corrcoef(y)[np.triu_indices(len(y), 1)].mean())
 
 
-def _max_t(means: np.ndarray, pooled_var: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """max_{i,j} |m_i - m_j| / (s_p sqrt(1/n_i + 1/n_j)) over the last axis."""
+def _max_t(means: np.ndarray, pooled_var: np.ndarray, n: np.ndarray, pairs: Optional[np.ndarray] = None) -> np.ndarray:
+    """max_{i,j} |m_i - m_j| / (s_p sqrt(1/n_i + 1/n_j)) over the last axis: over every pair, or over ``pairs``
+    ((P, 2) indices) only, a family of pre-stated contrasts."""
     inv = 1.0 / np.asarray(n, float)
+    if pairs is not None:
+        i, j = pairs[:, 0], pairs[:, 1]
+        se = np.sqrt(pooled_var[..., None] * (inv[i] + inv[j]))
+        return (np.abs(means[..., i] - means[..., j]) / np.where(se > 0, se, np.inf)).max(-1)
     se = np.sqrt(pooled_var[..., None, None] * (inv[:, None] + inv[None, :]))
     return (np.abs(means[..., :, None] - means[..., None, :]) / np.where(se > 0, se, np.inf)).max((-2, -1))
 
 
 def calibrate(ss: np.ndarray, dfs: np.ndarray, n: np.ndarray, *, blocked: bool = True, alpha: float = ALPHA,
-              reps: int = CALIBRATION, seed: int = SEED) -> np.ndarray | float:
+              reps: int = CALIBRATION, seed: int = SEED, pairs: Optional[np.ndarray] = None) -> np.ndarray | float:
     """The simultaneous critical value c (module docstring): the 1 - alpha quantile of the max-t statistic over
     ``reps`` simulated matrices of the same design, each variant's sd drawn from its posterior ss_i / chi2(df_i).
-    ``ss`` is (k,) or (rows, k) for one c per row (the simulation study's matrices)."""
+    ``ss`` is (k,) or (rows, k) for one c per row (the simulation study's matrices); ``pairs`` ((P, 2) indices):
+    the family is those contrasts only, not every pair (``contrasts``)."""
     rng = np.random.default_rng(seed)
     ss = np.atleast_2d(np.asarray(ss, float))
     rows, k = ss.shape
@@ -175,7 +183,7 @@ def calibrate(ss: np.ndarray, dfs: np.ndarray, n: np.ndarray, *, blocked: bool =
         means = sigma * rng.standard_normal((rows, reps, k)) / np.sqrt(n)
         sim_ss, sim_df = sigma ** 2 * rng.chisquare(n - 1.0, size=(rows, reps, k)), n - 1.0
     pooled = sim_ss.sum(-1) / np.sum(sim_df)
-    c = np.quantile(_max_t(means, pooled, n), 1 - alpha, axis=-1)
+    c = np.quantile(_max_t(means, pooled, n, pairs), 1 - alpha, axis=-1)
     return c if rows > 1 else float(c[0])
 
 
@@ -325,6 +333,98 @@ def _seeds_for(target: float, f: Fit, blocked: bool, alpha: float, limit: int = 
         if mdd(f.sd, n, k, df, c=f.c, alpha=alpha) <= target:
             return n
     return None
+
+
+# ------------------------------------------------------------------------------------------------
+# Pre-stated contrasts: a claim's treatment against its control
+# ------------------------------------------------------------------------------------------------
+
+SUPPORTED, CONTRADICTED, CLAIM_EQUIVALENT, CLAIM_OPEN = "supported", "contradicted", "equivalent", "not resolved"
+EXPECTS = ("better", "equal", "worse")
+CONTRAST_COLUMNS = ["id", "treatment", "control", "expects", "seeds", "treatment_mean", "control_mean", "difference",
+                    "low", "high", "mdd", "mark", "seeds_for_margin"]
+
+
+def contrast_mark(low: float, high: float, expects: str, margin: Optional[float]) -> str:
+    """A claim's mark from the simultaneous interval [low, high] of treatment - control. "better" (or "worse") is
+    supported when the interval lies above (below) 0 and contradicted when it lies on the other side; "equal" is
+    supported by equivalence within +-margin and contradicted by any separation. Equivalence is its own mark for a
+    claim of a difference: the difference the claim names is not there, to within the margin."""
+    equivalent = margin is not None and -margin < low and high < margin
+    if expects == "equal":
+        return SUPPORTED if equivalent else CONTRADICTED if low > 0 or high < 0 else CLAIM_OPEN
+    sign = 1.0 if expects == "better" else -1.0
+    lo, hi = sorted((sign * low, sign * high))
+    if lo > 0:
+        return SUPPORTED
+    if hi < 0:
+        return CONTRADICTED
+    return CLAIM_EQUIVALENT if equivalent else CLAIM_OPEN
+
+
+def contrasts(scores: Mapping[str, Mapping[int, float]], claims: Sequence[Mapping], *, margin: Optional[float] = None,
+              blocked: bool = True, alpha: float = ALPHA, seed: int = SEED) -> tuple[pd.DataFrame, Optional[Fit]]:
+    """Pre-stated claims, each ``{"id", "treatment", "control", "expects"}``, judged together: simultaneous 95%
+    intervals for every claim's treatment - control, c calibrated (as ``calibrate``) for this family of contrasts
+    only, over the variants the claims name (blocked by seed as ``fit``). Fewer contrasts than all pairs, so a
+    smaller c than the could-be-best marks need, and the family-wise error over the claims stays <= alpha
+    (``contrast_error``). Rows in the claims' order; the MDD is the true difference found with 80% probability."""
+    names = list(dict.fromkeys(v for c in claims for v in (c["treatment"], c["control"])))
+    used = {v: scores.get(v, {}) for v in names}
+    pairs = [(c["treatment"], c["control"]) for c in claims]
+    f = fit(used, blocked=blocked, alpha=alpha, seed=seed, pairs=pairs) if all(len(s) >= 2 for s in used.values()) else None
+    rows = []
+    for claim in claims:
+        row = {"id": claim["id"], "treatment": claim["treatment"], "control": claim["control"],
+               "expects": claim.get("expects", "better")}
+        if f is None or not f.sd > 0:
+            rows.append({**row, "seeds": min(len(used[row["treatment"]]), len(used[row["control"]])),
+                         "mark": CLAIM_OPEN if f is None else "no spread"})
+            continue
+        i, j = f.variants.index(row["treatment"]), f.variants.index(row["control"])
+        se = f.sd * math.sqrt(1.0 / f.n[i] + 1.0 / f.n[j])
+        difference = float(f.means[i] - f.means[j])
+        low, high = difference - f.c * se, difference + f.c * se
+        power = f.c + st.t.ppf(POWER, f.df)
+        needed = None
+        if margin:
+            needed = next((m for m in range(2, 2001) if power * f.sd * math.sqrt(2.0 / m) <= margin), None)
+        rows.append({**row, "seeds": int(min(f.n[i], f.n[j])), "treatment_mean": float(f.means[i]),
+                     "control_mean": float(f.means[j]), "difference": difference, "low": low, "high": high,
+                     "mdd": float(power * se), "mark": contrast_mark(low, high, row["expects"], margin),
+                     "seeds_for_margin": needed})
+    return pd.DataFrame(rows, columns=CONTRAST_COLUMNS), f
+
+
+def contrast_error(k: int, n: int, pairs: Sequence[tuple[int, int]], *, sds: Optional[Sequence[float]] = None,
+                   means: Optional[Sequence[float]] = None, block_sd: float = 0.0, margin: Optional[float] = None,
+                   sims: int = 1000, reps: int = 1000, seed: int = 1, alpha: float = ALPHA) -> dict:
+    """Simulated matrices of k variants x n seeds (Gaussian, each variant's sd, the seed's shared part), the claims'
+    contrasts judged as ``contrasts`` judges them. Returns the rate of matrices with any false statement: an
+    interval above or below 0 where the true difference is 0 or of the other sign, or inside +-margin where the
+    true difference is not; and the rate of any interval missing its true difference (non-coverage)."""
+    rng = np.random.default_rng(seed)
+    mu = np.zeros(k) if means is None else np.asarray(means, float)
+    scale = np.ones(k) if sds is None else np.asarray(sds, float)
+    index = np.asarray(pairs)
+    y = mu[None, :, None] + scale[None, :, None] * rng.standard_normal((sims, k, n)) \
+        + block_sd * rng.standard_normal((sims, 1, n))
+    ss, dfs = residual_ss(y)
+    c = np.concatenate([np.atleast_1d(calibrate(ss[i:i + 50], dfs, np.full(k, n), alpha=alpha, reps=reps,
+                                                seed=seed + 7919 + i, pairs=index)) for i in range(0, sims, 50)])
+    sd = np.sqrt(ss.sum(-1) / dfs.sum())
+    m = y.mean(-1)
+    truth = mu[index[:, 0]] - mu[index[:, 1]]
+    d = m[:, index[:, 0]] - m[:, index[:, 1]]
+    h = (c * sd)[:, None] * math.sqrt(2.0 / n)
+    low, high = d - h, d + h
+    tol = 1e-12
+    false = ((low > 0) & (truth <= tol)) | ((high < 0) & (truth >= -tol))
+    if margin is not None:
+        false |= (-margin < low) & (high < margin) & (np.abs(truth) >= margin)
+    miss = (low > truth + tol) | (high < truth - tol)
+    return {"sims": sims, "false_claim": float(false.any(1).mean()), "noncoverage": float(miss.any(1).mean()),
+            "critical_value": float(np.median(c))}
 
 
 # ------------------------------------------------------------------------------------------------

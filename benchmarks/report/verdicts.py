@@ -45,7 +45,7 @@ def analysis_spec(meta: dict | None) -> dict:
     """The matrix's stated analysis: primary metric, margin, target MDD, and whether (and when) it was stated
     before its cells ran (matrix.json's ``analysis``, written by the matrix at its first session)."""
     stated = (meta or {}).get("analysis")
-    spec = {"primary": PRIMARY_DEFAULT, "margin": None, "target_mdd": None, "stated_at": None}
+    spec = {"primary": PRIMARY_DEFAULT, "margin": None, "target_mdd": None, "claims": [], "stated_at": None}
     if stated:
         return {**spec, **stated, "stated": stated.get("stated_at") is not None}
     try:  # a matrix file with [analysis] whose first session predates its record: stated, not pre-registered

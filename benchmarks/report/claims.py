@@ -1,0 +1,143 @@
+"""``grpo-bench claims DIR...``: published claims about RL for LLMs, each tested by a matrix that stated it first.
+
+A matrix file lists the claims it tests in ``[[analysis.claims]]`` (benchmarks/matrix/plan.py): the claim in a
+sentence, its source, and the two variants that test it (the treatment the claim favours and its control). Like
+the primary metric and the margin, the claims are part of the analysis the matrix records before its first cell
+runs (matrix.json's ``analysis`` with ``stated_at``), so the question cannot move after the answer is seen.
+
+Per matrix and task, every claim's treatment - control difference of the primary metric gets a simultaneous 95%
+interval, the matrix's claims judged as one family (``inference.contrasts``: blocked by seed, c calibrated for
+these contrasts), and one mark: *supported*, *contradicted*, *equivalent* within the stated margin (the difference
+a claim names is not there), or *not resolved*, with the MDD and the seeds the margin would need. A claim whose
+matrix has not finished says how many cells it still lacks; nothing is guessed.
+
+It reads the result stores and matrix.json files only.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from benchmarks.errors import UsageError
+from benchmarks.io import atomic_write_text
+from benchmarks.markdown import markdown_table, update_section
+from benchmarks.report import curves as learning_curves
+from benchmarks.report import inference
+from benchmarks.report.matrix import collect
+from benchmarks.report.verdicts import analysis_spec, primary_name
+
+COLUMNS = ["matrix", "task", "id", "source", "claim", "treatment", "control", "expects", "primary", "margin",
+           "stated_at", "seeds", "cells_missing", "treatment_mean", "control_mean", "difference", "low", "high",
+           "mdd", "mark", "seeds_for_margin", "report"]
+
+
+def claims_of(directory: Path | str) -> pd.DataFrame:
+    """One row per (claim, task) of the matrix in ``directory``: its interval and mark (``COLUMNS``)."""
+    directory = Path(directory)
+    data = collect(directory)
+    spec = analysis_spec(data["meta"])
+    claims = spec.get("claims") or []
+    if not claims:
+        raise UsageError(f"{directory}: its matrix states no claims ([[analysis.claims]] in the matrix file)")
+    cells = data["cells"]
+    per_cell = learning_curves.build(cells, data["evals"], spec["primary"]).get("cells", pd.DataFrame())
+    tasks = list(dict.fromkeys(cells["task"]))
+    name = (data["meta"] or {}).get("name", directory.name)
+    rows = []
+    for task in tasks:
+        mine = [c for c in claims if c.get("task") in (None, task)]
+        if not mine:
+            continue
+        frame = per_cell[per_cell["task"] == task] if not per_cell.empty else per_cell
+        scores = {v: {} for c in mine for v in (c["treatment"], c["control"])}
+        for variant, group in (frame.groupby("variant", sort=False) if not frame.empty else []):
+            if variant in scores:
+                scores[variant] = dict(zip(group["seed"].astype(int), group["primary"].astype(float)))
+        planned = cells[(cells["task"] == task) & cells["variant"].isin(list(scores))]
+        missing = int((planned["status"] != "complete").sum())
+        table, _ = inference.contrasts(scores, mine, margin=spec["margin"])
+        for claim, (_, result) in zip(mine, table.iterrows()):
+            rows.append({"matrix": name, "task": task, "id": claim["id"], "source": claim["source"],
+                         "claim": claim["claim"], "treatment": claim["treatment"], "control": claim["control"],
+                         "expects": claim.get("expects", "better"), "primary": spec["primary"], "margin": spec["margin"],
+                         "stated_at": spec.get("stated_at"), "seeds": result["seeds"], "cells_missing": missing,
+                         **{k: result[k] for k in ("treatment_mean", "control_mean", "difference", "low", "high", "mdd",
+                                                   "mark", "seeds_for_margin")},
+                         "report": str(directory / "README.md")})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _number(value, fmt: str = "{:+.3f}") -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else fmt.format(value)
+
+
+def _mark_text(r) -> str:
+    if r["mark"] == inference.SUPPORTED:
+        text = "supported"
+    elif r["mark"] == inference.CONTRADICTED:
+        text = "contradicted"
+    elif r["mark"] == inference.CLAIM_EQUIVALENT:
+        text = f"no difference beyond +-{r['margin']:g} (equivalent)"
+    elif r["mark"] == inference.CLAIM_OPEN:
+        text = f"not resolved at MDD {r['mdd']:.3f}" if not _missing(r["mdd"]) else "not resolved (too few seeds)"
+        if r["seeds_for_margin"] is not None and not _missing(r["seeds_for_margin"]):
+            text += f"; the margin needs ~{int(r['seeds_for_margin'])} seeds"
+    else:
+        text = str(r["mark"])
+    if r["cells_missing"]:
+        text += f" ({r['cells_missing']} cells not finished)"
+    return text
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def render(table: pd.DataFrame, *, link_from: Path, command: str) -> str:
+    """The claims table, then what each mark means and how the table was made."""
+    rows = []
+    for _, r in table.iterrows():
+        where = Path(r["report"])
+        try:
+            link = where.resolve().relative_to(link_from.resolve())
+        except ValueError:
+            link = where
+        setting = f"`{r['treatment']}` vs `{r['control']}` on {r['task']}"
+        result = (f"{_number(r['difference'])} [{_number(r['low'])}, {_number(r['high'])}] "
+                  f"({_number(r['treatment_mean'], '{:.3f}')} vs {_number(r['control_mean'], '{:.3f}')}, "
+                  f"{r['seeds']} seeds)") if not _missing(r["difference"]) else f"- ({r['seeds']} seeds)"
+        rows.append([r["claim"] + (" (expects: equal)" if r["expects"] == "equal" else ""), r["source"], setting,
+                     result, _mark_text(r), f"[{r['matrix']}]({link})"])
+    stated = sorted({f"{r['matrix']}: {primary_name(r['primary'])}, margin +-{r['margin']:g}, stated "
+                     f"{r['stated_at'] or 'NOT before its cells ran'}" for _, r in table.iterrows()
+                     if not _missing(r["margin"])} | {f"{r['matrix']}: {primary_name(r['primary'])}, no margin, stated "
+                                                      f"{r['stated_at'] or 'NOT before its cells ran'}"
+                                                      for _, r in table.iterrows() if _missing(r["margin"])})
+    lines = [markdown_table(["claim", "source", "setting here", "treatment - control [simultaneous 95%]", "mark",
+                             "matrix"], rows), "",
+             "How to read it: each matrix states its claims, primary metric and margin of equivalence in its file before "
+             "its first cell runs (the store records when). The interval is for the treatment's primary metric minus the "
+             "control's, blocked by seed; a matrix's claims are one family of simultaneous 95% intervals, the critical "
+             "value calibrated for those contrasts (benchmarks/report/inference.py, `contrasts`), so every mark of a "
+             "matrix holds together with probability >= 95%. *Supported*: the interval lies on the claim's side of 0; "
+             "*contradicted*: on the other side (for a claim of no difference: any separation); *equivalent*: inside "
+             "+-margin, so the difference the claim names is not there at this scale; *not resolved*: none of these, "
+             "with the MDD (the true difference found with 80% probability) and the seeds the margin would need. Not "
+             "resolved is not equivalent.", "",
+             "Stated analyses: " + "; ".join(stated) + ".", "", f"Regenerate: `{command}`"]
+    return "\n".join(lines) + "\n"
+
+
+def write_claims(directories: Sequence[str], out: str, *, command: str, readme: str = "",
+                 section: str = "claims") -> str:
+    table = pd.concat([claims_of(d) for d in directories], ignore_index=True)
+    out_path = Path(out)
+    text = render(table, link_from=out_path.parent, command=command)
+    atomic_write_text(out_path, "# What the field claims, tested here\n\n" + text)
+    if readme:
+        update_section(readme, section, render(table, link_from=Path(readme).parent, command=command).rstrip("\n"))
+    return text
