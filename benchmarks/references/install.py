@@ -8,7 +8,7 @@ installed into the environment: each is fetched without its dependencies into a 
 
 (``grpo-bench check references --install`` runs these), and the adapters import only the modules that hold loss and
 advantage code from there. ``CACHE`` is ``$GRPO_BENCH_REFERENCES``, else ``$XDG_CACHE_HOME/grpo-bench/references``
-(``~/.cache/...``). The few light libraries those modules import (omegaconf, tensordict, codetiming, ray) come with the
+(``~/.cache/...``). The few light libraries those modules import (omegaconf, tensordict, codetiming, ray, orjson) come with the
 ``references`` extra. The environment's own metadata never sees these packages, so ``pip check`` stays clean.
 
 Where a module's package ``__init__`` (or a module-level import) pulls an engine in, ``import_module`` imports the
@@ -54,7 +54,7 @@ PINNED = {p.name: p for p in (
     Pinned("trl-ppo", "trl", "1.12.0", sys_path=False),
 )}
 # What the modules the adapters import need beyond this suite's own dependencies: the ``references`` extra.
-LIGHT_DEPENDENCIES = ("omegaconf", "tensordict", "codetiming", "ray")
+LIGHT_DEPENDENCIES = ("omegaconf", "tensordict", "codetiming", "ray", "orjson")
 
 
 class MissingFramework(UsageError):
