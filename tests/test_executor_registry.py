@@ -51,13 +51,19 @@ def test_the_registry_holds_the_built_in_executors_and_takes_the_old_keywords():
            "slurm_cluster": "local"}
     assert executors.make_executor("local", **old).options.jobs == 3
     assert executors.make_executor("subprocess", **old).options.jobs == 3
-    slurm = executors.make_executor("slurm", **old).options
-    assert (slurm.slurm_partition, slurm.slurm_time, slurm.slurm_cluster) == ("gpu", 5, "local")
     with pytest.raises(TypeError, match="no executor declares: job"):
         executors.make_executor("local", job=2)
     with pytest.raises(ValueError, match="executor name 'local' is taken by benchmarks.matrix.executors.LocalExecutor"):
         executors.register_executor(RecordingExecutor, name="local")
     executors.register_executor(executors.LocalExecutor)  # the same class again is a no-op
+
+
+@pytest.mark.integration  # the Slurm executor needs submitit (the integrations extra)
+def test_the_slurm_executor_takes_the_old_keywords():
+    old = {"jobs": 3, "ray_address": None, "slurm_partition": "gpu", "slurm_time": 5, "slurm_gpus_per_cell": 1.0,
+           "slurm_cluster": "local"}
+    slurm = executors.make_executor("slurm", **old).options
+    assert (slurm.slurm_partition, slurm.slurm_time, slurm.slurm_cluster) == ("gpu", 5, "local")
 
 
 def test_an_unknown_executor_is_one_line(tiny, tmp_path, run_cli):
