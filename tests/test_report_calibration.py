@@ -4,6 +4,7 @@ the matrix file's ``equivalent`` groups, and the report-side statistics beside t
 with its Wilson interval, ScaleRL's scaling fit). Seeded and fast."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -228,3 +229,24 @@ def test_calibration_command_refuses_a_directory_without_a_matrix(run_cli, tmp_p
     assert code == 2 and "not a matrix directory" in err and len(err.strip().splitlines()) == 1
     code, _, err = run_cli("calibration", tmp_path, "--sims", "5", "--out", tmp_path / "out")
     assert code == 2 and "--sims" in err
+
+
+def test_calibration_report_judges_a_claims_matrix_at_its_design_and_on_the_aa_cells(monkeypatch):
+    """--claims FILE: the claims' procedure simulated at the file's own design (variants, seeds, contrasts) and on the
+    A/A cells cut into null matrices of the same variants and contrasts."""
+    from benchmarks.report import calibration_report
+
+    design = calibration_report.claims_design(Path(__file__).resolve().parents[1] / "benchmarks/matrices/claims_toy.toml")
+    assert (design["k"], design["n"], len(design["pairs"]), design["margin"]) == (15, 8, 12, 0.02)
+    assert design["pairs"][0] == (design["variants"].index("clip_higher_mu2"), design["variants"].index("grpo_mu2"))
+    rates = calibration_report.claims_simulated(design, sims=100, reps=200)
+    assert list(rates["scenario"])[0] == "global null, equal sds" and len(rates) == 3
+    assert (rates["false_claim"] <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / 100)).all()
+    rng = np.random.default_rng(1)
+    aa = pd.DataFrame({"task": "t", "variant": "g", "seed": range(60), "primary": 0.86 + 0.008 * rng.standard_normal(60)})
+    monkeypatch.setattr(calibration_report, "_primary_cells", lambda d: ("aa", {"primary": "last_3", "margin": 0.02}, aa))
+    real = calibration_report.claims_real_aa(design, "aa", draws=100, outer=5, inner=20, reps=200)
+    assert (real["variants"], real["seeds"]) == (15, 4) and real["low"] <= real["high"]  # 60 cells: 4 seeds each
+    text = calibration_report.render(pd.DataFrame(), None, pd.DataFrame(), "grpo-bench calibration", [(design, rates, real)])
+    assert "## The claims of `claims-toy`" in text and "the claims of `claims-toy` (simulated at most" in text
+    assert "15 variants and contrasts at 4 seeds each" in text

@@ -197,6 +197,9 @@ def add_calibration_parser(sub) -> None:
                                               "benchmarks/matrices/calibration_aa.toml): its cells cut into null matrices")
     p.add_argument("--out", default="results/calibration", help="folder for report.md and calibration.json")
     p.add_argument("--sims", type=int, default=2000, help="simulated matrices per case (default: 2000)")
+    p.add_argument("--claims", nargs="+", default=[], metavar="FILE",
+                   help="matrix files stating [[analysis.claims]]: the claims' procedure simulated at their designs "
+                        "(and on --aa's cells)")
     p.set_defaults(handler=cmd_calibration)
 
 
@@ -211,8 +214,9 @@ def cmd_calibration(args) -> int:
         matrix_directory(directory)
     writable(args.out, "--out", folder=True)
     try:
-        text = write_calibration(args.dirs, args.out, aa=args.aa, sims=args.sims, command=args.command_line)
-    except ValueError as exc:  # an --aa matrix of more than one variant
+        text = write_calibration(args.dirs, args.out, aa=args.aa, sims=args.sims, command=args.command_line,
+                                 claims=args.claims)
+    except ValueError as exc:  # an --aa matrix of more than one variant, a claims file that states none
         raise UsageError(str(exc)) from None
     print(text.splitlines()[2])
     print(f"wrote {args.out}/report.md, calibration.json")

@@ -16,7 +16,11 @@ the best left out of the could-be-best set) is <= 5%. Three measurements:
     the ceiling), which the Gaussian simulation assumes away. The partitions share cells, so their count is not the
     evidence: the interval comes from a bootstrap over the cells (resample the cells, partition again);
   * the declared A/A pairs of the given matrices (``equivalent`` groups, e.g. an independent replicate of a variant
-    under a second name): how many the procedure separates.
+    under a second name): how many the procedure separates;
+  * the claims' procedure (``--claims FILE``: a matrix file stating ``[[analysis.claims]]``, judged by
+    ``inference.contrasts``): simulated at the file's own design (its claim variants, seeds and contrasts) under the
+    global null with equal and unequal spreads, and on the real A/A cells cut into null matrices with the same
+    variants and contrasts (as many seeds as the cells allow).
 
 It reads the result stores and matrix.json files it is given, and writes OUT/report.md and OUT/calibration.json.
 """
@@ -129,6 +133,67 @@ def real_aa(directory: Path | str, *, shapes: Sequence[tuple[int, int]] = AA_SHA
     return summary, pd.DataFrame(rows)
 
 
+CLAIM_SPREADS = (0.0, 0.5, 1.0)  # log-sd spreads of the variants' sds in the claims' simulations
+
+
+def claims_design(path: Path | str) -> dict:
+    """A claims matrix file's design: the variants its claims name, its seeds, the contrasts (index pairs)."""
+    from benchmarks.matrix import parse
+
+    plan = parse(path)
+    claims = plan.analysis.claims if plan.analysis else ()
+    if not claims:
+        raise ValueError(f"{path}: states no claims ([[analysis.claims]])")
+    names = list(dict.fromkeys(v for c in claims for v in (c.treatment, c.control)))
+    pairs = [(names.index(c.treatment), names.index(c.control)) for c in claims]
+    cells = plan.cells or [c for group in plan.tuning for c in group.candidates[0]]  # a tuned matrix's evaluation seeds
+    seeds = len({c.seed for c in cells})
+    return {"file": str(path), "name": plan.name, "variants": names, "k": len(names), "n": seeds, "pairs": pairs,
+            "margin": plan.analysis.margin}
+
+
+def claims_simulated(design: dict, *, sims: int = 2000, reps: int = 1000, seed: int = 3) -> pd.DataFrame:
+    """The claims' family-wise rates under the global null at the design, for each spread of the variants' sds."""
+    rows = []
+    rng = np.random.default_rng(seed)
+    for spread in CLAIM_SPREADS:
+        sds = np.exp(rng.normal(0.0, spread, design["k"])) if spread else np.ones(design["k"])
+        rates = inference.contrast_error(design["k"], design["n"], design["pairs"], sds=sds, block_sd=0.5,
+                                         margin=None, sims=sims, reps=reps, seed=seed + int(10 * spread))
+        rows.append({"matrix": design["name"], "variants": design["k"], "seeds": design["n"],
+                     "claims": len(design["pairs"]), "scenario": "global null, equal sds" if not spread else
+                     f"global null, log-sd spread {spread:g} (largest/smallest sd {sds.max() / sds.min():.1f})",
+                     **rates})
+    return pd.DataFrame(rows)
+
+
+def claims_real_aa(design: dict, directory: Path | str, *, draws: int = 1000, outer: int = 100, inner: int = 100,
+                   reps: int = 1000, seed: int = 0) -> dict:
+    """The A/A cells cut into null matrices of the claims' variants (as many seeds each as the cells allow, one-way:
+    the cells share no seed) judged by the claims' procedure: the rate of any false mark, with a bootstrap interval
+    over the cells."""
+    _, _, per_cell = _primary_cells(directory)
+    values = per_cell["primary"].to_numpy(float)
+    values = values[np.isfinite(values)]
+    k = design["k"]
+    n = min(design["n"], len(values) // k)
+    if n < 2:
+        return {"variants": k, "seeds": n, "draws": 0}
+    rng = np.random.default_rng(seed)
+    truth = np.zeros(len(design["pairs"]))
+    y = _null_matrices(values, k, n, draws, rng)
+    low, high = inference.contrast_procedure(y, design["pairs"], blocked=False, reps=reps, seed=seed + 17)
+    rate = inference.contrast_rates(low, high, truth, design["margin"])
+    boot = []
+    for b in range(outer):
+        resampled = values[rng.integers(0, len(values), len(values))]
+        lb, hb = inference.contrast_procedure(_null_matrices(resampled, k, n, inner, rng), design["pairs"],
+                                              blocked=False, reps=reps // 2, seed=seed + 19 + b)
+        boot.append(inference.contrast_rates(lb, hb, truth, design["margin"])["false_claim"])
+    return {"variants": k, "seeds": n, "draws": draws, "false_claim": rate["false_claim"],
+            "low": float(np.quantile(boot, 0.025)), "high": float(np.quantile(boot, 0.975))}
+
+
 def declared_pairs(directories: Sequence[Path | str]) -> pd.DataFrame:
     """Every declared-equivalent pair of the given matrices, on every task, judged by the verdicts' procedure."""
     from benchmarks.report.matrix import analyse, collect
@@ -142,7 +207,8 @@ def declared_pairs(directories: Sequence[Path | str]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
 
 
-def render(sim: pd.DataFrame, aa: Optional[tuple[dict, pd.DataFrame]], pairs: pd.DataFrame, command: str) -> str:
+def render(sim: pd.DataFrame, aa: Optional[tuple[dict, pd.DataFrame]], pairs: pd.DataFrame, command: str,
+           claims: Sequence[tuple[dict, pd.DataFrame, Optional[dict]]] = ()) -> str:
     worst = sim["false_claim"].max() if not sim.empty else math.nan
     head = [f"the simulated family-wise rate of false claims is at most {worst:.3f} over {len(sim)} scenarios at the "
             "committed matrices' designs" if not sim.empty else "no design simulated"]
@@ -153,6 +219,11 @@ def render(sim: pd.DataFrame, aa: Optional[tuple[dict, pd.DataFrame]], pairs: pd
             + f", from {summary['cells']} cells)")
     if not pairs.empty:
         head.append(f"{int(pairs['separated'].sum())} of {len(pairs)} declared-equivalent pairs separated")
+    for design, rates, real in claims:
+        text = f"the claims of `{design['name']}` (simulated at most {rates['false_claim'].max():.3f}"
+        if real and real.get("draws"):
+            text += f"; real A/A {real['false_claim']:.3f} [{real['low']:.3f}, {real['high']:.3f}]"
+        head.append(text + ")")
     lines = ["# Calibration of the verdicts", "",
              f"**The verdict procedure (benchmarks/report/inference.py, 95% simultaneous): " + "; ".join(head) + ".**", "",
              f"Written by `{command}`.", ""]
@@ -195,21 +266,42 @@ def render(sim: pd.DataFrame, aa: Optional[tuple[dict, pd.DataFrame]], pairs: pd
                   "interval of their difference. Rounding twins (bit-identical runs) cannot be separated and say little.",
                   "", markdown_table(["matrix", "task", "A", "B", "mean(A) - mean(B)", "simultaneous interval",
                                       "separated"], rows), ""]
+    for design, rates, real in claims:
+        rows = [[r.scenario, f"{r.variants} x {r.seeds}", r.claims, f"{r.false_claim:.3f}", f"{r.noncoverage:.3f}",
+                 r.sims] for r in rates.itertuples()]
+        lines += [f"## The claims of `{design['name']}` ({design['file']})", "",
+                  f"Its {len(design['pairs'])} claims (a treatment against its control each) over {design['k']} "
+                  f"variants x {design['n']} seeds, judged as one family by `inference.contrasts` (blocked by seed, c "
+                  "calibrated for these contrasts). Simulated: Gaussian cells with a shared seed part, each variant's sd "
+                  "drawn once for the scenario. *False claim*: any interval wholly above or below 0 for a null contrast.",
+                  "", markdown_table(["scenario", "design", "claims", "false claim", "non-coverage",
+                                      "simulated matrices"], rows), ""]
+        if real and real.get("draws"):
+            lines += [f"On the real A/A cells: null matrices of the same {real['variants']} variants and contrasts at "
+                      f"{real['seeds']} seeds each (all the cells allow; one-way, the cells share no seed): false claim "
+                      f"{real['false_claim']:.3f} [{real['low']:.3f}, {real['high']:.3f}] over {real['draws']} "
+                      "partitions (bootstrap interval over the cells).", ""]
     return "\n".join(lines)
 
 
 def write_calibration(directories: Sequence[Path | str], out: Path | str, *, aa: Optional[Path | str] = None,
-                      sims: int = 2000, command: str = "grpo-bench calibration") -> str:
+                      sims: int = 2000, command: str = "grpo-bench calibration",
+                      claims: Sequence[Path | str] = ()) -> str:
     designs = matrix_designs(directories)
     sim = simulated(designs, sims=sims)
     measured = real_aa(aa) if aa else None
     pairs = declared_pairs(directories)
-    text = render(sim, measured, pairs, command)
+    judged = []
+    for path in claims:
+        design = claims_design(path)
+        judged.append((design, claims_simulated(design, sims=sims), claims_real_aa(design, aa) if aa else None))
+    text = render(sim, measured, pairs, command, judged)
     out = Path(out)
     atomic_write_text(out / "report.md", text)
     atomic_write_json(out / "calibration.json", {
         "designs": designs, "simulated": sim.to_dict(orient="records"),
         "real_aa": None if measured is None else {"summary": measured[0], "rates": measured[1].to_dict(orient="records")},
         "declared_pairs": pairs.to_dict(orient="records"), "matrices": [str(d) for d in directories],
+        "claims": [{"design": d, "simulated": r.to_dict(orient="records"), "real_aa": a} for d, r, a in judged],
         "sims": sims, "alpha": inference.ALPHA, "seed": stats.SEED})
     return text
