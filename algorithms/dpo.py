@@ -2,8 +2,10 @@
 
 No sampling during training and no reward calls: the task labels a fixed set of (prompt, chosen,
 rejected) pairs once, from completions of the starting policy (``task.preference_pairs``), and each
-step takes the next minibatch of pairs. The loss is the sigmoid loss of the policy's log-ratio margin
-against the frozen reference, scaled by beta. The prompts the harness passes to ``step`` are unused.
+step takes the next minibatch of pairs. Building the pairs samples completions (many more than the pairs where
+rewards tie: 8192 for 256 pairs on chain_sum at a 15% start); with ``count_pair_samples`` they count against the
+budget at the first step, as every other algorithm's generated completions do. The loss is the sigmoid loss of
+the policy's log-ratio margin against the frozen reference, scaled by beta. The prompts the harness passes to ``step`` are unused.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class DPOConfig(AlgoConfig):
     beta: float = field(default=0.1, metadata={"help": "DPO's beta: strength of the implicit KL to the reference (paper: 0.1-0.5)"})
     pairs: int = field(default=256, metadata={"help": "preference pairs the task builds once from the starting policy"})
     pairs_per_step: int = field(default=16, metadata={"help": "pairs per training step (DPO ignores --prompts-per-step)"})
+    count_pair_samples: bool = field(default=False, metadata={"help": "count the completions sampled to build the pairs against the budget, as every other algorithm's generated completions count (off in the matrices run before it existed)"})
 
     def validate(self) -> None:
         super().validate()
@@ -44,6 +47,7 @@ class DPO(Algorithm):
         super().__init__(*args, **kwargs)
         self.pairs: Optional[dict] = None  # built at the first step, from the policy as it starts
         self.order: list[int] = []
+        self.pairs_counted = False  # whether the pairs' samples were counted as generated completions
 
     @classmethod
     def needs_reference(cls, config) -> bool:
@@ -91,6 +95,9 @@ class DPO(Algorithm):
             "pairs/ties_dropped": float(self.pairs["ties_dropped"]),
             "completions": float(2 * n),
         }
+        if c.count_pair_samples and not self.pairs_counted:  # the pairs' samples are spent at the first step
+            metrics["completions"] += float(self.pairs["samples"])
+            self.pairs_counted = True
         metrics.update(self.timer.pop())
         return metrics
 
@@ -105,8 +112,9 @@ class DPO(Algorithm):
         return out
 
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "pairs": self.pairs, "order": list(self.order)}
+        return {**super().state_dict(), "pairs": self.pairs, "order": list(self.order), "pairs_counted": self.pairs_counted}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.pairs, self.order = state["pairs"], list(state["order"])
+        self.pairs_counted = state.get("pairs_counted", self.pairs is not None)

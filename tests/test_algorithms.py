@@ -227,3 +227,21 @@ def test_reinforce_moving_average_baseline():
     assert state.baseline == pytest.approx(0.9 * 1.0 + 0.1 * 3.0)
     none = SimpleNamespace(config=REINFORCEConfig(baseline="none"), baseline=None)
     assert REINFORCE._baseline(none, torch.tensor([5.0])) == 0.0
+
+
+def test_dpo_counts_the_pair_samples_against_the_budget_when_asked(tmp_path):
+    """Building the pairs samples completions of the starting policy; with count_pair_samples they are generated
+    completions like any other algorithm's, so the budget stops DPO once they and its pairs' completions reach it."""
+    summaries = {}
+    for count in (False, True):
+        rc = RunConfig(task="pizza", algo="dpo", steps=40, budget=320, seed=3, device="cpu", precision="fp32",
+                       out=str(tmp_path / str(count)), eval_every=0, checkpoint_every=0)
+        config = ALGORITHMS["dpo"].Config(pairs=32, pairs_per_step=4, count_pair_samples=count)
+        summaries[count] = run(rc, config, {"eval_samples": 16}, progress=False)
+        rows = read_jsonl(tmp_path / str(count) / "metrics.jsonl")
+        samples = rows[0]["pairs/samples"]
+        assert samples >= 64  # at least two completions a pair
+        assert rows[0]["completions"] == (8 + samples if count else 8) and all(r["completions"] == 8 for r in rows[1:])
+    assert summaries[False]["steps"] == 40 and summaries[False]["completions_generated"] == 320
+    samples = read_jsonl(tmp_path / "True" / "metrics.jsonl")[0]["pairs/samples"]
+    assert summaries[True]["completions_generated"] >= 320 and summaries[True]["steps"] == 1 + max(0, -(-int(320 - 8 - samples) // 8))
