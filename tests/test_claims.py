@@ -163,22 +163,24 @@ def _write(out: Path, differences: dict[str, float], claims_toml: str, seeds: in
             rel = f"pizza/{variant}/seed{seed}"
             spec = {"task_label": "pizza", "task": "pizza", "variant": variant, "algo": "grpo", "seed": seed,
                     "steps": 2, "budget": 64, "completions_per_step": 32, "eval_every": 1}
-            rows = [{"step": 1, "completions": 32.0, "eval/accuracy": final - 0.001, "time/wall": 1.0},
-                    {"step": 2, "completions": 32.0, "time/wall": 2.0}]
+            entropy = 1.0 + (0.2 if variant == "b" else 0.0) + 0.02 * seed  # b keeps its entropy up by 0.2
+            rows = [{"step": 1, "completions": 32.0, "eval/accuracy": final - 0.001, "time/wall": 1.0, "entropy": 9.0},
+                    {"step": 2, "completions": 32.0, "time/wall": 2.0, "entropy": entropy}]
             summary = {"status": "complete", "steps": 2, "accuracy_before": 0.2, "accuracy_after": final,
                        "completions_generated": 64.0, "wall_clock_s": 2.0, "process_wall_clock_s": 3.0}
             store.put(rel, spec, summary, rows)
             cells.append({"dir": rel, **spec})
     store.write()
     analysis = {"primary": "last_2", "margin": 0.02, "target_mdd": None, "stated_at": "2026-11-26T00:00:00Z",
-                "claims": [dict(c, expects=c.get("expects", "better"), task=None) for c in claims_toml]}
+                "claims": [dict({"expects": "better", "task": None, "secondary": None}, **c) for c in claims_toml]}
     (out / "matrix.json").write_text(json.dumps({"name": out.name, "cells": cells, "sessions": [],
                                                  "analysis": analysis}))
     return out
 
 
 def test_the_claims_command_writes_the_table(run_cli, tmp_path):
-    claims = [{"id": "gain", "source": "Paper A", "claim": "B learns better than A", "treatment": "b", "control": "a"},
+    claims = [{"id": "gain", "source": "Paper A", "claim": "B learns better than A", "treatment": "b", "control": "a",
+               "secondary": "entropy"},
               {"id": "none", "source": "Paper B", "claim": "C learns better than A", "treatment": "c", "control": "a"}]
     matrix = _write(tmp_path / "m", {"a": 0.0, "b": 0.06, "c": 0.0}, claims)
     readme = tmp_path / "README.md"
@@ -190,6 +192,8 @@ def test_the_claims_command_writes_the_table(run_cli, tmp_path):
     assert len(rows) == 2
     assert "| supported |" in rows[0] and "`b` vs `a` on pizza" in rows[0] and "+0.06" in rows[0]
     assert "no difference beyond +-0.02 (equivalent)" in rows[1]
+    # the secondary metric: each cell's last quarter of steps (step 2 of 2), per-seed difference exactly 0.2
+    assert "entropy 1.23 vs 1.03: +0.2 [+0.2, +0.2]" in rows[0] and "| - |" in rows[1]
     assert "stated 2026-11-26T00:00:00Z" in text and "mean accuracy of the last 2 evaluations" in text
     assert "[m](m/README.md)" in text
     assert "<!-- grpo-bench:claims -->" in readme.read_text() and "| supported |" in readme.read_text()

@@ -331,7 +331,9 @@ def parse(path: str | Path) -> Plan:
 CLAIM_KEYS = {"id": "a short name for the claim (unique in the file)", "source": "who claims it (paper, year)",
               "claim": "the claim, in a sentence", "treatment": "the variant the claim says is better (or equal)",
               "control": "the variant it is compared with", "expects": "better (default), worse or equal",
-              "task": "the task label it is judged on (default: every task of the matrix)"}
+              "task": "the task label it is judged on (default: every task of the matrix)",
+              "secondary": "a training metric shown beside the claim's mark, described not judged (e.g. entropy, "
+                           "length/incorrect): its mean over the last quarter of each cell's steps"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -345,6 +347,7 @@ class Claim:
     control: str
     expects: str = "better"
     task: Optional[str] = None
+    secondary: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -415,10 +418,11 @@ def _claims(check: _Checker, claims: Any) -> tuple[Claim, ...]:
             check.fail(where, "expects", f"expects must be better, worse or equal, got {expects!r}")
         if claim["treatment"] == claim["control"]:
             check.fail(where, "control", f"claim {claim['id']!r}: the treatment and the control are one variant")
-        task = claim.get("task")
-        if task is not None and not isinstance(task, str):
-            check.fail(where, "task", f"task must be a task label, got {task!r}")
-        out.append(Claim(claim["id"], claim["source"], claim["claim"], claim["treatment"], claim["control"], expects, task))
+        for key in ("task", "secondary"):
+            if claim.get(key) is not None and not (isinstance(claim[key], str) and claim[key].strip()):
+                check.fail(where, key, f"{key} must be a name (text), got {claim[key]!r}")
+        out.append(Claim(claim["id"], claim["source"], claim["claim"], claim["treatment"], claim["control"], expects,
+                         claim.get("task"), claim.get("secondary")))
     ids = [c.id for c in out]
     if len(set(ids)) != len(ids):
         check.fail(where, "id", f"claim ids repeat: {sorted({i for i in ids if ids.count(i) > 1})}")

@@ -20,7 +20,9 @@ import math
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 import pandas as pd
+from scipy import stats
 
 from benchmarks.errors import UsageError
 from benchmarks.io import atomic_write_text
@@ -32,7 +34,35 @@ from benchmarks.report.verdicts import analysis_spec, primary_name
 
 COLUMNS = ["matrix", "task", "id", "source", "claim", "treatment", "control", "expects", "primary", "margin",
            "stated_at", "seeds", "cells_missing", "treatment_mean", "control_mean", "difference", "low", "high",
-           "mdd", "mark", "seeds_for_margin", "report"]
+           "mdd", "mark", "seeds_for_margin", "secondary", "secondary_treatment", "secondary_control",
+           "secondary_difference", "secondary_low", "secondary_high", "report"]
+LAST_SHARE = 0.25  # a secondary metric is each cell's mean over this last share of its steps
+
+
+def secondary_values(steps: pd.DataFrame, task: str, variant: str, metric: str) -> dict[int, float]:
+    """{seed: the cell's mean of ``metric`` over the last quarter of its steps} for one variant on one task."""
+    if steps.empty or metric not in steps:
+        return {}
+    rows = steps[(steps["task"] == task) & (steps["variant"] == variant)]
+    out = {}
+    for seed, cell in rows.groupby("seed"):
+        cell = cell.sort_values("step")
+        tail = cell[metric].iloc[-max(1, math.ceil(LAST_SHARE * len(cell))):].astype(float)
+        if tail.notna().any():
+            out[int(seed)] = float(tail.mean())
+    return out
+
+
+def paired_difference(a: dict[int, float], b: dict[int, float]) -> tuple[float, float, float, float, float]:
+    """(mean of a, mean of b, mean of the per-seed differences a - b, and its 95% t-interval, one at a time) over the
+    seeds both have; nan where fewer than 2."""
+    seeds = sorted(set(a) & set(b))
+    if len(seeds) < 2:
+        return (math.nan,) * 5
+    d = np.array([a[s] - b[s] for s in seeds])
+    half = float(stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d)))
+    return (float(np.mean([a[s] for s in seeds])), float(np.mean([b[s] for s in seeds])), float(d.mean()),
+            float(d.mean() - half), float(d.mean() + half))
 
 
 def claims_of(directory: Path | str) -> pd.DataFrame:
@@ -61,12 +91,19 @@ def claims_of(directory: Path | str) -> pd.DataFrame:
         missing = int((planned["status"] != "complete").sum())
         table, _ = inference.contrasts(scores, mine, margin=spec["margin"])
         for claim, (_, result) in zip(mine, table.iterrows()):
+            metric = claim.get("secondary")
+            described = paired_difference(secondary_values(data["steps"], task, claim["treatment"], metric),
+                                          secondary_values(data["steps"], task, claim["control"], metric)) \
+                if metric else (math.nan,) * 5
             rows.append({"matrix": name, "task": task, "id": claim["id"], "source": claim["source"],
                          "claim": claim["claim"], "treatment": claim["treatment"], "control": claim["control"],
                          "expects": claim.get("expects", "better"), "primary": spec["primary"], "margin": spec["margin"],
                          "stated_at": spec.get("stated_at"), "seeds": result["seeds"], "cells_missing": missing,
                          **{k: result[k] for k in ("treatment_mean", "control_mean", "difference", "low", "high", "mdd",
                                                    "mark", "seeds_for_margin")},
+                         "secondary": metric, **dict(zip(("secondary_treatment", "secondary_control",
+                                                          "secondary_difference", "secondary_low", "secondary_high"),
+                                                         described)),
                          "report": str(directory / "README.md")})
     return pd.DataFrame(rows, columns=COLUMNS)
 
@@ -110,15 +147,21 @@ def render(table: pd.DataFrame, *, link_from: Path, command: str) -> str:
         result = (f"{_number(r['difference'])} [{_number(r['low'])}, {_number(r['high'])}] "
                   f"({_number(r['treatment_mean'], '{:.3f}')} vs {_number(r['control_mean'], '{:.3f}')}, "
                   f"{r['seeds']} seeds)") if not _missing(r["difference"]) else f"- ({r['seeds']} seeds)"
+        beside = "-"
+        if r["secondary"] and not _missing(r["secondary_difference"]):
+            beside = (f"{r['secondary']} {r['secondary_treatment']:.3g} vs {r['secondary_control']:.3g}: "
+                      f"{r['secondary_difference']:+.3g} [{r['secondary_low']:+.3g}, {r['secondary_high']:+.3g}]")
+        elif r["secondary"]:
+            beside = f"{r['secondary']}: not logged"
         rows.append([r["claim"] + (" (expects: equal)" if r["expects"] == "equal" else ""), r["source"], setting,
-                     result, _mark_text(r), f"[{r['matrix']}]({link})"])
+                     result, _mark_text(r), beside, f"[{r['matrix']}]({link})"])
     stated = sorted({f"{r['matrix']}: {primary_name(r['primary'])}, margin +-{r['margin']:g}, stated "
                      f"{r['stated_at'] or 'NOT before its cells ran'}" for _, r in table.iterrows()
                      if not _missing(r["margin"])} | {f"{r['matrix']}: {primary_name(r['primary'])}, no margin, stated "
                                                       f"{r['stated_at'] or 'NOT before its cells ran'}"
                                                       for _, r in table.iterrows() if _missing(r["margin"])})
     lines = [markdown_table(["claim", "source", "setting here", "treatment - control [simultaneous 95%]", "mark",
-                             "matrix"], rows), "",
+                             "beside it (described, not judged)", "matrix"], rows), "",
              "How to read it: each matrix states its claims, primary metric and margin of equivalence in its file before "
              "its first cell runs (the store records when). The interval is for the treatment's primary metric minus the "
              "control's, blocked by seed; a matrix's claims are one family of simultaneous 95% intervals, the critical "
@@ -127,7 +170,10 @@ def render(table: pd.DataFrame, *, link_from: Path, command: str) -> str:
              "*contradicted*: on the other side (for a claim of no difference: any separation); *equivalent*: inside "
              "+-margin, so the difference the claim names is not there at this scale; *not resolved*: none of these, "
              "with the MDD (the true difference found with 80% probability) and the seeds the margin would need. Not "
-             "resolved is not equivalent.", "",
+             "resolved is not equivalent. *Beside it*: a training metric the claim speaks of (entropy, the length of "
+             "incorrect completions), each cell's mean over the last quarter of its steps, treatment vs control and "
+             "their per-seed difference with a one-at-a-time 95% t-interval: a description, not part of the family "
+             "the marks come from.", "",
              "Stated analyses: " + "; ".join(stated) + ".", "", f"Regenerate: `{command}`"]
     return "\n".join(lines) + "\n"
 
