@@ -166,3 +166,38 @@ def test_command_writes_results_and_fails_on_mismatch(tmp_path, monkeypatch):
     rows.append(trl_check.CheckRow("dpo_loss", "b", 1.0, 2.0, 1.0, 0.5, False, "dpo", "dpo"))
     assert main(["check", "trl", "--out", str(tmp_path)]) == 1
     assert "**NO**" in (tmp_path / "report.md").read_text()
+
+
+def test_every_trl_side_scores_with_the_one_task_reward():
+    """One reward wrapper for every TRL side (the perf bench, the train check, the LoRA bench): the task's reward of
+    the text our rollout scores, each completion cut at its first end-of-sequence token with special tokens kept."""
+    import ast
+    from pathlib import Path
+
+    from tasks import make_task
+
+    task = make_task("pizza")
+    model, tokenizer = task.load_policy(torch.device("cpu")), task.tokenizer
+    seen = []
+    reward = trl_ref.task_reward(task, model, tokenizer, on_score=lambda *args: seen.append(args))
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    pizza = tokenizer("pizza", add_special_tokens=False)["input_ids"]
+    # TRL's own completion text drops special tokens; ours stops at the first EOS: "pizza<eos>pizza" scores "pizza"
+    ids = [pizza + [eos] + pizza, pizza + pizza, pizza[:2] + [eos, pad]]
+    rewards = reward(["ravin likes "] * 3, ["unused"] * 3, ids)
+    assert rewards == [4.0, 0.0, 0.0] and reward.__name__ == "task_reward"
+    (prompts, texts, completion_ids, scored), = seen
+    assert texts == ["pizza", "pizzapizza", tokenizer.decode(pizza[:2])] and scored == rewards
+    # and no TRL side builds a reward function of its own
+    root = Path(__file__).resolve().parents[1] / "benchmarks"
+    for module in ("perf/grpo_vs_trl.py", "checks/trl_train.py", "perf/lora.py"):
+        tree = ast.parse((root / module).read_text())
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "trainer"]
+        assert calls, module
+        for call in calls:
+            (given,) = [k.value for k in call.keywords if k.arg == "reward_funcs"]
+            names = {n.id for n in ast.walk(given) if isinstance(n, ast.Name)}
+            assigned = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign)
+                        and getattr(n.value, "func", None) is not None and getattr(n.value.func, "attr", "") == "task_reward"
+                        for t in n.targets if isinstance(t, ast.Name)}
+            assert names <= assigned, (module, names)

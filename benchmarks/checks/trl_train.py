@@ -74,9 +74,7 @@ def run_trl(steps: int, seed: int, out: str) -> dict:
     model = task.load_policy(device)
     tokenizer = task.tokenizer
 
-    def task_reward(prompts, completions, completion_ids, **kwargs):
-        return task.score(prompts, trl_ref.completion_texts(tokenizer, completion_ids, [tokenizer.eos_token_id]))
-
+    task_reward = trl_ref.task_reward(task, model, tokenizer)
     before = task.evaluate(model, seed=seed)
     args = trl_ref.config(out, {**MATCHED, "seed": seed, "steps": steps}, device=device.type, disable_tqdm=True)
     prompts = task.train_prompts()

@@ -175,7 +175,6 @@ class Trl:
         dev = measure.resolve_device(device)
         policy = self.task.load_policy(dev)
         self.tokenizer = self.task.tokenizer
-        self.eos = _eos_ids(policy, self.tokenizer)
         lr = w.learning_rate or self.task.recommended_learning_rate
         temperature = self.task.generation.temperature if w.temperature is None else w.temperature
         self.setting = setting
@@ -187,7 +186,8 @@ class Trl:
         dataset = Dataset.from_dict({"prompt": self.task.train_prompts()[:1]})
         peft = (lora_config(RunConfig(task=w.task, lora_r=w.lora_r, lora_dropout=w.lora_dropout))  # the harness's adapter
                 if w.lora_r else None)
-        self.trainer = trl_ref.trainer(args, model=policy, reward_funcs=[self._reward], train_dataset=dataset,
+        reward = trl_ref.task_reward(self.task, policy, self.tokenizer, on_score=self._scored)
+        self.trainer = trl_ref.trainer(args, model=policy, reward_funcs=[reward], train_dataset=dataset,
                                        processing_class=self.tokenizer, peft_config=peft)
         self.trainer.create_optimizer_and_scheduler(num_training_steps=10**6)
         self.model = self.trainer.model
@@ -198,12 +198,10 @@ class Trl:
         self.positions = 0
         self._time_methods()
 
-    def _reward(self, prompts, completions, completion_ids, **_):
-        # Score the same text our rollout scores: everything before the first EOS, special tokens kept.
-        texts = trl_ref.completion_texts(self.tokenizer, completion_ids, self.eos)
-        self.last_texts, self.last_rewards = texts, self.task.score(prompts, texts)
+    def _scored(self, prompts, texts, completion_ids, rewards) -> None:
+        """What the same-batch engine and the step's counts read of TRL's last reward call."""
+        self.last_texts, self.last_rewards = texts, rewards
         self.tokens += sum(len(ids) for ids in completion_ids)
-        return self.last_rewards
 
     def _time_methods(self) -> None:
         """Wrap TRL's phase methods on this instance with timers (the methods themselves are unchanged)."""
@@ -260,12 +258,6 @@ class Trl:
                 "time/update": total - prepare, "time/other": prepare - gen - score - logps,
                 "loss": sum(losses) / len(losses), "tokens/generated": float(self.tokens),
                 "tokens/processed": float(self.positions)}
-
-
-def _eos_ids(model, tokenizer) -> list[int]:
-    from algorithms.rollout import eos_token_ids
-
-    return eos_token_ids(model, tokenizer)
 
 
 # --------------------------------------------------------------------------------------------

@@ -100,9 +100,7 @@ def _trl(s: Settings, lora: bool) -> dict:
     rc = RunConfig(lora_r=s.lora_r, lora_alpha=s.lora_alpha, lora_dropout=s.lora_dropout,
                    lora_target_modules=s.lora_target_modules)
 
-    def reward(prompts, completions, **_):
-        return task.score(prompts, completions)
-
+    reward = trl_ref.task_reward(task, model, tokenizer)
     ours = {"group_size": s.group_size, "prompts_per_step": s.prompts_per_step, "max_new_tokens": s.max_new_tokens,
             "temperature": 1.0, "seed": s.seed, "steps": s.steps, "learning_rate": s.learning_rate, "beta": s.beta}
     args = trl_ref.config(str(Path(os.environ.get("TMPDIR", "/tmp")) / "grpo-bench-lora-trl"), ours,

@@ -159,6 +159,26 @@ def completion_texts(tokenizer, completion_ids, eos_ids) -> list[str]:
     return texts
 
 
+def task_reward(task, model, tokenizer, on_score=None):
+    """The reward function every TRL side of this suite hands to TRL's trainer, so both sides score alike: the task's
+    reward of the text our rollout scores, each completion before its first end-of-sequence token (the rollout's own
+    ids, ``algorithms.rollout.eos_token_ids``: the model's generation config, else the tokenizer's), special tokens
+    kept (``completion_texts``). ``on_score(prompts, texts, completion_ids, rewards)`` sees every call."""
+    from algorithms.rollout import eos_token_ids
+
+    eos = eos_token_ids(model, tokenizer)
+
+    def reward(prompts, completions, completion_ids, **_):
+        texts = completion_texts(tokenizer, completion_ids, eos)
+        rewards = task.score(prompts, texts)
+        if on_score is not None:
+            on_score(prompts, texts, completion_ids, rewards)
+        return rewards
+
+    reward.__name__ = "task_reward"  # TRL logs each reward function under its name
+    return reward
+
+
 def silence() -> None:
     """TRL warns on many trainers built here (e.g. sequence-level bnpo) and prints progress; the tables are the
     output."""
