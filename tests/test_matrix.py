@@ -429,3 +429,19 @@ def test_a_resumed_cell_counts_the_process_time_of_every_attempt(tmp_path, capsy
     table = phase_markdown(cells)
     assert "| t | grpo | 40.00 | 0.00 | 0.00 | 60.00 | 100.00 | 20.00 | 5.00 | 125.00 | 1 | 1.00 |" in table
     assert "| t | ppo | 65.00 | 0.00 | 0.00 | 240.00 | 305.00 | 25.00 | 5.00 | 335.00 | 1 | 2.68 |" in table
+
+
+def test_the_report_says_when_dpo_built_its_pairs_outside_the_budget():
+    from benchmarks.report.matrix import pair_sample_lines
+
+    budgets = pd.DataFrame({"task": ["t"], "budget": [320]})
+    rows = [{"task": "t", "variant": v, "seed": s, "step": step, "completions": 8.0 + (extra if step == 1 else 0),
+             "pairs/samples": 96.0} for v, extra in (("dpo", 0.0), ("dpo_counted", 96.0)) for s in (0, 1)
+            for step in (1, 2, 3)]
+    rows.append({"task": "t", "variant": "grpo", "seed": 0, "step": 1, "completions": 32.0})
+    lines = pair_sample_lines(pd.DataFrame(rows), budgets)
+    assert len(lines) == 2
+    assert lines[0].startswith("`dpo` on t built its preference pairs from 96 samples") and "not counted" in lines[0]
+    assert "30% more generated completions than the budget of 320" in lines[0]
+    assert "`dpo_counted`" in lines[1] and "counted against the budget (count_pair_samples)" in lines[1]
+    assert pair_sample_lines(pd.DataFrame(rows[-1:]), budgets) == []

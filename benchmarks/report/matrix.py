@@ -227,6 +227,7 @@ def render(data: dict, summary: pd.DataFrame, images: list[tuple[str, str]], pre
         lines.append(clock)
     counts = cells["status"].value_counts() if "status" in cells else {}
     lines.append(f"Cells: {len(cells)} planned, " + ", ".join(f"{n} {s}" for s, n in counts.items()) + ".")
+    lines += pair_sample_lines(data.get("steps", pd.DataFrame()), budgets)
     if brief:
         return "\n".join(lines + [f"The verdicts, every measured number, the learning curves, the diagnostics and the "
                                       f"statistics plots: [{prefix}README.md]({prefix}README.md)."]) + "\n"
@@ -256,6 +257,31 @@ def render(data: dict, summary: pd.DataFrame, images: list[tuple[str, str]], pre
     if meta.get("file"):
         lines += ["", f"Regenerate: `grpo-bench matrix {meta['file']} --out {source} && grpo-bench report {source}`"]
     return "\n".join(lines) + "\n"
+
+
+def pair_sample_lines(steps: pd.DataFrame, budgets: pd.DataFrame) -> list[str]:
+    """For each variant that built preference pairs (DPO's ``pairs/samples``): how many completions it sampled to
+    build them per cell, and whether they counted against the budget (its first step's completions then exceed
+    its later steps'). Uncounted, they are generated completions beyond the budget the other variants had."""
+    if steps.empty or "pairs/samples" not in steps:
+        return []
+    budget_of = dict(budgets.values) if not budgets.empty else {}
+    out = []
+    for (task, variant), rows in steps[steps["pairs/samples"].notna()].groupby(["task", "variant"], sort=False):
+        samples = rows.groupby("seed")["pairs/samples"].max().mean()
+        first = rows[rows["step"] == rows["step"].min()]["completions"].mean()
+        later = rows[rows["step"] > rows["step"].min()]["completions"].median()
+        counted = bool(first > later) if pd.notna(later) else False
+        budget = budget_of.get(task)
+        if counted:
+            out.append(f"`{variant}` on {task} built its preference pairs from {samples:.0f} samples of the starting "
+                       "policy per cell, counted against the budget (count_pair_samples).")
+        else:
+            extra = f", {samples / budget:.0%} more generated completions than the budget of {budget:.0f}" if budget else ""
+            out.append(f"`{variant}` on {task} built its preference pairs from {samples:.0f} samples of the starting "
+                       f"policy per cell, not counted against the budget (count_pair_samples off){extra}: not like "
+                       "for like with the others on generated completions.")
+    return out
 
 
 def wall_clock_line(sessions: list[dict], done: pd.DataFrame) -> str:
