@@ -234,9 +234,10 @@ def test_calibration_command_refuses_a_directory_without_a_matrix(run_cli, tmp_p
 def test_calibration_report_judges_a_claims_matrix_at_its_design_and_on_the_aa_cells(monkeypatch):
     """--claims FILE: the claims' procedure simulated at the file's own design (variants, seeds, contrasts) and on the
     A/A cells cut into null matrices of the same variants and contrasts."""
+    from benchmarks.matrix import parse
     from benchmarks.report import calibration_report
 
-    design = calibration_report.claims_design(Path(__file__).resolve().parents[1] / "benchmarks/matrices/claims_toy.toml")
+    design = calibration_report.claims_design(parse(Path(__file__).resolve().parents[1] / "benchmarks/matrices/claims_toy.toml"))
     assert (design["k"], design["n"], len(design["pairs"]), design["margin"]) == (15, 8, 12, 0.02)
     assert design["pairs"][0] == (design["variants"].index("clip_higher_mu2"), design["variants"].index("grpo_mu2"))
     rates = calibration_report.claims_simulated(design, sims=100, reps=200)

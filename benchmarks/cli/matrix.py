@@ -204,6 +204,7 @@ def add_calibration_parser(sub) -> None:
 
 
 def cmd_calibration(args) -> int:
+    from benchmarks.matrix import parse
     from benchmarks.report.calibration_report import write_calibration
 
     from benchmarks.cli.options import matrix_directory, writable
@@ -215,7 +216,7 @@ def cmd_calibration(args) -> int:
     writable(args.out, "--out", folder=True)
     try:
         text = write_calibration(args.dirs, args.out, aa=args.aa, sims=args.sims, command=args.command_line,
-                                 claims=args.claims)
+                                 claims=[parse(path) for path in args.claims])
     except ValueError as exc:  # an --aa matrix of more than one variant, a claims file that states none
         raise UsageError(str(exc)) from None
     print(text.splitlines()[2])

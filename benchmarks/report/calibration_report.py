@@ -17,7 +17,8 @@ the best left out of the could-be-best set) is <= 5%. Three measurements:
     evidence: the interval comes from a bootstrap over the cells (resample the cells, partition again);
   * the declared A/A pairs of the given matrices (``equivalent`` groups, e.g. an independent replicate of a variant
     under a second name): how many the procedure separates;
-  * the claims' procedure (``--claims FILE``: a matrix file stating ``[[analysis.claims]]``, judged by
+  * the claims' procedure (``--claims FILE``: a matrix file stating ``[[analysis.claims]]``, parsed by the command
+    line, judged by
     ``inference.contrasts``): simulated at the file's own design (its claim variants, seeds and contrasts) under the
     global null with equal and unequal spreads, and on the real A/A cells cut into null matrices with the same
     variants and contrasts (as many seeds as the cells allow).
@@ -136,11 +137,10 @@ def real_aa(directory: Path | str, *, shapes: Sequence[tuple[int, int]] = AA_SHA
 CLAIM_SPREADS = (0.0, 0.5, 1.0)  # log-sd spreads of the variants' sds in the claims' simulations
 
 
-def claims_design(path: Path | str) -> dict:
-    """A claims matrix file's design: the variants its claims name, its seeds, the contrasts (index pairs)."""
-    from benchmarks.matrix import parse
-
-    plan = parse(path)
+def claims_design(plan) -> dict:
+    """A claims matrix's design, from its parsed plan (``benchmarks.matrix.parse``, which the command line calls: the
+    report reads run data, not matrix files): the variants its claims name, its seeds, the contrasts (index pairs)."""
+    path = plan.path
     claims = plan.analysis.claims if plan.analysis else ()
     if not claims:
         raise ValueError(f"{path}: states no claims ([[analysis.claims]])")
@@ -286,14 +286,14 @@ def render(sim: pd.DataFrame, aa: Optional[tuple[dict, pd.DataFrame]], pairs: pd
 
 def write_calibration(directories: Sequence[Path | str], out: Path | str, *, aa: Optional[Path | str] = None,
                       sims: int = 2000, command: str = "grpo-bench calibration",
-                      claims: Sequence[Path | str] = ()) -> str:
+                      claims: Sequence = ()) -> str:
     designs = matrix_designs(directories)
     sim = simulated(designs, sims=sims)
     measured = real_aa(aa) if aa else None
     pairs = declared_pairs(directories)
     judged = []
-    for path in claims:
-        design = claims_design(path)
+    for plan in claims:  # parsed claims matrices
+        design = claims_design(plan)
         judged.append((design, claims_simulated(design, sims=sims), claims_real_aa(design, aa) if aa else None))
     text = render(sim, measured, pairs, command, judged)
     out = Path(out)
