@@ -51,6 +51,12 @@ def number_or_na(value: float, fmt: str = "{:.3f}", seeds: int | None = None) ->
     return na_text(seeds) if _missing(value) or _too_few(seeds) else fmt.format(value)
 
 
+def lower_bound(value: float) -> str:
+    """A positive lower bound to three decimals, or to two significant digits when it is below 0.0005, so a
+    bound that is above 0 never reads "0.000"."""
+    return f"{value:.2g}" if 0 < value < 0.0005 else f"{value:.3f}"
+
+
 def plus_minus(mean: float, half: float, fmt: str = "{:.3f}", scale: float = 1.0, seeds: int | None = None) -> str:
     """``mean ± half``; "-" when the mean is nan; ``mean ± n/a`` when the half-width is nan, ``mean ± n/a (1 seed)``
     when ``seeds`` < 2 (the mean alone would read as exact)."""

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from benchmarks.markdown import plus_minus, with_interval
+from benchmarks.markdown import lower_bound, plus_minus, with_interval
 
 NAN = math.nan
 
@@ -36,6 +36,14 @@ def test_an_interval_that_cannot_be_had_reads_n_a_with_its_seed_count():
     assert plus_minus(NAN, NAN, seeds=1) == "-"
     assert number_or_na(NAN, seeds=1) == "n/a (1 seed)" and number_or_na(0.175) == "0.175"  # "MDD nan" otherwise
     assert number_or_na(0.2, seeds=1) == "n/a (1 seed)"
+
+
+def test_a_bound_above_zero_never_reads_zero():
+    # verdicts-tuned-v2's dapo: upper end of its gap's interval -0.00031 printed "worse (by >= 0.000)"
+    assert lower_bound(0.00031) == "0.00031"
+    assert lower_bound(0.0000412) == "4.1e-05"
+    assert lower_bound(0.033) == "0.033" and lower_bound(0.651) == "0.651"
+    assert lower_bound(0.0) == "0.000"
 
 
 def test_the_summary_table_of_one_seed_says_n_a_and_never_nan():

@@ -405,7 +405,11 @@ def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[s
     if root is not None and root != out.resolve():
         targets.append((root / "README.md", False))
     if readme:
-        targets.append((Path(readme), verdicts_section))
+        same = [i for i, (t, _) in enumerate(targets) if t.resolve() == Path(readme).resolve()]
+        if same:  # --readme names the results index itself: one page, written once, with the verdicts
+            targets[same[0]] = (targets[same[0]][0], verdicts_section)
+        else:
+            targets.append((Path(readme), verdicts_section))
     for target, with_verdicts in targets:
         prefix = Path(os.path.relpath(out.resolve(), target.resolve().parent)).as_posix() + "/"
         update_section(target, section_name, render(data, summary, images, prefix, source, brief=True))

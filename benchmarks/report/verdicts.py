@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.curve import PRIMARY_DEFAULT, evaluations_needed
-from benchmarks.markdown import markdown_table, with_interval
+from benchmarks.markdown import lower_bound, markdown_table, with_interval
 from benchmarks.report import fits, inference, stats
 from benchmarks.report.curves import THRESHOLD_SHARE
 
@@ -299,7 +299,7 @@ def guidance(table: pd.DataFrame, power: pd.DataFrame, spec: dict) -> list[str]:
         if len(top) == 1:
             lead = top.iloc[0]
             sentence = (f"On `{task}`, `{lead['variant']}` is best: above every other variant by at least "
-                        f"{lead['gap_low']:.3f} (simultaneous 95%)")
+                        f"{lower_bound(lead['gap_low'])} (simultaneous 95%)")
         elif len(top) == len(judged):
             sentence = (f"On `{task}` the procedure separates none of the {len(judged)} variants: any could be the best "
                         f"(P(best): {probabilities})")
@@ -308,7 +308,7 @@ def guidance(table: pd.DataFrame, power: pd.DataFrame, spec: dict) -> list[str]:
                         f"P(best): {probabilities})")
         worse = judged[judged["mark"] == inference.WORSE]
         if len(worse) and len(top) < len(judged):
-            sentence += f"; the other {len(worse)} are worse than the best by at least {worse['worse_by'].min():.3f}"
+            sentence += f"; the other {len(worse)} are worse than the best by at least {lower_bound(worse['worse_by'].min())}"
         equivalent = judged[judged["mark"] == inference.EQUIVALENT]
         if len(equivalent):
             sentence += (f"; equivalent to the best within +-{spec['margin']:g}: {_names(list(equivalent['variant']))}")
@@ -346,9 +346,9 @@ def _collapse_text(r) -> str:
 
 def _mark_text(r) -> str:
     if r["mark"] == inference.WORSE:
-        return f"worse (by >= {r['worse_by']:.3f})"
+        return f"worse (by >= {lower_bound(r['worse_by'])})"
     if r["mark"] == inference.BEST:
-        return f"**best** (by >= {r['gap_low']:.3f})"
+        return f"**best** (by >= {lower_bound(r['gap_low'])})"
     if r["mark"] == inference.TOO_FEW:
         return "too few seeds (< 3)"
     return f"could be best: {r['mark']}"
