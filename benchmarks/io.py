@@ -9,7 +9,7 @@ import secrets
 import stat
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 
 def atomic_write(path: Path | str, write: Callable[[Path], None]) -> None:
@@ -84,6 +84,34 @@ def read_jsonl(path: Path | str) -> list[dict]:
 
 def rewrite_jsonl(path: Path | str, rows: Iterable[dict]) -> None:
     atomic_write_text(path, "".join(json.dumps(r, default=str) + "\n" for r in rows))
+
+
+# An evaluation's per-question record, as a metrics row and a summary keep it: per question (in the evaluation
+# set's order, the same for every evaluation of a run and every run of a task's settings), how many of its
+# ``samples`` were correct. What the variance components of a primary metric are estimated from
+# (``grpo-bench variance``): split the questions in halves and the covariance of the halves across seeds is
+# the policy's part.
+QUESTIONS_CORRECT, QUESTIONS_SAMPLES = "questions/correct", "questions/samples"
+
+
+def encode_correct(correct: Sequence[Sequence[bool]]) -> Optional[dict]:
+    """``{QUESTIONS_CORRECT: counts, QUESTIONS_SAMPLES: k}``: the counts one digit a question when k <= 9, else
+    comma-separated; None when the questions were not all asked the same number of times (nothing to average)."""
+    sizes = {len(row) for row in correct}
+    if len(sizes) != 1 or not correct:
+        return None
+    k = sizes.pop()
+    counts = [sum(bool(c) for c in row) for row in correct]
+    text = "".join(map(str, counts)) if k <= 9 else ",".join(map(str, counts))
+    return {QUESTIONS_CORRECT: text, QUESTIONS_SAMPLES: k}
+
+
+def decode_correct(text: str, samples: int) -> list[float]:
+    """The fraction of its samples each question got right, from ``encode_correct``'s counts."""
+    counts = [int(c) for c in (text.split(",") if samples > 9 else text)]
+    if any(c < 0 or c > samples for c in counts):
+        raise ValueError(f"a per-question count outside 0..{samples}")
+    return [c / samples for c in counts]
 
 
 @contextmanager

@@ -45,7 +45,7 @@ class EvalMetrics(dict):
     """``evaluate()``'s metrics (name -> float, as every caller expects) with the per-question detail
     that a paired test needs in ``per_question``: lists in question order, one entry per question."""
 
-    per_question: dict
+    per_question: Optional[dict]
 
 
 @dataclass(frozen=True)
@@ -195,13 +195,23 @@ class Task:
         return subset
 
     def evaluate_per_question(self, model, *, seed: int = 0) -> EvalMetrics:
-        """``evaluate`` with per-question results in ``per_question``, what a paired test between two policies reads.
+        """``evaluate`` with per-question results in ``per_question``, what a paired test between two policies reads
+        (``evaluate_recorded``); an evaluation that scores no completions (the bandit's is exact) is one TaskError line."""
+        metrics = self.evaluate_recorded(model, seed=seed)
+        if metrics.per_question is None:
+            raise TaskError(f"task {self.name!r} scores no sampled completions in its evaluation, so it has no "
+                            "per-question results for a paired test")
+        return metrics
 
-        A task whose evaluation keeps its own (GSM8K's) returns those. Otherwise they are what ``evaluate``
-        passed to ``score``, grouped by prompt in the order first scored (a prompt asked twice is one
+    def evaluate_recorded(self, model, *, seed: int = 0) -> EvalMetrics:
+        """``evaluate``, the same metrics, with per-question results in ``per_question`` (None where the evaluation
+        scores no sampled completions: the bandit's is exact).
+
+        A task whose evaluation keeps its own (GSM8K's, Reasoning Gym's) returns those. Otherwise they are what
+        ``evaluate`` passed to ``score``, grouped by prompt in the order first scored (a prompt asked twice is one
         question): per question ``row`` (its position in the whole evaluation set), ``prompt``, the samples'
         ``completions`` and ``reward`` and, where the task has a notion of correct (``success_threshold``),
-        ``correct``. An evaluation that scores no completions (the bandit's is exact) is one TaskError line.
+        ``correct``.
         """
         self._scored = scored = []
         try:
@@ -211,8 +221,9 @@ class Task:
         if getattr(metrics, "per_question", None) is not None:
             return metrics
         if not scored:
-            raise TaskError(f"task {self.name!r} scores no sampled completions in its evaluation, so it has no "
-                            "per-question results for a paired test")
+            out = EvalMetrics(metrics)
+            out.per_question = None
+            return out
         groups: dict[str, dict[str, list]] = {}
         for prompts, completions, rewards in scored:
             for prompt, completion, reward in zip(prompts, completions, rewards):

@@ -36,6 +36,9 @@ COMMANDS = {
     "claims": ("benchmarks.cli.matrix", "add_claims_parser",
                "published claims about RL for LLMs, each tested by a matrix that stated it before its cells ran: the "
                "table of marks"),
+    "variance": ("benchmarks.cli.matrix", "add_variance_parser",
+                 "where a primary metric's seed-to-seed spread comes from (policy vs evaluation), and the design that "
+                 "reaches a target MDD in the fewest core-seconds"),
     "calibration": ("benchmarks.cli.matrix", "add_calibration_parser",
                     "the verdict procedure's family-wise error: simulated at matrices' own designs, measured on real "
                     "A/A replicates and declared-equivalent pairs"),

@@ -189,6 +189,49 @@ def cmd_claims(args) -> int:
     return 0
 
 
+def add_variance_parser(sub) -> None:
+    p = sub.add_parser("variance", help="where a primary metric's seed-to-seed spread comes from (policy vs "
+                                        "evaluation), and the design that reaches a target MDD in the fewest core-seconds")
+    p.add_argument("dirs", nargs="+", help="matrix directories whose cells kept per-question evaluation records")
+    p.add_argument("--out", required=True, help="the markdown report to write (a .json beside it)")
+    p.add_argument("--target-mdd", type=float, default=0.05, help="the MDD the designs are planned for (default: 0.05)")
+    p.add_argument("--variants", type=int, default=8, help="variants in the planned matrix (default: 8)")
+    p.add_argument("--questions", type=int, nargs="+", default=[200, 500, 1000],
+                   help="held-out question counts to project to (default: 200 500 1000)")
+    p.add_argument("--metrics", nargs="+", default=["final", "last_2", "last_3", "auc"],
+                   help="primary metrics to split (default: final last_2 last_3 auc)")
+    p.add_argument("--readme", default="", help="README whose SECTION gets the tables (default: none)")
+    p.add_argument("--section", default="variance", help="README section name (default: variance)")
+    p.set_defaults(handler=cmd_variance)
+
+
+def cmd_variance(args) -> int:
+    from benchmarks.curve import parse_primary
+    from benchmarks.report.variance import write_variance
+
+    from benchmarks.cli.options import matrix_directory, writable
+
+    for directory in args.dirs:
+        matrix_directory(directory)
+    writable(args.out, "--out")
+    if args.readme:
+        writable(args.readme, "--readme")
+    if not 0 < args.target_mdd < 1:
+        raise UsageError(f"--target-mdd must be in (0, 1), got {args.target_mdd:g}")
+    if args.variants < 2 or min(args.questions) < 2:
+        raise UsageError("--variants and every --questions must be at least 2")
+    for name in args.metrics:
+        try:
+            parse_primary(name)
+        except ValueError as exc:
+            raise UsageError(f"--metrics: {exc}") from None
+    text = write_variance(args.dirs, args.out, command=args.command_line, readme=args.readme, section=args.section,
+                          metrics=args.metrics, questions=args.questions, target=args.target_mdd, variants=args.variants)
+    print(text.splitlines()[0])
+    print(f"wrote {args.out}" + (f" and the {args.section} section of {args.readme}" if args.readme else ""))
+    return 0
+
+
 def add_calibration_parser(sub) -> None:
     p = sub.add_parser("calibration", help="the verdict procedure's family-wise error: simulated at matrices' own "
                                            "designs, measured on real A/A replicates and declared-equivalent pairs")

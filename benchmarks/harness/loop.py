@@ -33,7 +33,8 @@ from benchmarks.errors import TrainingFailed, UsageError
 from benchmarks.harness import distributed, lora, measure, tracking
 from benchmarks.harness.config import RESUMABLE, RunConfig, flat_settings, training_seed
 from benchmarks.progress import progress as progress_bar
-from benchmarks.io import locked_directory, append_jsonl, atomic_write, atomic_write_json, read_json, read_jsonl, rewrite_jsonl
+from benchmarks.io import (locked_directory, append_jsonl, atomic_write, atomic_write_json, encode_correct, read_json,
+                           read_jsonl, rewrite_jsonl)
 from tasks import Task, make_task
 from tasks.base import Samples
 
@@ -300,9 +301,13 @@ def _check_previous_run(out: Path, rc: RunConfig, resolved: dict) -> Optional[di
     return previous
 
 
-def _evaluate(task: Task, policy, seed: int) -> dict[str, float]:
-    # The same seed before, during and after: paired samples make the change less noisy.
-    return task.evaluate(policy, seed=seed)
+def _evaluate(task: Task, policy, seed: int) -> tuple[dict[str, float], dict]:
+    """The evaluation's metrics and its per-question record (``encode_correct``; empty where the task's evaluation
+    has no per-question correctness). The same seed before, during and after: paired samples make the change less noisy."""
+    metrics = task.evaluate_recorded(policy, seed=seed)
+    detail = metrics.per_question
+    record = encode_correct(detail["correct"]) if detail and detail.get("correct") else None
+    return dict(metrics), record or {}
 
 
 def run(rc: RunConfig, algo_config, task_options: Optional[dict] = None, *, task: Optional[Task] = None,
@@ -365,7 +370,7 @@ def _train_and_record(out: Path, rc: RunConfig, task: Task, policy, algo: Algori
     prompt_rng = random.Random(training_seed(rc))
     measure.reset_peak_memory(device)
 
-    start_step, elapsed, before = 0, 0.0, None
+    start_step, elapsed, before, questions = 0, 0.0, None, {}
     state = _newest_resumable_checkpoint(out, device, read_jsonl(metrics_path)) if rc.resume else None
     if state is not None:
         policy.load_state_dict(state["policy"])
@@ -373,12 +378,14 @@ def _train_and_record(out: Path, rc: RunConfig, task: Task, policy, algo: Algori
         torch.set_rng_state(state["torch_rng"])
         prompt_rng.setstate(state["prompt_rng"])
         start_step, elapsed, before = state["step"], state["elapsed"], state["eval_before"]
+        questions = state.get("eval_questions", {})  # a checkpoint written before per-question records: none
         rewrite_jsonl(metrics_path, [r for r in read_jsonl(metrics_path) if r.get("step", 0) <= start_step])
     else:
         if rc.resume:
             tqdm.write(f"no resumable checkpoint in {out}: starting from step 0", file=sys.stderr)
         metrics_path.unlink(missing_ok=True)
-        before = _evaluate(task, policy, rc.seed)
+        before, record = _evaluate(task, policy, rc.seed)
+        questions = {"before": record} if record else {}
 
     trackers = tracking.start(rc, out, resolved)
     bar = progress_bar(rc.steps, initial=start_step, desc=f"{rc.task}/{rc.algo} seed {rc.seed}", unit="step",
@@ -393,7 +400,8 @@ def _train_and_record(out: Path, rc: RunConfig, task: Task, policy, algo: Algori
             row = {"step": step, **metrics, "time/step": seconds, "time/wall": elapsed}
             last = step == rc.steps or (rc.budget is not None and generated >= rc.budget)
             if _evaluation_due(rc, step, generated_before, generated) and not last:
-                row.update({f"eval/{k}": v for k, v in _evaluate(task, policy, rc.seed).items()})
+                during, record = _evaluate(task, policy, rc.seed)
+                row.update({f"eval/{k}": v for k, v in during.items()}, **record)
             with _writing(metrics_path, "step's metrics"):
                 append_jsonl(metrics_path, row)
             trackers.log(row)
@@ -405,25 +413,30 @@ def _train_and_record(out: Path, rc: RunConfig, task: Task, policy, algo: Algori
                 break  # every generated completion counts, discarded ones included: equal samples
             if rc.checkpoint_every and step % rc.checkpoint_every == 0 and step != rc.steps:
                 _save_checkpoint(out, step, {
-                    "step": step, "elapsed": elapsed, "eval_before": before, "policy": policy.state_dict(),
+                    "step": step, "elapsed": elapsed, "eval_before": before, "eval_questions": questions,
+                    "policy": policy.state_dict(),
                     "algorithm": algo.state_dict(), "torch_rng": torch.get_rng_state(), "prompt_rng": prompt_rng.getstate(),
                 })
     except TrainingFailed as exc:
-        _write_summary(out, rc, resolved, before, None, elapsed, step, algo, status="failed", error=str(exc))
+        _write_summary(out, rc, resolved, before, None, elapsed, step, algo, status="failed", error=str(exc),
+                       questions=questions)
         raise TrainingFailed(f"{rc.algo} on {rc.task}: {exc}") from None
     finally:
         bar.close()
         trackers.finish()
 
-    after = _evaluate(task, policy, rc.seed)
+    after, record = _evaluate(task, policy, rc.seed)
+    if record:
+        questions["after"] = record
     if rc.save_model:
         policy.save_pretrained(out / "final")
         task.tokenizer.save_pretrained(out / "final")
-    return _write_summary(out, rc, resolved, before, after, elapsed, step, algo, status="complete")
+    return _write_summary(out, rc, resolved, before, after, elapsed, step, algo, status="complete", questions=questions)
 
 
 def _write_summary(out: Path, rc: RunConfig, resolved: dict, before: dict, after: Optional[dict], elapsed: float,
-                   steps_done: int, algo: Algorithm, *, status: str, error: Optional[str] = None) -> dict:
+                   steps_done: int, algo: Algorithm, *, status: str, error: Optional[str] = None,
+                   questions: Optional[dict] = None) -> dict:
     rows = read_jsonl(out / "metrics.jsonl")
     phases = sorted({k for r in rows for k in r if k.startswith("time/") and k not in ("time/step", "time/wall")})
     tokens = sum(r.get("tokens/generated", 0.0) for r in rows)
@@ -454,6 +467,7 @@ def _write_summary(out: Path, rc: RunConfig, resolved: dict, before: dict, after
                                      for p in m.parameters() if p.requires_grad),
         **{f"{k}_before": v for k, v in before.items()},
         **({f"{k}_after": v for k, v in after.items()} if after else {}),
+        **({"eval_questions": questions} if questions else {}),  # before / after: per-question records (io.encode_correct)
         "config": resolved,
     }
     with _writing(out / "summary.json", "summary"):

@@ -338,12 +338,18 @@ def summary(f: Optional[Fit], *, margin: Optional[float] = None, target: Optiona
     return out
 
 
-def _seeds_for(target: float, f: Fit, blocked: bool, alpha: float, limit: int = 2000) -> Optional[int]:
+def _seeds_for(target: float, f: Fit, blocked: bool, alpha: float) -> Optional[int]:
     """The fewest seeds per variant whose MDD (at this matrix's c and sd) is at most ``target``."""
-    k = len(f.variants)
+    return seeds_for_mdd(target, f.sd, len(f.variants), c=f.c, blocked=blocked, alpha=alpha)
+
+
+def seeds_for_mdd(target: float, sd: float, k: int, *, c: Optional[float] = None, blocked: bool = True,
+                  alpha: float = ALPHA, limit: int = 2000) -> Optional[int]:
+    """The fewest seeds per variant for which ``k`` variants with seed-to-seed sd ``sd`` have an MDD of at most
+    ``target`` (``mdd``; c a calibrated value, or Tukey's at each n when None); None past ``limit``."""
     for n in range(2, limit + 1):
         df = (k - 1) * (n - 1) if blocked else k * (n - 1)
-        if mdd(f.sd, n, k, df, c=f.c, alpha=alpha) <= target:
+        if mdd(sd, n, k, df, c=c, alpha=alpha) <= target:
             return n
     return None
 

@@ -28,7 +28,7 @@ from typing import Optional
 import pandas as pd
 
 from benchmarks.errors import UsageError
-from benchmarks.io import atomic_write_text, read_json
+from benchmarks.io import QUESTIONS_CORRECT, QUESTIONS_SAMPLES, atomic_write_text, read_json
 from benchmarks.markdown import markdown_table, plus_minus, update_section
 from benchmarks.report import curves as learning_curves
 from benchmarks.report import verdicts
@@ -99,11 +99,14 @@ def collect(out: Path) -> dict:
                 samples += r.get("completions", cps)
                 samples_at[r["step"]] = samples
                 step_rows.append({**keys, **r, "samples": samples})
-            evals = [(0, 0.0, "before", {k[: -len("_before")]: v for k, v in summary.items() if k.endswith("_before")})]
-            evals += [(r["step"], r["time/wall"], "during", {k[len("eval/"):]: v for k, v in r.items() if k.startswith("eval/")})
-                      for r in metrics if any(k.startswith("eval/") for k in r)]
+            recorded = summary.get("eval_questions") or {}
+            evals = [(0, 0.0, "before", {k[: -len("_before")]: v for k, v in summary.items() if k.endswith("_before")}
+                      | _questions(recorded.get("before")))]
+            evals += [(r["step"], r["time/wall"], "during", {k[len("eval/"):]: v for k, v in r.items() if k.startswith("eval/")}
+                       | _questions(r)) for r in metrics if any(k.startswith("eval/") for k in r)]
             evals.append((summary["steps"], summary["wall_clock_s"], "after",
-                          {k[: -len("_after")]: v for k, v in summary.items() if k.endswith("_after")}))
+                          {k[: -len("_after")]: v for k, v in summary.items() if k.endswith("_after")}
+                          | _questions(recorded.get("after"))))
             for step, wall, phase, values in evals:
                 eval_rows.append({**keys, "step": step, "samples": samples_at.get(step, step * cps), "time/wall": wall, "phase": phase, **values})
         except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a store or plan another writer made
@@ -117,6 +120,14 @@ def collect(out: Path) -> dict:
         if column not in cells:
             cells[column] = math.nan
     return {"meta": meta, "cells": cells, "evals": pd.DataFrame(eval_rows), "steps": pd.DataFrame(step_rows)}
+
+
+def _questions(record: Optional[dict]) -> dict:
+    """An evaluation's per-question record (io.encode_correct) as the evals frame's ``questions`` (the counts) and
+    ``question_samples``; nothing for an evaluation that kept none (before the harness recorded them)."""
+    if not record or not isinstance(record.get(QUESTIONS_CORRECT), str):
+        return {}
+    return {"questions": record[QUESTIONS_CORRECT], "question_samples": record[QUESTIONS_SAMPLES]}
 
 
 def _flatten_summary(s: dict) -> dict:
@@ -385,7 +396,9 @@ def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[s
     summary = summarize(data["cells"])
     curves, analysis = data["curves"], data["analysis"]
     # Every step's metrics stay in the store alone (a steps.csv repeated them: 26 MB on the default matrix).
-    frames = [("cells", data["cells"]), ("evals", data["evals"]), ("summary", summary),
+    # The per-question records stay in the store too (grpo-bench variance reads them): a digit a question per evaluation.
+    evals = data["evals"].drop(columns=["questions", "question_samples"], errors="ignore")
+    frames = [("cells", data["cells"]), ("evals", evals), ("summary", summary),
               ("curves", curves["completions"]), ("curve_metrics", curves["cells"]), ("verdicts", analysis["tasks"]),
               ("overall", analysis["overall"]), ("probability_of_improvement", analysis["poi"]),
               ("scaling_fits", analysis["scaling_fits"]), ("power", analysis["power"]), ("aa_pairs", analysis["aa"]),
