@@ -63,6 +63,7 @@ def _matrix(args, **kw):
     (GOOD + "\n[tasks.pizza.algorithms.grpo]\nepochs = 2\n", 11, ["'epochs' is not an option of grpo"]),
     (GOOD + "\n[tasks.pizza.algorithms.grpo]\nmu = [1, 2]\n", 11, ["mu of grpo on pizza must be one int"]),
     (GOOD + "\n[tasks.pizza.algorithms.grpo]\nmu = 0\n", 11, ["impossible variant", "mu must be >= 1"]),
+    (GOOD.replace("[tasks.pizza]", "[tasks.short]\ntask = \"pizzza\""), 5, ["unknown task 'pizzza'"]),
 ])
 def test_bad_matrix_file_is_one_line_naming_the_key_and_line(tmp_path, capsys, text, line, words):
     path = tmp_path / "m.toml"
@@ -119,6 +120,21 @@ def test_an_algorithm_option_set_on_one_task_changes_that_task_only(tmp_path):
     assert buffers == {("bandit", "grpo(level=token)"): 0, ("bandit", "grpo(level=sequence)"): 0, ("bandit", "dapo"): 0,
                        ("pizza", "grpo(level=token)"): 0, ("pizza", "grpo(level=sequence)"): 0, ("pizza", "dapo"): 4}
     assert {c.variant for c in plan.cells if c.task == "bandit"} == {c.variant for c in plan.cells if c.task == "pizza"}
+
+
+def test_one_task_under_two_names_with_its_own_settings_each(tmp_path):
+    # [tasks.NAME] task = "registered" (as algo = for [algorithms.NAME]): two settings of one task, each named
+    path = tmp_path / "m.toml"
+    path.write_text(GOOD.replace("[tasks.pizza]\neval_samples = 16",
+                                 "[tasks.few]\ntask = \"pizza\"\neval_samples = 16\n"
+                                 "[tasks.many]\ntask = \"pizza\"\neval_samples = 32\n"
+                                 "[tasks.many.algorithms.grpo]\nepsilon = 0.1\n"))
+    plan = parse(path)
+    by_label = {}
+    for c in plan.cells:
+        by_label.setdefault(c.task_label, set()).add((c.task, c.task_options["eval_samples"], c.settings["epsilon"]))
+    assert by_label == {"few": {("pizza", 16, 0.2)}, "many": {("pizza", 32, 0.1)}}
+    assert {c.relpath.split("/")[0] for c in plan.cells} == {"few", "many"}
 
 
 # ------------------------------------------------------------------------------------------------

@@ -75,7 +75,9 @@ RUN_KEYS = {
 TABLE_RUN_KEYS = {"replicate": "an independent replicate (A/A twin) of another table's variant: its training draws "
                                "other random numbers while its evaluation keeps the seed's block (RunConfig.replicate)"}
 TASK_RESERVED = {"budget": "override the budget for this task", "eval_every": "override eval_every for this task",
-                 "algorithms": "[tasks.X.algorithms.Y]: options of algorithm table Y on this task only"}
+                 "algorithms": "[tasks.X.algorithms.Y]: options of algorithm table Y on this task only",
+                 "task": "the registered task a table of another name runs (as algo = for [algorithms.Y]): two "
+                         "settings of one task under two names, e.g. [tasks.chain_sum] task = \"reasoning_gym\""}
 # The resources a cell asks of its executor: top level, then [tasks.X], then [algorithms.Y] (the most specific wins).
 # They are not part of a cell's identity (``Cell.spec``): the same cell on more cores is the same experiment.
 RESOURCE_KEYS = {"num_cpus": "CPU cores (torch threads) per cell", "num_gpus": "GPUs per cell (may be a fraction)"}
@@ -299,11 +301,11 @@ def parse(path: str | Path) -> Plan:
     tuning_seeds, grids = _tuning(check, data, algos, seeds)
     cells, groups = [], []
     for task in tasks:
-        task_name, task_label, _, task_budget, task_eval, _ = task
+        task_name, task_label, _, task_budget, task_eval, _, task_table = task
         budget_t = task_budget or budget
         eval_t = eval_every if task_eval is None else task_eval
         for algo_name, variant, algo_options, table, algo_resources in algos:
-            overrides = per_task.get((task_name, table), {})
+            overrides = per_task.get((task_table, table), {})
             algo_options = {**algo_options, **overrides}
             make = functools.partial(_cells, check, task, (algo_name, variant, table, algo_resources), overrides,
                                      budget=budget_t, eval_every=eval_t, checkpoint_every=checkpoint_every,
@@ -458,16 +460,17 @@ def _cells(check: _Checker, task: tuple, algo: tuple, overrides: dict, algo_opti
            tuning_point: str = "", *, budget: int, eval_every: int, checkpoint_every: int, device: str, precision: str,
            resources: dict) -> list[Cell]:
     """One variant's cells on one task, one per seed, their settings resolved (and checked) here."""
-    task_name, task_label, task_options, task_budget, task_eval, task_resources = task
+    task_name, task_label, task_options, task_budget, task_eval, task_resources, task_table = task
     algo_name, variant, table, algo_resources = algo
-    settings = _resolved(check, task_name, task_label, task_options, algo_name, variant, algo_options, table, overrides)
+    settings = _resolved(check, task_name, task_label, task_options, algo_name, variant, algo_options, table, overrides,
+                         task_table)
     cps, vary = settings.pop("completions_per_step"), settings.pop("completions_per_step_vary")
     steps = budget // cps
     if steps < 1:
-        where = ("tasks", task_name) if task_budget else ()
+        where = ("tasks", task_table) if task_budget else ()
         check.fail(where, "budget", f"budget {budget} completions is less than one step of {variant} "
                                     f"({cps} completions per step)")
-    eval_steps = _eval_steps(check, task_name if task_eval is not None else None, task_label, variant, eval_every, cps)
+    eval_steps = _eval_steps(check, task_table if task_eval is not None else None, task_label, variant, eval_every, cps)
     checkpoint_steps = max(1, checkpoint_every // cps) if checkpoint_every else 0
     run = {"steps": steps, "budget": budget, "eval_every": eval_steps, "device": device,
            "checkpoint_every": checkpoint_steps, "precision": precision}
@@ -553,14 +556,14 @@ def _eval_steps(check: _Checker, task_table: Optional[str], task_label: str, var
 
 
 def _resolved(check: _Checker, task: str, task_label: str, task_options: dict, algo: str, variant: str,
-              algo_options: dict, table: str, overrides: dict) -> dict:
+              algo_options: dict, table: str, overrides: dict, task_table: str) -> dict:
     """The variant's full settings on this task, validated once here (the cell's process only reads them),
     with ``completions_per_step`` of the resolved config. ``overrides``: the task's own options for it."""
     try:
         rc, algo_config, resolved_task_options = resolve({"task": task, "algo": algo, **task_options, **algo_options})
     except UsageError as exc:
         key = next((k for k in sorted(algo_options, key=len, reverse=True) if k in str(exc)), None)
-        where = ("tasks", task, "algorithms", table) if key in overrides else ("algorithms", table)
+        where = ("tasks", task_table, "algorithms", table) if key in overrides else ("algorithms", table)
         check.fail(where, key, f"impossible variant {variant} on {task_label}: {exc}")
     settings = flat_settings(rc, algo_config, resolved_task_options)
     for name in ("out", "resume", "overwrite"):  # the executor's to set, per cell
@@ -582,18 +585,21 @@ def _resources(check: _Checker, table: dict, where: tuple) -> dict:
     return out
 
 
-def _tasks(check: _Checker, data: dict) -> list[tuple[str, str, dict, Optional[int], Optional[int], dict]]:
+def _tasks(check: _Checker, data: dict) -> list[tuple[str, str, dict, Optional[int], Optional[int], dict, str]]:
+    """(registered task, label, options, budget, eval_every, resources, table name) per task setting."""
     tables = data.get("tasks", {})
     if not isinstance(tables, dict) or not tables:
         check.fail((), "tasks", "the matrix needs at least one [tasks.NAME] table")
     out = []
-    for name, options in tables.items():
-        where = ("tasks", name)
-        if name not in TASKS:
-            check.fail(where, None, f"unknown task {name!r}; registered tasks: {', '.join(sorted(TASKS))}")
+    for table_name, options in tables.items():
+        where = ("tasks", table_name)
         if not isinstance(options, dict):
-            check.fail(("tasks",), name, f"tasks.{name} must be a table")
+            check.fail(("tasks",), table_name, f"tasks.{table_name} must be a table")
         options = dict(options)
+        name = options.pop("task", table_name)
+        if not isinstance(name, str) or name not in TASKS:
+            check.fail(where, "task" if "task" in tables[table_name] else None,
+                       f"unknown task {name!r}; registered tasks: {', '.join(sorted(TASKS))}")
         task_budget = check.int_key(options, "budget", 0, 1, where) if "budget" in options else None
         task_eval = check.int_key(options, "eval_every", 0, 0, where) if "eval_every" in options else None
         options.pop("budget", None), options.pop("eval_every", None), options.pop("algorithms", None)
@@ -616,7 +622,7 @@ def _tasks(check: _Checker, data: dict) -> list[tuple[str, str, dict, Optional[i
                     check.fail(where, key, f"task {name} has no reward mode {v!r}; "
                                            f"choose from {', '.join(TASKS[name].reward_modes)}")
         for full, varying in _expand(options):
-            out.append((name, _label(name, varying), full, task_budget, task_eval, resources))
+            out.append((name, _label(table_name, varying), full, task_budget, task_eval, resources, table_name))
     return out
 
 
