@@ -3,9 +3,17 @@
 An algorithm is built from (policy, reference policy, task, config) and exposes ``step(prompts)``,
 one training step returning a flat dict of metrics in the shared vocabulary:
 
-    reward/mean reward/std loss loss/policy loss/value kl clipfrac entropy grad_norm
+    reward/mean reward/std loss clipfrac entropy grad_norm
     advantage/mean advantage/std tokens/generated completions truncated
     time/generate time/score time/logprobs time/update
+
+and the loss by its parts, each as it enters the loss (weighted, aggregated as the loss is), so that they add up
+to ``loss``: ``loss/policy`` (the policy-gradient term), ``loss/kl`` (the KL penalty, where it sits in the loss;
+where it sits in the reward instead, as in RLOO and PPO, it is inside the advantages and has no part),
+``loss/entropy`` (the entropy bonus, negative; where on), ``loss/value`` (a critic's). The KL to the reference is
+logged under its estimator's name: ``kl/k3`` for every algorithm with a reference (the same diagnostic everywhere:
+mean per completion, then over completions), and ``kl/<estimator>`` beside it for the estimator the algorithm
+itself uses in its loss or reward when that is another (``kl_estimate``).
 
 Every step is numbered the same way: 1 generate, 2 score, 3 reference/old log-probs,
 4 advantages, 5 update(s), 6 metrics. The training loop, evaluation, checkpoints and memory
@@ -25,6 +33,7 @@ import torch
 
 from algorithms import rollout as rollout_lib
 from algorithms.diagnostics import batch_diagnostics
+from algorithms.losses import kl_estimate, masked_mean_per_sequence
 
 
 FUSED_ADAMW_DEVICES = ("cpu", "cuda")
@@ -265,6 +274,26 @@ class Algorithm:
             norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params if p.grad is not None]))
         optimizer.step()
         return float(norm)
+
+    @staticmethod
+    def kl_metrics(logps: torch.Tensor, ref_logps: Optional[torch.Tensor], mask: torch.Tensor,
+                   used: Optional[str] = None) -> dict[str, float]:
+        """``kl/k3`` (0 without a reference: no KL term) and, when the algorithm uses another estimator, ``kl/<used>``
+        (``kl_estimate``), each averaged per completion, then over completions."""
+        def mean(estimator: str) -> float:
+            if ref_logps is None:
+                return 0.0
+            return masked_mean_per_sequence(kl_estimate(estimator, logps, ref_logps), mask).mean().item()
+
+        return {"kl/k3": mean("k3"), **({f"kl/{used}": mean(used)} if used and used != "k3" else {})}
+
+    @staticmethod
+    def mean_over_updates(metrics: dict[str, float], updates: int, names=("loss", "grad_norm", "clipfrac")) -> None:
+        """Each of ``names`` as the mean of its per-update values ``NAME/iterI`` (I = 1 .. ``updates``), where logged."""
+        for name in names:
+            values = [metrics[f"{name}/iter{i}"] for i in range(1, updates + 1) if f"{name}/iter{i}" in metrics]
+            if values:
+                metrics[name] = sum(values) / len(values)
 
     def rollout_metrics(self, rollout: rollout_lib.Rollout, rewards: torch.Tensor) -> dict[str, float]:
         return {

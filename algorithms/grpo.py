@@ -31,7 +31,7 @@ from algorithms.estimators import (
 )
 from algorithms.losses import (
     ADVANTAGE_SCALES, CLIP_FRACTIONS, CLIPPED_LOSS_TYPES, GRPO_LEVELS, IMPORTANCE_SAMPLING_MODES, KL_PENALTIES,
-    LOSS_AGGREGATIONS, LOSS_TYPES, TOKEN_MEAN_AGGREGATIONS, carries_signal, grpo_loss, k3_kl, masked_mean_per_sequence,
+    LOSS_AGGREGATIONS, LOSS_TYPES, TOKEN_MEAN_AGGREGATIONS, carries_signal, grpo_loss, masked_mean_per_sequence,
     overlong_penalty, sampling_importance_ratio,
 )
 
@@ -202,14 +202,16 @@ class GRPO(Algorithm):
                     first_logps, first_entropy = logps.detach(), entropy.detach()
                     if c.mu > 1:
                         old_logps = first_logps
-                loss = grpo_loss(
+                loss, parts = grpo_loss(
                     logps, old_logps, ref_logps, advantages, mask, **options,
                     max_completion_length=self.sampling.max_new_tokens,
                     entropies=entropy if entropy_masked else None, sampling_logps=rollout.sampling_logps,
-                    num_items_in_batch=num_items, generator=self.generator,
+                    num_items_in_batch=num_items, generator=self.generator, return_parts=True,
                 )
                 grad_norm = self.update(loss) if signal else 0.0
             metrics[f"loss/iter{iteration}"] = loss.item()
+            for part, value in parts.items():
+                metrics[f"loss/{part}"] = metrics.get(f"loss/{part}", 0.0) + value / c.mu
             metrics[f"grad_norm/iter{iteration}"] = grad_norm
             if clip_fraction is not None:
                 metrics[f"clipfrac/iter{iteration}"] = clip_fraction(
@@ -217,18 +219,13 @@ class GRPO(Algorithm):
                     level=c.level, epsilon=c.epsilon, epsilon_high=c.epsilon_high,
                 ).item()
 
-        kl = k3_kl(first_logps, ref_logps) if ref_logps is not None else torch.zeros_like(first_logps)  # 6 metrics
-        metrics["kl"] = masked_mean_per_sequence(kl, mask).mean().item()
+        metrics.update(self.kl_metrics(first_logps, ref_logps, mask, c.kl_loss_type))  # 6 metrics
         metrics["entropy"] = masked_mean_per_sequence(first_entropy, mask).mean().item()
         if rollout.sampling_logps is not None:
             metrics.update(self.mismatch_metrics(first_logps, rollout))
         metrics["advantage/mean"] = advantages.mean().item()
         metrics["advantage/std"] = advantages.std().item()
-        for name in ("loss", "grad_norm", "clipfrac"):
-            per_iteration = [metrics[f"{name}/iter{i}"] for i in range(1, c.mu + 1) if f"{name}/iter{i}" in metrics]
-            if per_iteration:
-                metrics[name] = sum(per_iteration) / len(per_iteration)
-        metrics["loss/policy"] = metrics["loss"]
+        self.mean_over_updates(metrics, c.mu)
         metrics["skipped_update"] = float(not signal)
         metrics.update(self.timer.pop())
         return metrics

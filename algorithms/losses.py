@@ -167,6 +167,13 @@ _KL_VALUES = {"k1": kl_k1, "k2": kl_k2, "k3": k3_kl, "low_var_kl": kl_low_var, "
 KL_PENALTIES: dict[str, Callable] = {**_KL_VALUES, **{f"{name}+": straight_through_k2(fn) for name, fn in _KL_VALUES.items()}}
 
 
+@torch.no_grad()
+def kl_estimate(name: str, logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
+    """Per-token value of the KL estimator ``name`` (a ``KL_PENALTIES`` name; a "+" variant's value is its base's),
+    for logging: what a metric named ``kl/<name>`` reports."""
+    return lookup_named(KL_PENALTIES, "KL estimator", name)(logps, ref_logps)
+
+
 def entropy_bonus_loss(entropies: torch.Tensor, mask: torch.Tensor, coef: float, aggregation: str = "token-mean",
                        max_completion_length: Optional[int] = None) -> torch.Tensor:
     """The entropy bonus as a loss term (verl's entropy_coeff; Williams & Peng 1991; Mnih et al. 2016, A3C):
@@ -678,7 +685,8 @@ def grpo_loss(
     kl_cov_coef: float = 1.0,
     entropy_coef: float = 0.0,
     generator: Optional[torch.Generator] = None,
-) -> torch.Tensor:
+    return_parts: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, dict[str, float]]:
     """GRPO surrogate loss (DeepSeekMath, Shao et al. 2024, Eq. 21), to be minimised:
 
         J(theta) = 1/G sum_i 1/|o_i| sum_t { min( r_{i,t} A_i, clip(r_{i,t}, 1-eps, 1+eps_high) A_i )
@@ -732,8 +740,12 @@ def grpo_loss(
         entropy_coef: the entropy bonus, loss -= coef * H with H the mean entropy over the tokens trained on
             (``entropy_bonus_loss``, token-mean whatever the aggregation, as TRL and OpenRLHF; ``entropies`` must
             then carry the graph). 0: off (the paper).
+        return_parts: also return the loss's parts, each aggregated as the loss is (no graph): ``policy`` (the
+            objective with its masks and IS weight), ``kl`` (beta x the KL term, with ``kl_loss_type``'s estimator;
+            present when beta > 0) and ``entropy`` (the bonus, negative; present when entropy_coef != 0). They add
+            up to the loss up to rounding; the loss itself is computed as without them.
     Returns:
-        scalar loss tensor.
+        scalar loss tensor; with ``return_parts``, (loss, {part: value}).
     """
     objective_fn, aggregation = policy_loss(loss_type)
     kl_estimator = lookup_named(KL_PENALTIES, "kl_loss_type", kl_loss_type)
@@ -773,18 +785,33 @@ def grpo_loss(
         trained = mask * entropy_mask
     if is_ratio is not None and objective != "vespo":
         per_token = per_token * is_ratio
+    policy_per_token, kl_per_token = per_token, None
     if beta != 0.0:
         if ref_logps is None:
             raise ValueError("beta > 0 needs ref_logps")
         kl = kl_estimator(logps, ref_logps)
-        per_token = per_token + beta * (kl * ratio if kl_bias_correction else kl)
+        kl_per_token = beta * (kl * ratio if kl_bias_correction else kl)
+        per_token = per_token + kl_per_token
     per_token = per_token.expand_as(logps)  # sequence level with beta = 0 is still (B, 1)
     loss = aggregate(per_token, mask, max_completion_length, num_items_in_batch)
+    bonus = None
     if entropy_coef != 0.0:
         if entropies is None:
             raise ValueError("entropy_coef != 0 needs the tokens' entropies (with their graph)")
-        loss = loss + entropy_bonus_loss(entropies, trained, entropy_coef)
-    return loss
+        bonus = entropy_bonus_loss(entropies, trained, entropy_coef)
+        loss = loss + bonus
+    if not return_parts:
+        return loss
+    with torch.no_grad():
+        def part(values: torch.Tensor) -> float:
+            return aggregate(values.expand_as(logps), mask, max_completion_length, num_items_in_batch).item()
+
+        parts = {"policy": part(policy_per_token)}
+        if kl_per_token is not None:
+            parts["kl"] = part(kl_per_token)
+        if bonus is not None:
+            parts["entropy"] = bonus.item()
+    return loss, parts
 
 
 def clip_fraction(
@@ -875,7 +902,8 @@ def reinforce_loss(
     mask: torch.Tensor,
     ref_logps: Optional[torch.Tensor] = None,
     beta: float = 0.0,
-) -> torch.Tensor:
+    return_parts: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, dict[str, float]]:
     """REINFORCE with a baseline (Williams 1992; Ahmadian et al. 2024 for LLMs), to be minimised:
 
         L = -1/B sum_i (r_i - b) * log pi(o_i|q_i)  +  beta * 1/B sum_i sum_t KL_k3[pi || pi_ref]_{i,t}
@@ -889,17 +917,22 @@ def reinforce_loss(
         mask: (B, T) the mask convention.
         ref_logps: (B, T) reference log-probs; needed when beta > 0.
         beta: weight of the k3 KL penalty, summed over each completion's tokens like the log-prob.
+        return_parts: also return {"policy": the first term, "kl": the second (when beta > 0)}.
     Returns:
-        scalar loss tensor.
+        scalar loss tensor; with ``return_parts``, (loss, {part: value}).
     """
     if beta < 0:
         raise ValueError("beta must be >= 0")
-    loss = -(advantages * sequence_logps(logps, mask)).mean()
+    policy = -(advantages * sequence_logps(logps, mask)).mean()
+    loss, kl = policy, None
     if beta != 0.0:
         if ref_logps is None:
             raise ValueError("beta > 0 needs ref_logps")
-        loss = loss + beta * sequence_logps(k3_kl(logps, ref_logps), mask).mean()
-    return loss
+        kl = beta * sequence_logps(k3_kl(logps, ref_logps), mask).mean()
+        loss = loss + kl
+    if not return_parts:
+        return loss
+    return loss, {"policy": policy.item(), **({"kl": kl.item()} if kl is not None else {})}
 
 
 # --------------------------------------------------------------------------------------------

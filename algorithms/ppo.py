@@ -20,7 +20,7 @@ from torch import nn
 
 from algorithms.base import Algorithm, AlgoConfig, register_algorithm
 from algorithms.losses import (
-    carries_signal, gae, k3_kl, masked_mean, masked_mean_per_sequence, masked_whiten, ppo_clip_fraction, ppo_policy_loss,
+    carries_signal, gae, masked_mean, masked_whiten, ppo_clip_fraction, ppo_policy_loss,
     ppo_value_loss,
 )
 from algorithms.rollout import Rollout, sequence_inputs
@@ -179,7 +179,7 @@ class PPO(Algorithm):
         updates = c.epochs * c.minibatches  # 6 metrics
         metrics = {k: v / updates for k, v in sums.items()}
         metrics["loss"] = metrics["loss/policy"] + metrics["loss/value"]
-        metrics["kl"] = masked_mean_per_sequence(k3_kl(old_logps, ref_logps), mask).mean().item()  # k3, as the others report
+        metrics.update(self.kl_metrics(old_logps, ref_logps if c.kl_coef > 0 else None, mask, "k1"))  # k1 in its reward
         metrics.update(self.rollout_metrics(rollout, scores))
         metrics["advantage/mean"] = masked_mean(advantages, mask).item()
         metrics["advantage/std"] = advantages[mask.bool()].std().item()

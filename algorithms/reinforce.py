@@ -13,7 +13,7 @@ from typing import Optional
 import torch
 
 from algorithms.base import Algorithm, AlgoConfig, register_algorithm
-from algorithms.losses import carries_signal, k3_kl, masked_mean_per_sequence, reinforce_loss
+from algorithms.losses import carries_signal, masked_mean_per_sequence, reinforce_loss
 
 BASELINES = ("moving_average", "none")
 
@@ -61,16 +61,15 @@ class REINFORCE(Algorithm):
 
         with self.timer("update"):  # 5 one update
             logps, entropy = self.logps(self.policy, rollout, with_entropy=True)
-            loss = reinforce_loss(logps, advantages, mask, ref_logps, beta=c.beta)
+            loss, parts = reinforce_loss(logps, advantages, mask, ref_logps, beta=c.beta, return_parts=True)
             grad_norm = self.update(loss) if signal else 0.0
 
-        kl = k3_kl(logps.detach(), ref_logps) if ref_logps is not None else torch.zeros_like(logps)  # 6 metrics
-        metrics = {
+        metrics = {  # 6 metrics
             "loss": loss.item(),
-            "loss/policy": loss.item(),
+            **{f"loss/{part}": value for part, value in parts.items()},
             "grad_norm": grad_norm,
             "skipped_update": float(not signal),
-            "kl": masked_mean_per_sequence(kl, mask).mean().item(),
+            **self.kl_metrics(logps.detach(), ref_logps, mask),
             "entropy": masked_mean_per_sequence(entropy, mask).mean().item(),
             "baseline": self.baseline if self.baseline is not None else 0.0,
             **self.rollout_metrics(rollout, rewards),

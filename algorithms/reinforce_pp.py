@@ -17,7 +17,7 @@ import torch
 
 from algorithms.base import Algorithm, AlgoConfig, register_algorithm
 from algorithms.losses import (
-    KL_ESTIMATORS, approx_kl, carries_signal, k3_kl, masked_mean, masked_mean_per_sequence, ppo_clip_fraction,
+    KL_ESTIMATORS, approx_kl, carries_signal, masked_mean, masked_mean_per_sequence, ppo_clip_fraction,
     ppo_policy_loss, reinforce_pp_advantages,
 )
 
@@ -103,14 +103,15 @@ class REINFORCEPP(Algorithm):
                 if signal:
                     sums["grad_norm"] += self.update(loss)
             sums["loss/policy"] += policy_loss.item()
-            sums["loss/kl"] += kl_loss.item()
+            sums["loss/kl"] += c.kl_coef * kl_loss.item()  # as it enters the loss (0 where the KL is in the reward)
             sums["clipfrac"] += ppo_clip_fraction(logps, old_logps, advantages, mask, c.epsilon, c.epsilon_high).item()
 
         metrics = {k: v / c.mu for k, v in sums.items()}  # 6 metrics
-        metrics["loss"] = metrics["loss/policy"] + c.kl_coef * metrics["loss/kl"]
+        metrics["loss"] = metrics["loss/policy"] + metrics["loss/kl"]
+        if not (c.kl_in_loss and ref_logps is not None):
+            del metrics["loss/kl"]  # the KL sits in the reward: no part of the loss
         metrics["skipped_update"] = float(not signal)
-        k3 = k3_kl(old_logps, ref_logps) if ref_logps is not None else torch.zeros_like(old_logps)
-        metrics["kl"] = masked_mean_per_sequence(k3, mask).mean().item()  # k3, as the others report
+        metrics.update(self.kl_metrics(old_logps, ref_logps, mask, c.kl_estimator))
         metrics["entropy"] = masked_mean_per_sequence(entropy, mask).mean().item()
         metrics.update(self.rollout_metrics(rollout, scores))
         metrics["advantage/mean"] = masked_mean(advantages, mask).item()

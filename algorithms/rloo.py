@@ -12,11 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-import torch
-
 from algorithms.base import Algorithm, AlgoConfig, register_algorithm
 from algorithms.losses import (
-    carries_signal, k3_kl, masked_mean_per_sequence, rloo_advantages, rloo_clip_fraction, rloo_loss, sequence_logps,
+    carries_signal, masked_mean_per_sequence, rloo_advantages, rloo_clip_fraction, rloo_loss, sequence_logps,
 )
 
 
@@ -85,15 +83,13 @@ class RLOO(Algorithm):
                 logps, first_logps if old_logps is None else old_logps, advantages, mask,
                 epsilon=c.epsilon, epsilon_high=c.epsilon_high).item()
 
-        k3 = k3_kl(first_logps, ref_logps) if ref_logps is not None else torch.zeros_like(first_logps)  # 6 metrics
-        metrics["kl"] = masked_mean_per_sequence(k3, mask).mean().item()  # k3, as the others report
+        metrics.update(self.kl_metrics(first_logps, ref_logps, mask, "k1"))  # 6 metrics; k1 sits in its reward
         metrics["entropy"] = masked_mean_per_sequence(entropy, mask).mean().item()
         metrics.update(self.rollout_metrics(rollout, rewards))
         metrics["advantage/mean"] = advantages.mean().item()
         metrics["advantage/std"] = advantages.std().item()
-        for name in ("loss", "grad_norm", "clipfrac"):
-            metrics[name] = sum(metrics[f"{name}/iter{i}"] for i in range(1, c.mu + 1)) / c.mu
-        metrics["loss/policy"] = metrics["loss"]
+        self.mean_over_updates(metrics, c.mu)
+        metrics["loss/policy"] = metrics["loss"]  # the KL is in the advantages: the loss is all policy
         metrics["skipped_update"] = float(not signal)
         metrics.update(self.timer.pop())
         return metrics

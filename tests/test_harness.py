@@ -23,7 +23,7 @@ def test_run_writes_config_metrics_summary(tmp_path):
     assert {"torch", "transformers", "trl"} <= set(config["environment"]["versions"])
     rows = read_jsonl(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
-    for key in ("reward/mean", "reward/std", "loss", "kl", "advantage/mean", "advantage/std", "clipfrac",
+    for key in ("reward/mean", "reward/std", "loss", "kl/k3", "advantage/mean", "advantage/std", "clipfrac",
                 "grad_norm", "time/step", "time/wall", "tokens/generated", "loss/iter2", "clipfrac/iter2"):
         assert key in rows[0], key
     assert "eval/accuracy" in rows[2]

@@ -387,5 +387,5 @@ def test_seeded_smoke_training_on_pizza(pizza, cls, options):
         runs.append([{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows])
     assert runs[0] == runs[1]  # seeded: repeats exactly
     assert all(math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"]) for r in runs[0])
-    assert {"reward/mean", "loss", "loss/policy", "kl", "clipfrac", "entropy", "grad_norm", "advantage/mean",
+    assert {"reward/mean", "loss", "loss/policy", "kl/k3", "clipfrac", "entropy", "grad_norm", "advantage/mean",
             "completions"} <= set(runs[0][0])

@@ -96,6 +96,8 @@ def collect(out: Path) -> dict:
             cps = spec.get("completions_per_step") or (summary["completions_generated"] / max(summary["steps"], 1))
             samples, samples_at = 0.0, {0: 0.0}
             for r in metrics:  # "completions" is per step; "samples" counts them up (what the budget counts)
+                if "kl" in r and "kl/k3" not in r:  # a store from before the KL column named its estimator: it was k3
+                    r = {("kl/k3" if k == "kl" else k): v for k, v in r.items()}
                 samples += r.get("completions", cps)
                 samples_at[r["step"]] = samples
                 step_rows.append({**keys, **r, "samples": samples})

@@ -36,7 +36,7 @@ DIAGNOSTICS = [
     ("reward/group_std", "reward std within groups"),
     ("groups/tied_fraction", "groups with tied rewards"),
     ("entropy", "entropy"),
-    ("kl", "KL to reference"),
+    ("kl/k3", "KL to reference (k3)"),
     ("clipfrac", "clip fraction"),
     ("clipfrac/low", "clip fraction (low side)"),
     ("clipfrac/high", "clip fraction (high side)"),
@@ -364,7 +364,7 @@ def _diagnostics(steps: pd.DataFrame, style: _Style, out: Path) -> list[tuple[st
 
 # What the steps before a collapse show (the panels present in a cell's metrics, in this order).
 COLLAPSE_PANELS = [("reward/mean", "training reward"), ("reward/std", "reward std (batch)"),
-                   ("advantage/std", "advantage std"), ("kl", "KL to reference"), ("entropy", "entropy"),
+                   ("advantage/std", "advantage std"), ("kl/k3", "KL to reference (k3)"), ("entropy", "entropy"),
                    ("grad_norm", "gradient norm"), ("clipfrac", "clip fraction"), ("loss/value", "value loss")]
 
 
