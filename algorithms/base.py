@@ -34,6 +34,7 @@ import torch
 from algorithms import rollout as rollout_lib
 from algorithms.diagnostics import batch_diagnostics
 from algorithms.losses import kl_estimate, masked_mean_per_sequence
+from algorithms.registry import register_named
 
 
 FUSED_ADAMW_DEVICES = ("cpu", "cuda")
@@ -87,13 +88,7 @@ def register_algorithm(cls=None, *, name: Optional[str] = None):
     def register(cls):
         if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
             raise TypeError(f"{cls!r} is not a subclass of algorithms.Algorithm")
-        key = name or cls.name
-        taken = ALGORITHMS.get(key)
-        if taken is not None and taken is not cls:
-            raise ValueError(f"algorithm name {key!r} is taken by {taken.__module__}.{taken.__qualname__}; "
-                             f"{cls.__module__}.{cls.__qualname__} needs another name")
-        ALGORITHMS[key] = cls
-        return cls
+        return register_named(ALGORITHMS, "algorithm", name or cls.name, cls)
 
     return register if cls is None else register(cls)
 

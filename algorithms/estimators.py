@@ -30,9 +30,9 @@ from typing import Callable, Optional
 import torch
 
 from algorithms.losses import (
-    ADVANTAGE_SCALES, group_advantages, lookup_named, register_named, reinforce_pp_advantages, rloo_advantages,
-    tied_rows,
+    ADVANTAGE_SCALES, group_advantages, reinforce_pp_advantages, rloo_advantages, tied_rows,
 )
+from algorithms.registry import lookup_named, register_named
 
 ADVANTAGE_ESTIMATORS: dict[str, Callable] = {}
 # Estimators whose baseline is the reward of a greedy completion of the same prompt: GRPO samples one per prompt.

@@ -21,6 +21,8 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 
+from algorithms.registry import lookup_named, register_named
+
 GRPO_LEVELS = ("token", "sequence")
 ADVANTAGE_SCALES = ("group", "batch", "none")
 
@@ -30,27 +32,6 @@ ADVANTAGE_SCALES = ("group", "batch", "none")
 # the shape of ``register_algorithm``: a name taken by a different function is refused, an unknown name is
 # one ValueError listing the choices.
 # --------------------------------------------------------------------------------------------
-
-
-def register_named(table: dict, kind: str, name: str, fn: Callable) -> Callable:
-    """``table[name] = fn``; a second, different function under ``name`` is refused (the same one again is a
-    no-op, so a module may be imported twice)."""
-    if not callable(fn):
-        raise TypeError(f"{fn!r} is not callable: a {kind} is a function")
-    taken = table.get(name)
-    if taken is not None and taken is not fn:
-        raise ValueError(f"{kind} name {name!r} is taken by {taken.__module__}.{taken.__qualname__}; "
-                         f"{fn.__module__}.{fn.__qualname__} needs another name")
-    table[name] = fn
-    return fn
-
-
-def lookup_named(table: dict, kind: str, name: str):
-    """``table[name]``, or ValueError listing the choices (as an unknown algorithm is reported)."""
-    try:
-        return table[name]
-    except KeyError:
-        raise ValueError(f"unknown {kind} {name!r}; choose from {', '.join(sorted(table))}") from None
 
 
 # --------------------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
+from algorithms.registry import register_named
 from benchmarks.errors import UsageError
 from benchmarks.io import atomic_write_json, read_json
 from benchmarks.matrix.execute import (
@@ -73,13 +74,7 @@ def register_executor(cls=None, *, name: Optional[str] = None):
                 and dataclasses.is_dataclass(getattr(cls, "Options", None))):
             raise TypeError(f"{cls!r} is not a subclass of benchmarks.matrix.executors.RegisteredExecutor "
                             "with an Options dataclass")
-        key = name or cls.name
-        taken = EXECUTORS.get(key)
-        if taken is not None and taken is not cls:
-            raise ValueError(f"executor name {key!r} is taken by {taken.__module__}.{taken.__qualname__}; "
-                             f"{cls.__module__}.{cls.__qualname__} needs another name")
-        EXECUTORS[key] = cls
-        return cls
+        return register_named(EXECUTORS, "executor", name or cls.name, cls)
 
     return register if cls is None else register(cls)
 
