@@ -149,6 +149,47 @@ INVERSE_CDF_MIN_VOCAB = 4096
 STATIC_CACHE_MIN_NEW_TOKENS = 64
 
 
+# ``share_prefix``: the prompts' common leading tokens (a chat template's system turn) are encoded once when at least
+# this many; fewer are not worth a second forward call.
+SHARED_PREFIX_MIN_TOKENS = 8
+
+
+def shared_prefix_length(ids: torch.Tensor, mask: torch.Tensor) -> int:
+    """How many leading real tokens every left-padded row of ``ids`` (n, P) has in common, leaving each row at least
+    one token of its own (the first next-token logits come from a row's last prompt token)."""
+    lengths = mask.sum(1).tolist()
+    rows = [ids[i, ids.size(1) - n:].tolist() for i, n in enumerate(lengths)]
+    common = 0
+    for column in zip(*rows):
+        if any(token != column[0] for token in column):
+            break
+        common += 1
+    return min(common, min(lengths) - 1)
+
+
+def _prefill_shared(model, fused, unique_ids: torch.Tensor, unique_mask: torch.Tensor, common: int,
+                    cache: "fast_llama.KVCache") -> tuple[torch.Tensor, torch.Tensor]:
+    """Encode the ``common`` leading tokens every prompt shares once, copy their keys and values to every row, then
+    encode each row's own tokens after them, left-padded to the longest: the cache holds [prefix][padding][own
+    tokens] with the positions each token has in its prompt. Returns (the last prompt token's logits (n, 1, V), the
+    layout's attention mask (n, common + longest own part))."""
+    n = unique_ids.size(0)
+    lengths = unique_mask.sum(1)
+    prefix = unique_ids[:1, unique_ids.size(1) - int(lengths[0]):][:, :common]
+    positions = torch.arange(common, device=unique_ids.device)[None]
+    fast_llama.forward(model, prefix, positions, None, cache, logits_to_keep=1, fused=fused)
+    cache.batch_repeat_interleave(n)
+    own = int(lengths.max()) - common
+    # Each row's tokens after the prefix, left-padded to the longest (a shorter row's last ``own`` columns also hold
+    # some of its prefix: masked here, never encoded twice).
+    columns = torch.arange(own, device=unique_ids.device)[None]
+    own_mask = (columns >= (own - (lengths - common))[:, None]).to(unique_mask.dtype)
+    own_ids = unique_ids[:, unique_ids.size(1) - own:] * own_mask
+    mask = torch.cat([unique_mask.new_ones(n, common), own_mask], dim=1)
+    logits = fast_llama.forward(model, own_ids, _positions(own_mask) + common, mask, cache, logits_to_keep=1, fused=fused)
+    return logits, mask
+
+
 # On a GPU, a lean model's decoding steps replay one CUDA graph (fast_llama.StaticDecodeStep) from this many
 # new tokens (capturing it runs a warm-up step and the capture, once per generate call).
 CUDA_GRAPH_MIN_NEW_TOKENS = 16
@@ -200,8 +241,9 @@ def _fan_out(model, prefilled: DynamicCache, group_size: int, max_length: int, m
 
 
 def _prefill(model, lean: Optional[tuple], unique_ids: torch.Tensor, unique_mask: torch.Tensor, group_size: int,
-             max_new_tokens: int):
-    """Encode each prompt once and fan its KV cache out to the G members of its group.
+             max_new_tokens: int, share_prefix: bool = False):
+    """Encode each prompt once and fan its KV cache out to the G members of its group; with ``share_prefix`` (lean
+    models) the leading tokens all prompts share are encoded once for all (``_prefill_shared``).
 
     Returns the first next-token logits (B, V) and ``decode(step, tokens (B, 1)) -> logits (B, V)``, which
     feeds the tokens sampled at ``step`` (0, 1, ...); it keeps the cache, positions and attention mask.
@@ -210,18 +252,24 @@ def _prefill(model, lean: Optional[tuple], unique_ids: torch.Tensor, unique_mask
     None the model runs transformers' own forward and cache.
     """
     positions = _positions(unique_mask)
-    prompt_length = unique_ids.size(1)
-    capacity = prompt_length + max_new_tokens
-    attention = unique_mask.repeat_interleave(group_size, dim=0)  # (B, P)
-    # The whole mask up front: step s attends to the prompt and the s + 1 tokens fed so far (a slice, not a cat).
-    attention = torch.cat([attention, attention.new_ones(attention.size(0), max_new_tokens)], dim=1)  # (B, P + T)
     first_position = positions[:, -1:].repeat_interleave(group_size, dim=0) + 1  # (B, 1)
+    common = shared_prefix_length(unique_ids, unique_mask) if share_prefix and lean is not None and unique_ids.size(0) > 1 else 0
+    layout = unique_mask
     if lean is not None:
         model, fused = lean
         cache = fast_llama.KVCache(model.config.num_hidden_layers)
-        logits = fast_llama.forward(model, unique_ids, positions, unique_mask, cache, logits_to_keep=1, fused=fused)
+        if common >= SHARED_PREFIX_MIN_TOKENS:
+            logits, layout = _prefill_shared(model, fused, unique_ids, unique_mask, common, cache)
+        else:
+            logits = fast_llama.forward(model, unique_ids, positions, unique_mask, cache, logits_to_keep=1, fused=fused)
+    prompt_length = layout.size(1)
+    capacity = prompt_length + max_new_tokens
+    attention = layout.repeat_interleave(group_size, dim=0)  # (B, P)
+    # The whole mask up front: step s attends to the prompt and the s + 1 tokens fed so far (a slice, not a cat).
+    attention = torch.cat([attention, attention.new_ones(attention.size(0), max_new_tokens)], dim=1)  # (B, P + T)
+    if lean is not None:
         cache.fan_out(group_size, capacity)
-        padded = not bool(unique_mask.all())  # without padding no step needs a mask
+        padded = not bool(layout.all())  # without padding no step needs a mask
         # RoPE of every position decoding can reach, computed once and sliced per step.
         cos, signed_sin = fast_llama.rotary_table(model, first_position + torch.arange(max_new_tokens, device=first_position.device))
         if unique_ids.device.type == "cuda" and max_new_tokens >= CUDA_GRAPH_MIN_NEW_TOKENS:
@@ -258,18 +306,21 @@ def generate(
     generator: Optional[torch.Generator] = None,
     record_logps: bool = False,
     int8: bool = False,
+    share_prefix: bool = False,
 ) -> Rollout:
     """Sample ``group_size`` completions for every prompt (temperature 0 means greedy). With
     ``record_logps`` the rollout keeps the sampler's own log-prob of each sampled token (``sampling_logps``,
     from the logits it sampled from, divided by the temperature), to measure and correct the mismatch with
     the trainer's log-probs (a different precision, a different kernel). ``int8`` samples from the policy's
     W8A8 quantisation (``algorithms.quantize``), made once for this call; ``check_int8_sampling`` says when
-    a model allows it."""
+    a model allows it. ``share_prefix`` encodes the leading tokens every prompt shares (a chat template's system
+    turn) once for all of them, on Llama-architecture models: the same distribution, other rounding, less work."""
     # inference_mode skips autograd's bookkeeping per op (13% of a pizza decoding step); its tensors
     # cannot enter a graph later (the update's embedding saves its indices), so they leave as copies.
     with torch.inference_mode():
         rollout = _sample(model, tokenizer, prompts, group_size, max_new_tokens=max_new_tokens,
-                          temperature=temperature, generator=generator, record_logps=record_logps, int8=int8)
+                          temperature=temperature, generator=generator, record_logps=record_logps, int8=int8,
+                          share_prefix=share_prefix)
     return rollout.detached_copy()
 
 
@@ -305,7 +356,7 @@ def _lean_sampler(model, device: torch.device, batch: int, int8: bool = False):
 
 
 def _sample(model, tokenizer, prompts, group_size, *, max_new_tokens, temperature, generator, record_logps=False,
-            int8=False) -> Rollout:
+            int8=False, share_prefix=False) -> Rollout:
     device = next(model.parameters()).device
     eos_ids = eos_token_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
@@ -316,7 +367,7 @@ def _sample(model, tokenizer, prompts, group_size, *, max_new_tokens, temperatur
     was_training = model.training
     if not fast:
         model.eval()  # no dropout while sampling
-    next_logits, decode = _prefill(model, lean, unique_ids, unique_mask, group_size, max_new_tokens)  # (B, V)
+    next_logits, decode = _prefill(model, lean, unique_ids, unique_mask, group_size, max_new_tokens, share_prefix)  # (B, V)
     batch = next_logits.size(0)
 
     eos_tensor = torch.tensor(eos_ids, device=device)

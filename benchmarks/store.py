@@ -48,7 +48,7 @@ def _pyarrow():
 NOT_THE_EXPERIMENT = ("checkpoint_every",)
 # Settings added after cells were stored, at the value every earlier cell ran with: a stored spec without one is
 # the same experiment as a planned spec that has it at this value.
-ADDED_DEFAULTS = {"replicate": 0}
+ADDED_DEFAULTS = {"replicate": 0, "eval_share_prefix": False}
 
 
 def experiment(spec: dict) -> dict:

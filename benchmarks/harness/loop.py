@@ -110,14 +110,16 @@ def _newest_resumable_checkpoint(out: Path, device, rows: list[dict]) -> Optiona
     return None
 
 
-def rollout_sampler(model, tokenizer, prompts, *, k: int, max_new_tokens: int, temperature: float, seed: int) -> Samples:
+def rollout_sampler(model, tokenizer, prompts, *, k: int, max_new_tokens: int, temperature: float, seed: int,
+                    share_prefix: bool = False) -> Samples:
     """Evaluation sampling through the training rollout (``algorithms.rollout.generate``): one prefill per
     prompt shared by its k samples, a static KV cache and early stopping; 2-3x transformers' generate
-    on CPU. Installed as ``Task.eval_sampler``, since tasks never import algorithms."""
+    on CPU. Installed as ``Task.eval_sampler``, since tasks never import algorithms. ``share_prefix``: the
+    prompts' common leading tokens encoded once (``generate``'s)."""
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed)
     rollout = generate(model, tokenizer, prompts, k, max_new_tokens=max_new_tokens, temperature=temperature,
-                       generator=generator)
+                       generator=generator, share_prefix=share_prefix)
     texts = [rollout.completions[i:i + k] for i in range(0, rollout.num_completions, k)]
     truncated = rollout.truncated.view(-1, k).tolist()
     return Samples(texts, truncated, rollout.tokens_generated)
