@@ -145,7 +145,7 @@ def add_transfer_parser(sub) -> None:
 def cmd_transfer(args) -> int:
     from benchmarks.report.transfer import write_transfer
 
-    from benchmarks.cli.options import matrix_directory, writable
+    from benchmarks.cli.options import matrix_directory
 
     matrix_directory(args.toy, "TOY")  # the folders first: a typo in one is not "too few algorithms"
     matrix_directory(args.real, "REAL")
@@ -154,54 +154,70 @@ def cmd_transfer(args) -> int:
         raise UsageError("--pair: each variant at most once on each side")
     if len(pairs) < 3:
         raise UsageError(f"--pair: a ranking needs at least 3 algorithms, got {len(pairs)}")
-    writable(args.out, "--out")
-    if args.readme:
-        writable(args.readme, "--readme")
+    _study_outputs(args)
     text = write_transfer(args.toy, args.real, pairs, args.out, command=args.command_line, readme=args.readme,
                           section=args.section)
     print(text.splitlines()[0])
-    print(f"wrote {args.out}" + (f" and the {args.section} section of {args.readme}" if args.readme else ""))
+    _wrote(args)
     return 0
 
 
+def _study_outputs(args) -> None:
+    """A study's matrix directories (``args.dirs``, where it has them), its --out file and, where given, --readme:
+    there and writable, or one line before any work."""
+    from benchmarks.cli.options import matrix_directory, writable
+
+    for directory in getattr(args, "dirs", []):
+        matrix_directory(directory)
+    writable(args.out, "--out")
+    if args.readme:
+        writable(args.readme, "--readme")
+
+
+def _wrote(args) -> None:
+    print(f"wrote {args.out}" + (f" and the {args.section} section of {args.readme}" if args.readme else ""))
+
+
+def _study_parser(sub, name: str, help: str, dirs: str, *, out: Optional[str], section: str):
+    """A study over matrix directories: DIR..., --out (a default, or required), --readme and --section."""
+    p = sub.add_parser(name, help=help)
+    p.add_argument("dirs", nargs="+", help=dirs)
+    if out:
+        p.add_argument("--out", default=out, help=f"the markdown report to write (default: {out})")
+    else:
+        p.add_argument("--out", required=True, help="the markdown report to write (a .json beside it)")
+    p.add_argument("--readme", default="", help="README whose SECTION gets the report's tables (default: none)")
+    p.add_argument("--section", default=section, help=f"README section name (default: {section})")
+    return p
+
+
 def add_claims_parser(sub) -> None:
-    p = sub.add_parser("claims", help="published claims about RL for LLMs, each tested by a matrix that stated it "
-                                      "before its cells ran: the table of marks")
-    p.add_argument("dirs", nargs="+", help="matrix directories whose matrix files state [[analysis.claims]]")
-    p.add_argument("--out", default="results/claims.md", help="the markdown report to write (default: results/claims.md)")
-    p.add_argument("--readme", default="", help="README whose SECTION gets the table (default: none)")
-    p.add_argument("--section", default="claims", help="README section name (default: claims)")
+    p = _study_parser(sub, "claims", "published claims about RL for LLMs, each tested by a matrix that stated it "
+                                     "before its cells ran: the table of marks",
+                      "matrix directories whose matrix files state [[analysis.claims]]", out="results/claims.md",
+                      section="claims")
     p.set_defaults(handler=cmd_claims)
 
 
 def cmd_claims(args) -> int:
     from benchmarks.report.claims import write_claims
 
-    from benchmarks.cli.options import matrix_directory, writable
-
-    for directory in args.dirs:
-        matrix_directory(directory)
-    writable(args.out, "--out")
-    if args.readme:
-        writable(args.readme, "--readme")
+    _study_outputs(args)
     write_claims(args.dirs, args.out, command=args.command_line, readme=args.readme, section=args.section)
-    print(f"wrote {args.out}" + (f" and the {args.section} section of {args.readme}" if args.readme else ""))
+    _wrote(args)
     return 0
 
 
 def add_variance_parser(sub) -> None:
-    p = sub.add_parser("variance", help="where a primary metric's seed-to-seed spread comes from (policy vs "
-                                        "evaluation), and the design that reaches a target MDD in the fewest core-seconds")
-    p.add_argument("dirs", nargs="+", help="matrix directories whose cells kept per-question evaluation records")
-    p.add_argument("--out", required=True, help="the markdown report to write (a .json beside it)")
+    p = _study_parser(sub, "variance", "where a primary metric's seed-to-seed spread comes from (policy vs "
+                                       "evaluation), and the design that reaches a target MDD in the fewest core-seconds",
+                      "matrix directories whose cells kept per-question evaluation records", out=None, section="variance")
     p.add_argument("--target-mdd", type=float, default=0.05, help="the MDD the designs are planned for (default: 0.05)")
     p.add_argument("--variants", type=int, default=8, help="variants in the planned matrix (default: 8)")
     p.add_argument("--questions", type=int, nargs="+", default=[200, 500, 1000],
                    help="held-out question counts to project to (default: 200 500 1000)")
     p.add_argument("--metrics", nargs="+", default=["final", "last_2", "last_3", "auc"],
                    help="primary metrics to split (default: final last_2 last_3 auc)")
-    p.add_argument("--readme", default="", help="README whose SECTION gets the tables (default: none)")
-    p.add_argument("--section", default="variance", help="README section name (default: variance)")
     p.set_defaults(handler=cmd_variance)
 
 
@@ -209,13 +225,7 @@ def cmd_variance(args) -> int:
     from benchmarks.curve import parse_primary
     from benchmarks.report.variance import write_variance
 
-    from benchmarks.cli.options import matrix_directory, writable
-
-    for directory in args.dirs:
-        matrix_directory(directory)
-    writable(args.out, "--out")
-    if args.readme:
-        writable(args.readme, "--readme")
+    _study_outputs(args)
     if not 0 < args.target_mdd < 1:
         raise UsageError(f"--target-mdd must be in (0, 1), got {args.target_mdd:g}")
     if args.variants < 2 or min(args.questions) < 2:
@@ -225,10 +235,9 @@ def cmd_variance(args) -> int:
             parse_primary(name)
         except ValueError as exc:
             raise UsageError(f"--metrics: {exc}") from None
-    text = write_variance(args.dirs, args.out, command=args.command_line, readme=args.readme, section=args.section,
-                          metrics=args.metrics, questions=args.questions, target=args.target_mdd, variants=args.variants)
-    print(text.splitlines()[0])
-    print(f"wrote {args.out}" + (f" and the {args.section} section of {args.readme}" if args.readme else ""))
+    write_variance(args.dirs, args.out, command=args.command_line, readme=args.readme, section=args.section,
+                   metrics=args.metrics, questions=args.questions, target=args.target_mdd, variants=args.variants)
+    _wrote(args)
     return 0
 
 
