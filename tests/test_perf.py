@@ -6,7 +6,7 @@ import torch
 
 from algorithms import rollout as rollout_lib
 from algorithms.rollout import generate, per_token_logps
-from benchmarks.perf.grpo_vs_trl import WORKLOADS, Ours, Trl, same_batch_check, same_batch_check_rloo
+from benchmarks.references.sides import WORKLOADS, Ours, Trl, same_batch_check, same_batch_check_rloo
 from tasks import make_task
 
 
@@ -29,7 +29,7 @@ def test_same_batch_loss_matches_trl(pizza, name):
     # Part by part: the loss function on TRL's own log-probs, our log-probs against TRL's, transformers alone.
     assert check["abs_diff_formula"] <= 1e-7 and check["max_abs_diff_logps"] <= 1e-5
     assert check["abs_diff_layout"] <= 1e-6 and check["max_abs_diff_layout_logps"] <= 1e-5
-    from benchmarks.perf.grpo_vs_trl import same_loss_misses
+    from benchmarks.references.sides import same_loss_misses
 
     assert same_loss_misses(check) == []
 
@@ -39,7 +39,7 @@ def test_same_batch_parts_catch_a_planted_fault(pizza, plant, miss, monkeypatch)
     """A loss off by 1e-4 of itself, or our log-probs taken at a temperature 1% off: each fails its own part."""
     import algorithms.losses
     import algorithms.rollout
-    from benchmarks.perf.grpo_vs_trl import same_loss_misses
+    from benchmarks.references.sides import same_loss_misses
 
     if plant == "loss":
         real_loss = algorithms.losses.grpo_loss

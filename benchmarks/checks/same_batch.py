@@ -1,7 +1,7 @@
 """``grpo-bench check same-batch``: the GRPO step's loss against TRL's on the same sampled batches, part by part.
 
 For each workload of ``grpo-bench bench grpo-vs-trl`` (the same model, task and settings) a TRL GRPOTrainer at its
-defaults samples and scores a few batches, and ``grpo_vs_trl.same_batch_check`` computes both losses on each, as
+defaults samples and scores a few batches, and ``references.sides.same_batch_check`` computes both losses on each, as
 sampled and after one TRL update. It splits the end-to-end difference into its sources: the loss function (ours on
 TRL's own log-prob tensors), the advantages, and the forward (our packed rows against TRL's padded ones); and it
 measures, for scale, how far transformers moves when the same rows run alone, unpadded. The bench runs one such
@@ -18,7 +18,7 @@ from typing import Optional
 from benchmarks.errors import UsageError
 from benchmarks.io import atomic_write_json, atomic_write_text
 from benchmarks.markdown import markdown_table
-from benchmarks.perf.grpo_vs_trl import (
+from benchmarks.references.sides import (
     SAME_LOGPS_ATOL, SAME_LOSS_ATOL, Trl, same_batch_check, same_loss_misses, workloads_of,
 )
 

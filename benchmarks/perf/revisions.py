@@ -33,7 +33,8 @@ from benchmarks.errors import UsageError
 from benchmarks.harness import measure
 from benchmarks.io import atomic_write_json, atomic_write_text
 from benchmarks.markdown import markdown_table
-from benchmarks.perf.grpo_vs_trl import WORKLOADS, median_interval
+from benchmarks.perf.grpo_vs_trl import median_interval
+from benchmarks.references.sides import WORKLOADS
 
 PHASES = ("generate", "logprobs", "update")
 # Before each step: the previous worker's OpenMP threads spin-wait for a while after their last parallel region

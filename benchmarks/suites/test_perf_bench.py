@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from benchmarks.perf.grpo_vs_trl import WORKLOADS, Ours, Trl
+from benchmarks.references.sides import WORKLOADS, Ours, Trl
 
 WORKLOAD = WORKLOADS["pizza-mu1"]
 
