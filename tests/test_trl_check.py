@@ -169,7 +169,7 @@ def test_command_writes_results_and_fails_on_mismatch(tmp_path, monkeypatch):
 
 
 def test_every_trl_side_scores_with_the_one_task_reward():
-    """One reward wrapper for every TRL side (the perf bench, the train check, the LoRA bench): the task's reward of
+    """One reward wrapper for every TRL side (the sides of the perf bench and the same-batch check, the train check, the LoRA bench): the task's reward of
     the text our rollout scores, each completion cut at its first end-of-sequence token with special tokens kept."""
     import ast
     from pathlib import Path
@@ -190,7 +190,7 @@ def test_every_trl_side_scores_with_the_one_task_reward():
     assert texts == ["pizza", "pizzapizza", tokenizer.decode(pizza[:2])] and scored == rewards
     # and no TRL side builds a reward function of its own
     root = Path(__file__).resolve().parents[1] / "benchmarks"
-    for module in ("perf/grpo_vs_trl.py", "checks/trl_train.py", "perf/lora.py"):
+    for module in ("references/sides.py", "checks/trl_train.py", "perf/lora.py"):
         tree = ast.parse((root / module).read_text())
         calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "trainer"]
         assert calls, module
