@@ -339,3 +339,16 @@ def test_the_wall_clock_line_says_when_a_resumed_cell_trained_longer_than_its_la
     # "of which" only where the part is a part: the resumed cell is counted apart from the other
     assert ("1 cell(s) took 50 s, of which training 30 s; 1 resumed cell(s) trained 90 s over every attempt, and "
             "their last attempts' processes took 60 s (their earlier attempts' process time is not recorded).") in line
+
+
+def test_readme_naming_the_results_index_writes_it_once_with_the_verdicts(matrix_dir, tmp_path):
+    # `grpo-bench report results/X --readme results/README.md`: the index is the page --readme names; it was
+    # written twice (once brief, once with the verdicts) and listed twice in "wrote ..."
+    out = tmp_path / "results" / "m"
+    shutil.copytree(matrix_dir, out)
+    index = tmp_path / "results" / "README.md"
+    index.write_text("# results\n")
+    data = report(out, readme=str(index), plot=False)
+    text = index.read_text()
+    assert text.count("<!-- grpo-bench:matrix-m -->") == 1 and text.count("<!-- grpo-bench:matrix-m-verdicts -->") == 1
+    assert [Path(p).resolve() for p in data["written"]].count(index.resolve()) == 1
