@@ -124,6 +124,9 @@ def test_the_variance_command_writes_components_and_designs(run_cli, tmp_path):
     cheapest = min(data["plans"], key=lambda r: r["core_s_total"])
     assert f"**{cheapest['primary']}**" in text
     assert "policy sd [95%]" in text and "Written by `grpo-bench variance" in text
+    # the headline names the cheapest design, and the command prints it first
+    assert (f"{cheapest['primary']} on {cheapest['questions']} questions, {cheapest['seeds']} seeds a variant"
+            in stdout.splitlines()[0])
 
 
 def test_a_store_without_records_is_one_line(run_cli, tmp_path):

@@ -235,8 +235,9 @@ def cmd_variance(args) -> int:
             parse_primary(name)
         except ValueError as exc:
             raise UsageError(f"--metrics: {exc}") from None
-    write_variance(args.dirs, args.out, command=args.command_line, readme=args.readme, section=args.section,
-                   metrics=args.metrics, questions=args.questions, target=args.target_mdd, variants=args.variants)
+    text = write_variance(args.dirs, args.out, command=args.command_line, readme=args.readme, section=args.section,
+                          metrics=args.metrics, questions=args.questions, target=args.target_mdd, variants=args.variants)
+    print(text.splitlines()[0].strip("*"))
     _wrote(args)
     return 0
 

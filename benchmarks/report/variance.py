@@ -151,9 +151,23 @@ def analyse(directory: str, *, metrics: Sequence[str] = METRICS, questions: Sequ
             "plans": pd.DataFrame(plans), "notes": notes}
 
 
+def headline(result: dict) -> str:
+    """Per task and variant, the cheapest design for the target MDD, in one sentence."""
+    plans = result["plans"].dropna(subset=["core_s_total"])
+    if plans.empty:
+        return f"No design reaches an MDD of {result['target']:g} within 2000 seeds a variant."
+    sentences = []
+    for (task, variant), frame in plans.groupby(["task", "variant"], sort=False):
+        best = frame.loc[frame["core_s_total"].idxmin()]
+        sentences.append(f"{task} / {variant}: {best['primary']} on {int(best['questions'])} questions, "
+                         f"{int(best['seeds'])} seeds a variant, {best['core_s_total']:,.0f} core-seconds")
+    return (f"Cheapest design for an MDD of {result['target']:g} among {result['variants']} variants: "
+            + "; ".join(sentences) + ".")
+
+
 def render(result: dict, command: str) -> str:
     parts, plans = result["parts"], result["plans"]
-    lines = [f"Written by `{command}` from `{result['directory']}`.", "",
+    lines = [f"**{headline(result)}**", "", f"Written by `{command}` from `{result['directory']}`.", "",
              "Variance components of each primary metric across seeds (split-half over the held-out questions, "
              f"{SPLITS} random splits; 95% bootstrap over the seeds). *Policy*: the spread of what training produced, "
              "which more questions cannot remove; *evaluation*: the spread of which questions a policy happens to "
