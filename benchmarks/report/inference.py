@@ -346,10 +346,23 @@ def _seeds_for(target: float, f: Fit, blocked: bool, alpha: float) -> Optional[i
 def seeds_for_mdd(target: float, sd: float, k: int, *, c: Optional[float] = None, blocked: bool = True,
                   alpha: float = ALPHA, limit: int = 2000) -> Optional[int]:
     """The fewest seeds per variant for which ``k`` variants with seed-to-seed sd ``sd`` have an MDD of at most
-    ``target`` (``mdd``; c a calibrated value, or Tukey's at each n when None); None past ``limit``."""
-    for n in range(2, limit + 1):
+    ``target`` (``mdd``; c a calibrated value, or Tukey's at each n when None); None past ``limit``. The MDD falls
+    with n (c, the t quantile and sqrt(2 / n) all do), so the smallest such n is found by bisection, first with
+    Tukey's value at a very large df (a floor under every n's, and one slow quantile instead of one per n), then
+    upward from there with each n's own."""
+    def reached(n: int, floor: Optional[float] = None) -> bool:
         df = (k - 1) * (n - 1) if blocked else k * (n - 1)
-        if mdd(sd, n, k, df, c=c, alpha=alpha) <= target:
+        return mdd(sd, n, k, df, c=floor if floor is not None else c, alpha=alpha) <= target
+
+    floor = tukey_value(k, 100_000, alpha) if c is None else c
+    if not reached(limit, floor):
+        return None
+    low, high = 1, limit  # reached(high); not reached(low) (n = 1 has no spread)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if reached(middle, floor) else (middle, high)
+    for n in range(high, limit + 1):  # with the floor, n may fall short of its own value: step up
+        if reached(n):
             return n
     return None
 
