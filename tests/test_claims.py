@@ -67,7 +67,7 @@ def test_claims_are_part_of_the_stated_analysis(tmp_path):
 @pytest.mark.parametrize("claims, message", [
     (CLAIM.replace('"clip_higher"', '"clip_hi"'), "treatment 'clip_hi' is not a variant of this matrix"),
     (CLAIM.replace('control = "grpo"', 'control = "clip_higher"'), "the treatment and the control are one variant"),
-    (CLAIM + 'expects = "more"\n', "expects must be better, worse or equal"),
+    (CLAIM + 'expects = "more"\n', "expects must be better, worse, equal or differs"),
     (CLAIM + 'alpha = 0.1\n', "unknown key 'alpha' of [[analysis.claims]]"),
     (CLAIM.replace('source = "DAPO (Yu et al. 2025)"\n', ""), "needs source"),
     (CLAIM + CLAIM, "claim ids repeat"),
@@ -93,6 +93,36 @@ def test_a_bad_claim_is_one_line_naming_the_file(tmp_path, claims, message):
 ])
 def test_marks(low, high, expects, mark):
     assert inference.contrast_mark(low, high, expects, margin=0.02) == mark
+
+
+@pytest.mark.parametrize("low, high, mark", [
+    (0.01, 0.03, inference.SUPPORTED),       # separated from 0, either sign
+    (-0.05, -0.001, inference.SUPPORTED),
+    (0.001, 0.03, inference.SUPPORTED),      # reaches past the margin: not a negligible difference
+    (-0.01, 0.015, inference.CONTRADICTED),  # inside +-margin: no difference that matters
+    (0.001, 0.015, inference.CONTRADICTED),  # separated but inside the margin: as "equal" reads it
+    (-0.01, 0.03, inference.CLAIM_OPEN),
+    (-0.03, 0.01, inference.CLAIM_OPEN),
+])
+def test_a_claim_of_a_difference_of_either_sign(low, high, mark):
+    assert inference.contrast_mark(low, high, "differs", margin=0.02) == mark
+    # the mirror of "equal": whatever supports one contradicts the other, and both are open together
+    swap = {inference.SUPPORTED: inference.CONTRADICTED, inference.CONTRADICTED: inference.SUPPORTED}
+    equal = inference.contrast_mark(low, high, "equal", margin=0.02)
+    assert mark == swap.get(equal, equal)
+    # without a margin nothing is contradicted, a separation still supports it
+    assert inference.contrast_mark(low, high, "differs", margin=None) == \
+        (inference.SUPPORTED if low > 0 or high < 0 else inference.CLAIM_OPEN)
+
+
+def test_a_sensitivity_claim_is_parsed_and_judged(tmp_path):
+    (claim,) = _plan(tmp_path, CLAIM + 'expects = "differs"\n').analysis.claims
+    assert claim.expects == "differs"
+    scores = _planted({"control": 0.0, "down": -0.05, "same": 0.0})
+    claims = [{"id": "a", "treatment": "down", "control": "control", "expects": "differs"},
+              {"id": "b", "treatment": "same", "control": "control", "expects": "differs"}]
+    table, _ = inference.contrasts(scores, claims, margin=0.03)
+    assert list(table["mark"]) == [inference.SUPPORTED, inference.CONTRADICTED]
 
 
 def _planted(differences: dict[str, float], n: int = 8, sd: float = 0.01, seed: int = 0) -> dict:

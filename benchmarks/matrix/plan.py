@@ -332,7 +332,9 @@ def parse(path: str | Path) -> Plan:
 
 CLAIM_KEYS = {"id": "a short name for the claim (unique in the file)", "source": "who claims it (paper, year)",
               "claim": "the claim, in a sentence", "treatment": "the variant the claim says is better (or equal)",
-              "control": "the variant it is compared with", "expects": "better (default), worse or equal",
+              "control": "the variant it is compared with",
+              "expects": "better (default), worse, equal, or differs (a difference of either sign: the source claims a "
+                         "sensitivity, not a direction)",
               "task": "the task label it is judged on (default: every task of the matrix)",
               "secondary": "a training metric shown beside the claim's mark, described not judged (e.g. entropy, "
                            "length/incorrect): its mean over the last quarter of each cell's steps"}
@@ -416,8 +418,8 @@ def _claims(check: _Checker, claims: Any) -> tuple[Claim, ...]:
                 check.fail(where, key if key in claim else None, f"[[analysis.claims]] needs {key} (text): "
                                                                  f"{CLAIM_KEYS[key]}")
         expects = claim.get("expects", "better")
-        if expects not in ("better", "worse", "equal"):
-            check.fail(where, "expects", f"expects must be better, worse or equal, got {expects!r}")
+        if expects not in ("better", "worse", "equal", "differs"):
+            check.fail(where, "expects", f"expects must be better, worse, equal or differs, got {expects!r}")
         if claim["treatment"] == claim["control"]:
             check.fail(where, "control", f"claim {claim['id']!r}: the treatment and the control are one variant")
         for key in ("task", "secondary"):

@@ -153,7 +153,9 @@ def render(table: pd.DataFrame, *, link_from: Path, command: str) -> str:
                       f"{r['secondary_difference']:+.3g} [{r['secondary_low']:+.3g}, {r['secondary_high']:+.3g}]")
         elif r["secondary"]:
             beside = f"{r['secondary']}: not logged"
-        rows.append([r["claim"] + (" (expects: equal)" if r["expects"] == "equal" else ""), r["source"], setting,
+        expects = {"equal": " (expects: equal)",
+                   "differs": " (expects: a difference, either sign)"}.get(r["expects"], "")
+        rows.append([r["claim"] + expects, r["source"], setting,
                      result, _mark_text(r), beside, f"[{r['matrix']}]({link})"])
     stated = sorted({f"{r['matrix']}: {primary_name(r['primary'])}, margin +-{r['margin']:g}, stated "
                      f"{r['stated_at'] or 'NOT before its cells ran'}" for _, r in table.iterrows()
@@ -167,13 +169,14 @@ def render(table: pd.DataFrame, *, link_from: Path, command: str) -> str:
              "control's, blocked by seed; a matrix's claims are one family of simultaneous 95% intervals, the critical "
              "value calibrated for those contrasts (benchmarks/report/inference.py, `contrasts`), so every mark of a "
              "matrix holds together with probability >= 95%. *Supported*: the interval lies on the claim's side of 0; "
-             "*contradicted*: on the other side (for a claim of no difference: any separation); *equivalent*: inside "
-             "+-margin, so the difference the claim names is not there at this scale; *not resolved*: none of these, "
-             "with the MDD (the true difference found with 80% probability) and the seeds the margin would need. Not "
-             "resolved is not equivalent. *Beside it*: a training metric the claim speaks of (entropy, the length of "
-             "incorrect completions), each cell's mean over the last quarter of its steps, treatment vs control and "
-             "their per-seed difference with a one-at-a-time 95% t-interval: a description, not part of the family "
-             "the marks come from.", "",
+             "*contradicted*: on the other side (for a claim of no difference: any separation; for a claim of a "
+             "difference of either sign: inside +-margin, and it is supported by a separation from 0 beyond that); "
+             "*equivalent*: inside +-margin, so the difference the claim names is not there at this scale; *not "
+             "resolved*: none of these, with the MDD (the true difference found with 80% probability) and the seeds "
+             "the margin would need. Not resolved is not equivalent. *Beside it*: a training metric the claim speaks "
+             "of (entropy, the length of incorrect completions), each cell's mean over the last quarter of its steps, "
+             "treatment vs control and their per-seed difference with a one-at-a-time 95% t-interval: a description, "
+             "not part of the family the marks come from.", "",
              "Stated analyses: " + "; ".join(stated) + ".", "", f"Regenerate: `{command}`"]
     return "\n".join(lines) + "\n"
 

@@ -372,7 +372,7 @@ def seeds_for_mdd(target: float, sd: float, k: int, *, c: Optional[float] = None
 # ------------------------------------------------------------------------------------------------
 
 SUPPORTED, CONTRADICTED, CLAIM_EQUIVALENT, CLAIM_OPEN = "supported", "contradicted", "equivalent", "not resolved"
-EXPECTS = ("better", "equal", "worse")
+EXPECTS = ("better", "equal", "worse", "differs")
 CONTRAST_COLUMNS = ["id", "treatment", "control", "expects", "seeds", "treatment_mean", "control_mean", "difference",
                     "low", "high", "mdd", "mark", "seeds_for_margin"]
 
@@ -380,11 +380,17 @@ CONTRAST_COLUMNS = ["id", "treatment", "control", "expects", "seeds", "treatment
 def contrast_mark(low: float, high: float, expects: str, margin: Optional[float]) -> str:
     """A claim's mark from the simultaneous interval [low, high] of treatment - control. "better" (or "worse") is
     supported when the interval lies above (below) 0 and contradicted when it lies on the other side; "equal" is
-    supported by equivalence within +-margin and contradicted by any separation. Equivalence is its own mark for a
-    claim of a difference: the difference the claim names is not there, to within the margin."""
+    supported by equivalence within +-margin and contradicted by any separation; "differs" (a claim of sensitivity,
+    no sign named) is its mirror: contradicted by equivalence within +-margin, else supported by any separation from
+    0 (an interval separated from 0 but inside the margin is a difference too small to matter, as "equal" reads it).
+    Equivalence is its own mark for a claim of a difference in a named direction: the difference the claim names is
+    not there, to within the margin."""
     equivalent = margin is not None and -margin < low and high < margin
+    separated = low > 0 or high < 0
     if expects == "equal":
-        return SUPPORTED if equivalent else CONTRADICTED if low > 0 or high < 0 else CLAIM_OPEN
+        return SUPPORTED if equivalent else CONTRADICTED if separated else CLAIM_OPEN
+    if expects == "differs":
+        return CONTRADICTED if equivalent else SUPPORTED if separated else CLAIM_OPEN
     sign = 1.0 if expects == "better" else -1.0
     lo, hi = sorted((sign * low, sign * high))
     if lo > 0:
