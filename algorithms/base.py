@@ -128,11 +128,11 @@ class PhaseTimer:
 
 @dataclass
 class Sampling:
-    """How completions are sampled: identical for every algorithm on a task."""
+    """How completions are sampled: identical for every algorithm on a task. How many per prompt is the
+    algorithm's own setting (``group_size``, ``samples_per_prompt``), passed to ``Algorithm.generate``."""
 
     max_new_tokens: int
     temperature: float = 1.0
-    group_size: int = 1
 
 
 class Algorithm:
@@ -223,10 +223,11 @@ class Algorithm:
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def generate(self, prompts: list[str], group_size: Optional[int] = None) -> rollout_lib.Rollout:
+    def generate(self, prompts: list[str], group_size: int) -> rollout_lib.Rollout:
+        """``group_size`` completions of each prompt."""
         with self.timer("generate"), self.autocast():
             return rollout_lib.generate(
-                self.policy, self.tokenizer, prompts, group_size or self.sampling.group_size,
+                self.policy, self.tokenizer, prompts, group_size,
                 max_new_tokens=self.sampling.max_new_tokens, temperature=self.sampling.temperature,
                 generator=self.generator,
             )

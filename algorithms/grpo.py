@@ -340,7 +340,7 @@ class GRPO(Algorithm):
         picks = torch.randint(len(pool), (n,), generator=self.generator, device=self.device)
         return [pool[i] for i in picks.tolist()]
 
-    def generate(self, prompts: list[str], group_size: Optional[int] = None) -> rollout_lib.Rollout:
+    def generate(self, prompts: list[str], group_size: int) -> rollout_lib.Rollout:
         """Sampling at ``sampling_precision``; anything but "same" also records the sampler's log-probs."""
         c: GRPOConfig = self.config
         if not c.records_sampling_logps():
@@ -349,7 +349,7 @@ class GRPO(Algorithm):
         precision = torch.autocast(self.device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
         with self.timer("generate"), precision:
             return rollout_lib.generate(
-                self.policy, self.tokenizer, prompts, group_size or self.sampling.group_size,
+                self.policy, self.tokenizer, prompts, group_size,
                 max_new_tokens=self.sampling.max_new_tokens, temperature=self.sampling.temperature,
                 generator=self.generator, record_logps=True, int8=c.sampling_precision == "int8",
             )

@@ -93,6 +93,10 @@ def rewrite_jsonl(path: Path | str, rows: Iterable[dict]) -> None:
 # the policy's part.
 QUESTIONS_CORRECT, QUESTIONS_SAMPLES = "questions/correct", "questions/samples"
 
+# The phases of a training step that the algorithms time (``algorithms.base.PhaseTimer``), in the order tables show
+# them, as run files name them: ``time/<phase>`` in a metrics row, ``phase_seconds`` in a summary.
+PHASES = ("generate", "score", "logprobs", "update")
+
 
 def encode_correct(correct: Sequence[Sequence[bool]]) -> Optional[dict]:
     """``{QUESTIONS_CORRECT: counts, QUESTIONS_SAMPLES: k}``: the counts one digit a question when k <= 9, else

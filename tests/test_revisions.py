@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from benchmarks.errors import UsageError
+from benchmarks.perf.revisions import Worker
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,3 +48,57 @@ def test_bad_revisions_are_one_line(run_cli, tmp_path):
         code, out, err = run_cli("bench", "revisions", *args, "--repo", str(ROOT), "--out", str(tmp_path))
         assert code == 2, (args, err)
         assert message in err and len(err.strip().splitlines()) == 1
+
+
+# A revision's tree reduced to what the worker imports from it: ``Ours`` answers each step with where it was imported
+# from, the import path it saw and its prompt.
+STUB_SIDE = """
+import os, sys
+WORKLOADS = {"stub": "the stub workload"}
+
+class _Task:
+    def train_prompts(self):
+        return ["a", "b", "c"]
+
+class Ours:
+    def __init__(self, workload, *, seed, device):
+        self.task, self.said = _Task(), [workload, seed, device]
+
+    def step(self, prompts):
+        return {"file": __file__, "path": sys.path[:2], "cwd": os.getcwd(), "said": self.said, "prompt": prompts[0]}
+"""
+
+
+def _stub_tree(root: Path, side: str = STUB_SIDE) -> Path:
+    (root / "benchmarks" / "perf").mkdir(parents=True)
+    (root / "benchmarks" / "__init__.py").write_text("")
+    (root / "benchmarks" / "perf" / "__init__.py").write_text("")
+    (root / "benchmarks" / "perf" / "grpo_vs_trl.py").write_text(side)
+    return root
+
+
+def test_the_worker_is_this_checkouts_and_runs_the_trees_code(tmp_path, monkeypatch):
+    """The worker file comes from this checkout and the tree needs none (an older revision has none): it imports
+    the tree's benchmarks ahead of the working directory, which stays the caller's, as ``python -c`` had it."""
+    tree = _stub_tree(tmp_path / "tree")
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    worker = Worker(tree, "stub", 3, 1, "cpu", tmp_path / "worker.log")
+    try:
+        first, second = worker.step(), worker.step()
+    finally:
+        worker.close()
+    assert worker.threads == 1
+    assert first["file"] == str(tree / "benchmarks" / "perf" / "grpo_vs_trl.py")
+    assert first["path"] == [str(tree), ""] and first["cwd"] == str(tmp_path / "cwd")
+    assert first["said"] == ["the stub workload", 3, "cpu"]
+    rng = random.Random(3)
+    assert [first["prompt"], second["prompt"]] == [rng.choice(["a", "b", "c"]) for _ in range(2)]
+
+
+def test_a_worker_that_imports_another_tree_is_refused(tmp_path, monkeypatch):
+    """A tree without a benchmarks package: the worker finds the working directory's, and that is an error."""
+    (tmp_path / "empty").mkdir()
+    monkeypatch.chdir(_stub_tree(tmp_path / "other"))
+    with pytest.raises(UsageError, match="imported .*other/benchmarks/__init__.py, not its own tree"):
+        Worker(tmp_path / "empty", "stub", 0, 1, "cpu", tmp_path / "worker.log")

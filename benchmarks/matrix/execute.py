@@ -113,8 +113,17 @@ def prepare_cell_dir(job: CellJob) -> CellJob:
     return dataclasses.replace(job, resume=resume)
 
 
+def cell_process_command() -> list[str]:
+    """``python -m benchmarks.matrix.cell``: a cell's process, its module named by the module itself."""
+    # Imported here, not at the top: this package's __init__ imports this module, so a module-level import would
+    # load cell.py a second time in every cell's process (``-m`` imports the package, then runs cell as __main__).
+    from benchmarks.matrix import cell
+
+    return [sys.executable, "-m", cell.__name__]
+
+
 def cell_command(cell_dir: Path, resume: bool, threads: int = 0) -> list[str]:
-    return ([sys.executable, "-m", "benchmarks.matrix.cell", str(cell_dir)] + (["--resume"] if resume else [])
+    return (cell_process_command() + [str(cell_dir)] + (["--resume"] if resume else [])
             + (["--threads", str(threads)] if threads else []))
 
 

@@ -36,7 +36,7 @@ from algorithms.registry import register_named
 from benchmarks.errors import UsageError
 from benchmarks.io import atomic_write_json, read_json
 from benchmarks.matrix.execute import (
-    CellJob, SubprocessExecutor, _child_env, _die_with_parent, finish_cell, prepare_cell_dir,
+    CellJob, SubprocessExecutor, _child_env, _die_with_parent, cell_process_command, finish_cell, prepare_cell_dir,
 )
 from benchmarks.plugins import register_entry_points
 
@@ -213,7 +213,7 @@ class _Worker:
     def __init__(self, slot: int, threads: int, env: dict):
         self.slot, self.cells = slot, 0
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.matrix.cell", "--worker"], stdin=subprocess.PIPE,
+            [*cell_process_command(), "--worker"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, text=True, bufsize=1, env={**_child_env(threads), **env},
             preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
 

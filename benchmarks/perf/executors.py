@@ -28,7 +28,8 @@ from benchmarks.matrix.executors import make_executor
 from benchmarks.matrix.timing import wallclock_breakdown
 from benchmarks.markdown import markdown_table
 
-PHASES = ("startup_s", "build_s", "train_s", "eval_s", "reset_s", "other_s", "idle_s")
+# The report's columns of a session's time (benchmarks.matrix.timing), in order.
+TIMING_COLUMNS = ("startup_s", "build_s", "train_s", "eval_s", "reset_s", "other_s", "idle_s")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,9 +173,10 @@ def _cells_text(cells: list[str]) -> str:
 
 def render(result: dict, command: str) -> str:
     arms, runs, n = result["arms"], result["runs"], result["jobs"]
-    headers = ["arm", "executor", "jobs", "cells complete", "wall-clock (s)"] + [p[:-2].replace("_", " ") + " (s)" for p in PHASES]
+    headers = (["arm", "executor", "jobs", "cells complete", "wall-clock (s)"]
+               + [p[:-2].replace("_", " ") + " (s)" for p in TIMING_COLUMNS])
     rows = [[arm, runs[arm]["executor"], runs[arm]["jobs"], runs[arm]["counts"]["complete"], f"{runs[arm]['elapsed_s']:.0f}"]
-            + [f"{runs[arm]['timing'].get(p, 0.0):.0f}" for p in PHASES] for arm in arms]
+            + [f"{runs[arm]['timing'].get(p, 0.0):.0f}" for p in TIMING_COLUMNS] for arm in arms]
     seeds = result["seeds"]
     paragraphs = [
         f"Matrix `{result['matrix']}` ({result['cells']} cells"

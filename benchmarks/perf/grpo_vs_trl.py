@@ -49,7 +49,7 @@ import torch
 from benchmarks.harness import measure
 from benchmarks.errors import UsageError
 from benchmarks.references.sides import (
-    PHASES, SAME_LOGPS_ATOL, SAME_LOSS_ATOL, SIDES, TRL_SETTINGS, WORKLOADS, Ours, Trl, Workload, default_workloads,
+    SAME_LOGPS_ATOL, SAME_LOSS_ATOL, SIDES, STEP_PARTS, TRL_SETTINGS, WORKLOADS, Ours, Trl, Workload, default_workloads,
     rss_bytes, same_batch_check, same_batch_check_rloo, same_loss_misses, workloads_of,
 )
 
@@ -179,7 +179,8 @@ def bf16_speed(w: Workload, *, steps: int, seed: int, device: str) -> dict:
 
 def probe_memory(w: Workload, side: str, *, steps: int, seed: int, device: str) -> dict:
     """Run one side (one of SIDES) alone in a fresh subprocess; its peak RSS (or CUDA peak) is that side's alone."""
-    cmd = [sys.executable, "-m", "benchmarks.perf.grpo_vs_trl", "probe", side, json.dumps(dataclasses.asdict(w)),
+    # __spec__.name: this module's dotted name, also where it runs as __main__
+    cmd = [sys.executable, "-m", __spec__.name, "probe", side, json.dumps(dataclasses.asdict(w)),
            str(steps), str(seed), device]
     done = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
     if done.returncode != 0:
@@ -410,10 +411,10 @@ def render_markdown(report: dict) -> str:
     for r in report["comparisons"]:
         for side in SIDES:
             m, rates = r[side]["median"], r[side]["rates"]
-            rows.append([r["workload"]["name"], side, *(f"{m[f'time/{p}']:.3f}" for p in PHASES),
+            rows.append([r["workload"]["name"], side, *(f"{m[f'time/{p}']:.3f}" for p in STEP_PARTS),
                          f"{m['tokens/generated']:.0f}", f"{rates['generation_tokens_per_s']:.0f}",
                          f"{rates['generation_gflops']:.1f}", f"{rates['update_gflops']:.1f}"])
-    lines.append(markdown_table(["workload", "side", *PHASES, "tokens generated", "gen tok/s", "gen GFLOP/s",
+    lines.append(markdown_table(["workload", "side", *STEP_PARTS, "tokens generated", "gen tok/s", "gen GFLOP/s",
                                  "update GFLOP/s"], rows))
     parts = [r for r in report["comparisons"] if "abs_diff_formula" in r["same_batch"]]
     if parts:

@@ -133,7 +133,8 @@ def probe(side: str, s: Settings) -> dict:
 
 def run_side(side: str, s: Settings) -> dict:
     """``probe`` in a fresh subprocess: a clean peak memory."""
-    cmd = [sys.executable, "-m", "benchmarks.perf.lora", side, json.dumps(asdict(s))]
+    # __spec__.name: this module's dotted name, also where it runs as __main__
+    cmd = [sys.executable, "-m", __spec__.name, side, json.dumps(asdict(s))]
     done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
     if done.returncode != 0:
         tail = done.stderr.strip().splitlines()[-3:] or ["no output"]

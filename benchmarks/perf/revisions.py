@@ -33,33 +33,16 @@ from benchmarks.errors import UsageError
 from benchmarks.harness import measure
 from benchmarks.io import atomic_write_json, atomic_write_text
 from benchmarks.markdown import markdown_table
+from benchmarks.perf import revisions_worker
 from benchmarks.perf.grpo_vs_trl import median_interval
 from benchmarks.references.sides import WORKLOADS
 
-PHASES = ("generate", "logprobs", "update")
+# The phases this report shows, of the step's (benchmarks.io.PHASES): written out rather than taken from there, since
+# every measured revision's step, however old, must report each of them.
+SHOWN_PHASES = ("generate", "logprobs", "update")
 # Before each step: the previous worker's OpenMP threads spin-wait for a while after their last parallel region
 # (libgomp's spin count, Intel OpenMP's 200 ms block time), which would take cores from the next worker.
 PAUSE_S = 0.3
-
-# What each worker runs, in its revision's tree: the grpo-vs-trl workload's Ours side, one step per request line.
-WORKER = r"""
-import sys
-sys.path.insert(0, sys.argv[5])  # the revision's tree before the working directory (which stays the caller's)
-import json, random
-import torch
-workload, seed, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-if threads:
-    torch.set_num_threads(threads)
-import benchmarks
-from benchmarks.perf.grpo_vs_trl import WORKLOADS, Ours
-ours = Ours(WORKLOADS[workload], seed=seed, device=sys.argv[4])
-prompts = ours.task.train_prompts()
-rng = random.Random(seed)
-print(json.dumps({"imported": benchmarks.__file__, "threads": torch.get_num_threads()}), flush=True)
-for _ in sys.stdin:
-    print(json.dumps(ours.step([rng.choice(prompts)])), flush=True)
-"""
-
 
 @dataclasses.dataclass
 class RevisionSettings:
@@ -107,7 +90,10 @@ class Worker:
         self.stderr_path = log
         self._stderr = open(log, "w")
         # The caller's working directory, so that data found from it (GSM8K's local copy) is found the same way.
-        self.proc = subprocess.Popen([sys.executable, "-c", WORKER, workload, str(seed), str(threads), device, str(tree)],
+        # The worker is this checkout's file, run by its path (not -m, which would import this checkout's
+        # benchmarks package first): it imports the measured code from ``tree`` (revisions_worker says how).
+        self.proc = subprocess.Popen([sys.executable, revisions_worker.__file__, workload, str(seed), str(threads), device,
+                                      str(tree)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True)
         ready = self._read()
         imported = Path(ready["imported"]).resolve()
@@ -145,7 +131,7 @@ def summarise(steps: list[dict], baseline_step: Optional[float], seed: int) -> d
     median = statistics.median(step_times)
     return {
         "rounds": len(steps),
-        "median": {p: statistics.median(s[f"time/{p}"] for s in steps) for p in ("step", *PHASES)},
+        "median": {p: statistics.median(s[f"time/{p}"] for s in steps) for p in ("step", *SHOWN_PHASES)},
         "step_ci95": list(median_interval(step_times, seed=seed)),
         "tokens_generated": [s["tokens/generated"] for s in steps],
         "speedup_vs_first": (baseline_step / median) if baseline_step else 1.0,
@@ -206,7 +192,7 @@ def render_markdown(report: dict) -> str:
             tokens = r["tokens_generated"]
             rows.append([f"`{r['commit'][:8]}`", r["subject"][:90] + ("..." if len(r["subject"]) > 90 else ""),
                          f"{m['step']:.2f} [{r['step_ci95'][0]:.2f}, {r['step_ci95'][1]:.2f}]",
-                         *(f"{m[p]:.2f}" for p in PHASES), f"{min(tokens):.0f}-{max(tokens):.0f}",
+                         *(f"{m[p]:.2f}" for p in SHOWN_PHASES), f"{min(tokens):.0f}-{max(tokens):.0f}",
                          f"{r['speedup_vs_first']:.2f}x"])
         lines.append(markdown_table(["revision", "change", "step s", "generate s", "ref log-probs s", "update s",
                                      "tokens generated", "speed-up"], rows))

@@ -19,9 +19,11 @@ from typing import Optional
 import torch
 
 from benchmarks.harness import measure
+from benchmarks.io import PHASES
 from benchmarks.references import trl as trl_ref
 
-PHASES = ("generate", "score", "logprobs", "update", "other")
+# A side's step in parts: the training phases, then what they leave of the step (``other``).
+STEP_PARTS = (*PHASES, "other")
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,7 @@ class Ours:
         start = time.perf_counter()
         metrics = self.algo.step(prompts)
         total = time.perf_counter() - start
-        phases = {p: metrics.get(f"time/{p}", 0.0) for p in PHASES[:-1]}
+        phases = {p: metrics.get(f"time/{p}", 0.0) for p in PHASES}
         return {"time/step": total, **{f"time/{p}": v for p, v in phases.items()},
                 "time/other": total - sum(phases.values()), "loss": metrics["loss"],
                 "tokens/generated": metrics["tokens/generated"], "tokens/processed": metrics["tokens/processed"]}

@@ -23,6 +23,9 @@ import pandas as pd
 from benchmarks.curve import PRIMARY_DEFAULT, primary_value
 from benchmarks.report.stats import collapsed, completions_to_threshold, never_learned, normalised_auc
 
+# The columns that name a cell in the report's frames (cells, evaluations, steps), and those that name its curve (the
+# algorithm follows from the variant).
+CELL_KEYS = ["task", "variant", "algo", "seed"]
 CURVE_KEYS = ["task", "variant", "seed"]
 THRESHOLD_SHARE = 0.8  # completions to reach 80% of the best variant's mean final accuracy on the task
 SECONDS_POINTS = 41

@@ -28,14 +28,14 @@ from typing import Optional
 import pandas as pd
 
 from benchmarks.errors import UsageError
-from benchmarks.io import QUESTIONS_CORRECT, QUESTIONS_SAMPLES, atomic_write_text, read_json
+from benchmarks.io import PHASES, QUESTIONS_CORRECT, QUESTIONS_SAMPLES, atomic_write_text, read_json
 from benchmarks.markdown import markdown_table, plus_minus, update_section
 from benchmarks.report import curves as learning_curves
 from benchmarks.report import verdicts
+from benchmarks.report.curves import CELL_KEYS
 from benchmarks.report.stats import t_interval
 from benchmarks.store import STORE_FILE, ResultStore, same_experiment_spec
 
-CELL_KEYS = ["task", "variant", "algo", "seed"]
 # (column, heading, format, scale) of the summary table, in order.
 SUMMARY_COLUMNS = [
     ("accuracy_before", "accuracy before", "{:.3f}", 1.0),
@@ -165,9 +165,6 @@ def summarize(cells: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-PHASES = ["generate", "score", "logprobs", "update"]
-
-
 def phase_markdown(cells: pd.DataFrame) -> str:
     """What a cell costs, by phase: mean seconds over complete seeds of training's phases, training in all, every
     evaluation (before, during and after), and start-up and the rest (process start, imports, building the task and
@@ -197,8 +194,8 @@ def phase_markdown(cells: pd.DataFrame) -> str:
         ratio = r[-2] / first[task] if first[task] and not math.isnan(r[-2]) else math.nan
         rows.append([task, variant] + ["-" if math.isnan(v) else f"{v:.2f}" for v in r[:-1]]
                     + ["-" if math.isnan(r[-1]) else f"{r[-1]:g}", "-" if math.isnan(ratio) else f"{ratio:.2f}"])
-    return markdown_table(["task", "variant"] + PHASES + ["training total", "evaluation", "start-up and other", "cell",
-                                                          "threads", "cell / first variant's"], rows)
+    return markdown_table(["task", "variant", *PHASES, "training total", "evaluation", "start-up and other", "cell",
+                           "threads", "cell / first variant's"], rows)
 
 
 def summary_markdown(summary: pd.DataFrame) -> str:

@@ -26,9 +26,9 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.io import atomic_write
+from benchmarks.report.curves import CELL_KEYS
 from benchmarks.report.stats import COLLAPSE_DROP
 
-CELL_KEYS = ["task", "variant", "algo", "seed"]
 # Per-step metrics worth watching, in panel order; those absent from every cell are skipped.
 DIAGNOSTICS = [
     ("reward/mean", "training reward"),
