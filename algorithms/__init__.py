@@ -9,7 +9,7 @@ from algorithms.base import ALGORITHMS, Algorithm, AlgoConfig, Sampling, algorit
 from algorithms.dpo import DPO, DPOConfig
 from algorithms.estimators import ADVANTAGE_ESTIMATORS, advantage_estimator, register_advantage_estimator
 from algorithms.grpo import GRPO, GRPOConfig
-from algorithms.losses import LOSS_TYPES, policy_loss, register_policy_loss
+from algorithms.policy_losses import POLICY_LOSSES, PolicyLoss, policy_loss, register_policy_loss
 from algorithms.ppo import PPO, PPOConfig
 from algorithms.reinforce import REINFORCE, REINFORCEConfig
 from algorithms.reinforce_pp import REINFORCEPP, REINFORCEPPConfig
@@ -17,7 +17,7 @@ from algorithms.rloo import RLOO, RLOOConfig
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS", "ALGORITHMS", "Algorithm", "AlgoConfig", "DPO", "DPOConfig", "GRPO", "GRPOConfig", "PPO", "PPOConfig",
-    "LOSS_TYPES", "REINFORCE", "REINFORCEConfig", "REINFORCEPP", "REINFORCEPPConfig", "RLOO", "RLOOConfig", "Sampling",
+    "POLICY_LOSSES", "PolicyLoss", "REINFORCE", "REINFORCEConfig", "REINFORCEPP", "REINFORCEPPConfig", "RLOO", "RLOOConfig", "Sampling",
     "advantage_estimator", "algorithm_class", "policy_loss", "register_advantage_estimator", "register_algorithm",
     "register_policy_loss",
 ]

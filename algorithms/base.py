@@ -26,14 +26,16 @@ import contextlib
 import math
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field, fields
-from typing import Any, Optional
+import typing
+from dataclasses import MISSING, Field, dataclass, field, fields
+from typing import Any, Callable, Optional
 
 import torch
 
 from algorithms import rollout as rollout_lib
 from algorithms.diagnostics import batch_diagnostics
-from algorithms.losses import kl_estimate, masked_mean_per_sequence
+from algorithms.kl import kl_estimate
+from algorithms.losses import masked_mean_per_sequence
 from algorithms.registry import register_named
 
 
@@ -51,10 +53,9 @@ class AlgoConfig:
 
     def validate(self) -> None:
         """Raise ValueError naming the field for impossible settings."""
-        for f in fields(self):
-            value = getattr(self, f.name)
+        for name, value in self.settings().items():
             if isinstance(value, float) and not math.isfinite(value):
-                raise ValueError(f"{f.name} must be a finite number, got {value}")
+                raise ValueError(f"{name} must be a finite number, got {value}")
         if self.learning_rate is None or self.learning_rate <= 0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
         if self.prompts_per_step < 1:
@@ -71,9 +72,85 @@ class AlgoConfig:
         evaluated by completion count, since its steps fall at other counts than its rivals'."""
         return False
 
+    def settings(self) -> dict[str, Any]:
+        """The flat settings, as a run records them and a matrix cell or a flag names them: every field, with an
+        option group's values in place of the field that holds them."""
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out.update(value if "option_group" in f.metadata else {f.name: value})
+        return out
 
-def config_fields(config_cls) -> dict[str, Any]:
-    return {f.name: f for f in fields(config_cls)}
+
+@dataclass(frozen=True)
+class OptionGroup:
+    """Settings a config takes on behalf of the members of a registry (GRPO: each registered policy loss's own
+    options), named and typed by the members' ``Options`` dataclasses and held flat in one dict field of the
+    config whose metadata carries this group (``option_group``): a flag, a config key or a matrix key like the
+    config's own fields, so a plug-in member's options are settings too. ``selector`` is the field that picks the
+    member; ``members`` a live view, member name -> its Options class."""
+
+    selector: str
+    members: Callable[[], dict[str, type]]
+
+    def fields(self) -> dict[str, Field]:
+        return {f.name: f for options in self.members().values() for f in fields(options)}
+
+    def types(self) -> dict[str, Any]:
+        return {name: hint for options in self.members().values() for name, hint in typing.get_type_hints(options).items()}
+
+    def defaults(self) -> dict[str, Any]:
+        return {name: f.default if f.default is not MISSING else f.default_factory() for name, f in self.fields().items()}
+
+    def owners(self, name: str) -> list[str]:
+        """The members that take the option ``name``."""
+        return [member for member, options in self.members().items() if name in {f.name for f in fields(options)}]
+
+
+def init_config(config, settings: dict[str, Any]) -> None:
+    """The ``__init__`` of a config with an option group: each field from ``settings`` or its default, the group's
+    field from the group's names (a dict under the field's own name, as ``dataclasses.replace`` passes it, first)."""
+    settings = dict(settings)
+    for f in fields(config):
+        group = f.metadata.get("option_group")
+        if group is not None:
+            value = {**group.defaults(), **settings.pop(f.name, {})}
+            value.update({name: settings.pop(name) for name in list(settings) if name in value})
+        elif f.name in settings:
+            value = settings.pop(f.name)
+        else:
+            value = f.default if f.default is not MISSING else f.default_factory()
+        setattr(config, f.name, value)
+    if settings:
+        raise TypeError(f"{type(config).__name__}() got an unexpected keyword argument {next(iter(settings))!r}")
+
+
+def option_group(config_cls) -> Optional[tuple[str, OptionGroup]]:
+    """(the field holding it, the group) of a config with an option group, else None."""
+    return next(((f.name, f.metadata["option_group"]) for f in fields(config_cls) if "option_group" in f.metadata), None)
+
+
+def config_fields(config_cls) -> dict[str, Field]:
+    """Every setting a config class takes, by name: its fields, with an option group's fields in place of the field
+    that holds them."""
+    out = {}
+    for f in fields(config_cls):
+        group = f.metadata.get("option_group")
+        out.update(group.fields() if group is not None else {f.name: f})
+    return out
+
+
+def config_field_types(config_cls) -> dict[str, Any]:
+    """The type of every setting of ``config_fields``, Optional[...] unwrapped (bool, int, float, str)."""
+    hints = typing.get_type_hints(config_cls)
+    group = option_group(config_cls)
+    if group is not None:
+        hints.update(group[1].types())
+    out = {}
+    for name in config_fields(config_cls):
+        args = [a for a in typing.get_args(hints.get(name, str)) if a is not type(None)]
+        out[name] = args[0] if args else hints.get(name, str)
+    return out
 
 
 # Filled by ``register_algorithm`` at each algorithm's definition and, for installed plug-ins, by the

@@ -29,9 +29,7 @@ from typing import Callable, Optional
 
 import torch
 
-from algorithms.losses import (
-    ADVANTAGE_SCALES, group_advantages, reinforce_pp_advantages, rloo_advantages, tied_rows,
-)
+from algorithms.losses import ADVANTAGE_SCALES, group_advantages, reinforce_pp_advantages, rloo_advantages, tied_rows
 from algorithms.registry import lookup_named, register_named
 
 ADVANTAGE_ESTIMATORS: dict[str, Callable] = {}

@@ -19,51 +19,45 @@ Plug-ins add estimators and policy losses by name.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
 
 from algorithms import rollout as rollout_lib
-from algorithms.base import Algorithm, AlgoConfig, register_algorithm
+from algorithms.base import Algorithm, AlgoConfig, OptionGroup, init_config, register_algorithm
 from algorithms.estimators import (
     ADVANTAGE_ESTIMATORS, GREEDY_BASELINE_ESTIMATORS, TOKEN_STATISTICS_ESTIMATORS, advantage_estimator,
 )
-from algorithms.losses import (
-    ADVANTAGE_SCALES, CLIP_FRACTIONS, CLIPPED_LOSS_TYPES, GRPO_LEVELS, IMPORTANCE_SAMPLING_MODES, KL_PENALTIES,
-    LOSS_AGGREGATIONS, LOSS_TYPES, TOKEN_MEAN_AGGREGATIONS, carries_signal, grpo_loss, masked_mean_per_sequence,
-    overlong_penalty, sampling_importance_ratio,
+from algorithms.kl import KL_PENALTIES
+from algorithms.losses import ADVANTAGE_SCALES, carries_signal, masked_mean_per_sequence, overlong_penalty
+from algorithms.policy_losses import (
+    GRPO_LEVELS, IMPORTANCE_SAMPLING_MODES, LOSS_AGGREGATIONS, POLICY_LOSSES, TOKEN_MEAN_AGGREGATIONS, grpo_loss,
+    policy_loss, sampling_importance_ratio,
 )
 
 SAMPLING_PRECISIONS = ("same", "fp32", "bf16", "int8")
-# Config fields passed to grpo_loss under the same name.
+# Config fields passed to grpo_loss under the same name (with the chosen loss's own options).
 LOSS_OPTIONS = (
-    "level", "loss_type", "epsilon", "epsilon_high", "delta", "beta", "kl_bias_correction", "sapo_temperature_pos",
-    "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg", "top_entropy_quantile",
+    "level", "loss_type", "epsilon", "epsilon_high", "delta", "beta", "kl_bias_correction", "top_entropy_quantile",
     "off_policy_mask_threshold", "importance_sampling_correction", "importance_sampling_mode",
-    "importance_sampling_clip_min", "importance_sampling_clip_max", "loss_aggregation", "kl_loss_type", "clip_ratio_c",
-    "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "kl_cov_coef", "entropy_coef",
+    "importance_sampling_clip_min", "importance_sampling_clip_max", "loss_aggregation", "kl_loss_type", "entropy_coef",
 )
-# Policy losses and options that need one advantage per completion (a per-token estimator cannot feed them).
-SEQUENCE_ADVANTAGE_LOSS_TYPES = ("vespo", "gmpo")
+# Every registered policy loss's own options (algorithms/policy_losses.py): settings of GRPO like its fields.
+POLICY_LOSS_OPTIONS = OptionGroup("loss_type", lambda: {name: cls.Options for name, cls in POLICY_LOSSES.items()})
 
 
-@dataclass
+@dataclass(init=False)
 class GRPOConfig(AlgoConfig):
     group_size: int = field(default=8, metadata={"help": "G, completions per prompt (>= 2; the paper uses 64)"})
     mu: int = field(default=1, metadata={"help": "policy updates per generation batch (TRL's num_iterations)"})
     level: str = field(default="token", metadata={"help": "importance ratio per token, or per sequence (GSPO; TRL's importance_sampling_level)", "choices": GRPO_LEVELS})
     # The two registries' choices are live views: a plug-in registered before the parser is built is a choice.
     advantage_estimator: str = field(default="grpo", metadata={"help": "advantage estimator, by its registered name (algorithms/estimators.py): grpo (paper: group-standardised), rloo, reinforce_plus_plus(_baseline), remax (greedy-completion baseline), gpg, opo, grpo_passk, optimal_token_baseline (verl's per-token baseline; an extra no-grad forward per step); plug-ins. scale_rewards applies to grpo and grpo_passk", "choices": ADVANTAGE_ESTIMATORS.keys()})
-    loss_type: str = field(default="grpo", metadata={"help": "policy loss, by its registered name: grpo (paper), bnpo, dr_grpo, dapo, cispo (MiniMax-M1), sapo (Qwen SAPO), luspo (LUSPO; use level sequence), vespo (VESPO): TRL 1.16's loss types; dual_clip, gmpo (epsilon is a log-ratio bound; paper: 0.4), clip_cov, kl_cov, dppo_tv, dppo_kl (epsilon, epsilon_high are divergence bounds; clip_ratio_c truncates the IS weight): verl's; plug-ins", "choices": LOSS_TYPES.keys()})
+    loss_type: str = field(default="grpo", metadata={"help": "policy loss, by its registered name: grpo (paper), bnpo, dr_grpo, dapo, cispo (MiniMax-M1), sapo (Qwen SAPO), luspo (LUSPO; use level sequence), vespo (VESPO): TRL 1.16's loss types; dual_clip, gmpo (epsilon is a log-ratio bound; paper: 0.4), clip_cov, kl_cov, dppo_tv, dppo_kl (epsilon, epsilon_high are divergence bounds; clip_ratio_c truncates the IS weight): verl's; plug-ins", "choices": POLICY_LOSSES.keys()})
     loss_aggregation: Optional[str] = field(default=None, metadata={"help": "replace the loss type's aggregation: grpo, bnpo, dr_grpo, dapo, luspo, or verl's token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm (default: the loss type's own)", "choices": tuple(LOSS_AGGREGATIONS)})
     kl_loss_type: str = field(default="k3", metadata={"help": "KL term's estimator (verl's kl_loss_type): k1, k2, k3 (paper), low_var_kl (verl's clamped k3), abs; a '+' suffix keeps the value with k2's gradient", "choices": tuple(KL_PENALTIES)})
-    clip_ratio_c: float = field(default=3.0, metadata={"help": "dual_clip: floor -c A on negative-advantage tokens, c > 1 (Ye et al. 2020; verl: 3.0); dppo_tv/dppo_kl: the cap of the truncated IS weight (verl's actor: 3.0; the DPPO paper: large, e.g. 20)"})
-    clip_cov_ratio: float = field(default=2e-4, metadata={"help": "clip_cov: share of active tokens whose gradient is cut (Cui et al. 2025, verl: 2e-4)"})
-    clip_cov_lb: float = field(default=1.0, metadata={"help": "clip_cov: lower covariance bound of the candidates (verl: 1.0)"})
-    clip_cov_ub: float = field(default=5.0, metadata={"help": "clip_cov: upper covariance bound of the candidates (verl: 5.0)"})
-    kl_cov_ratio: float = field(default=2e-4, metadata={"help": "kl_cov: share of active tokens, by covariance, that get the |log r| penalty (Cui et al. 2025, verl: 2e-4)"})
-    kl_cov_coef: float = field(default=1.0, metadata={"help": "kl_cov: weight of the |log r| penalty (verl's ppo_kl_coef: 1.0)"})
     entropy_coef: float = field(default=0.0, metadata={"help": "entropy bonus: loss -= coef * mean entropy of the trained tokens (TRL's entropy_coef, verl's entropy_coeff; off in the paper; typical 1e-3)"})
     epsilon: float = field(default=0.2, metadata={"help": "lower clip range 1 - epsilon (PPO/GRPO: 0.2)"})
     epsilon_high: Optional[float] = field(default=None, metadata={"help": "upper clip range 1 + epsilon_high (default epsilon; DAPO: 0.28); cispo: the IS-weight cap itself (ScaleRL: 5.0)"})
@@ -73,12 +67,6 @@ class GRPOConfig(AlgoConfig):
     advantage_clip: Optional[float] = field(default=None, metadata={"help": "clip advantages to +/- this (the seed notebook: 2.0)"})
     kl_bias_correction: bool = field(default=False, metadata={"help": "weight the KL term by the importance ratio (TRL's use_bias_correction_kl; off in the paper)"})
     mask_truncated: bool = field(default=False, metadata={"help": "drop completions without EOS from the loss (DAPO overlong filtering)"})
-    sapo_temperature_pos: float = field(default=1.0, metadata={"help": "SAPO gate temperature for A > 0 (SAPO paper, TRL: 1.0)"})
-    sapo_temperature_neg: float = field(default=1.05, metadata={"help": "SAPO gate temperature for A <= 0 (SAPO paper, TRL: 1.05)"})
-    vespo_k_pos: float = field(default=2.0, metadata={"help": "VESPO Gamma-weight power k for A >= 0 (TRL: 2.0)"})
-    vespo_lambda_pos: float = field(default=3.0, metadata={"help": "VESPO Gamma-weight decay lambda for A >= 0 (TRL: 3.0)"})
-    vespo_k_neg: float = field(default=3.0, metadata={"help": "VESPO Gamma-weight power k for A < 0 (TRL: 3.0)"})
-    vespo_lambda_neg: float = field(default=2.0, metadata={"help": "VESPO Gamma-weight decay lambda for A < 0 (TRL: 2.0)"})
     top_entropy_quantile: float = field(default=1.0, metadata={"help": "train on the top rho share of tokens by entropy (Beyond the 80/20 rule: 0.2; TRL default 1.0: all)"})
     off_policy_mask_threshold: Optional[float] = field(default=None, metadata={"help": "drop A < 0 completions whose mean sampler-to-policy KL exceeds this (DeepSeek-V3.2 Eq. 9; TRL default off)"})
     sampling_precision: str = field(default="same", metadata={"help": "precision of sampling; fp32, bf16 or int8 (W8A8, CPU, Llama policies) also records the sampler's log-probs for mismatch metrics and IS correction", "choices": SAMPLING_PRECISIONS})
@@ -90,6 +78,14 @@ class GRPOConfig(AlgoConfig):
     dynamic_sampling_max_rounds: int = field(default=10, metadata={"help": "generation rounds per step before training on what is kept (verl's DAPO recipe max_num_gen_batches: 10)"})
     overlong_buffer_len: int = field(default=0, metadata={"help": "DAPO overlong reward shaping: linear penalty over the last L_cache tokens before the limit (0: off; DAPO: 4096 of 20480)"})
     overlong_penalty_factor: float = field(default=1.0, metadata={"help": "DAPO overlong penalty at the length limit (DAPO, verl: 1.0)"})
+    loss_options: dict = field(default_factory=dict, metadata={"option_group": POLICY_LOSS_OPTIONS})
+
+    def __init__(self, **settings):
+        init_config(self, settings)
+
+    def policy_loss(self):
+        """The configured policy loss, with its options."""
+        return policy_loss(self.loss_type).from_settings(self.loss_options)
 
     def validate(self) -> None:
         super().validate()
@@ -97,52 +93,44 @@ class GRPOConfig(AlgoConfig):
             raise ValueError(f"group_size must be >= 2 for group-relative advantages, got {self.group_size}")
         if self.mu < 1:
             raise ValueError(f"mu must be >= 1, got {self.mu}")
-        for name, choices in (("level", GRPO_LEVELS), ("loss_type", LOSS_TYPES), ("scale_rewards", ADVANTAGE_SCALES),
+        for name, choices in (("level", GRPO_LEVELS), ("loss_type", POLICY_LOSSES), ("scale_rewards", ADVANTAGE_SCALES),
                               ("sampling_precision", SAMPLING_PRECISIONS), ("importance_sampling_mode", IMPORTANCE_SAMPLING_MODES),
                               ("advantage_estimator", ADVANTAGE_ESTIMATORS), ("kl_loss_type", KL_PENALTIES)):
             if getattr(self, name) not in choices:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; choose from {', '.join(choices)}")
         if self.loss_aggregation is not None and self.loss_aggregation not in LOSS_AGGREGATIONS:
             raise ValueError(f"unknown loss_aggregation {self.loss_aggregation!r}; choose from {', '.join(LOSS_AGGREGATIONS)}")
-        if self.clip_ratio_c <= 1.0:
-            raise ValueError(f"clip_ratio_c must be > 1 (dual-clip's floor), got {self.clip_ratio_c}")
-        for name in ("clip_cov_ratio", "kl_cov_ratio"):
-            if not 0.0 < getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must be in (0, 1], got {getattr(self, name)}")
-        if self.kl_cov_coef < 0:
-            raise ValueError(f"kl_cov_coef must be >= 0, got {self.kl_cov_coef}")
+        for loss in POLICY_LOSSES.values():  # every loss's options, as every field is checked whatever it is used for
+            loss.from_settings(self.loss_options).options.validate()
         for name in ("epsilon", "epsilon_high", "beta", "advantage_clip", "delta", "off_policy_mask_threshold", "entropy_coef",
                      "importance_sampling_clip_min", "importance_sampling_clip_max", "overlong_buffer_len",
                      "overlong_penalty_factor"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name} must be >= 0, got {value}")
-        for name in ("sapo_temperature_pos", "sapo_temperature_neg"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if not 0.0 <= self.top_entropy_quantile <= 1.0:
             raise ValueError(f"top_entropy_quantile must be in [0, 1], got {self.top_entropy_quantile}")
         if self.dynamic_sampling_max_rounds < 1:
             raise ValueError(f"dynamic_sampling_max_rounds must be >= 1, got {self.dynamic_sampling_max_rounds}")
         if self.advantage_estimator in TOKEN_STATISTICS_ESTIMATORS:
-            if LOSS_TYPES[self.loss_type][0] in SEQUENCE_ADVANTAGE_LOSS_TYPES:
+            if POLICY_LOSSES[self.loss_type].per_completion_advantages:
                 raise ValueError(f"loss_type {self.loss_type!r} needs one advantage per completion; advantage_estimator "
                                  f"{self.advantage_estimator!r} gives one per token")
             if self.off_policy_mask_threshold is not None:
                 raise ValueError(f"off_policy_mask_threshold reads one advantage per completion; advantage_estimator "
                                  f"{self.advantage_estimator!r} gives one per token")
-        if self.delta is not None and self.loss_type not in CLIPPED_LOSS_TYPES:
-            raise ValueError(f"delta caps the clipped surrogate of {', '.join(CLIPPED_LOSS_TYPES)}; "
-                             f"loss_type {self.loss_type!r} has none")
+        if self.delta is not None and not POLICY_LOSSES[self.loss_type].takes_delta:
+            capped = [name for name, loss in POLICY_LOSSES.items() if loss.takes_delta]
+            raise ValueError(f"delta caps the clipped surrogate of {', '.join(capped)}; loss_type {self.loss_type!r} has none")
         # TRL 1.16's own refusals (GRPOConfig.__post_init__, GRPOTrainer.__init__):
         low, high = self.importance_sampling_clip_min, self.importance_sampling_clip_max
         if low is not None and high is not None and low >= high:
             raise ValueError(f"importance_sampling_clip_min ({low}) must be less than importance_sampling_clip_max ({high})")
         if self.importance_sampling_correction and self.importance_sampling_mode.endswith("truncate") and low is None and high is None:
             raise ValueError(f"importance_sampling_mode {self.importance_sampling_mode!r} needs importance_sampling_clip_min or importance_sampling_clip_max")
-        if (self.loss_type == "vespo" and self.records_sampling_logps() and self.importance_sampling_correction
-                and not self.importance_sampling_mode.startswith("token")):
-            raise ValueError(f"loss_type 'vespo' with importance_sampling_correction needs importance_sampling_mode "
+        if (POLICY_LOSSES[self.loss_type].folds_sampling_weight and self.records_sampling_logps()
+                and self.importance_sampling_correction and not self.importance_sampling_mode.startswith("token")):
+            raise ValueError(f"loss_type {self.loss_type!r} with importance_sampling_correction needs importance_sampling_mode "
                              f"token_truncate or token_mask, got {self.importance_sampling_mode!r}")
 
     def records_sampling_logps(self) -> bool:
@@ -185,13 +173,14 @@ class GRPO(Algorithm):
         # Under data parallelism: a step when any rank has a signal (the gradient all-reduce needs every rank).
         signal = self.any_rank(carries_signal(advantages, mask) or ((c.beta > 0 or c.entropy_coef != 0.0) and bool(mask.any())))
         # Token-mean aggregations over the global batch (every rank's tokens).
-        aggregation = c.loss_aggregation or LOSS_TYPES[c.loss_type][1]
+        loss = c.policy_loss()
+        aggregation = c.loss_aggregation or loss.aggregation
         num_items = self.data_parallel_token_count(mask) if aggregation in TOKEN_MEAN_AGGREGATIONS else None
 
-        options = {name: getattr(c, name) for name in LOSS_OPTIONS}
+        options = {**{name: getattr(c, name) for name in LOSS_OPTIONS}, **dataclasses.asdict(loss.options)}
         # Every iteration needs the current policy's entropies for the entropy mask, and with their graph for the bonus.
         entropy_masked = c.top_entropy_quantile < 1.0 or c.entropy_coef != 0.0
-        clip_fraction = CLIP_FRACTIONS.get(LOSS_TYPES[c.loss_type][0])
+        clip_fraction = loss.clip_fraction
         for iteration in range(1, c.mu + 1):  # 5 update(s) on the same batch
             with self.timer("update"):
                 if iteration == 1 or entropy_masked:

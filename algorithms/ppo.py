@@ -20,8 +20,7 @@ from torch import nn
 
 from algorithms.base import Algorithm, AlgoConfig, register_algorithm
 from algorithms.losses import (
-    carries_signal, gae, masked_mean, masked_whiten, ppo_clip_fraction, ppo_policy_loss,
-    ppo_value_loss,
+    carries_signal, gae, masked_mean, masked_whiten, ppo_clip_fraction, ppo_policy_loss, ppo_value_loss,
 )
 from algorithms.rollout import Rollout, sequence_inputs
 

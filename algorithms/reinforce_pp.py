@@ -16,9 +16,10 @@ from typing import Optional
 import torch
 
 from algorithms.base import Algorithm, AlgoConfig, register_algorithm
+from algorithms.kl import KL_ESTIMATORS, approx_kl
 from algorithms.losses import (
-    KL_ESTIMATORS, approx_kl, carries_signal, masked_mean, masked_mean_per_sequence, ppo_clip_fraction,
-    ppo_policy_loss, reinforce_pp_advantages,
+    carries_signal, masked_mean, masked_mean_per_sequence, ppo_clip_fraction, ppo_policy_loss,
+    reinforce_pp_advantages,
 )
 
 

@@ -16,7 +16,6 @@ into it); ``result.policy`` is what was trained (the PEFT model under LoRA).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import tempfile
 from dataclasses import dataclass
@@ -71,7 +70,7 @@ def train(model=None, tokenizer=None, reward_fn: Optional[Callable] = None, prom
         if algo is not None and algo != config_algo:
             raise UsageError(f"algo {algo!r} but config is a {type(config).__name__} ({config_algo})")
         algo = config_algo
-        options.update({k: v for k, v in dataclasses.asdict(config).items() if v is not None})
+        options.update({k: v for k, v in config.settings().items() if v is not None})
     options.update(settings)
     options["algo"] = algo or options.get("algo") or "grpo"
     if model is not None or prompts is not None:

@@ -17,9 +17,10 @@ from algorithms.estimators import (
     remax_advantages,
 )
 from algorithms.grpo import GRPO, GRPOConfig
-from algorithms.losses import (
-    KL_PENALTIES, LOSS_AGGREGATIONS, LOSS_TYPES, POLICY_OBJECTIVES, entropy_bonus_loss, group_advantages, grpo_loss,
-    policy_loss, register_policy_loss, rloo_advantages,
+from algorithms.kl import KL_PENALTIES
+from algorithms.losses import group_advantages, rloo_advantages
+from algorithms.policy_losses import (
+    LOSS_AGGREGATIONS, POLICY_LOSSES, entropy_bonus_loss, grpo_loss, policy_loss, register_policy_loss,
 )
 
 # Two completions of lengths 3 and 1, T = 3; the padding holds junk (-9) that must not matter.
@@ -313,7 +314,7 @@ def test_entropy_coef_subtracts_the_token_mean_entropy_with_its_gradient():
 @pytest.fixture
 def clean_registries():
     """Restore every registry after a test that registers into it."""
-    saved = [(table, dict(table)) for table in (ADVANTAGE_ESTIMATORS, LOSS_TYPES, POLICY_OBJECTIVES)]
+    saved = [(table, dict(table)) for table in (ADVANTAGE_ESTIMATORS, POLICY_LOSSES)]
     greedy = set(estimators.GREEDY_BASELINE_ESTIMATORS)
     yield
     for table, content in saved:
@@ -332,8 +333,9 @@ def test_a_taken_name_is_refused(clean_registries):
     register_advantage_estimator("grpo")(ADVANTAGE_ESTIMATORS["grpo"])  # the same function again: a no-op
     with pytest.raises(ValueError, match="policy loss name 'gmpo' is taken"):
         register_policy_loss("gmpo")(other)
-    with pytest.raises(ValueError, match="policy loss name 'grpo' is taken"):  # same function, other aggregation
-        register_policy_loss("grpo", aggregation="bnpo", objective="clip")(POLICY_OBJECTIVES["clip"])
+    with pytest.raises(ValueError, match="policy loss GRPOClip is named 'grpo', not 'bnpo'"):  # a class keeps its name
+        register_policy_loss(POLICY_LOSSES["grpo"], name="bnpo")
+    register_policy_loss(POLICY_LOSSES["grpo"])  # the same class again: a no-op
     with pytest.raises(ValueError, match="unknown loss aggregation 'mean-ish'; choose from"):
         register_policy_loss("mine", aggregation="mean-ish")
     with pytest.raises(TypeError):
@@ -386,8 +388,9 @@ def test_a_plugin_registered_at_runtime_is_usable_through_the_config(clean_regis
     # decorator ran on import, so this is a no-op that keeps its aggregation
     register_advantage_estimator(plus_one, name="always_plus_one")
     register_policy_loss(halved, name="halved_reinforce")
-    assert LOSS_TYPES["halved_reinforce"] == ("halved_reinforce", "token-mean")
-    assert policy_loss("halved_reinforce") == (halved, "token-mean")
+    assert policy_loss("halved_reinforce").function is halved and policy_loss("halved_reinforce").aggregation == "token-mean"
+    with pytest.raises(ValueError, match="another aggregation needs another name"):
+        register_policy_loss(halved, name="halved_reinforce", aggregation="grpo")
 
     algo = _pizza_grpo(advantage_estimator="always_plus_one", loss_type="halved_reinforce")
     metrics = algo.step(["ravin likes "] * 2)

@@ -5,7 +5,9 @@ import math
 import pytest
 import torch
 
-from algorithms.losses import clip_fraction, group_advantages, grpo_loss
+from algorithms.policy_losses import clip_fraction, grpo_loss
+
+from algorithms.losses import group_advantages
 
 # Two completions of lengths 3 and 1 (ragged), T = 3.
 MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])

@@ -11,7 +11,9 @@ import pytest
 import torch
 
 from algorithms import GRPO, PPO, REINFORCE, REINFORCEPP, RLOO, Sampling
-from algorithms.losses import KL_PENALTIES, grpo_loss, k3_kl, masked_mean_per_sequence, reinforce_loss
+from algorithms.kl import KL_PENALTIES, k3_kl
+from algorithms.policy_losses import grpo_loss
+from algorithms.losses import masked_mean_per_sequence, reinforce_loss
 
 
 def _batch(seed: int = 0, b: int = 8, t: int = 6):

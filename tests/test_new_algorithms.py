@@ -11,10 +11,9 @@ import torch
 
 from algorithms.base import Sampling
 from algorithms.grpo import GRPO, GRPOConfig
-from algorithms.losses import (
-    approx_kl, grpo_loss, high_entropy_mask, overlong_penalty, reinforce_pp_advantages, rloo_advantages, rloo_loss,
-    sampling_importance_ratio, vespo_weights,
-)
+from algorithms.kl import approx_kl
+from algorithms.policy_losses import grpo_loss, high_entropy_mask, sampling_importance_ratio, vespo_weights
+from algorithms.losses import overlong_penalty, reinforce_pp_advantages, rloo_advantages, rloo_loss
 from algorithms.reinforce_pp import REINFORCEPP, REINFORCEPPConfig
 from algorithms.rloo import RLOO, RLOOConfig
 from algorithms.rollout import Rollout, concat_rollouts, rollout_from_text

@@ -37,13 +37,13 @@ def test_same_batch_loss_matches_trl(pizza, name):
 @pytest.mark.parametrize("plant, miss", [("loss", "loss function differs by"), ("temperature", "log-probs differ by")])
 def test_same_batch_parts_catch_a_planted_fault(pizza, plant, miss, monkeypatch):
     """A loss off by 1e-4 of itself, or our log-probs taken at a temperature 1% off: each fails its own part."""
-    import algorithms.losses
+    import algorithms.policy_losses
     import algorithms.rollout
     from benchmarks.references.sides import same_loss_misses
 
     if plant == "loss":
-        real_loss = algorithms.losses.grpo_loss
-        monkeypatch.setattr(algorithms.losses, "grpo_loss", lambda *a, **k: real_loss(*a, **k) * (1 + 1e-4) + 1e-5)
+        real_loss = algorithms.policy_losses.grpo_loss
+        monkeypatch.setattr(algorithms.policy_losses, "grpo_loss", lambda *a, **k: real_loss(*a, **k) * (1 + 1e-4) + 1e-5)
     else:
         real_logps = algorithms.rollout.rollout_logps
         monkeypatch.setattr(algorithms.rollout, "rollout_logps",

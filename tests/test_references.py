@@ -7,7 +7,7 @@ feature table."""
 import torch
 import pytest
 
-from algorithms import estimators, losses
+from algorithms import estimators, kl, losses, policy_losses
 from benchmarks.checks import references as refs
 from benchmarks.references import features, install, trl_ppo
 
@@ -81,12 +81,12 @@ def test_difference_by_design_shows_and_the_matching_knob_agrees(frameworks):
 @pytest.mark.parametrize("plant", ["clip-sign", "gae-off-by-one", "whiten-biased-std", "k3-reversed"])
 def test_planted_error_fails_the_check(frameworks, plant):
     configs = refs.all_configs(refs.FRAMEWORKS, ["random"])
-    objective, k3, gae = losses.POLICY_OBJECTIVES["clip"], losses.KL_PENALTIES["k3"], losses.gae
+    objective, k3, gae = policy_losses.GRPOClip.objective, kl.KL_PENALTIES["k3"], losses.gae
     (chosen,) = [p for p in refs.PLANTS if p.name == plant]
     result = refs.run_plant(chosen, configs)
     assert result.caught and result.failed > 0 and result.example
     # the plant is gone afterwards, and the same rows agree again
-    assert (losses.POLICY_OBJECTIVES["clip"], losses.KL_PENALTIES["k3"], losses.gae) == (objective, k3, gae)
+    assert (policy_losses.GRPOClip.objective, kl.KL_PENALTIES["k3"], losses.gae) == (objective, k3, gae)
     again = refs.run_configs([c for c in configs if c.group in chosen.groups and c.by_design is None])
     assert all(r.status == "agrees" for r in again), [r for r in again if r.status != "agrees"][:2]
 
@@ -131,7 +131,7 @@ def test_feature_table_lists_plugins(frameworks):
     def plugin_estimator(rewards, *, group_size, **_):
         return rewards - rewards.mean()
 
-    losses.register_policy_loss("test_plugin_loss", aggregation="token-mean")(plugin_objective)
+    policy_losses.register_policy_loss("test_plugin_loss", aggregation="token-mean")(plugin_objective)
     estimators.register_advantage_estimator("test_plugin_estimator")(plugin_estimator)
     try:
         text = features.feature_report([])
@@ -142,7 +142,7 @@ def test_feature_table_lists_plugins(frameworks):
             assert f"| `{name}` |" in text, name
         assert "(grpo_vectorized)" in text and "(flash_reinforce)" in text  # theirs only
     finally:
-        del losses.LOSS_TYPES["test_plugin_loss"], losses.POLICY_OBJECTIVES["test_plugin_loss"]
+        del policy_losses.POLICY_LOSSES["test_plugin_loss"]
         del estimators.ADVANTAGE_ESTIMATORS["test_plugin_estimator"]
     assert "test_plugin_loss" not in features.feature_report([])
 
@@ -151,7 +151,7 @@ def test_readme_feature_summary_counts_the_registries(frameworks, tmp_path):
     rows = refs.run_configs(refs.all_configs(["verl"], ["random"]))
     text = features.feature_summary(rows)
     lines = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
-    assert f"| {len(losses.LOSS_TYPES)} |" in lines["policy losses"]
+    assert f"| {len(policy_losses.POLICY_LOSSES)} |" in lines["policy losses"]
     assert f"| {len(estimators.ADVANTAGE_ESTIMATORS) + 1} |" in lines["advantage estimators"]
     verl_counts = lines["`grpo-bench check references` rows"]
     assert f"{sum(r.status == 'agrees' for r in rows)} agrees" in verl_counts and "not run" in verl_counts  # openrlhf

@@ -14,8 +14,8 @@ import torch
 
 pytest.importorskip("trl")
 
-from algorithms import losses  # noqa: E402
-from algorithms.losses import GRPO_LOSS_TYPES  # noqa: E402
+from algorithms import policy_losses  # noqa: E402
+from algorithms.policy_losses import GRPO_LOSS_TYPES  # noqa: E402
 from benchmarks.checks import trl as trl_check  # noqa: E402
 from benchmarks.cli.main import main  # noqa: E402
 from benchmarks.references import trl as trl_ref  # noqa: E402
@@ -40,7 +40,7 @@ def _sample() -> list:
         elif cfg.family == "core":
             key = (cfg.family, cfg.loss_type)
         else:
-            key = (cfg.family, losses.LOSS_TYPES[cfg.loss_type][0])
+            key = (cfg.family, policy_losses.objective_family(cfg.loss_type))
         if key not in seen:
             seen.add(key)
             picked.append(cfg)
@@ -56,7 +56,7 @@ def test_grid_covers_every_loss_type_and_option():
                    "importance_sampling"):
         assert any(c.family == family for c in compared), family
     modes = {(c.importance_sampling_mode, c.mu) for c in compared if c.sampler and c.importance_sampling_correction}
-    assert modes == {(m, mu) for m in losses.IMPORTANCE_SAMPLING_MODES for mu in (1, 2)}
+    assert modes == {(m, mu) for m in policy_losses.IMPORTANCE_SAMPLING_MODES for mu in (1, 2)}
     assert {c.level for c in compared} == {"token", "sequence"} and {c.beta > 0 for c in compared} == {False, True}
     # The stated differences are skipped with a reason, not compared.
     assert trl_check.skip_reason(trl_check.LossConfig("cispo", delta=1.5))
@@ -143,12 +143,13 @@ def test_forward_rloo_advantages_and_dpo_match_trl(setup):
 def test_a_planted_error_fails_the_check(setup, monkeypatch):
     """SAPO's negative-advantage temperature off by 1%: the sapo rows fail, the others still pass."""
     base, tokenizer, batch, out_dir = setup
-    sapo = losses.POLICY_OBJECTIVES["sapo"]
+    sapo = policy_losses.SAPO.objective
 
-    def wrong_sapo(*, sapo_temperature_neg, **kwargs):
-        return sapo(sapo_temperature_neg=sapo_temperature_neg * 1.01, **kwargs)
+    def wrong_sapo(self, x):
+        self.options = dataclasses.replace(self.options, sapo_temperature_neg=self.options.sapo_temperature_neg * 1.01)
+        return sapo(self, x)
 
-    monkeypatch.setitem(losses.POLICY_OBJECTIVES, "sapo", wrong_sapo)
+    monkeypatch.setattr(policy_losses.SAPO, "objective", wrong_sapo)
     cfgs = [trl_check.LossConfig("sapo", mu=1), trl_check.LossConfig("sapo", mu=2, beta=0.04),
             trl_check.LossConfig("grpo", mu=2), trl_check.LossConfig("cispo", mu=2, epsilon_high=1.1)]
     rows = [trl_check.check_grpo_loss(base, tokenizer, batch, cfg, out_dir) for cfg in cfgs]

@@ -23,7 +23,9 @@ from typing import Optional
 import torch
 
 from algorithms.grpo import GRPOConfig
-from algorithms.losses import group_advantages, grpo_loss, k3_kl, masked_mean_per_sequence
+from algorithms.kl import k3_kl
+from algorithms.policy_losses import grpo_loss
+from algorithms.losses import group_advantages, masked_mean_per_sequence
 from algorithms.rollout import Rollout, rollout_logps
 from benchmarks.errors import UsageError
 from benchmarks.harness import RunConfig, build, train_steps

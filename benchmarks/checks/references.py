@@ -29,7 +29,7 @@ from typing import Callable, Iterable, Optional
 
 import torch
 
-from algorithms import estimators, losses
+from algorithms import estimators, kl, losses, policy_losses
 from benchmarks.errors import UsageError
 from benchmarks.io import atomic_write_text
 from benchmarks.markdown import markdown_table, update_section
@@ -269,7 +269,7 @@ def _ours_loss(loss_type: str, **kwargs) -> Callable[[Batch], torch.Tensor]:
             extra["entropies"] = b.entropies
         if extra.get("max_completion_length") == "T":
             extra["max_completion_length"] = b.width
-        return losses.grpo_loss(b.logps, b.old_logps, ref, b.advantages, b.mask, loss_type=loss_type, **extra)
+        return policy_losses.grpo_loss(b.logps, b.old_logps, ref, b.advantages, b.mask, loss_type=loss_type, **extra)
 
     return call
 
@@ -385,7 +385,7 @@ def verl_configs(cases: Iterable[str]) -> list[Config]:
                           dict(epsilon=eps, epsilon_high=eps_high))))
     # Aggregations: one per-token loss matrix, every verl loss_agg_mode.
     for agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"):
-        ours_agg = (lambda agg: lambda b: losses.LOSS_AGGREGATIONS[agg](
+        ours_agg = (lambda agg: lambda b: policy_losses.LOSS_AGGREGATIONS[agg](
             b.logps.exp() * b.advantages.unsqueeze(-1), b.mask, None, None))(agg)
         theirs_agg = (lambda agg: lambda b: verl.agg_loss(b.logps.exp() * b.advantages.unsqueeze(-1), b.mask, agg))(agg)
         add("aggregation", agg, agg, "-", loss_pair(ours_agg, theirs_agg))
@@ -393,7 +393,7 @@ def verl_configs(cases: Iterable[str]) -> list[Config]:
     for name, theirs_name in verl.KL.items():
         by_design = _k3_clamp if name in ("k3", "k3+") else None
         add("kl", name, theirs_name, "-",
-            loss_pair((lambda n: lambda b: losses.KL_PENALTIES[n](b.logps, b.ref_logps))(name),
+            loss_pair((lambda n: lambda b: kl.KL_PENALTIES[n](b.logps, b.ref_logps))(name),
                       (lambda n: lambda b: verl.kl_penalty(b.logps, b.ref_logps, n))(theirs_name)), by_design)
     # The actor's loss: policy loss, KL loss and entropy bonus, as verl's ppo_loss composes them.
     for kl_type in ("low_var_kl", "k1", "k2", "k3+"):
@@ -453,7 +453,7 @@ def verl_configs(cases: Iterable[str]) -> list[Config]:
                        (lambda g, l: lambda b: verl.gae(_token_rewards(b), b.old_values, b.mask, g, l)[1])(gamma, lam)))
     for coef in (0.05, 0.2):
         add("kl_in_reward", "kl_penalised_rewards", "compute_rewards (k1)", _knobs(kl_coef=coef),
-            value_pair((lambda c: lambda b: losses.kl_penalised_rewards(b.rewards, losses.kl_k1(b.old_logps, b.ref_logps),
+            value_pair((lambda c: lambda b: losses.kl_penalised_rewards(b.rewards, kl.kl_k1(b.old_logps, b.ref_logps),
                                                                        b.mask, c))(coef),
                        (lambda c: lambda b: verl.core().compute_rewards(verl.outcome_rewards(b.rewards, b.mask),
                                                                         b.old_logps, b.ref_logps, c))(coef)))
@@ -474,7 +474,7 @@ def verl_configs(cases: Iterable[str]) -> list[Config]:
 
 def _token_rewards(b: Batch) -> torch.Tensor:
     """PPO's token rewards: -0.05 k1 on every active token, the reward on the last one (algorithms/ppo.py)."""
-    return losses.kl_penalised_rewards(b.rewards, losses.kl_k1(b.old_logps, b.ref_logps), b.mask, 0.05)
+    return losses.kl_penalised_rewards(b.rewards, kl.kl_k1(b.old_logps, b.ref_logps), b.mask, 0.05)
 
 
 def _token_adv(b: Batch) -> torch.Tensor:
@@ -545,14 +545,14 @@ def openrlhf_configs(cases: Iterable[str]) -> list[Config]:
     # KL: the suite's OpenRLHF estimator (approx_kl) and its KL_PENALTIES names.
     for est in ("k1", "k2", "k3"):
         add("kl", f"approx_kl({est})", f"compute_approx_kl({est})", "-",
-            loss_pair((lambda e: lambda b: losses.approx_kl(b.logps, b.ref_logps, e))(est),
+            loss_pair((lambda e: lambda b: kl.approx_kl(b.logps, b.ref_logps, e))(est),
                       (lambda e: lambda b: openrlhf.approx_kl(b.logps, b.ref_logps, e))(est)))
         add("kl", est, f"compute_approx_kl({est})", "-",
-            loss_pair((lambda e: lambda b: losses.KL_PENALTIES[e](b.logps, b.ref_logps))(est),
+            loss_pair((lambda e: lambda b: kl.KL_PENALTIES[e](b.logps, b.ref_logps))(est),
                       (lambda e: lambda b: openrlhf.approx_kl(b.logps, b.ref_logps, e))(est)),
             None if est == "k1" else far_clamp("every KL estimate to [-10, 10] (approx_kl is OpenRLHF's)"))
         add("kl", f"{est}+", f"compute_approx_kl({est}, unbiased_gradient=True)", "-",
-            loss_pair((lambda e: lambda b: losses.KL_PENALTIES[f"{e}+"](b.logps, b.ref_logps))(est),
+            loss_pair((lambda e: lambda b: kl.KL_PENALTIES[f"{e}+"](b.logps, b.ref_logps))(est),
                       (lambda e: lambda b: openrlhf.approx_kl(b.logps, b.ref_logps, e, unbiased_gradient=True))(est)),
             None if est == "k1" else far_clamp("every KL estimate to [-10, 10]"))
     for clip in (0.2, None):
@@ -562,7 +562,7 @@ def openrlhf_configs(cases: Iterable[str]) -> list[Config]:
                       (lambda c: lambda b: openrlhf.value_loss(b.values, b.old_values, b.returns, b.mask, c))(clip),
                       wrt="values"))
     # Advantages: the experience maker's reward shaping, returns and whitening.
-    kl_of = lambda b: losses.approx_kl(b.old_logps, b.ref_logps, "k1")  # noqa: E731
+    kl_of = lambda b: kl.approx_kl(b.old_logps, b.ref_logps, "k1")  # noqa: E731
     for coef, clip in ((0.05, (-10.0, 10.0)), (0.2, (-0.5, 0.5)), (0.05, None)):
         add("kl_in_reward", "kl_penalised_rewards", "compute_reward", _knobs(kl_coef=coef, reward_clip=clip),
             value_pair((lambda c, r: lambda b: losses.kl_penalised_rewards(
@@ -632,8 +632,8 @@ def _ours_on_trl_layout(b: Batch, gamma: float, lam: float, estimator: str) -> t
     """Our gae on TRL's layout: the score one past the end (on the last token when the completion fills the width),
     the KL on active tokens, values kept on the extra token; whitened over the active tokens."""
     p1 = _trl_p1(b)
-    kl = losses.KL_PENALTIES[estimator](b.old_logps, b.ref_logps)
-    rewards = losses.kl_penalised_rewards(torch.zeros_like(b.rewards), kl, b.mask, 0.05)  # the KL part only
+    kl_tokens = kl.KL_PENALTIES[estimator](b.old_logps, b.ref_logps)
+    rewards = losses.kl_penalised_rewards(torch.zeros_like(b.rewards), kl_tokens, b.mask, 0.05)  # the KL part only
     last = (p1.sum(-1).long() - 1).clamp(min=0)
     rewards = rewards + torch.zeros_like(rewards).scatter(1, last.unsqueeze(1), b.rewards.unsqueeze(1))
     advantages, returns = losses.gae(rewards, b.old_values, p1, gamma, lam)
@@ -658,7 +658,7 @@ def trl_ppo_configs(cases: Iterable[str]) -> list[Config]:
     for gamma, lam in ((1.0, 0.95), (0.99, 0.95)):
         for est in ("k1", "k3"):
             knobs = _knobs(gamma=gamma, lam=lam, kl_estimator=est)
-            kl_fn = (lambda e: lambda lp, ref: losses.KL_PENALTIES[e](lp, ref))(est)
+            kl_fn = (lambda e: lambda lp, ref: kl.KL_PENALTIES[e](lp, ref))(est)
             ours_rewards = (lambda kf: lambda b: losses.kl_penalised_rewards(
                 b.rewards, kf(b.old_logps, b.ref_logps), b.mask, 0.05))(kl_fn)
             add("gae", "gae + masked_whiten", "PPOTrainer.train steps 4-6", knobs,
@@ -673,7 +673,7 @@ def trl_ppo_configs(cases: Iterable[str]) -> list[Config]:
                 value_pair((lambda g, l, e: lambda b: _ours_on_trl_layout(b, g, l, e)[1])(gamma, lam, est),
                            (lambda th: lambda b: th(b)["returns"])(theirs_gae(gamma, lam, est))))
         add("kl", "k1" if gamma == 1.0 else "k3", "PPOTrainer.train step 4 (kl)", "-",
-            value_pair((lambda e: lambda b: losses.KL_PENALTIES[e](b.old_logps, b.ref_logps))(
+            value_pair((lambda e: lambda b: kl.KL_PENALTIES[e](b.old_logps, b.ref_logps))(
                 "k1" if gamma == 1.0 else "k3"),
                 (lambda e: lambda b: trl_ppo.advantages(b.rewards, b.old_logps, b.ref_logps, b.old_values, b.mask,
                                                         kl_estimator=e)["kl"])("k1" if gamma == 1.0 else "k3")))
@@ -741,14 +741,14 @@ def _patched(target, name: str, value, *, item: bool = False):
             setattr(target, name, old)
 
 
-def _plant_clip_sign(*, ratio, adv, epsilon, epsilon_high, delta, **_):
-    clipped = torch.clamp(ratio, 1 - epsilon, 1 + epsilon_high)
-    return -torch.max(ratio * adv, clipped * adv)  # max instead of min: the pessimistic bound turned optimistic
+def _plant_clip_sign(self, x):
+    clipped = torch.clamp(x.ratio, 1 - x.epsilon, 1 + x.epsilon_high)
+    return -torch.max(x.ratio * x.adv, clipped * x.adv)  # max instead of min: the pessimistic bound turned optimistic
 
 
-def _plant_clip_range(*, ratio, adv, epsilon, epsilon_high, delta, **_):
-    clipped = torch.clamp(ratio, 1 - epsilon_high, 1 + epsilon)  # the two clip bounds swapped
-    return -torch.min(ratio * adv, clipped * adv)
+def _plant_clip_range(self, x):
+    clipped = torch.clamp(x.ratio, 1 - x.epsilon_high, 1 + x.epsilon)  # the two clip bounds swapped
+    return -torch.min(x.ratio * x.adv, clipped * x.adv)
 
 
 def _plant_gae_off_by_one(rewards, values, mask, gamma=1.0, lam=0.95):
@@ -822,15 +822,15 @@ def _multi(*managers):
 
 PLANTS = (
     Plant("clip-sign", "the clipped surrogate takes max(r A, clip(r) A) instead of min", ("policy_loss", "actor_loss"),
-          lambda: _patched(losses.POLICY_OBJECTIVES, "clip", _plant_clip_sign, item=True)),
+          lambda: _patched(policy_losses.GRPOClip, "objective", _plant_clip_sign)),
     Plant("clip-bounds-swapped", "clip(r, 1 - eps_high, 1 + eps): the two bounds swapped (seen only when they differ)",
-          ("policy_loss",), lambda: _patched(losses.POLICY_OBJECTIVES, "clip", _plant_clip_range, item=True)),
+          ("policy_loss",), lambda: _patched(policy_losses.GRPOClip, "objective", _plant_clip_range)),
     Plant("gae-off-by-one", "GAE bootstraps from V(s_{t+2}) instead of V(s_{t+1})", ("gae",),
           lambda: _patched(losses, "gae", _plant_gae_off_by_one)),
     Plant("whiten-biased-std", "masked_whiten divides by the biased variance (n, not n - 1)", ("gae", "whitening", "estimator"),
           lambda: _patched(losses, "masked_whiten", _plant_whiten_biased)),
     Plant("k3-reversed", "k3 estimates KL[pi_ref || pi] (the log-ratio's sign flipped)", ("kl", "actor_loss"),
-          lambda: _patched(losses.KL_PENALTIES, "k3", _plant_k3_reversed, item=True)),
+          lambda: _patched(kl.KL_PENALTIES, "k3", _plant_k3_reversed, item=True)),
     Plant("ppo-clip-dropped", "PPO's policy loss without its clip (the plain importance-weighted surrogate)",
           ("ppo_policy_loss",), lambda: _patched(losses, "ppo_policy_loss", _plant_ppo_unclipped)),
     Plant("kl-penalty-sign", "the KL penalty in the token rewards added instead of subtracted",
@@ -838,8 +838,8 @@ PLANTS = (
     Plant("value-clip-dropped", "the value loss forgets the clipped term", ("value_loss",),
           lambda: _patched(losses, "ppo_value_loss", _plant_value_unclipped)),
     Plant("token-mean-counts-padding", "token-mean divides by every position, padding included", ("aggregation", "policy_loss", "actor_loss"),
-          _multi(lambda: _patched(losses.LOSS_AGGREGATIONS, "token-mean", _plant_token_mean_padding, item=True),
-                 lambda: _patched(losses.LOSS_AGGREGATIONS, "bnpo", _plant_token_mean_padding, item=True))),
+          _multi(lambda: _patched(policy_losses.LOSS_AGGREGATIONS, "token-mean", _plant_token_mean_padding, item=True),
+                 lambda: _patched(policy_losses.LOSS_AGGREGATIONS, "bnpo", _plant_token_mean_padding, item=True))),
     Plant("group-std-biased", "group advantages divide by the biased group std", ("estimator",),
           _multi(lambda: _patched(losses, "group_advantages", _plant_group_std_biased),
                  lambda: _patched(estimators, "group_advantages", _plant_group_std_biased))),

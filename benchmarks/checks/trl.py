@@ -45,10 +45,9 @@ from typing import Optional
 
 import torch
 
-from algorithms.losses import (
-    CLIPPED_LOSS_TYPES, GRPO_LOSS_TYPES, IMPORTANCE_SAMPLING_MODES, dpo_loss, group_advantages, grpo_loss,
-    rloo_advantages, rloo_loss,
-)
+from algorithms.policy_losses import CLIPPED_LOSS_TYPES, GRPO_LOSS_TYPES, IMPORTANCE_SAMPLING_MODES, grpo_loss
+
+from algorithms.losses import dpo_loss, group_advantages, rloo_advantages, rloo_loss
 from algorithms.rollout import per_token_logps, tokenize_prompts
 from benchmarks.io import atomic_write_json, atomic_write_text
 from benchmarks.markdown import markdown_table

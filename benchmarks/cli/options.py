@@ -145,7 +145,7 @@ def add_dataclass_options(group, cls, seen: dict[str, set], owner_name: str, ski
     from benchmarks.harness.config import field_type
 
     for f in dataclasses.fields(cls):
-        if f.name in skip or (only is not None and f.name not in only):
+        if f.name in skip or (only is not None and f.name not in only) or "option_group" in f.metadata:
             continue
         seen.setdefault(f.name, set()).add(owner_name)
         default = f.default if f.default is not dataclasses.MISSING else None
@@ -316,11 +316,12 @@ def group_based(algo: str, options: dict) -> bool:
     """Whether ``algo`` with ``options`` judges each completion against the other completions of its prompt (a
     group baseline): GRPO's and RLOO's groups, REINFORCE++ with group_baseline."""
     from algorithms import ALGORITHMS
+    from algorithms.base import config_fields
 
     cls = ALGORITHMS.get(algo)
     if cls is None:
         return False
-    names = {f.name for f in dataclasses.fields(cls.Config)}
+    names = set(config_fields(cls.Config))
     return "group_size" in names or bool(options.get("group_baseline"))
 
 

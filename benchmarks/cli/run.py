@@ -11,6 +11,7 @@ import dataclasses
 from typing import Callable
 
 from algorithms import ALGORITHMS
+from algorithms.base import config_fields, option_group
 from benchmarks.cli.options import (
     add_dataclass_options, add_task_options, flag, given_options, load_reward_fn, run_settings_problem, seed_value,
     task_option_names, task_options_for,
@@ -36,17 +37,26 @@ def add_run_parser(sub) -> None:
     # An option several algorithms take is listed once, under its own heading, not under the first of them.
     owners: dict[str, list[str]] = {}
     for name, cls in sorted(ALGORITHMS.items()):
-        for f in dataclasses.fields(cls.Config):
-            owners.setdefault(f.name, []).append(name)
+        for option in config_fields(cls.Config):
+            owners.setdefault(option, []).append(name)
     shared = {n for n, algos in owners.items() if len(algos) > 1}
     shared_group = p.add_argument_group("options of several algorithms", "options more than one algorithm takes; "
                                         "[algo] marks a meaning that differs between them")
     for name, cls in sorted(ALGORITHMS.items()):
         add_dataclass_options(shared_group, cls.Config, algo_owners, name, only=shared)
     for name, cls in sorted(ALGORITHMS.items()):
-        takes = [flag(f.name) for f in dataclasses.fields(cls.Config) if f.name in shared]
+        takes = [flag(option) for option in config_fields(cls.Config) if option in shared]
         group = p.add_argument_group(f"{name} options", f"and of the options above: {', '.join(takes)}" if takes else None)
         add_dataclass_options(group, cls.Config, algo_owners, name, skip=shared)
+        grouped = option_group(cls.Config)
+        if grouped is not None:  # a registry's members' own options (GRPO: each policy loss's), under the member
+            members: dict[type, list[str]] = {}
+            for member, options in grouped[1].members().items():
+                if dataclasses.fields(options):
+                    members.setdefault(options, []).append(member)
+            for options, names in members.items():
+                sub = p.add_argument_group(f"{name} options of {grouped[1].selector} {', '.join(names)}")
+                add_dataclass_options(sub, options, algo_owners, name, skip=shared)
     add_task_options(p)
     p.set_defaults(handler=cmd_run)
 
@@ -56,7 +66,7 @@ def run_options(args) -> tuple[dict, Callable[[str], str]]:
     harness resolves, and how to name a setting in an error (a flag, or a key of the file)."""
     # RunConfig's ``command`` is no flag (args.command is the subcommand's name): cmd_run records the command line.
     names = ({f.name for f in dataclasses.fields(RunConfig)} - {"command"} | task_option_names() | {"reward_fn"}
-             | {f.name for cls in ALGORITHMS.values() for f in dataclasses.fields(cls.Config)})
+             | {option for cls in ALGORITHMS.values() for option in config_fields(cls.Config)})
     flags = given_options(args, names)
     from_file = load_config_file(args.config) if getattr(args, "config", None) else {}
 

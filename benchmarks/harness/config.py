@@ -12,12 +12,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from algorithms import ALGORITHMS
+from algorithms.base import config_field_types, config_fields
 from benchmarks.errors import UsageError
 from tasks import TASKS
 
@@ -113,14 +113,13 @@ RESUMABLE = ("steps", "resume", "overwrite", "out", "eval_every", "eval_every_co
 
 
 def field_type(cls, name: str) -> Any:
-    """The type of dataclass field ``name``, with Optional[...] unwrapped (bool, int, float, str)."""
-    hint = typing.get_type_hints(cls).get(name, str)
-    args = [a for a in typing.get_args(hint) if a is not type(None)]
-    return args[0] if args else hint
+    """The type of setting ``name`` of the dataclass ``cls`` (an option group's too), with Optional[...] unwrapped
+    (bool, int, float, str)."""
+    return config_field_types(cls).get(name, str)
 
 
 def _owners(name: str) -> tuple[list[str], list[str]]:
-    algos = sorted(a for a, cls in ALGORITHMS.items() if name in {f.name for f in dataclasses.fields(cls.Config)})
+    algos = sorted(a for a, cls in ALGORITHMS.items() if name in config_fields(cls.Config))
     tasks = sorted(t for t, cls in TASKS.items() if name in cls.options())
     return algos, tasks
 
@@ -144,7 +143,7 @@ def resolve(options: dict[str, Any], *, spell: Callable[[str], str] = repr):
         raise UsageError(f"unknown algorithm {algo!r}; choose from {', '.join(sorted(ALGORITHMS))}")
     config_cls, task_cls = ALGORITHMS[algo].Config, TASKS[task]
     run_names = {f.name for f in dataclasses.fields(RunConfig)}
-    algo_names = {f.name for f in dataclasses.fields(config_cls)}
+    algo_names = set(config_fields(config_cls))
     task_names = set(task_cls.options())
     run_kwargs, algo_kwargs, task_kwargs = {}, {}, {}
     for name, value in options.items():
@@ -217,7 +216,7 @@ def check_types(options: dict[str, Any], *, spell: Callable[[str], str] = repr) 
     accepted as that float); a mismatch is one UsageError line. Names no field owns pass through."""
     kinds: dict[str, type] = {f.name: field_type(RunConfig, f.name) for f in dataclasses.fields(RunConfig)}
     for cls in ALGORITHMS.values():
-        kinds.update({f.name: field_type(cls.Config, f.name) for f in dataclasses.fields(cls.Config)})
+        kinds.update(config_field_types(cls.Config))
     for cls in TASKS.values():
         kinds.update({name: option.kind for name, option in cls.options().items()})
     out = {}
@@ -240,5 +239,5 @@ def check_types(options: dict[str, Any], *, spell: Callable[[str], str] = repr) 
 def flat_settings(rc: RunConfig, algo_config, task_options: dict) -> dict[str, Any]:
     """The inverse of ``resolve``: one flat mapping (what ``cell.json`` and config files hold), RECORD_ONLY fields left out."""
     run = {k: v for k, v in dataclasses.asdict(rc).items() if k not in RECORD_ONLY}
-    return {**run, **dataclasses.asdict(algo_config),
+    return {**run, **algo_config.settings(),
             **{k: v for k, v in task_options.items() if k != "reward_fn"}}

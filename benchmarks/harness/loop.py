@@ -174,7 +174,7 @@ def build(rc: RunConfig, algo_config, task_options: dict, task: Optional[Task] =
     resolved = {
         "settings": flat_settings(rc, algo_config, task_options),
         "run": dataclasses.asdict(rc),
-        "algo_config": dataclasses.asdict(algo_config),
+        "algo_config": algo_config.settings(),
         "task": task.describe(),
         "sampling": dataclasses.asdict(sampling),
         "precision": precision,

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from algorithms import ALGORITHMS
+from algorithms.base import config_fields
 from benchmarks.curve import PRIMARY_DEFAULT, evaluations_needed, parse_primary
 from benchmarks.errors import UsageError
 from benchmarks.harness.config import field_type, flat_settings, resolve
@@ -517,7 +518,7 @@ def _tuning(check: _Checker, data: dict, algos: list, seeds: list[int]) -> tuple
     for name, algo in tables.items():
         keys = {**table, **per_table.get(name, {})}
         config_cls = ALGORITHMS[algo].Config
-        fields = {f.name for f in dataclasses.fields(config_cls)}
+        fields = set(config_fields(config_cls))
         for key, values in keys.items():
             at = where + (("algorithms", name) if key in per_table.get(name, {}) else ())
             if key not in fields:
@@ -647,7 +648,7 @@ def _per_task_algorithm_options(check: _Checker, data: dict, algos: list) -> dic
             if not isinstance(overrides, dict):
                 check.fail(("tasks", task_name, "algorithms"), table, f"tasks.{task_name}.algorithms.{table} must be a table")
             config_cls = ALGORITHMS[algo_of[table]].Config
-            fields = {f.name for f in dataclasses.fields(config_cls)}
+            fields = set(config_fields(config_cls))
             for key, value in overrides.items():
                 if key not in fields:
                     check.fail(where, key, f"{key!r} is not an option of {algo_of[table]}; its options: "
@@ -678,7 +679,7 @@ def _algorithms(check: _Checker, data: dict) -> list[tuple[str, str, dict, str, 
             key = "algo" if "algo" in tables[table_name] else None
             check.fail(where, key, f"unknown algorithm {algo!r}; registered algorithms: {', '.join(sorted(ALGORITHMS))}")
         config_cls = ALGORITHMS[algo].Config
-        fields = {f.name for f in dataclasses.fields(config_cls)}
+        fields = set(config_fields(config_cls))
         for key, value in options.items():
             if key in TABLE_RUN_KEYS:
                 if not isinstance(value, int) or isinstance(value, bool) or value < 0:

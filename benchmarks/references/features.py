@@ -9,13 +9,12 @@ this module imports no framework: the mapping tables are plain data.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import defaultdict
 from typing import Iterable, Optional
 
 import algorithms  # noqa: F401  registers every algorithm
-from algorithms import estimators, losses
-from algorithms.base import ALGORITHMS
+from algorithms import estimators, kl, policy_losses
+from algorithms.base import ALGORITHMS, config_fields
 from benchmarks.markdown import markdown_table
 from benchmarks.references import install, openrlhf, trl, trl_ppo, verl
 
@@ -32,25 +31,25 @@ ALGORITHMS_ELSEWHERE = {
     "reinforce": (None, None, None),
     "dpo": ("DPOTrainer", None, "DPOTrainer"),
 }
-# TRL 1.16's names for ours, from our own record of them (losses.GRPO_LOSS_TYPES: the loss types TRL has).
+# TRL 1.16's names for ours, from our own record of them (policy_losses.GRPO_LOSS_TYPES: the loss types TRL has).
 TRL_ESTIMATORS = {"grpo": "GRPOTrainer (scale_rewards)", "rloo": "RLOOTrainer", "gae": f"PPOTrainer ({trl_ppo.VERSION})"}
 TRL_KL = {"k3": f"GRPOTrainer beta (k3); PPOTrainer {trl_ppo.VERSION} kl_estimator=k3", "k1": f"RLOOTrainer, PPOTrainer {trl_ppo.VERSION} kl_estimator=k1"}
 
 
 def _trl_losses() -> dict[str, str]:
-    return {name: f"loss_type={name}" for name in losses.GRPO_LOSS_TYPES}
+    return {name: f"loss_type={name}" for name in policy_losses.GRPO_LOSS_TYPES}
 
 
 def _trl_aggregations() -> dict[str, str]:
-    return {name: f"loss_type={name}" for name in losses.GRPO_LOSS_TYPES if name in losses.LOSS_AGGREGATIONS}
+    return {name: f"loss_type={name}" for name in policy_losses.GRPO_LOSS_TYPES if name in policy_losses.LOSS_AGGREGATIONS}
 
 
 def _our_options() -> dict[str, list[str]]:
     """Config field -> the registered algorithms whose config has it."""
     options: dict[str, list[str]] = defaultdict(list)
     for name, cls in sorted(ALGORITHMS.items()):
-        for f in dataclasses.fields(cls.Config):
-            options[f.name].append(name)
+        for option in config_fields(cls.Config):
+            options[option].append(name)
     return options
 
 
@@ -117,19 +116,19 @@ def feature_report(rows: Iterable = ()) -> str:
         ((), verl.ESTIMATORS_THEIRS_ONLY, openrlhf.ESTIMATORS_THEIRS_ONLY), rows, ("estimator", "gae"),
         lambda n: "yes" if n != "gae" else "`losses.gae` (PPO)")
     lines += _section(
-        "Policy losses (loss_type)", list(losses.LOSS_TYPES),
+        "Policy losses (loss_type)", list(policy_losses.POLICY_LOSSES),
         (_trl_losses(), {k: f"{mode} + {agg or 'its own mean'}" for k, (mode, agg) in verl.POLICY_LOSSES.items()},
          {k: f"PolicyLoss({mode}, {agg}-level)" for k, (mode, agg) in openrlhf.POLICY_LOSSES.items()}),
         ((), verl.POLICY_LOSSES_THEIRS_ONLY, ()), rows, ("policy_loss", "actor_loss"),
-        lambda n: f"objective `{losses.LOSS_TYPES[n][0]}`, aggregation `{losses.LOSS_TYPES[n][1]}`")
+        lambda n: f"objective `{policy_losses.objective_family(n)}`, aggregation `{policy_losses.POLICY_LOSSES[n].aggregation}`")
     lines += ["Sequence-level importance ratio (`--level sequence`, GSPO): TRL importance_sampling_level=sequence, "
               f"verl loss_mode={verl.SEQUENCE_LEVEL_LOSS}, OpenRLHF policy_loss_type={openrlhf.SEQUENCE_LEVEL_LOSS}.", ""]
     lines += _section(
-        "Loss aggregations (loss_aggregation)", list(losses.LOSS_AGGREGATIONS),
+        "Loss aggregations (loss_aggregation)", list(policy_losses.LOSS_AGGREGATIONS),
         (_trl_aggregations(), verl.AGGREGATIONS, openrlhf.AGGREGATIONS),
         ((), verl.AGGREGATIONS_THEIRS_ONLY, ()), rows, ("aggregation",))
     lines += _section(
-        "KL estimators (kl_loss_type)", list(losses.KL_PENALTIES),
+        "KL estimators (kl_loss_type)", list(kl.KL_PENALTIES),
         (TRL_KL, verl.KL, openrlhf.KL), ((), (), ()), rows, ("kl",))
     ppo_pieces = ["gae", "masked_whiten", "value_loss", "policy_loss", "kl_in_reward"]
     ours_ppo = {"gae": "`losses.gae`", "masked_whiten": "`losses.masked_whiten` (unbiased var)",
@@ -173,12 +172,12 @@ def feature_summary(rows: Iterable = ()) -> str:
         ("advantage estimators", list(estimators.ADVANTAGE_ESTIMATORS) + ["gae"],
          ({**trl.ESTIMATORS, **trl_ppo.ESTIMATORS}, verl.ESTIMATORS, openrlhf.ESTIMATORS),
          ((), verl.ESTIMATORS_THEIRS_ONLY, openrlhf.ESTIMATORS_THEIRS_ONLY)),
-        ("policy losses", list(losses.LOSS_TYPES), ({**trl.POLICY_LOSSES, **trl_ppo.POLICY_LOSSES}, verl.POLICY_LOSSES,
+        ("policy losses", list(policy_losses.POLICY_LOSSES), ({**trl.POLICY_LOSSES, **trl_ppo.POLICY_LOSSES}, verl.POLICY_LOSSES,
                                                     openrlhf.POLICY_LOSSES), ((), verl.POLICY_LOSSES_THEIRS_ONLY, ())),
-        ("loss aggregations", list(losses.LOSS_AGGREGATIONS), ({**trl.AGGREGATIONS, **trl_ppo.AGGREGATIONS},
+        ("loss aggregations", list(policy_losses.LOSS_AGGREGATIONS), ({**trl.AGGREGATIONS, **trl_ppo.AGGREGATIONS},
                                                               verl.AGGREGATIONS, openrlhf.AGGREGATIONS),
          ((), verl.AGGREGATIONS_THEIRS_ONLY, ())),
-        ("KL estimators", list(losses.KL_PENALTIES), ({**trl.KL, **trl_ppo.KL}, verl.KL, openrlhf.KL), ((), (), ())),
+        ("KL estimators", list(kl.KL_PENALTIES), ({**trl.KL, **trl_ppo.KL}, verl.KL, openrlhf.KL), ((), (), ())),
     )
     body = []
     for title, ours, tables, theirs_only in registries:

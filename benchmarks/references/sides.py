@@ -304,7 +304,8 @@ def same_batch_check(trl: Trl, prompts: list[str]) -> dict[str, float]:
     ``abs_diff_layout``: TRL's loss against the same loss on transformers' own log-probs with each row run alone,
     unpadded: how far a change of layout alone moves the loss inside transformers.
     """
-    from algorithms.losses import group_advantages, grpo_loss
+    from algorithms.policy_losses import grpo_loss
+    from algorithms.losses import group_advantages
     from algorithms.rollout import rollout_logps
 
     w, t, model = trl.workload, trl.trainer, trl.model

@@ -27,7 +27,7 @@ VERSION = "1.16.0"  # the TRL the mapping was written against (pyproject: trl>=1
 
 # Our policy loss (loss_type) -> TRL's GRPOConfig.loss_type. TRL's loss type names its aggregation too (grpo and
 # sapo: per-sequence token means; bnpo: local token mean; dr_grpo: / (B x max_completion_length); dapo, cispo,
-# vespo: global token mean; luspo: length-weighted sequences), as ours do (algorithms.losses.LOSS_TYPES). verl's
+# vespo: global token mean; luspo: length-weighted sequences), as ours do (algorithms.policy_losses.POLICY_LOSSES). verl's
 # losses (dual_clip, gmpo, clip_cov, kl_cov, dppo_tv, dppo_kl) have no TRL counterpart.
 POLICY_LOSSES = {"grpo": "grpo", "bnpo": "bnpo", "dr_grpo": "dr_grpo", "dapo": "dapo", "cispo": "cispo", "sapo": "sapo",
                  "luspo": "luspo", "vespo": "vespo"}

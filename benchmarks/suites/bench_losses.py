@@ -1,9 +1,9 @@
-"""Timings of every loss in algorithms.losses on one batch (forward + backward), grouped to read side by side."""
+"""Timings of every loss in algorithms.losses and algorithms.policy_losses on one batch (forward + backward), grouped to read side by side."""
 
 import pytest
 import torch
 
-from algorithms import losses
+from algorithms import losses, policy_losses
 
 B, T = 64, 64  # completions, completion tokens
 
@@ -33,12 +33,12 @@ def _forward_backward(benchmark, loss_of):
     assert torch.isfinite(loss)
 
 
-@pytest.mark.parametrize("level", losses.GRPO_LEVELS)
-@pytest.mark.parametrize("loss_type", losses.GRPO_LOSS_TYPES)
+@pytest.mark.parametrize("level", policy_losses.GRPO_LEVELS)
+@pytest.mark.parametrize("loss_type", policy_losses.GRPO_LOSS_TYPES)
 def test_grpo_loss(benchmark, level, loss_type):
     benchmark.group = "loss (64 x 64 tokens, forward + backward)"
     logps, old, ref, adv, mask = _batch()
-    _forward_backward(benchmark, lambda: losses.grpo_loss(
+    _forward_backward(benchmark, lambda: policy_losses.grpo_loss(
         logps, old, ref, adv, mask, level=level, loss_type=loss_type, epsilon=0.2, epsilon_high=None, beta=0.04,
         max_completion_length=T))
 

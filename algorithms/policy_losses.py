@@ -1,0 +1,876 @@
+"""GRPO's policy losses: the aggregations, the importance ratio, the registered per-token objectives with their
+options, the masks and the sampler correction, and ``grpo_loss``, the pipeline that puts them together.
+
+Shapes used throughout: B completions (prompts x group size, group by group), T completion tokens, right-padded;
+``mask`` is 1 on completion tokens up to and including the first EOS (the convention, stated once:
+algorithms/rollout.py).
+
+A policy loss (verl's word; GRPO's ``loss_type``) is a small class: its name, its aggregation (``LOSS_AGGREGATIONS``),
+what it needs declared as properties, an ``Options`` dataclass of its own knobs, and ``objective``, a few lines
+over one ``LossInputs``. ``grpo_loss`` has no loss names inside: it reads the properties. A loss registers with
+``@register_policy_loss`` at its definition; an installed package adds one the same way (entry-point group
+``grpo_bench.policy_losses``), and its options become GRPO settings (flags, config and matrix keys).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import Field, dataclass, field, fields
+from typing import Any, Callable, ClassVar, Optional
+
+import torch
+
+from algorithms.kl import KL_PENALTIES
+from algorithms.registry import lookup_named, register_named
+
+GRPO_LEVELS = ("token", "sequence")
+
+
+def entropy_bonus_loss(entropies: torch.Tensor, mask: torch.Tensor, coef: float, aggregation: str = "token-mean",
+                       max_completion_length: Optional[int] = None) -> torch.Tensor:
+    """The entropy bonus as a loss term (verl's entropy_coeff; Williams & Peng 1991; Mnih et al. 2016, A3C):
+
+        L_ent = -coef * agg_{i,t} H(pi(. | q, o_{i,<t}))
+
+    ``entropies`` (B, T) must carry the graph for the bonus to have a gradient; ``aggregation`` is a
+    ``LOSS_AGGREGATIONS`` name (verl aggregates it as the policy loss). Added to the policy loss."""
+    return -coef * LOSS_AGGREGATIONS[aggregation](entropies, mask.to(entropies.dtype), max_completion_length, None)
+
+def _masked_sum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (x * mask).sum()
+
+
+def _aggregate_grpo(per_token: torch.Tensor, mask: torch.Tensor, max_len: Optional[int], n_items) -> torch.Tensor:
+    """Mean over each completion's own tokens, then over completions (DeepSeekMath Eq. 21's 1/|o_i|)."""
+    return ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+
+
+def aggregate_token_mean(per_token: torch.Tensor, mask: torch.Tensor, max_len: Optional[int], n_items) -> torch.Tensor:
+    """Mean over all active tokens of the batch: long completions weigh more (batch-normalised PO).
+
+    Under data parallelism ``num_items_in_batch`` carries the batch's active-token count over every rank
+    (divided by the world size, the gradients being averaged), as for dapo."""
+    normaliser = mask.sum() if n_items is None else torch.as_tensor(n_items, dtype=per_token.dtype)
+    return _masked_sum(per_token, mask) / normaliser.clamp(min=1.0)
+
+
+def _aggregate_dr_grpo(per_token: torch.Tensor, mask: torch.Tensor, max_len: Optional[int], n_items) -> torch.Tensor:
+    """Dr. GRPO (Liu et al. 2025): a constant normaliser B * max_completion_length removes length bias."""
+    if max_len is None:
+        raise ValueError("loss_type='dr_grpo' needs max_completion_length")
+    return _masked_sum(per_token, mask) / (per_token.size(0) * max_len)
+
+
+def _aggregate_dapo(per_token: torch.Tensor, mask: torch.Tensor, max_len: Optional[int], n_items) -> torch.Tensor:
+    """DAPO (Yu et al. 2025) token-level mean over the *whole generation batch*.
+
+    Equals bnpo when the loss sees the whole generation batch at once; when it is called on a
+    micro-batch, ``num_items_in_batch`` carries the generation batch's active-token count.
+    """
+    normaliser = mask.sum() if n_items is None else torch.as_tensor(n_items, dtype=per_token.dtype)
+    return _masked_sum(per_token, mask) / normaliser.clamp(min=1.0)
+
+
+def _aggregate_luspo(per_token: torch.Tensor, mask: torch.Tensor, max_len: Optional[int], n_items) -> torch.Tensor:
+    """LUSPO (length-unbiased sequence policy optimisation, arXiv 2602.05261): GSPO's per-sequence term
+    weighted by the completion's length -- the sum over each completion's tokens, then the mean over completions."""
+    return (per_token * mask).sum(-1).mean()
+
+
+# verl's loss_agg_mode values (``core_algos.agg_loss``). "token-mean" is bnpo's function itself; the two
+# seq-mean modes leave sequences without an active token out of the mean, which is where they part from
+# grpo (seq-mean-token-mean) and luspo (seq-mean-token-sum): equal whenever every row has a token.
+
+
+def _aggregate_seq_mean_token_mean(per_token: torch.Tensor, mask: torch.Tensor, max_len: Optional[int], n_items) -> torch.Tensor:
+    """verl's "seq-mean-token-mean":  1/|S| sum_{i in S} 1/|o_i| sum_t l_{i,t},  S = rows with an active token."""
+    lengths = mask.sum(-1)
+    nonempty = (lengths > 0).to(per_token.dtype)
+    per_sequence = (per_token * mask).sum(-1) / lengths.clamp(min=1.0)
+    return (per_sequence * nonempty).sum() / nonempty.sum().clamp(min=1.0)
+
+
+def _aggregate_seq_mean_token_sum(per_token: torch.Tensor, mask: torch.Tensor, max_len: Optional[int], n_items) -> torch.Tensor:
+    """verl's "seq-mean-token-sum":  1/|S| sum_{i in S} sum_t l_{i,t},  S = rows with an active token."""
+    nonempty = (mask.sum(-1) > 0).to(per_token.dtype)
+    return ((per_token * mask).sum(-1) * nonempty).sum() / nonempty.sum().clamp(min=1.0)
+
+
+def _aggregate_seq_mean_token_sum_norm(per_token: torch.Tensor, mask: torch.Tensor, max_len: Optional[int], n_items) -> torch.Tensor:
+    """verl's "seq-mean-token-sum-norm" (its Dr. GRPO recipe):  1/(|S| L) sum_{i in S} sum_t l_{i,t},  S = rows with an
+    active token, L = max_completion_length (verl's loss_scale_factor; without it, the padded width T, verl's default).
+    It is dr_grpo's B x L normaliser with the all-masked rows left out of B: equal to dr_grpo when every row has a token."""
+    return _aggregate_seq_mean_token_sum(per_token, mask, max_len, n_items) / (mask.size(-1) if max_len is None else max_len)
+
+
+LOSS_AGGREGATIONS: dict[str, Callable] = {
+    "grpo": _aggregate_grpo,
+    "bnpo": aggregate_token_mean,
+    "dr_grpo": _aggregate_dr_grpo,
+    "dapo": _aggregate_dapo,
+    "luspo": _aggregate_luspo,
+    "token-mean": aggregate_token_mean,
+    "seq-mean-token-mean": _aggregate_seq_mean_token_mean,
+    "seq-mean-token-sum": _aggregate_seq_mean_token_sum,
+    "seq-mean-token-sum-norm": _aggregate_seq_mean_token_sum_norm,
+}
+# Aggregations whose normaliser is the batch's active-token count (``num_items_in_batch`` under data parallelism).
+TOKEN_MEAN_AGGREGATIONS = ("bnpo", "dapo", "token-mean")
+
+def per_token_advantages(advantages: torch.Tensor) -> torch.Tensor:
+    """(B,) one advantage per completion -> (B, 1); (B, T) per-token advantages (an estimator such as
+    ``optimal_token_baseline``) as they are. Either broadcasts against (B, T) per-token losses."""
+    return advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
+
+
+def importance_ratio(logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.Tensor, level: str) -> torch.Tensor:
+    """pi_theta / pi_theta_old, per token (B, T) or per completion (B, 1).
+
+    token:    r_{i,t} = exp(logp_{i,t} - old_{i,t})                              (PPO, GRPO)
+    sequence: s_i     = exp( (1/|o_i|) sum_t (logp_{i,t} - old_{i,t}) )          (GSPO, Zheng et al. 2025)
+    """
+    log_ratio = logps - old_logps
+    if level == "token":
+        return torch.exp(log_ratio)
+    if level == "sequence":
+        mean_log_ratio = (log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+        return torch.exp(mean_log_ratio).unsqueeze(-1)
+    raise ValueError(f"unknown importance-ratio level {level!r}; expected one of {GRPO_LEVELS}")
+
+
+
+def clip_fraction(
+    logps: torch.Tensor,
+    old_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    level: str = "token",
+    epsilon: float = 0.2,
+    epsilon_high: Optional[float] = None,
+) -> torch.Tensor:
+    """Share of active tokens whose ratio left the clip range on the side where clipping binds
+    (r < 1-eps with A < 0, or r > 1+eps_high with A > 0), as TRL's ``clip_ratio/region_mean``."""
+    mask = mask.to(logps.dtype)
+    ratio = importance_ratio(logps.detach(), old_logps, mask, level).expand_as(logps)
+    adv = per_token_advantages(advantages)
+    high = 1 + (epsilon if epsilon_high is None else epsilon_high)
+    clipped = ((ratio < 1 - epsilon) & (adv < 0)) | ((ratio > high) & (adv > 0))
+    return (clipped.to(mask.dtype) * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def cispo_clip_fraction(
+    logps: torch.Tensor,
+    old_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    level: str = "token",
+    epsilon: float = 0.2,
+    epsilon_high: Optional[float] = None,
+) -> torch.Tensor:
+    """Share of active tokens whose CISPO weight hit its cap (r > eps_high with A > 0), TRL's ``cispo_clip_ratio``."""
+    mask = mask.to(logps.dtype)
+    ratio = importance_ratio(logps.detach(), old_logps, mask, level).expand_as(logps)
+    cap = epsilon if epsilon_high is None else epsilon_high
+    clipped = (ratio > cap) & (per_token_advantages(advantages) > 0)
+    return (clipped.to(mask.dtype) * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+# --------------------------------------------------------------------------------------------
+# Policy losses: one small class each, registered by name (verl's ``register_policy_loss``), with its aggregation,
+# what it needs declared as class properties, and its own knobs in an ``Options`` dataclass whose fields are
+# settings of GRPO (flags, config keys and matrix keys, grouped in --help under the loss; one default per name).
+# ``objective`` reads the tensors of one ``LossInputs`` and its options, and returns the per-token loss,
+# (B, T) or (B, 1), before masks, the KL term and aggregation.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LossInputs:
+    """What every objective may read: logps, old_logps, log_ratio (= logps - old_logps) and mask (B, T); ratio
+    (B, T) or (B, 1) by ``level``; adv (B, 1), or (B, T) per-token advantages; is_ratio, the sampler's IS weight
+    (B, T), (B, 1) or None; the clip range [1 - epsilon, 1 + epsilon_high] (epsilon_high already defaulted to
+    epsilon) and two-sided clipping's cap ``delta``; generator (a torch.Generator or None, for random picks)."""
+
+    logps: torch.Tensor
+    old_logps: torch.Tensor
+    log_ratio: torch.Tensor
+    ratio: torch.Tensor
+    adv: torch.Tensor
+    mask: torch.Tensor
+    is_ratio: Optional[torch.Tensor]
+    epsilon: float
+    epsilon_high: float
+    delta: Optional[float]
+    generator: Optional[torch.Generator]
+
+
+class PolicyLoss:
+    """A policy loss (GRPO's ``loss_type``). Subclasses set ``name`` and ``aggregation`` (a LOSS_AGGREGATIONS
+    name), declare what they need, and write ``objective``; knobs of their own go in an ``Options`` dataclass."""
+
+    name: ClassVar[str] = ""
+    aggregation: ClassVar[str] = "grpo"
+    family: ClassVar[str] = ""  # the objective several losses share ("clip" for TRL's five); default: the name
+    takes_delta: ClassVar[bool] = False  # two-sided clipping (``delta``) caps its ratio: PPO's clipped surrogate
+    per_completion_advantages: ClassVar[bool] = False  # reads one advantage per completion, (B, 1)
+    folds_sampling_weight: ClassVar[bool] = False  # takes the sampler IS weight into its own weight (token modes only)
+    clip_fraction: ClassVar[Optional[Callable]] = None  # the share of tokens its clip bound, as a metric
+
+    @dataclass
+    class Options:
+        """No knobs of its own."""
+
+        def validate(self) -> None:
+            """Raise ValueError naming the field for an impossible value."""
+
+    def __init__(self, options: Optional["PolicyLoss.Options"] = None):
+        self.options = self.Options() if options is None else options
+
+    @classmethod
+    def from_settings(cls, settings: dict[str, Any]) -> "PolicyLoss":
+        """This loss with its options taken from ``settings`` (names it does not have are left; defaults for the rest)."""
+        return cls(cls.Options(**{f.name: settings[f.name] for f in fields(cls.Options) if f.name in settings}))
+
+    def objective(self, x: LossInputs) -> torch.Tensor:
+        raise NotImplementedError
+
+
+POLICY_LOSSES: dict[str, type[PolicyLoss]] = {}
+
+
+def _function_loss(fn: Callable, name: str, aggregation: str) -> type[PolicyLoss]:
+    """A per-token function ``fn(**LossInputs fields)`` as a policy loss with no options (an entry point names a function)."""
+    return type(name, (PolicyLoss,), {
+        "__doc__": fn.__doc__, "__module__": fn.__module__, "name": name, "aggregation": aggregation, "function": fn,
+        "objective": lambda self, x: fn(**{f.name: getattr(x, f.name) for f in fields(x)}),
+    })
+
+
+def register_policy_loss(loss=None, *, name: Optional[str] = None, aggregation: Optional[str] = None):
+    """Register a policy loss under its name. A PolicyLoss subclass: ``@register_policy_loss`` at its definition (its
+    ``name`` and ``aggregation``). A per-token function ``fn(**LossInputs fields)`` with no options:
+    ``@register_policy_loss("name", aggregation="token-mean")``, or ``register_policy_loss(fn, name=...)`` (the
+    aggregation defaults to "grpo", or to the one the same function already has). The entry-point group
+    ``grpo_bench.policy_losses`` names either, registered with the entry point's name. A different loss under a taken
+    name is refused, the same one again is a no-op, and an option another loss declares must keep its default and type."""
+    if loss is None or isinstance(loss, str):
+        if aggregation is not None:
+            lookup_named(LOSS_AGGREGATIONS, "loss aggregation", aggregation)
+        return lambda fn: register_policy_loss(fn, name=loss or name, aggregation=aggregation)
+    if isinstance(loss, type) and issubclass(loss, PolicyLoss):
+        if name is not None and name != loss.name:
+            raise ValueError(f"policy loss {loss.__qualname__} is named {loss.name!r}, not {name!r}")
+        lookup_named(LOSS_AGGREGATIONS, "loss aggregation", loss.aggregation)
+        declared = loss_option_fields()
+        for f in fields(loss.Options):
+            other = declared.get(f.name)
+            if (other is not None and POLICY_LOSSES.get(loss.name) is not loss
+                    and (other.default, str(other.type)) != (f.default, str(f.type))):
+                raise ValueError(f"policy loss {loss.name!r}: option {f.name!r} is declared by another loss with default "
+                                 f"{other.default!r} ({other.type}); one name, one default")
+        return register_named(POLICY_LOSSES, "policy loss", loss.name, loss)
+    if not callable(loss) or name is None:
+        raise TypeError(f"{loss!r}: register a PolicyLoss subclass, or a per-token function with its name")
+    taken = POLICY_LOSSES.get(name)
+    if taken is not None and getattr(taken, "function", None) is loss:
+        if aggregation is not None and aggregation != taken.aggregation:
+            raise ValueError(f"policy loss name {name!r} is taken by {loss.__module__}.{loss.__qualname__} "
+                             f"({taken.aggregation} aggregation); another aggregation needs another name")
+        return loss
+    lookup_named(LOSS_AGGREGATIONS, "loss aggregation", aggregation or "grpo")
+    register_named(POLICY_LOSSES, "policy loss", name, _function_loss(loss, name, aggregation or "grpo"))
+    return loss
+
+
+def policy_loss(name: str) -> type[PolicyLoss]:
+    """The registered policy loss ``name``, or ValueError listing the choices."""
+    return lookup_named(POLICY_LOSSES, "loss_type", name)
+
+
+def objective_family(name: str) -> str:
+    """The objective the loss ``name`` computes ("clip" for grpo, bnpo, dr_grpo, dapo and luspo)."""
+    cls = policy_loss(name)
+    return cls.family or cls.name
+
+
+def loss_option_fields() -> dict[str, Field]:
+    """Every registered loss's options by name (a name several losses share appears once)."""
+    return {f.name: f for cls in POLICY_LOSSES.values() for f in fields(cls.Options)}
+
+
+# TRL 1.16's GRPOTrainer._compute_loss pairs (objective, aggregation): the clipped surrogate serves five of them.
+@register_policy_loss
+class GRPOClip(PolicyLoss):
+    """PPO's clipped surrogate as GRPO uses it (DeepSeekMath Eq. 21):  -min(r A, clip(r, 1-eps, 1+eps_high) A).
+
+    With ``delta`` (two-sided clipping, INTELLECT-2 tech report 2025) the unclipped ratio is capped too,
+    r <- min(r, delta), which bounds the loss of a negative-advantage token whose ratio runs away.
+    """
+
+    name, aggregation, family, takes_delta = "grpo", "grpo", "clip", True
+    clip_fraction = staticmethod(clip_fraction)
+
+    def objective(self, x: LossInputs) -> torch.Tensor:
+        clipped = torch.clamp(x.ratio, 1 - x.epsilon, 1 + x.epsilon_high)
+        ratio = x.ratio if x.delta is None else torch.clamp(x.ratio, max=x.delta)
+        return -torch.min(ratio * x.adv, clipped * x.adv)
+
+
+@register_policy_loss
+class BNPO(GRPOClip):
+    """The clipped surrogate, mean over the batch's active tokens (TRL's bnpo)."""
+    name, aggregation = "bnpo", "bnpo"
+
+
+@register_policy_loss
+class DrGRPO(GRPOClip):
+    """The clipped surrogate over a constant B x max_completion_length (Dr. GRPO, Liu et al. 2025)."""
+    name, aggregation = "dr_grpo", "dr_grpo"
+
+
+@register_policy_loss
+class DAPO(GRPOClip):
+    """The clipped surrogate, token mean over the whole generation batch (DAPO, Yu et al. 2025)."""
+    name, aggregation = "dapo", "dapo"
+
+
+@register_policy_loss
+class LUSPO(GRPOClip):
+    """The clipped surrogate, each completion's token sum, then the mean over completions (LUSPO; use level sequence)."""
+    name, aggregation = "luspo", "luspo"
+
+
+@register_policy_loss
+class CISPO(PolicyLoss):
+    """CISPO (MiniMax-M1, 2025, Eq. 4-5): REINFORCE weighted by a clipped, stop-gradient IS weight,
+
+        J = 1/sum_i|o_i| sum_i sum_t sg( min(r_{i,t}, eps_max) ) A_i log pi_theta(o_{i,t})
+
+    so no token loses its gradient, only its weight is bounded. As TRL 1.16: the cap is ``epsilon_high``
+    itself (not 1 + epsilon_high), with no lower bound; ScaleRL recommends epsilon_high = 5.0.
+    """
+
+    name, aggregation = "cispo", "dapo"
+    clip_fraction = staticmethod(cispo_clip_fraction)
+
+    def objective(self, x: LossInputs) -> torch.Tensor:
+        return -torch.clamp(x.ratio, max=x.epsilon_high).detach() * x.adv * x.logps
+
+
+@register_policy_loss
+class SAPO(PolicyLoss):
+    """SAPO (Soft Adaptive Policy Optimization, Qwen, arXiv 2511.20347): a smooth gate instead of the clip,
+
+        f(r) = sigmoid(tau (r - 1)) * 4 / tau,   tau = tau_pos if A > 0 else tau_neg,    loss = -f(r) A
+
+    whose gradient weight 4 sigmoid (1 - sigmoid) is 1 on-policy (r = 1) and decays smoothly off-policy.
+    """
+
+    name, aggregation = "sapo", "grpo"
+
+    @dataclass
+    class Options:
+        sapo_temperature_pos: float = field(default=1.0, metadata={"help": "SAPO gate temperature for A > 0 (SAPO paper, TRL: 1.0)"})
+        sapo_temperature_neg: float = field(default=1.05, metadata={"help": "SAPO gate temperature for A <= 0 (SAPO paper, TRL: 1.05)"})
+
+        def validate(self) -> None:
+            for name in ("sapo_temperature_pos", "sapo_temperature_neg"):
+                if getattr(self, name) <= 0:
+                    raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+
+    def objective(self, x: LossInputs) -> torch.Tensor:
+        o = self.options
+        tau = torch.where(x.adv > 0, x.adv.new_tensor(o.sapo_temperature_pos), x.adv.new_tensor(o.sapo_temperature_neg))
+        return -torch.sigmoid(tau * (x.ratio - 1)) * 4 / tau * x.adv
+
+
+VESPO_LOG_W_MIN = math.log(1e-8)  # TRL's (and the paper's code's) floor on the log sequence weight
+
+
+@torch.no_grad()
+def vespo_weights(
+    log_ratio: torch.Tensor,
+    mask: torch.Tensor,
+    advantages: torch.Tensor,
+    is_ratio: Optional[torch.Tensor] = None,
+    *,
+    k_pos: float = 2.0,
+    lambda_pos: float = 3.0,
+    k_neg: float = 3.0,
+    lambda_neg: float = 2.0,
+) -> torch.Tensor:
+    """VESPO's Gamma-shaped sequence weight (arXiv 2602.10693), as TRL 1.16 computes it, no gradient:
+
+        w_i      = prod_t r_{i,t} * prod_t rho_{i,t}   (the sequence ratio, times the sampler IS weights if given)
+        phi(w_i) = e^lambda * w_i^k * e^(-lambda w_i)  (phi(1) = 1; k, lambda from the sign of A_i, A >= 0: pos)
+
+    computed in log space: token log-ratios clamped to [-20, 20], log w_i to [log 1e-8, 20]; NaN/inf -> 0.
+    ``advantages`` (B, 1), ``is_ratio`` per token (B, T) (token_* modes only); returns (B, 1). Unlike TRL
+    the log IS weights of padding are masked out (TRL relies on them being exactly 1, which a truncation
+    bound C_min > 1 would break).
+    """
+    mask = mask.to(log_ratio.dtype)
+    log_w = (torch.clamp(log_ratio, -20.0, 20.0) * mask).sum(-1, keepdim=True)  # (B, 1)
+    if is_ratio is not None:
+        log_is = torch.clamp(torch.log(is_ratio), VESPO_LOG_W_MIN, 20.0)
+        log_w = log_w + (log_is * mask).sum(-1, keepdim=True)
+    log_w = torch.clamp(log_w, VESPO_LOG_W_MIN, 20.0)
+    nonneg = advantages >= 0
+    k = torch.where(nonneg, log_w.new_tensor(k_pos), log_w.new_tensor(k_neg))
+    lam = torch.where(nonneg, log_w.new_tensor(lambda_pos), log_w.new_tensor(lambda_neg)).clamp(min=1e-4)
+    return torch.exp(lam + k * log_w - lam * torch.exp(log_w)).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
+
+
+@register_policy_loss
+class VESPO(PolicyLoss):
+    """VESPO (Variational sequence-level soft policy optimisation, arXiv 2602.10693): REINFORCE weighted by
+    the sequence's Gamma weight,  loss = -phi(w_i) A_i log pi_theta(o_{i,t})  (``vespo_weights``), which takes
+    the sampler's IS weight into w_i itself."""
+
+    name, aggregation = "vespo", "dapo"
+    per_completion_advantages = folds_sampling_weight = True
+
+    @dataclass
+    class Options:
+        vespo_k_pos: float = field(default=2.0, metadata={"help": "VESPO Gamma-weight power k for A >= 0 (TRL: 2.0)"})
+        vespo_lambda_pos: float = field(default=3.0, metadata={"help": "VESPO Gamma-weight decay lambda for A >= 0 (TRL: 3.0)"})
+        vespo_k_neg: float = field(default=3.0, metadata={"help": "VESPO Gamma-weight power k for A < 0 (TRL: 3.0)"})
+        vespo_lambda_neg: float = field(default=2.0, metadata={"help": "VESPO Gamma-weight decay lambda for A < 0 (TRL: 2.0)"})
+
+        def validate(self) -> None:
+            """Any finite values (the Gamma weight clamps what it must)."""
+
+    def objective(self, x: LossInputs) -> torch.Tensor:
+        o = self.options
+        phi = vespo_weights(x.log_ratio, x.mask, x.adv, x.is_ratio, k_pos=o.vespo_k_pos, lambda_pos=o.vespo_lambda_pos,
+                            k_neg=o.vespo_k_neg, lambda_neg=o.vespo_lambda_neg)
+        return -phi * x.adv * x.logps
+
+
+# verl's policy losses that TRL lacks; paired with verl's default aggregation, token-mean, except GMPO,
+# whose per-sequence objective verl averages over sequences.
+
+
+@dataclass
+class TruncationOptions:
+    clip_ratio_c: float = field(default=3.0, metadata={"help": "dual_clip: floor -c A on negative-advantage tokens, c > 1 (Ye et al. 2020; verl: 3.0); dppo_tv/dppo_kl: the cap of the truncated IS weight (verl's actor: 3.0; the DPPO paper: large, e.g. 20)"})
+
+    def validate(self) -> None:
+        if self.clip_ratio_c <= 1.0:
+            raise ValueError(f"clip_ratio_c must be > 1 (dual-clip's floor), got {self.clip_ratio_c}")
+
+
+@register_policy_loss
+class DualClip(PolicyLoss):
+    """Dual-clip PPO (Ye et al. 2020, "Mastering Complex Control in MOBA Games with Deep RL", arXiv 1912.09729; verl's
+    "vanilla" loss with clip_ratio_c): PPO's clip, and for A < 0 a floor c > 1 under the objective,
+
+        l = max( -r A, -clip(r, 1-eps, 1+eps_high) A )          A >= 0
+        l = min( max( -r A, -clip(r, 1-eps, 1+eps_high) A ), -c A )   A < 0
+
+    so a negative-advantage token whose ratio ran far above 1 contributes at most -c A (no gradient there).
+    """
+
+    name, aggregation = "dual_clip", "token-mean"
+    clip_fraction = staticmethod(clip_fraction)
+    Options = TruncationOptions
+
+    def objective(self, x: LossInputs) -> torch.Tensor:
+        clipped = torch.max(-x.ratio * x.adv, -torch.clamp(x.ratio, 1 - x.epsilon, 1 + x.epsilon_high) * x.adv)
+        return torch.where(x.adv < 0, torch.min(clipped, -self.options.clip_ratio_c * x.adv), clipped)
+
+
+@register_policy_loss
+class GMPO(PolicyLoss):
+    """GMPO (Zhao et al. 2025, "Geometric-Mean Policy Optimization", arXiv 2507.20673; verl's
+    "geo_mean"): the geometric mean of the token ratios, each clipped in log space, per sequence,
+
+        l_i = -A_i * exp( 1/|o_i| sum_t sgn(A_i) min( sgn(A_i) log r_{i,t}, sgn(A_i) clip(log r_{i,t}, -eps, eps_high) ) )
+
+    A token-level clip on the log-ratio, then one (B, 1) value per completion: an outlier token moves the
+    geometric mean far less than the arithmetic one. The paper clips to (e^-0.4, e^0.4): epsilon 0.4.
+    ``level`` does not apply (the objective forms its own sequence ratio).
+    """
+
+    name, aggregation = "gmpo", "grpo"
+    per_completion_advantages = True
+
+    def objective(self, x: LossInputs) -> torch.Tensor:
+        sign = torch.sign(x.adv)
+        clipped = torch.clamp(x.log_ratio, -x.epsilon, x.epsilon_high)
+        log_ratio = sign * torch.min(sign * x.log_ratio, sign * clipped)
+        mean_log_ratio = (log_ratio * x.mask).sum(-1, keepdim=True) / x.mask.sum(-1, keepdim=True).clamp(min=1.0)
+        return -x.adv * torch.exp(mean_log_ratio)
+
+
+@torch.no_grad()
+def token_covariance(logps: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The per-token centred cross-product of advantage and log-prob (Cui et al. 2025),
+
+        Cov_{i,t} = (A_{i,t} - mean(A)) * (log pi(o_{i,t}) - mean(log pi)),   means over active tokens,
+
+    whose positive tail drives the collapse of policy entropy. (B, T); no gradient."""
+    adv = adv.expand_as(logps)
+    active = mask.sum().clamp(min=1.0)
+    mean_adv = (adv * mask).sum() / active
+    mean_logp = (logps * mask).sum() / active
+    return (adv - mean_adv) * (logps - mean_logp)
+
+
+@register_policy_loss
+class ClipCov(PolicyLoss):
+    """Clip-Cov (Cui et al. 2025, "The Entropy Mechanism of Reinforcement Learning for Reasoning Language
+    Models", arXiv 2505.22617; verl's "clip_cov"): PPO's clipped surrogate, with the gradient of a
+    few high-covariance tokens cut,
+
+        l_{i,t} = max( -r A, -clip(r, 1-eps, 1+eps_high) A ) * (1 - [ (i,t) in I_clip ])
+        I_clip  = max(1, floor(clip_cov_ratio * N)) tokens drawn at random (``generator``) among the active
+                  tokens the ratio clip left alone with  clip_cov_lb < Cov_{i,t} < clip_cov_ub  (``token_covariance``)
+
+    (N active tokens; paper and verl: ratio 2e-4, bounds 1 and 5).
+    """
+
+    name, aggregation = "clip_cov", "token-mean"
+    clip_fraction = staticmethod(clip_fraction)
+
+    @dataclass
+    class Options:
+        clip_cov_ratio: float = field(default=2e-4, metadata={"help": "clip_cov: share of active tokens whose gradient is cut (Cui et al. 2025, verl: 2e-4)"})
+        clip_cov_lb: float = field(default=1.0, metadata={"help": "clip_cov: lower covariance bound of the candidates (verl: 1.0)"})
+        clip_cov_ub: float = field(default=5.0, metadata={"help": "clip_cov: upper covariance bound of the candidates (verl: 5.0)"})
+
+        def validate(self) -> None:
+            if not 0.0 < self.clip_cov_ratio <= 1.0:
+                raise ValueError(f"clip_cov_ratio must be in (0, 1], got {self.clip_cov_ratio}")
+
+    def objective(self, x: LossInputs) -> torch.Tensor:
+        o = self.options
+        ratio = x.ratio.expand_as(x.logps)
+        unclipped, clipped = -ratio * x.adv, -torch.clamp(ratio, 1 - x.epsilon, 1 + x.epsilon_high) * x.adv
+        active = x.mask.bool()
+        cov = token_covariance(x.logps.detach(), x.adv, x.mask)
+        candidates = (active & ~(clipped > unclipped) & (cov > o.clip_cov_lb) & (cov < o.clip_cov_ub)).flatten().nonzero().flatten()
+        count = min(max(int(o.clip_cov_ratio * int(active.sum())), 1), candidates.numel())
+        device = x.generator.device if x.generator is not None else candidates.device
+        order = torch.randperm(candidates.numel(), generator=x.generator, device=device)
+        picked = candidates[order[:count].to(candidates.device)]
+        keep = torch.ones_like(x.logps).flatten().index_fill(0, picked, 0.0).view_as(x.logps)
+        return torch.max(unclipped, clipped) * keep
+
+
+@register_policy_loss
+class KLCov(PolicyLoss):
+    """KL-Cov (Cui et al. 2025, arXiv 2505.22617; verl's "kl_cov"): the unclipped surrogate, plus a
+    KL penalty on the tokens of highest covariance,
+
+        l_{i,t} = -r A + kl_cov_coef * |log r|   for the top max(1, floor(kl_cov_ratio * N)) tokens by Cov_{i,t}
+        l_{i,t} = -r A                          otherwise
+
+    (N active tokens; paper and verl: ratio 2e-4, coefficient 1).
+    """
+
+    name, aggregation = "kl_cov", "token-mean"
+
+    @dataclass
+    class Options:
+        kl_cov_ratio: float = field(default=2e-4, metadata={"help": "kl_cov: share of active tokens, by covariance, that get the |log r| penalty (Cui et al. 2025, verl: 2e-4)"})
+        kl_cov_coef: float = field(default=1.0, metadata={"help": "kl_cov: weight of the |log r| penalty (verl's ppo_kl_coef: 1.0)"})
+
+        def validate(self) -> None:
+            if not 0.0 < self.kl_cov_ratio <= 1.0:
+                raise ValueError(f"kl_cov_ratio must be in (0, 1], got {self.kl_cov_ratio}")
+            if self.kl_cov_coef < 0:
+                raise ValueError(f"kl_cov_coef must be >= 0, got {self.kl_cov_coef}")
+
+    def objective(self, x: LossInputs) -> torch.Tensor:
+        o = self.options
+        ratio = x.ratio.expand_as(x.logps)
+        loss = -ratio * x.adv
+        active = x.mask.bool().flatten()
+        if not active.any():
+            return loss
+        cov = token_covariance(x.logps.detach(), x.adv, x.mask).flatten().masked_fill(~active, -math.inf)
+        count = max(int(o.kl_cov_ratio * int(active.sum())), 1)
+        top = torch.zeros_like(cov).index_fill(0, cov.topk(count).indices, 1.0).view_as(x.logps)
+        return loss + top * o.kl_cov_coef * x.log_ratio.abs()
+
+
+@torch.no_grad()
+def _dppo_truncated_ratio(log_ratio: torch.Tensor, cap: float) -> torch.Tensor:
+    """sg(min(r, C)), r = exp(log r) with log r clamped to [-20, 20] (verl's guard against overflow)."""
+    return torch.clamp(torch.exp(torch.clamp(log_ratio, -20.0, 20.0)), max=cap)
+
+
+@register_policy_loss
+class DPPOTV(PolicyLoss):
+    """DPPO-Binary-TV (arXiv 2602.04879, verl's "dppo_tv"): REINFORCE weighted by a truncated, stop-gradient
+    IS ratio, on the tokens whose sampled-token probability moved less than a total-variation bound,
+
+        l_{i,t} = -A_{i,t} * sg(min(r_{i,t}, C)) * log pi(o_{i,t}) * sg(m_{i,t})
+        m_{i,t} = [ pi(o_{i,t}) - pi_old(o_{i,t}) <= eps_high ]    A > 0
+                = [ pi(o_{i,t}) - pi_old(o_{i,t}) >= -eps ]        A <= 0
+
+    The trust region is a divergence bound (``epsilon``, ``epsilon_high``: TV thresholds, not ratio ranges) instead of
+    PPO's ratio clip; C = ``clip_ratio_c`` truncates the IS weight (the paper: large, e.g. 20; verl's actor config 3.0).
+    Token-level by definition: ``level`` does not apply."""
+
+    name, aggregation = "dppo_tv", "token-mean"
+    Options = TruncationOptions
+
+    def objective(self, x: LossInputs) -> torch.Tensor:
+        with torch.no_grad():
+            moved = torch.exp(x.logps) - torch.exp(x.old_logps)
+            keep = torch.where(x.adv > 0, moved <= x.epsilon_high, moved >= -x.epsilon).to(x.logps.dtype)
+        return -x.adv * _dppo_truncated_ratio(x.log_ratio, self.options.clip_ratio_c) * x.logps * keep
+
+
+@register_policy_loss
+class DPPOKL(PolicyLoss):
+    """DPPO-Binary-KL (arXiv 2602.04879, verl's "dppo_kl"): as ``dppo_tv``, with the binary KL between the
+    sampled token's old and new probabilities as the divergence,
+
+        D_{i,t} = p_old log(p_old / p) + (1 - p_old) log((1 - p_old + 1e-8) / (1 - p + 1e-8)),  p = pi(o_{i,t})
+        m_{i,t} = [ D <= eps_high  or  p <= p_old ]     A > 0      (only a move up is bounded)
+                = [ D <= eps       or  p >= p_old ]     A <= 0     (only a move down is bounded)
+        l_{i,t} = -A_{i,t} * sg(min(r_{i,t}, C)) * log pi(o_{i,t}) * sg(m_{i,t})
+    """
+
+    name, aggregation = "dppo_kl", "token-mean"
+    Options = TruncationOptions
+
+    def objective(self, x: LossInputs) -> torch.Tensor:
+        with torch.no_grad():
+            p, p_old = torch.exp(x.logps), torch.exp(x.old_logps)
+            divergence = p_old * (x.old_logps - x.logps) + (1 - p_old) * torch.log((1.0 - p_old + 1e-8) / (1.0 - p + 1e-8))
+            keep = torch.where(x.adv > 0, (divergence <= x.epsilon_high) | (p <= p_old),
+                               (divergence <= x.epsilon) | (p >= p_old)).to(x.logps.dtype)
+        return -x.adv * _dppo_truncated_ratio(x.log_ratio, self.options.clip_ratio_c) * x.logps * keep
+
+
+# The loss types TRL 1.16 has (the TRL check compares each); the registry holds these and verl's above.
+GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
+CLIPPED_LOSS_TYPES = tuple(name for name in GRPO_LOSS_TYPES if POLICY_LOSSES[name].takes_delta)
+
+
+
+# --------------------------------------------------------------------------------------------
+# Token and sequence masks, and the sampler/trainer mismatch correction
+# --------------------------------------------------------------------------------------------
+
+IMPORTANCE_SAMPLING_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+
+
+@torch.no_grad()
+def sampling_importance_ratio(
+    old_logps: torch.Tensor,
+    sampling_logps: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str = "sequence_mask",
+    clip_min: Optional[float] = None,
+    clip_max: Optional[float] = 3.0,
+) -> torch.Tensor:
+    """Truncated or masked importance sampling for the sampler/trainer mismatch (Yao et al. 2025, "Your
+    efficient RL framework secretly brings you off-policy RL training"; TRL's vllm_importance_sampling_*):
+
+        rho_{i,t} = pi_old(o_{i,t}) / pi_sampler(o_{i,t})      token_* modes      (B, T)
+        rho_i     = prod_t rho_{i,t}                           sequence_* modes   (B, 1)
+        *_truncate: rho <- clip(rho, C_min, C_max)             *_mask: rho <- 0 outside [C_min, C_max]
+
+    ``pi_old`` is the trainer's view of the sampling policy (its first-iteration log-probs), ``pi_sampler``
+    what the sampler computed while sampling (e.g. in bf16). Padding and NaN sampler log-probs count as
+    no mismatch (rho = 1). No gradient.
+    """
+    if mode not in IMPORTANCE_SAMPLING_MODES:
+        raise ValueError(f"unknown importance_sampling_mode {mode!r}; expected one of {IMPORTANCE_SAMPLING_MODES}")
+    diff = torch.nan_to_num((old_logps - sampling_logps) * mask.to(old_logps.dtype), nan=0.0)
+    if mode.startswith("sequence"):
+        diff = diff.sum(-1, keepdim=True)
+    ratio = torch.exp(diff)
+    if mode.endswith("truncate"):
+        if clip_min is None and clip_max is None:
+            raise ValueError(f"importance_sampling_mode {mode!r} needs importance_sampling_clip_min or _clip_max")
+        return torch.clamp(ratio, min=clip_min, max=clip_max)
+    low = -math.inf if clip_min is None else clip_min
+    high = math.inf if clip_max is None else clip_max
+    return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
+
+
+@torch.no_grad()
+def off_policy_sequence_mask(
+    logps: torch.Tensor, sampling_logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, threshold: float
+) -> torch.Tensor:
+    """Off-policy sequence masking (DeepSeek-V3.2, 2025, Eq. 9): drop a completion whose advantage is
+    negative *and* whose sampler drifted from the current policy by more than delta,
+
+        keep_i = [A_i >= 0]  or  [ 1/|o_i| sum_t (log pi_sampler(o_{i,t}) - log pi_theta(o_{i,t})) <= delta ]
+
+    ``sampling_logps``: the sampler's log-probs where recorded, else the old policy's. (B, 1) of 0/1."""
+    mask = mask.to(logps.dtype)
+    kl = torch.nan_to_num(sampling_logps - logps.detach(), nan=0.0)
+    mean_kl = (kl * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1.0)
+    return ((advantages.view(-1, 1) >= 0) | (mean_kl <= threshold)).to(mask.dtype)
+
+
+@torch.no_grad()
+def high_entropy_mask(entropies: torch.Tensor, mask: torch.Tensor, quantile: float) -> torch.Tensor:
+    """Train only on the highest-entropy ("forking") tokens (Wang et al. 2025, "Beyond the 80/20 rule";
+    TRL's ``top_entropy_quantile`` rho): keep an active token iff its entropy is >= the (1 - rho)-quantile of
+    the active tokens' entropies. rho = 1 keeps all, rho = 0 only the maximum (ties kept). (B, T) of 0/1."""
+    active = entropies[mask.bool()].float()
+    if active.numel() == 0:
+        return torch.zeros_like(mask, dtype=entropies.dtype)
+    threshold = torch.quantile(active, 1.0 - quantile)
+    return ((entropies >= threshold) & mask.bool()).to(entropies.dtype)
+
+
+def grpo_loss(
+    logps: torch.Tensor,
+    old_logps: Optional[torch.Tensor],
+    ref_logps: Optional[torch.Tensor],
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    level: str = "token",
+    loss_type: str = "grpo",
+    epsilon: float = 0.2,
+    epsilon_high: Optional[float] = None,
+    delta: Optional[float] = None,
+    beta: float = 0.0,
+    max_completion_length: Optional[int] = None,
+    kl_bias_correction: bool = False,
+    num_items_in_batch: Optional[float] = None,
+    entropies: Optional[torch.Tensor] = None,
+    top_entropy_quantile: float = 1.0,
+    off_policy_mask_threshold: Optional[float] = None,
+    sampling_logps: Optional[torch.Tensor] = None,
+    importance_sampling_correction: bool = True,
+    importance_sampling_mode: str = "sequence_mask",
+    importance_sampling_clip_min: Optional[float] = None,
+    importance_sampling_clip_max: Optional[float] = 3.0,
+    loss_aggregation: Optional[str] = None,
+    kl_loss_type: str = "k3",
+    entropy_coef: float = 0.0,
+    generator: Optional[torch.Generator] = None,
+    return_parts: bool = False,
+    **options,
+) -> torch.Tensor | tuple[torch.Tensor, dict[str, float]]:
+    """GRPO surrogate loss (DeepSeekMath, Shao et al. 2024, Eq. 21), to be minimised:
+
+        J(theta) = 1/G sum_i 1/|o_i| sum_t { min( r_{i,t} A_i, clip(r_{i,t}, 1-eps, 1+eps_high) A_i )
+                                             - beta * KL_k3[pi_theta || pi_ref]_{i,t} }
+        loss = -J(theta)
+
+    with r_{i,t} = pi_theta(o_{i,t}|q,o_{i,<t}) / pi_theta_old(o_{i,t}|q,o_{i,<t}) (``level="token"``)
+    or one ratio per completion, exp of its mean token log-ratio (``level="sequence"``, GSPO).
+
+    ``loss_type`` names the registered policy loss (``POLICY_LOSSES``) that gives the per-token objective and the
+    aggregation: the clipped surrogate above with TRL 1.16's grpo / bnpo / dr_grpo / dapo / luspo aggregations,
+    cispo, sapo, vespo, verl's dual_clip, gmpo, clip_cov, kl_cov, dppo_tv, dppo_kl, and plug-ins; ``options`` are
+    that loss's own (its ``Options`` fields, e.g. sapo_temperature_pos). Then, in TRL's order: the off-policy
+    sequence mask, the high-entropy token mask, the sampler IS weight (unless the loss folds it into its own), the
+    KL term, the aggregation, the entropy bonus.
+
+    Args:
+        logps: (B, T) per-token log-probs under the current policy (carries the gradient).
+        old_logps: (B, T) log-probs of the sampling policy, or None for on-policy (mu = 1): then the
+            ratio is exp(logps - logps.detach()) = 1 in value with the policy gradient as its gradient,
+            which is why the loss *value* is 0 at mu = 1 and beta = 0 with loss_type "grpo".
+        ref_logps: (B, T) reference-policy log-probs; may be None when beta == 0.
+        advantages: (B,) one advantage per completion (``group_advantages``), or (B, T) one per token (an
+            estimator such as ``optimal_token_baseline``; not for a loss that reads one per completion, nor the
+            off-policy mask).
+        mask: (B, T) 1 on completion tokens up to and including the first EOS.
+        level: "token" or "sequence".
+        epsilon, epsilon_high: clip range [1 - epsilon, 1 + epsilon_high]; epsilon_high defaults to
+            epsilon (DAPO's clip-higher uses 0.28). For cispo, epsilon_high is the IS-weight cap.
+        delta: two-sided clipping's cap on the unclipped ratio (INTELLECT-2); None: off.
+        beta: weight of the KL penalty to the reference (DeepSeekMath uses 0.04).
+        max_completion_length: the normaliser of dr_grpo and seq-mean-token-sum-norm.
+        kl_bias_correction: multiply the KL term by the importance ratio, as TRL's
+            ``use_bias_correction_kl``; off in the paper.
+        num_items_in_batch: for a token-mean aggregation on a micro-batch or one rank's share, the generation
+            batch's active tokens (divided by the world size under data parallelism).
+        entropies, top_entropy_quantile: (B, T) token entropies of the current policy; with rho < 1 only
+            the top-rho share of tokens by entropy is trained on (``high_entropy_mask``).
+        off_policy_mask_threshold: delta of DeepSeek-V3.2's off-policy sequence mask; None: off.
+        sampling_logps: (B, T) the sampler's own log-probs of the sampled tokens, or None.
+        importance_sampling_correction, importance_sampling_mode, importance_sampling_clip_min,
+            importance_sampling_clip_max: weight the loss by ``sampling_importance_ratio`` when
+            sampling_logps is given (TRL's vllm_importance_sampling_*).
+        loss_aggregation: a ``LOSS_AGGREGATIONS`` name replacing the loss type's own (e.g. verl's
+            "seq-mean-token-sum-norm"); None: the loss type's.
+        kl_loss_type: the KL term's estimator, a ``KL_PENALTIES`` name ("k3": the paper's).
+        entropy_coef: the entropy bonus, loss -= coef * H with H the mean entropy over the tokens trained on
+            (``entropy_bonus_loss``, token-mean whatever the aggregation, as TRL and OpenRLHF; ``entropies`` must
+            then carry the graph). 0: off (the paper).
+        generator: the generator of a loss's random pick (clip_cov).
+        return_parts: also return the loss's parts, each aggregated as the loss is (no graph): ``policy`` (the
+            objective with its masks and IS weight), ``kl`` (beta x the KL term, with ``kl_loss_type``'s estimator;
+            present when beta > 0) and ``entropy`` (the bonus, negative; present when entropy_coef != 0). They add
+            up to the loss up to rounding; the loss itself is computed as without them.
+    Returns:
+        scalar loss tensor; with ``return_parts``, (loss, {part: value}).
+    """
+    loss_cls = policy_loss(loss_type)
+    unknown = sorted(set(options) - {f.name for f in fields(loss_cls.Options)})
+    if unknown:
+        raise TypeError(f"loss_type {loss_type!r} has no option {', '.join(unknown)}")
+    policy = loss_cls(loss_cls.Options(**options))
+    kl_estimator = lookup_named(KL_PENALTIES, "kl_loss_type", kl_loss_type)
+    aggregate = lookup_named(LOSS_AGGREGATIONS, "loss_aggregation", loss_aggregation or loss_cls.aggregation)
+    if epsilon < 0 or (epsilon_high is not None and epsilon_high < 0) or beta < 0:
+        raise ValueError("epsilon, epsilon_high and beta must be >= 0")
+    mask = mask.to(logps.dtype)
+    old_logps = logps.detach() if old_logps is None else old_logps
+    ratio = importance_ratio(logps, old_logps, mask, level)  # (B, T) or (B, 1)
+    is_ratio = None
+    if sampling_logps is not None and importance_sampling_correction:
+        if loss_cls.folds_sampling_weight and importance_sampling_mode.startswith("sequence"):
+            raise ValueError(f"loss_type {loss_type!r} needs a token_* importance_sampling_mode (TRL refuses sequence modes)")
+        is_ratio = sampling_importance_ratio(old_logps, sampling_logps, mask, importance_sampling_mode,
+                                             importance_sampling_clip_min, importance_sampling_clip_max)
+    per_token = policy.objective(LossInputs(
+        logps=logps, old_logps=old_logps, log_ratio=logps - old_logps, ratio=ratio, adv=per_token_advantages(advantages),
+        mask=mask, is_ratio=is_ratio, epsilon=epsilon, epsilon_high=epsilon if epsilon_high is None else epsilon_high,
+        delta=delta, generator=generator))
+    if off_policy_mask_threshold is not None:
+        behaviour = old_logps if sampling_logps is None else sampling_logps
+        per_token = per_token * off_policy_sequence_mask(logps, behaviour, advantages, mask, off_policy_mask_threshold)
+    trained = mask  # the tokens the loss trains on, which the entropy bonus averages over (TRL's effective mask)
+    if top_entropy_quantile < 1.0:
+        if entropies is None:
+            raise ValueError("top_entropy_quantile < 1 needs the tokens' entropies")
+        entropy_mask = high_entropy_mask(entropies, mask, top_entropy_quantile)
+        per_token = per_token * entropy_mask
+        trained = mask * entropy_mask
+    if is_ratio is not None and not loss_cls.folds_sampling_weight:
+        per_token = per_token * is_ratio
+    policy_per_token, kl_per_token = per_token, None
+    if beta != 0.0:
+        if ref_logps is None:
+            raise ValueError("beta > 0 needs ref_logps")
+        kl = kl_estimator(logps, ref_logps)
+        kl_per_token = beta * (kl * ratio if kl_bias_correction else kl)
+        per_token = per_token + kl_per_token
+    per_token = per_token.expand_as(logps)  # sequence level with beta = 0 is still (B, 1)
+    loss = aggregate(per_token, mask, max_completion_length, num_items_in_batch)
+    bonus = None
+    if entropy_coef != 0.0:
+        if entropies is None:
+            raise ValueError("entropy_coef != 0 needs the tokens' entropies (with their graph)")
+        bonus = entropy_bonus_loss(entropies, trained, entropy_coef)
+        loss = loss + bonus
+    if not return_parts:
+        return loss
+    with torch.no_grad():
+        def part(values: torch.Tensor) -> float:
+            return aggregate(values.expand_as(logps), mask, max_completion_length, num_items_in_batch).item()
+
+        parts = {"policy": part(policy_per_token)}
+        if kl_per_token is not None:
+            parts["kl"] = part(kl_per_token)
+        if bonus is not None:
+            parts["entropy"] = bonus.item()
+    return loss, parts
