@@ -22,13 +22,12 @@ from typing import Optional
 
 import torch
 
-from algorithms.grpo import GRPOConfig
 from algorithms.kl import k3_kl
 from algorithms.policy_losses import grpo_loss
 from algorithms.losses import group_advantages, masked_mean_per_sequence
 from algorithms.rollout import Rollout, rollout_logps
 from benchmarks.errors import UsageError
-from benchmarks.harness import RunConfig, build, train_steps
+from benchmarks.harness import build, resolve, train_steps
 from benchmarks.io import atomic_write_json, atomic_write_text
 
 ZERO_TOL = 1e-6
@@ -172,9 +171,10 @@ class Mu1Settings:
 
 
 def build_grpo(setup: Setup, seed: int, steps: int, **grpo_options):
-    rc = RunConfig(task=setup.task, algo="grpo", steps=steps, seed=seed, device="cpu", precision="fp32", out="unused",
-                   max_new_tokens=setup.max_new_tokens)
-    return build(rc, GRPOConfig(**{**setup.shared, **grpo_options}), setup.task_options)
+    rc, config, task_options = resolve({"task": setup.task, "algo": "grpo", "steps": steps, "seed": seed, "device": "cpu",
+                                        "precision": "fp32", "out": "unused", "max_new_tokens": setup.max_new_tokens,
+                                        **setup.shared, **grpo_options, **setup.task_options})
+    return build(rc, config, task_options)
 
 
 def train(setup: Setup, steps: int, seed: int, eval_every: int = 0, evaluate: bool = True,

@@ -27,11 +27,10 @@ from benchmarks.io import atomic_write_json, atomic_write_text, read_jsonl
 from benchmarks.references import trl as trl_ref
 
 TASK = "pizza"
-# Our GRPOConfig's fields, then the run's sampling; both sides read these (TRL's through its adapter).
+# The settings both sides read (ours through ``resolve``, TRL's through its adapter): GRPO's, then the run's sampling.
 MATCHED = {"group_size": 8, "prompts_per_step": 4, "learning_rate": 5e-5, "beta": 0.04, "mu": 1, "loss_type": "grpo",
            "epsilon": 0.2, "scale_rewards": "group", "max_grad_norm": 1.0, "kl_bias_correction": False,
            "max_new_tokens": 12, "temperature": 1.0}
-RUN_SETTINGS = ("max_new_tokens", "temperature")
 
 
 @dataclasses.dataclass
@@ -44,13 +43,11 @@ class TrlTrainSettings:
 
 
 def run_ours(steps: int, seed: int, out: str) -> dict:
-    from algorithms.grpo import GRPOConfig
-    from benchmarks.harness import RunConfig, run
+    from benchmarks.harness import resolve, run
 
-    rc = RunConfig(task=TASK, algo="grpo", steps=steps, seed=seed, out=out, eval_every=0, checkpoint_every=0,
-                   precision="fp32", **{name: MATCHED[name] for name in RUN_SETTINGS})
-    config = GRPOConfig(**{name: value for name, value in MATCHED.items() if name not in RUN_SETTINGS})
-    summary = run(rc, config, {}, progress=False)
+    rc, config, task_options = resolve({"task": TASK, "algo": "grpo", "steps": steps, "seed": seed, "out": out,
+                                        "eval_every": 0, "checkpoint_every": 0, "precision": "fp32", **MATCHED})
+    summary = run(rc, config, task_options, progress=False)
     return {
         "impl": "grpo-bench", "seed": seed, "accuracy_before": summary["accuracy_before"],
         "accuracy_after": summary["accuracy_after"], "time_per_step_s": summary["time_per_step_s"],

@@ -162,14 +162,20 @@ def resolve(options: dict[str, Any], *, spell: Callable[[str], str] = repr):
             raise UsageError(f"unknown option {spell(name)}; see grpo-bench run --help")
     rc = RunConfig(**run_kwargs)
     rc.validate(spell)
-    if algo_kwargs.get("learning_rate") is None:
-        algo_kwargs["learning_rate"] = task_cls.recommended_learning_rate
     try:
-        algo_config = config_cls(**algo_kwargs)
+        algo_config = with_task_defaults(config_cls(**algo_kwargs), task_cls)
         algo_config.validate()
     except (TypeError, ValueError) as exc:
         raise UsageError(f"{algo}: {exc}") from None
     return rc, algo_config, task_kwargs
+
+
+def with_task_defaults(algo_config, task_cls):
+    """``algo_config`` with what it leaves to the task filled from the task (the one place that does): an unset
+    learning rate becomes the task's recommended one, in a copy."""
+    if algo_config.learning_rate is not None:
+        return algo_config
+    return dataclasses.replace(algo_config, learning_rate=task_cls.recommended_learning_rate)
 
 
 def load_config_file(path) -> dict[str, Any]:

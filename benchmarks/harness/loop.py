@@ -31,7 +31,7 @@ from algorithms import ALGORITHMS, Algorithm, Sampling
 from algorithms.rollout import generate
 from benchmarks.errors import TrainingFailed, UsageError
 from benchmarks.harness import distributed, lora, measure, tracking
-from benchmarks.harness.config import RESUMABLE, RunConfig, flat_settings, training_seed
+from benchmarks.harness.config import RESUMABLE, RunConfig, flat_settings, training_seed, with_task_defaults
 from benchmarks.progress import progress as progress_bar
 from benchmarks.io import (locked_directory, append_jsonl, atomic_write, atomic_write_json, encode_correct, read_json,
                            read_jsonl, rewrite_jsonl)
@@ -133,10 +133,11 @@ def make_evaluated_task(name: str, **options) -> Task:
 
 
 def build(rc: RunConfig, algo_config, task_options: dict, task: Optional[Task] = None):
-    """Resolve devices and defaults and build (task, policy, algorithm, resolved config dict).
+    """Resolve the device and precision and build (task, policy, algorithm, resolved config dict).
 
-    Nothing given is changed: an unset learning rate becomes the task's in a copy of ``algo_config``."""
-    rc.validate()
+    Nothing given is changed: an unset learning rate becomes the task's in a copy of ``algo_config``
+    (``with_task_defaults``, as ``resolve`` fills it); the algorithm validates its config, and refuses a bad one as
+    one UsageError line."""
     try:
         device = measure.resolve_device(rc.device)
         precision = measure.resolve_precision(rc.precision, device)
@@ -145,12 +146,7 @@ def build(rc: RunConfig, algo_config, task_options: dict, task: Optional[Task] =
     torch.manual_seed(training_seed(rc))
     random.seed(training_seed(rc))
     task = task or make_evaluated_task(rc.task, **task_options)
-    if algo_config.learning_rate is None:
-        algo_config = dataclasses.replace(algo_config, learning_rate=task.recommended_learning_rate)
-    try:
-        algo_config.validate()
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    algo_config = with_task_defaults(algo_config, type(task))
     policy = lora.wrap(task.load_policy(device), rc)
     algo_cls = ALGORITHMS[rc.algo]
     # With LoRA the reference is the policy with its adapter off, not a second copy of the weights.

@@ -20,9 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from algorithms.grpo import GRPOConfig
 from benchmarks.errors import UsageError
-from benchmarks.harness import RunConfig, run
+from benchmarks.harness import resolve, run
 from benchmarks.io import atomic_write_text, read_jsonl
 
 METRICS = ("true_reward", "accuracy", "rm_reward")
@@ -42,9 +41,10 @@ class AblationSettings:
 
 
 def run_cell(out: Path, group_size: int, seed: int, steps: int, eval_every: int, reward_mode: str, device: str) -> pd.DataFrame:
-    rc = RunConfig(task="bandit", algo="grpo", steps=steps, seed=seed, device=device, out=str(out),
-                   eval_every=eval_every, checkpoint_every=0)
-    summary = run(rc, GRPOConfig(group_size=group_size), {"reward_mode": reward_mode}, progress=False)
+    rc, config, task_options = resolve({"task": "bandit", "algo": "grpo", "steps": steps, "seed": seed, "device": device,
+                                        "out": str(out), "eval_every": eval_every, "checkpoint_every": 0,
+                                        "group_size": group_size, "reward_mode": reward_mode})
+    summary = run(rc, config, task_options, progress=False)
     points = [{"step": 0, **{m: summary[f"{m}_before"] for m in METRICS}}]
     points += [{"step": r["step"], **{m: r[f"eval/{m}"] for m in METRICS}} for r in read_jsonl(out / "metrics.jsonl") if f"eval/{METRICS[0]}" in r]
     points.append({"step": steps, **{m: summary[f"{m}_after"] for m in METRICS}})

@@ -64,16 +64,15 @@ def _state(model, optimizer, grads_measured: bool) -> dict:
 def _ours(s: Settings, lora: bool) -> dict:
     import random
 
-    from algorithms.grpo import GRPOConfig
-    from benchmarks.harness.config import RunConfig
+    from benchmarks.harness.config import resolve
     from benchmarks.harness.loop import build, train_steps
 
-    rc = RunConfig(task="gsm8k", algo="grpo", steps=s.steps, seed=s.seed, device=s.device, precision="fp32",
-                   max_new_tokens=s.max_new_tokens, lora_r=s.lora_r if lora else 0, lora_alpha=s.lora_alpha,
-                   lora_dropout=s.lora_dropout, lora_target_modules=s.lora_target_modules)
-    config = GRPOConfig(group_size=s.group_size, prompts_per_step=s.prompts_per_step, learning_rate=s.learning_rate,
-                        beta=s.beta)
-    task, policy, algo, _ = build(rc, config, {"eval_questions": 1})
+    rc, config, task_options = resolve({
+        "task": "gsm8k", "algo": "grpo", "steps": s.steps, "seed": s.seed, "device": s.device, "precision": "fp32",
+        "max_new_tokens": s.max_new_tokens, "lora_r": s.lora_r if lora else 0, "lora_alpha": s.lora_alpha,
+        "lora_dropout": s.lora_dropout, "lora_target_modules": s.lora_target_modules, "group_size": s.group_size,
+        "prompts_per_step": s.prompts_per_step, "learning_rate": s.learning_rate, "beta": s.beta, "eval_questions": 1})
+    task, policy, algo, _ = build(rc, config, task_options)
     start = time.perf_counter()
     for _ in train_steps(algo, task, random.Random(s.seed), range(1, s.steps + 1)):
         pass

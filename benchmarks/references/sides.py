@@ -109,15 +109,13 @@ class Ours:
     """This suite's GRPO or RLOO, built by the harness as ``grpo-bench run`` builds it."""
 
     def __init__(self, w: Workload, *, seed: int, device: str, precision: str = "fp32", task=None):
-        from algorithms.grpo import GRPOConfig
-        from algorithms.rloo import RLOOConfig
-        from benchmarks.harness import RunConfig, build
+        from benchmarks.harness import build, resolve
 
-        rc = RunConfig(task=w.task, algo=w.algo, seed=seed, device=device, precision=precision,
-                       max_new_tokens=w.max_new_tokens, temperature=w.temperature, lora_r=w.lora_r,
-                       lora_dropout=w.lora_dropout)
-        config = (GRPOConfig if w.algo == "grpo" else RLOOConfig)(**w.settings())
-        self.task, self.policy, self.algo, _ = build(rc, config, dict(w.task_options), task)
+        rc, config, task_options = resolve({
+            "task": w.task, "algo": w.algo, "seed": seed, "device": device, "precision": precision,
+            "max_new_tokens": w.max_new_tokens, "temperature": w.temperature, "lora_r": w.lora_r,
+            "lora_dropout": w.lora_dropout, **w.settings(), **dict(w.task_options)})
+        self.task, self.policy, self.algo, _ = build(rc, config, task_options, task)
         self.workload = w
 
     def step(self, prompts: list[str]) -> dict[str, float]:

@@ -6,12 +6,13 @@ import torch
 
 from algorithms import ALGORITHMS
 from algorithms.rollout import generate
-from benchmarks.harness import RunConfig, build
+from benchmarks.harness import build, resolve
 
 
 def _algorithm(name: str):
-    rc = RunConfig(task="pizza", algo=name, steps=1, device="cpu", precision="fp32", out="/dev/null")
-    task, policy, algo, _ = build(rc, ALGORITHMS[name].Config(), {"eval_samples": 16})
+    rc, config, task_options = resolve({"task": "pizza", "algo": name, "steps": 1, "device": "cpu", "precision": "fp32",
+                                        "out": "/dev/null", "eval_samples": 16})
+    task, policy, algo, _ = build(rc, config, task_options)
     return task, algo
 
 
