@@ -11,6 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
+from benchmarks.errors import UsageError
+
 
 def atomic_write(path: Path | str, write: Callable[[Path], None]) -> None:
     """Call ``write(tmp_path)`` then rename onto ``path``: readers see the old file or the new one."""
@@ -123,8 +125,6 @@ def locked_directory(directory: Path | str, lock_name: str, *, what: str, busy: 
     """Create ``directory`` and hold an exclusive lock file in it for the block. A path that cannot be
     created or written, or a lock another process holds, is one UsageError line (``what`` names the
     directory's role, ``busy`` the holder), before any work."""
-    from benchmarks.errors import UsageError
-
     directory = Path(directory)
     try:
         directory.mkdir(parents=True, exist_ok=True)

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from tasks.base import EvalMetrics, GenerationDefaults, Samples, Task, TaskError, register_task, sample_batched
-from tasks.smollm import cached_causal_lm, load_causal_lm, load_tokenizer
+from tasks.smollm import cached_causal_lm, cached_dir, load_causal_lm, load_tokenizer
 
 HUB_NAME, HUB_CONFIG = "openai/gsm8k", "main"
 ENV_DATA = "GRPO_BENCH_GSM8K"
@@ -538,8 +538,6 @@ class GSM8KTask(Task):
                 [formatted_solution(p.solution, think_prefill=self.think_prefill) for p in chosen])
 
     def sft_recipe(self) -> dict:
-        from tasks.smollm import cached_dir
-
         prompts, targets = self.sft_data()
         digest = hashlib.sha256("\x00".join(prompts + targets).encode()).hexdigest()
         steps = self.sft_steps or math.ceil(self.sft_examples / self.sft_batch)

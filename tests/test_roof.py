@@ -13,7 +13,7 @@ def test_roof_report_on_a_tiny_model(tmp_path, monkeypatch):
 
     tokenizer = char_tokenizer(list("abcdefghijklmnopqrstuvwxyz .,?0123456789+"))
     model = tiny_llama(tokenizer, hidden_size=32, num_layers=1, max_positions=256)
-    monkeypatch.setattr("tasks.smollm.load_causal_lm", lambda name=None: (model, tokenizer))
+    monkeypatch.setattr(roof, "load_causal_lm", lambda name=None: (model, tokenizer))
     monkeypatch.setattr(roof, "memory_bandwidth", lambda mib, repeats: 1e9)  # 1 GB/s
     rates = {"fp32": 1e9, "bf16": 2e9, "int8": 4e9}  # FLOP/s
     monkeypatch.setattr(roof, "matmul_flops", lambda size, repeats, precision="fp32": rates[precision])

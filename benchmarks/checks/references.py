@@ -33,7 +33,7 @@ from algorithms import estimators, kl, losses, policy_losses
 from benchmarks.errors import UsageError
 from benchmarks.io import atomic_write_text
 from benchmarks.markdown import markdown_table, update_section
-from benchmarks.references import install
+from benchmarks.references import features, install, openrlhf, trl_ppo, verl
 
 TOL = 1e-5
 FRAMEWORKS = ("verl", "openrlhf", "trl-ppo")
@@ -297,8 +297,6 @@ def _k3_clamp(case: str) -> Optional[str]:
 
 
 def verl_configs(cases: Iterable[str]) -> list[Config]:
-    from benchmarks.references import verl
-
     cases = list(cases)
     out: list[Config] = []
 
@@ -497,8 +495,6 @@ def _rpp_unbiased(b: Batch, baseline: bool) -> torch.Tensor:
 
 
 def openrlhf_configs(cases: Iterable[str]) -> list[Config]:
-    from benchmarks.references import openrlhf
-
     cases = list(cases)
     out: list[Config] = []
 
@@ -641,8 +637,6 @@ def _ours_on_trl_layout(b: Batch, gamma: float, lam: float, estimator: str) -> t
 
 
 def trl_ppo_configs(cases: Iterable[str]) -> list[Config]:
-    from benchmarks.references import trl_ppo
-
     cases = list(cases)
     out: list[Config] = []
 
@@ -1030,8 +1024,6 @@ def run_references_check(settings: ReferencesSettings, command: str = "grpo-benc
     plants = [run_plant(p, configs, rows) for p in PLANTS] if settings.plants else []
     seconds = time.perf_counter() - start
     out = Path(settings.out)
-    from benchmarks.references import features
-
     atomic_write_text(out / "references.md", report(rows, plants, seconds, command))
     atomic_write_text(out / "references.csv", rows_csv(rows))
     atomic_write_text(out / "features.md", features.feature_report(rows))

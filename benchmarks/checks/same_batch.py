@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 from benchmarks.errors import UsageError
+from benchmarks.harness import measure
 from benchmarks.io import atomic_write_json, atomic_write_text
 from benchmarks.markdown import markdown_table
 from benchmarks.references.sides import (
@@ -38,8 +39,6 @@ COLUMNS = (("max_abs_diff", "loss, end to end"), ("abs_diff_formula", "loss func
 
 
 def run_same_batch_check(settings: SameBatchSettings, command: str, log=print) -> dict:
-    from benchmarks.harness import measure
-
     choices = workloads_of("grpo")
     unknown = [name for name in settings.workloads if name not in choices]
     if unknown:

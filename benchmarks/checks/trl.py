@@ -45,13 +45,15 @@ from typing import Optional
 
 import torch
 
-from algorithms.policy_losses import CLIPPED_LOSS_TYPES, GRPO_LOSS_TYPES, IMPORTANCE_SAMPLING_MODES, grpo_loss
-
+from algorithms.grpo import GRPOConfig
 from algorithms.losses import dpo_loss, group_advantages, rloo_advantages, rloo_loss
+from algorithms.policy_losses import CLIPPED_LOSS_TYPES, GRPO_LOSS_TYPES, IMPORTANCE_SAMPLING_MODES, grpo_loss
 from algorithms.rollout import per_token_logps, tokenize_prompts
 from benchmarks.io import atomic_write_json, atomic_write_text
 from benchmarks.markdown import markdown_table
 from benchmarks.references import trl as trl_ref
+from tasks.pizza import RECIPE, build_pizza_model
+from tasks.tiny_lm import cached_model
 
 LOSS_TOL = 1e-6
 GRAD_TOL = 1e-5
@@ -172,8 +174,6 @@ TRL_NAMES = {ours: theirs for ours, theirs in trl_ref.KNOBS.items()
 def skip_reason(cfg: LossConfig) -> Optional[str]:
     """Why a combination is not compared: our GRPOConfig refuses it (as TRL does, or where TRL silently
     ignores the option), or the two sides differ there by design."""
-    from algorithms.grpo import GRPOConfig
-
     try:
         GRPOConfig(learning_rate=1e-3, mu=cfg.mu, sampling_precision="bf16" if cfg.sampler else "same",
                    **cfg.ours()).validate()
@@ -245,9 +245,6 @@ def config_name(cfg) -> str:
 
 
 def load_model():
-    from tasks.pizza import RECIPE, build_pizza_model
-    from tasks.tiny_lm import cached_model
-
     model, tokenizer = cached_model("pizza", RECIPE, lambda: build_pizza_model(RECIPE))
     return model.float().train(), tokenizer
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from benchmarks.cli.options import seed_value
+from benchmarks.perf.executors import ARMS, DEFAULT_JOBS, run_bench_executors
+
 
 def add_executors_parser(which) -> None:
-    from benchmarks.cli.options import seed_value
-    from benchmarks.perf.executors import ARMS, DEFAULT_JOBS
-
     e = which.add_parser("executors", help="a matrix in fresh processes one at a time and N at once, then in N warm "
                                            "workers: the warm start and the parallelism, each on its own")
     e.add_argument("file", help="matrix file (TOML), e.g. benchmarks/matrices/scaleout.toml")
@@ -29,8 +29,6 @@ def add_executors_parser(which) -> None:
 
 
 def cmd_bench_executors(args) -> int:
-    from benchmarks.perf.executors import run_bench_executors
-
     result = run_bench_executors(args.file, args.out, jobs=args.jobs, arms=args.arms, readme=args.readme, seeds=args.seeds,
                                  section=args.section, spread_from=args.spread_from, rerender=args.rerender)
     return 0 if all(r["counts"]["failed"] == 0 for r in result["runs"].values()) else 1

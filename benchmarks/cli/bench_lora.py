@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.perf.lora import SIDES, Settings
+from benchmarks.cli.options import comma_list
+from benchmarks.errors import UsageError
+from benchmarks.perf.lora import SIDES, Settings, run_bench
 
 
 def add_bench_lora_parser(which) -> None:
@@ -24,10 +26,6 @@ def add_bench_lora_parser(which) -> None:
 
 
 def cmd_bench_lora(args) -> int:
-    from benchmarks.cli.options import comma_list
-    from benchmarks.errors import UsageError
-    from benchmarks.perf.lora import run_bench
-
     sides = comma_list(args.sides)
     unknown = [s for s in sides if s not in SIDES]
     if unknown or not sides:

@@ -3,11 +3,11 @@ Wire in with ``add_bench_revisions_parser(which)``."""
 
 from __future__ import annotations
 
+from benchmarks.cli.options import comma_list, seed_value
+from benchmarks.perf.revisions import RevisionSettings, run_revisions
+
 
 def add_bench_revisions_parser(which) -> None:
-    from benchmarks.cli.options import seed_value
-    from benchmarks.perf.revisions import RevisionSettings
-
     defaults = RevisionSettings(revisions=[])
     p = which.add_parser("revisions", help="one GRPO step at several git revisions, side by side: what each change bought")
     p.add_argument("revisions", nargs="+", help="git revisions (commits, tags, branches), the baseline first")
@@ -23,9 +23,6 @@ def add_bench_revisions_parser(which) -> None:
 
 
 def cmd_bench_revisions(args) -> int:
-    from benchmarks.cli.options import comma_list
-    from benchmarks.perf.revisions import RevisionSettings, run_revisions
-
     run_revisions(RevisionSettings(revisions=args.revisions, workloads=comma_list(args.workloads),
                                    rounds=args.rounds, seed=args.seed, threads=args.threads, device=args.device,
                                    repo=args.repo, out=args.out), command=args.command_line)

@@ -3,10 +3,10 @@ bandwidth and matmul rate allow (benchmarks/perf/roof.py). Wire in with ``add_be
 
 from __future__ import annotations
 
+from benchmarks.perf.roof import RoofSettings, run_roof
+
 
 def add_bench_roof_parser(which) -> None:
-    from benchmarks.perf.roof import RoofSettings
-
     defaults = RoofSettings()
     p = which.add_parser("roof", help="generation tokens/s against the roof of the measured bandwidth and FLOP rate")
     p.add_argument("--batch-sizes", type=int, nargs="+", default=defaults.batch_sizes,
@@ -23,8 +23,6 @@ def add_bench_roof_parser(which) -> None:
 
 
 def cmd_bench_roof(args) -> int:
-    from benchmarks.perf.roof import RoofSettings, run_roof
-
     run_roof(RoofSettings(batch_sizes=args.batch_sizes, new_tokens=args.new_tokens, threads=args.threads,
                           repeats=args.repeats, stream_mib=args.stream_mib, model=args.model, precisions=args.precisions, out=args.out),
              command=args.command_line)

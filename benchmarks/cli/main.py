@@ -59,7 +59,7 @@ def _builder(name: str):
 
     def build(sub) -> None:
         if name in FROM_REGISTRIES:
-            from benchmarks.plugins import load_plugins
+            from benchmarks.plugins import load_plugins  # heavy: torch (algorithms, tasks); not for --help alone
 
             load_plugins()
         getattr(importlib.import_module(module), function)(sub)
@@ -126,7 +126,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         argv = sys.argv[1:] if argv is None else list(argv)
         args = build_parser().parse_args(argv)
-        from benchmarks.plugins import load_plugins
+        from benchmarks.plugins import load_plugins  # heavy: torch (algorithms, tasks); not for --help alone
         from transformers.utils import logging as hf_logging
 
         load_plugins()  # before a handler reads the registries (a matrix names a plug-in's algorithm)

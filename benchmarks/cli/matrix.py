@@ -1,13 +1,25 @@
 """``grpo-bench matrix`` (run a matrix file), ``report`` (its tables and plots), ``readme`` (copy reports
 into the README), ``agreement`` (a rerun's verdicts against the first run's), ``transfer`` (a toy matrix's
 ranking against a real one's), ``calibration`` (the verdicts' coverage and A/A false-separation rate) and
-``ablation`` (GRPO's group size on the bandit)."""
+``ablation`` (GRPO's group size on the bandit).
+
+One module serves all of these subcommands, and the light ones' ``--help`` (report, agreement, transfer, claims,
+variance, calibration, readme) starts in about 0.1 s: the matrix engine and its executors (torch, through the
+harness), the report's modules (pandas and scipy), the ablation (both) and ``benchmarks.curve`` (numpy) are imported
+by the parser builder or handler that needs them, each such import marked "heavy"; so are the run-file modules
+``benchmarks.io`` and ``benchmarks.store`` (and ``benchmarks.markdown``, which imports io), marked "start-up": their
+hashlib and random (through ``secrets``) would add about 10 ms to that 0.1 s."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import json
 from pathlib import Path
 from typing import Optional
 
+from benchmarks.cli.options import (add_dataclass_options, comma_list, flag, given_options, matrix_directory,
+                                    run_settings_problem, seed_value, writable)
 from benchmarks.errors import UsageError
 
 
@@ -28,10 +40,7 @@ def add_matrix_parser(sub) -> None:
 
 def add_executor_options(parser) -> None:
     """``--executor NAME`` and a flag for every option some registered executor declares, grouped by executor."""
-    import inspect
-
-    from benchmarks.cli.options import add_dataclass_options
-    from benchmarks.matrix.executors import EXECUTORS
+    from benchmarks.matrix.executors import EXECUTORS  # heavy: torch
 
     parser.add_argument_group("executor (where the cells run)").add_argument(
         "--executor", default="local", help=f"one of: {', '.join(sorted(EXECUTORS))} (default: local); each one's "
@@ -45,10 +54,7 @@ def add_executor_options(parser) -> None:
 def executor_settings(args) -> dict:
     """The executor flags given, refusing one of another executor than ``--executor``'s (ignored before:
     ``--ray-address`` without ``--executor ray`` ran the cells locally)."""
-    import dataclasses
-
-    from benchmarks.cli.options import flag, given_options
-    from benchmarks.matrix.executors import EXECUTORS, executor_class, executor_option_names
+    from benchmarks.matrix.executors import EXECUTORS, executor_class, executor_option_names  # heavy: torch
 
     given = given_options(args, executor_option_names())
     own = {f.name for f in dataclasses.fields(executor_class(args.executor).Options)}
@@ -62,8 +68,6 @@ def executor_settings(args) -> dict:
 def check_cells(plan) -> None:
     """Every cell's settings, before any runs: what the matrix file's validation lets through and every cell
     would then fail on one by one, or train on nothing (``options.run_settings_problem``)."""
-    from benchmarks.cli.options import run_settings_problem
-
     for cell in plan.tuning_cells() + plan.cells + [c for g in plan.tuning for cells in g.candidates for c in cells]:
         problem = run_settings_problem(cell.spec().get("settings", {}))
         if problem:
@@ -71,10 +75,9 @@ def check_cells(plan) -> None:
 
 
 def cmd_matrix(args) -> int:
-    from benchmarks.io import read_json
-    from benchmarks.matrix import parse, run_matrix
-    from benchmarks.cli.options import comma_list
-    from benchmarks.matrix.executors import make_executor
+    from benchmarks.io import read_json  # start-up: hashlib, random (module docstring)
+    from benchmarks.matrix import parse, run_matrix  # heavy: torch
+    from benchmarks.matrix.executors import make_executor  # heavy: torch
 
     executor = make_executor(args.executor, **executor_settings(args))
     plan = parse(args.file)
@@ -100,7 +103,7 @@ def cmd_matrix(args) -> int:
           f"{counts['failed']} failed; {sessions[-1]['elapsed_s']:.0f} s this session, "
           f"{sum(s['elapsed_s'] for s in sessions):.0f} s in all -> {out}")
     if not args.no_report:  # failed cells are reported as failed; the rest still get their tables and verdicts
-        from benchmarks.report.matrix import report
+        from benchmarks.report.matrix import report  # heavy: pandas, scipy
 
         data = report(out)
         for sentence in data.get("analysis", {}).get("sentences", []):
@@ -143,9 +146,7 @@ def add_transfer_parser(sub) -> None:
 
 
 def cmd_transfer(args) -> int:
-    from benchmarks.report.transfer import write_transfer
-
-    from benchmarks.cli.options import matrix_directory
+    from benchmarks.report.transfer import write_transfer  # heavy: pandas, scipy
 
     matrix_directory(args.toy, "TOY")  # the folders first: a typo in one is not "too few algorithms"
     matrix_directory(args.real, "REAL")
@@ -165,8 +166,6 @@ def cmd_transfer(args) -> int:
 def _study_outputs(args) -> None:
     """A study's matrix directories (``args.dirs``, where it has them), its --out file and, where given, --readme:
     there and writable, or one line before any work."""
-    from benchmarks.cli.options import matrix_directory, writable
-
     for directory in getattr(args, "dirs", []):
         matrix_directory(directory)
     writable(args.out, "--out")
@@ -200,7 +199,7 @@ def add_claims_parser(sub) -> None:
 
 
 def cmd_claims(args) -> int:
-    from benchmarks.report.claims import write_claims
+    from benchmarks.report.claims import write_claims  # heavy: pandas, scipy
 
     _study_outputs(args)
     write_claims(args.dirs, args.out, command=args.command_line, readme=args.readme, section=args.section)
@@ -222,8 +221,8 @@ def add_variance_parser(sub) -> None:
 
 
 def cmd_variance(args) -> int:
-    from benchmarks.curve import parse_primary
-    from benchmarks.report.variance import write_variance
+    from benchmarks.curve import parse_primary  # heavy: numpy
+    from benchmarks.report.variance import write_variance  # heavy: pandas, scipy
 
     _study_outputs(args)
     if not 0 < args.target_mdd < 1:
@@ -257,10 +256,8 @@ def add_calibration_parser(sub) -> None:
 
 
 def cmd_calibration(args) -> int:
-    from benchmarks.matrix import parse
-    from benchmarks.report.calibration_report import write_calibration
-
-    from benchmarks.cli.options import matrix_directory, writable
+    from benchmarks.matrix import parse  # heavy: torch
+    from benchmarks.report.calibration_report import write_calibration  # heavy: pandas, scipy
 
     if args.sims < 100:
         raise UsageError(f"--sims must be at least 100, got {args.sims}")
@@ -278,11 +275,9 @@ def cmd_calibration(args) -> int:
 
 
 def cmd_agreement(args) -> int:
-    from benchmarks.cli.options import writable
-
-    shared_variants(args.first, args.second)
+    shared_variants(args.first, args.second)  # the inputs first: a typo is one line before pandas loads
     writable(args.out, "--out")
-    from benchmarks.report.agreement import write_agreement
+    from benchmarks.report.agreement import write_agreement  # heavy: pandas, scipy
 
     _, text = write_agreement(args.first, args.second, args.out)
     print(text.splitlines()[2] if len(text.splitlines()) > 2 else text)
@@ -292,7 +287,7 @@ def cmd_agreement(args) -> int:
 
 def _planned(directory: Path) -> tuple[str, list[dict]]:
     """The matrix's name and its planned cells, from DIR/matrix.json (one UsageError line when unreadable)."""
-    from benchmarks.io import read_json
+    from benchmarks.io import read_json  # start-up: hashlib, random (module docstring)
 
     meta = read_json(directory / "matrix.json")
     if not isinstance(meta, dict) or not isinstance(meta.get("cells"), list):
@@ -303,8 +298,6 @@ def _planned(directory: Path) -> tuple[str, list[dict]]:
 def shared_variants(first, second) -> set[tuple[str, str]]:
     """The (task, variant) pairs two matrix directories both plan; none is one UsageError line naming each side's
     (``agreement`` compares a rerun of the same matrix, and two different ones had read "0 of 0 agree")."""
-    from benchmarks.cli.options import matrix_directory
-
     sides = []
     for label, directory in (("FIRST", first), ("SECOND", second)):
         name, cells = _planned(matrix_directory(directory, label))
@@ -323,9 +316,7 @@ def shared_variants(first, second) -> set[tuple[str, str]]:
 def stored_cells(directory: Path) -> Optional[dict[str, dict]]:
     """Each cell the result store DIR/results.parquet holds, with its spec (its cell rows alone, not its metrics);
     None when there is no store or it cannot be read here (the report's own reading then says why)."""
-    import json
-
-    from benchmarks.store import store_path
+    from benchmarks.store import store_path  # start-up: hashlib, random (module docstring)
 
     path = store_path(directory)
     if not path.is_file():
@@ -342,7 +333,7 @@ def stored_cells(directory: Path) -> Optional[dict[str, dict]]:
 def check_store_matches_plan(directory: Path) -> None:
     """Refuse a result store none of whose cells is a cell of DIR/matrix.json's plan (another matrix's store, copied
     in): its report would be every cell "missing", written over the matrix's own report."""
-    from benchmarks.store import same_experiment_spec
+    from benchmarks.store import same_experiment_spec  # start-up: hashlib, random (module docstring)
 
     stored = stored_cells(directory)
     if not stored or not (directory / "matrix.json").is_file():
@@ -360,8 +351,7 @@ def check_store_matches_plan(directory: Path) -> None:
 
 
 def cmd_report(args) -> int:
-    from benchmarks.cli.options import writable
-    from benchmarks.report.matrix import report, summary_markdown
+    from benchmarks.report.matrix import report, summary_markdown  # heavy: pandas, scipy
 
     check_store_matches_plan(Path(args.dir))
     if args.readme:
@@ -386,7 +376,7 @@ def add_readme_parser(sub) -> None:
 
 
 def cmd_readme(args) -> int:
-    from benchmarks.markdown import index_reports
+    from benchmarks.markdown import index_reports  # start-up: hashlib, random (module docstring)
 
     for line in index_reports(args.readme):
         print(line)
@@ -394,8 +384,7 @@ def cmd_readme(args) -> int:
 
 
 def add_ablation_parser(sub) -> None:
-    from benchmarks.cli.options import seed_value
-    from benchmarks.matrix.ablation import AblationSettings
+    from benchmarks.matrix.ablation import AblationSettings  # heavy: torch, pandas
 
     defaults = AblationSettings()
     p = sub.add_parser("ablation", help="GRPO group-size ablation on the toy bandit (G = 2, 4, 8, 16)")
@@ -414,7 +403,7 @@ def add_ablation_parser(sub) -> None:
 
 
 def cmd_ablation(args) -> int:
-    from benchmarks.matrix.ablation import AblationSettings, run_ablation
+    from benchmarks.matrix.ablation import AblationSettings, run_ablation  # heavy: torch, pandas
 
     settings = AblationSettings(out=args.out, group_sizes=args.group_sizes, seeds=args.seeds, steps=args.steps,
                                 eval_every=args.eval_every, reward_mode=args.reward_mode, device=args.device)

@@ -2,8 +2,9 @@
 when named, flags generated from config dataclasses and from each task's declared options, ``--reward-fn
 MODULE:FUNC``, and the checks of paths, seeds and run settings that several subcommands share.
 
-Nothing heavy is imported here at module level (algorithms, tasks and the harness import torch and
-transformers): ``grpo-bench --help`` and a light subcommand's ``--help`` import none of them."""
+Nothing heavy is imported here at module level (algorithms, tasks and the harness import torch): ``grpo-bench
+--help`` and a light subcommand's ``--help`` import this module and none of them. The functions that need them
+import them where they run, each such import marked "heavy"."""
 
 from __future__ import annotations
 
@@ -140,9 +141,9 @@ FLAG_TYPES = {"seed": seed_value, "nproc": at_least_one}
 def add_dataclass_options(group, cls, seen: dict[str, set], owner_name: str, skip=(), only=None) -> None:
     """A flag per field of ``cls`` (those in ``only``, when given) with its help and default; a field another owner
     added already gets this owner's meaning appended to its help instead of a second flag."""
-    from algorithms import AlgoConfig
-    from algorithms.base import config_fields
-    from benchmarks.harness.config import field_type
+    from algorithms import AlgoConfig  # heavy: torch
+    from algorithms.base import config_fields  # heavy: torch
+    from benchmarks.harness.config import field_type  # heavy: torch
 
     for f in dataclasses.fields(cls):
         if f.name in skip or (only is not None and f.name not in only) or "option_group" in f.metadata:
@@ -167,7 +168,7 @@ def add_dataclass_options(group, cls, seen: dict[str, set], owner_name: str, ski
 
 def add_task_options(parser: argparse.ArgumentParser) -> None:
     """A flag for every option some registered task declares (``Task.options``), with that task's help."""
-    from tasks import TASKS
+    from tasks import TASKS  # heavy: torch
 
     group = parser.add_argument_group("task options")
     added: dict[str, list[str]] = {}
@@ -184,7 +185,7 @@ def add_task_options(parser: argparse.ArgumentParser) -> None:
 
 
 def task_option_names() -> set[str]:
-    from tasks import TASKS
+    from tasks import TASKS  # heavy: torch
 
     return {name for cls in TASKS.values() for name in cls.options()}
 
@@ -221,7 +222,7 @@ def load_reward_fn(spec: str) -> Callable:
 
 def task_options_for(task: str, given: dict) -> dict:
     """``given`` task options, refusing one that belongs to another task (one line)."""
-    from tasks import TASKS
+    from tasks import TASKS  # heavy: torch
 
     if task not in TASKS:
         raise UsageError(f"unknown task {task!r}; choose from {', '.join(sorted(TASKS))}")
@@ -315,8 +316,8 @@ def device_problem(device) -> Optional[str]:
 def group_based(algo: str, options: dict) -> bool:
     """Whether ``algo`` with ``options`` judges each completion against the other completions of its prompt (a
     group baseline): GRPO's and RLOO's groups, REINFORCE++ with group_baseline."""
-    from algorithms import ALGORITHMS
-    from algorithms.base import config_fields
+    from algorithms import ALGORITHMS  # heavy: torch
+    from algorithms.base import config_fields  # heavy: torch
 
     cls = ALGORITHMS.get(algo)
     if cls is None:

@@ -16,6 +16,7 @@ from typing import Optional
 from benchmarks.errors import UsageError
 from benchmarks.cli.options import seed_value, set_options
 from benchmarks.io import atomic_write_json
+from benchmarks.markdown import markdown_table, update_section
 
 
 def add_paired_parser(sub) -> None:
@@ -51,7 +52,7 @@ def _question_range(text: str) -> tuple[int, Optional[int]]:
 
 
 def cmd_eval(args) -> int:
-    from benchmarks.harness.paired import PairedEvalSettings, evaluate_paired
+    from benchmarks.harness.paired import PairedEvalSettings, evaluate_paired  # heavy: torch, not for --help
 
     options = set_options(args.set)
     settings = PairedEvalSettings(task=args.task, task_options=options, seed=args.seed, device=args.device,
@@ -66,7 +67,7 @@ def cmd_eval(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from benchmarks.report.paired import SAME_SETTINGS, compare, merge
+    from benchmarks.report.paired import SAME_SETTINGS, compare, merge  # start-up: decimal, ~5 ms of --help's 0.1 s
 
     before, after = (merge([json.loads(Path(p).read_text()) for p in files]) for files in (args.before, args.after))
     result = compare(before, after)
@@ -76,8 +77,6 @@ def cmd_compare(args) -> int:
     if args.out:
         atomic_write_json(Path(args.out), result)
     if args.readme:
-        from benchmarks.markdown import markdown_table, update_section
-
         rows = [[key.replace("correct", "accuracy").replace("_", " "), f"{t['accuracy_before']:.3f}", f"{t['accuracy_after']:.3f}",
                  t["b"], t["c"], f"{t['p_value']:.3g}"] for key, t in result["tests"].items()]
         seconds = {side: sum(v.values()) for side, v in result["wall_clock_s"].items()}

@@ -12,12 +12,14 @@ from typing import Callable
 
 from algorithms import ALGORITHMS
 from algorithms.base import config_fields, option_group
+from benchmarks.api import train
 from benchmarks.cli.options import (
     add_dataclass_options, add_task_options, flag, given_options, load_reward_fn, run_settings_problem, seed_value,
     task_option_names, task_options_for,
 )
 from benchmarks.errors import UsageError
 from benchmarks.harness.config import RunConfig, check_types, load_config_file
+from benchmarks.harness.evaluate import evaluate_policy, tabulate_run
 from tasks import TASKS
 
 
@@ -86,8 +88,6 @@ def run_options(args) -> tuple[dict, Callable[[str], str]]:
 
 
 def cmd_run(args) -> int:
-    from benchmarks.api import train
-
     options, spell = run_options(args)
     # The API's default is a temporary directory; the command line's a folder per task, algorithm and seed, so that a
     # second run of something else does not meet the first one's folder.
@@ -117,8 +117,6 @@ def add_eval_parser(sub) -> None:
 
 
 def cmd_eval(args) -> int:
-    from benchmarks.harness.evaluate import evaluate_policy, tabulate_run
-
     options = task_options_for(args.task, given_options(args, task_option_names()))
     if args.from_run:
         return tabulate_run(args.task, args.from_run, out=args.out, readme=args.readme)

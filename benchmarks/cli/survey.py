@@ -53,7 +53,7 @@ def parse_candidate(text: str) -> dict:
 
 
 def cmd_survey(args) -> int:
-    from benchmarks.harness.survey import SurveySettings, run_survey
+    from benchmarks.harness.survey import SurveySettings, run_survey  # heavy: torch, not for --help
 
     common = set_options(args.set)
     try:

@@ -22,6 +22,7 @@ from benchmarks.errors import UsageError
 from benchmarks.harness import measure
 from benchmarks.harness.loop import make_evaluated_task
 from benchmarks.io import atomic_write_json, atomic_write_text, read_json
+from tasks import TASKS
 from tasks.base import TaskError
 from tasks.smollm import prepare_tokenizer
 
@@ -62,8 +63,6 @@ def markdown(rows: list[dict], settings: SurveySettings, environment: str, skipp
              commands: Sequence[str] = ()) -> str:
     lo, hi = settings.band
     common = ", ".join(f"{k}={v}" for k, v in settings.common.items()) or "the task's defaults"
-    from tasks import TASKS
-
     defaults = {name: option.default for name, option in TASKS[settings.task].options().items()
                 if name not in ("dataset", "dataset_config", "model", "reward_mode")} if settings.task in TASKS else {}
     shared = ", ".join(f"{k}={json.dumps(v)}" for k, v in {**defaults, **settings.common}.items())

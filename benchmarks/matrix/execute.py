@@ -39,7 +39,9 @@ from benchmarks.harness.config import flat_settings, resolve
 from benchmarks.harness.loop import discard_checkpoints
 from benchmarks.progress import progress as progress_bar
 from benchmarks.io import atomic_write_json, locked_directory, read_json, read_jsonl
+from benchmarks.matrix import tuning
 from benchmarks.matrix.plan import CELL_COMPLETE, Cell, Plan
+from benchmarks.matrix.timing import SESSION_KEYS, cell_timing
 from benchmarks.store import ResultStore, experiment, same_experiment_spec
 
 
@@ -272,8 +274,6 @@ def run_matrix(plan: Plan, out: Path, *, resume: bool = False, overwrite: bool =
     With ``[tuning]``: the tuning cells first, then each variant's evaluation cells at its chosen grid point
     (benchmarks/matrix/tuning.py). ``tasks`` (task labels) runs only those tasks' cells now: the others
     stay planned, their finished cells stay in the store, and a later ``resume`` runs them."""
-    from benchmarks.matrix import tuning
-
     if resume and overwrite:
         raise UsageError("--resume keeps finished cells and --overwrite runs them again: give one of them")
     if tasks is not None:
@@ -353,8 +353,6 @@ def _run_locked(plan: Plan, cells: list[Cell], out: Path, store: ResultStore, *,
                 same_invocation: bool = False) -> dict[str, int]:
     previous = read_json(out / "matrix.json") or {}
     sessions = previous.get("sessions", []) if resume or same_invocation else []
-    from benchmarks.matrix.timing import SESSION_KEYS, cell_timing
-
     session = {"started": _now(), "elapsed_s": 0.0, "cells_run": 0, "cells_skipped": 0, "resume": resume,
                "executor": getattr(executor, "name", type(executor).__name__), "jobs": getattr(executor, "jobs", None),
                "timing": dict.fromkeys(SESSION_KEYS, 0.0)}

@@ -35,6 +35,7 @@ from typing import Callable, Optional
 from algorithms.registry import register_named
 from benchmarks.errors import UsageError
 from benchmarks.io import atomic_write_json, read_json
+from benchmarks.matrix import cell as cell_process
 from benchmarks.matrix.execute import (
     CellJob, SubprocessExecutor, _child_env, _die_with_parent, cell_process_command, finish_cell, prepare_cell_dir,
 )
@@ -471,8 +472,6 @@ def _ray_run_cell(key: str, files: bytes, resume: bool, threads: int, timeout_s:
     global _RAY_CELLS_RUN
     import tempfile
 
-    from benchmarks.matrix import cell as cell_process  # torch and the harness: imported once per worker
-
     # The first cell of a worker pays its start-up: from the later of the process's start (Ray may have
     # started it idle, before this cell was submitted) and the submission, to now (imports done).
     now = time.time()
@@ -604,8 +603,6 @@ class RayExecutor(RegisteredExecutor):
 
 def _slurm_run_cell(cell_dir: str, resume: bool, threads: int) -> dict:
     """A submitit job: one cell, in this job's own (fresh) process, straight into its directory."""
-    from benchmarks.matrix import cell as cell_process
-
     now = time.time()
     startup = _process_age_s()  # a fresh process per job: its whole start, submitit's unpickling included
     started_at = now - startup

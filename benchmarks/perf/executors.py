@@ -26,7 +26,7 @@ from benchmarks.io import atomic_write_json, atomic_write_text, read_jsonl
 from benchmarks.matrix import parse, run_matrix
 from benchmarks.matrix.executors import make_executor
 from benchmarks.matrix.timing import wallclock_breakdown
-from benchmarks.markdown import markdown_table
+from benchmarks.markdown import markdown_table, update_section
 
 # The report's columns of a session's time (benchmarks.matrix.timing), in order.
 TIMING_COLUMNS = ("startup_s", "build_s", "train_s", "eval_s", "reset_s", "other_s", "idle_s")
@@ -254,7 +254,5 @@ def run_bench_executors(matrix_file: str, out: str, jobs: int = DEFAULT_JOBS, ar
     atomic_write_text(out_dir / "executors.md", f"# {title}\n\n" + body)
     print(body)
     if readme:
-        from benchmarks.markdown import update_section
-
         update_section(readme, section, f"### {title}\n\n" + body)
     return result

@@ -48,10 +48,15 @@ import torch
 
 from benchmarks.harness import measure
 from benchmarks.errors import UsageError
+from benchmarks.io import atomic_write_json, atomic_write_text
+from benchmarks.markdown import markdown_table, update_section
+from benchmarks.perf.roof import memory_bandwidth
 from benchmarks.references.sides import (
     SAME_LOGPS_ATOL, SAME_LOSS_ATOL, SIDES, STEP_PARTS, TRL_SETTINGS, WORKLOADS, Ours, Trl, Workload, default_workloads,
     rss_bytes, same_batch_check, same_batch_check_rloo, same_loss_misses, workloads_of,
 )
+from tasks import TASKS
+
 
 def matmul_gflops(dtype: torch.dtype, n: int = 2048, reps: int = 5, device: str = "cpu", budget_s: float = 0.2) -> float:
     """Best-of-``reps`` throughput of one n x n matmul (2 n^3 FLOPs), in GFLOP/s. The size starts at 256 and doubles
@@ -331,8 +336,6 @@ def code_line(env: dict) -> str:
 
 
 def render_markdown(report: dict) -> str:
-    from benchmarks.markdown import markdown_table
-
     env = report["environment"]
     trainer = "GRPOTrainer" if report.get("algo", "grpo") == "grpo" else "RLOOTrainer"
     settings = "; ".join(f"{name}: {', '.join(f'{k}={v}' for k, v in opts.items()) or 'TRL defaults'}"
@@ -549,8 +552,6 @@ def random_weight_checkpoint(model: str, seed: int) -> Path:
 
 def with_model(workloads: list[Workload], model: str) -> list[Workload]:
     """``workloads`` with ``model`` as their task's model; a UsageError if none of their tasks takes one."""
-    from tasks import TASKS
-
     takes = [w for w in workloads if "model" in TASKS[w.task].options()]
     if not takes:
         raise UsageError(f"--model: none of the workloads ({', '.join(w.name for w in workloads)}) has a task "
@@ -561,8 +562,6 @@ def with_model(workloads: list[Workload], model: str) -> list[Workload]:
 
 def _sample_machine(load: dict) -> None:
     """Append the 1-minute load average, and the memory bandwidth where ``load`` tracks it, to ``load``'s samples."""
-    from benchmarks.perf.roof import memory_bandwidth
-
     load["load_1min"].append(os.getloadavg()[0])
     if "bandwidth_gbs" in load:
         load["bandwidth_gbs"].append(memory_bandwidth(256, 5) / 1e9)
@@ -571,9 +570,6 @@ def _sample_machine(load: dict) -> None:
 def run_bench(settings: PerfSettings, command: str) -> dict:
     """Every workload's comparison (plus bf16 and scaling when their steps are > 0), written to OUT as STEM.md and
     STEM.json and into the README section; ``command`` is the command line that reproduces them."""
-    from benchmarks.io import atomic_write_json, atomic_write_text
-    from benchmarks.markdown import update_section
-
     stem, section, title = OUTPUTS[settings.algo]
     if settings.rerender:
         return _rerender(settings, stem, section, title)
@@ -705,9 +701,6 @@ def _earlier_report(path: Path, settings: PerfSettings, device: torch.device) ->
 def _rerender(settings: PerfSettings, stem: str, section: str, title: str) -> dict:
     """A finished (or stopped) run's STEM.md and README section written again from its STEM.json, as the current
     report code renders them: for a change of the report's wording, where measuring again would cost hours."""
-    from benchmarks.io import atomic_write_text
-    from benchmarks.markdown import update_section
-
     out = Path(settings.out or ("results/gpu" if settings.device == "cuda" else "results/perf"))
     try:
         report = json.loads((out / f"{stem}.json").read_text())

@@ -33,9 +33,14 @@ import time
 from pathlib import Path
 from typing import Callable
 
+import torch
+
+from algorithms import fast_llama
+from algorithms.rollout import _positions, generate
 from benchmarks.errors import UsageError
 from benchmarks.io import atomic_write_text
 from benchmarks.markdown import markdown_table
+from tasks.smollm import load_causal_lm
 
 
 @dataclasses.dataclass
@@ -67,8 +72,6 @@ def _best(fn: Callable[[], None], repeats: int) -> float:
 
 def memory_bandwidth(mib: int, repeats: int) -> float:
     """Bytes per second of a STREAM triad a = b + s * c (reads b and c, writes a)."""
-    import torch
-
     n = mib * 2**20 // 4
     a, b, c = torch.empty(n), torch.rand(n), torch.rand(n)
     seconds = _best(lambda: torch.add(b, c, alpha=3.0, out=a), repeats)
@@ -78,8 +81,6 @@ def memory_bandwidth(mib: int, repeats: int) -> float:
 def matmul_flops(size: int, repeats: int, precision: str = "fp32") -> float:
     """FLOP/s of a (size x size) @ (size x size) product at ``precision``: fp32, bf16, or int8 (the faster of
     ``torch._int_mm`` on int8 codes and fbgemm's dynamic linear, which quantises its input per call)."""
-    import torch
-
     x, y = torch.rand(size, size), torch.rand(size, size)
     if precision == "bf16":
         x, y = x.bfloat16(), y.bfloat16()
@@ -97,7 +98,6 @@ def _quantized(model):
     import copy
     import warnings
 
-    import torch
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
     with warnings.catch_warnings():  # torch.ao's quantised tensors are deprecated for torchao; the op still runs
@@ -108,8 +108,6 @@ def _quantized(model):
 def _context(precision: str):
     """The context the sampler runs in at ``precision``: autocast for bf16."""
     import contextlib
-
-    import torch
 
     return torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
 
@@ -131,11 +129,6 @@ def weight_bytes_read(model, precision: str) -> int:
 def agreement_with_fp32(model, tokenizer, precision: str, new_tokens: int = 32) -> dict:
     """KL(fp32 || precision) of the next-token distributions and how often their argmax agrees, over the
     positions of the fp32 model's greedy continuations of ``PROMPTS`` (prompt and continuation)."""
-    import torch
-
-    from algorithms import fast_llama
-    from algorithms.rollout import _positions, generate
-
     with torch.inference_mode():
         rollout = generate(model, tokenizer, list(PROMPTS), 1, max_new_tokens=new_tokens, temperature=0)
         ids = torch.cat([rollout.prompt_ids, rollout.completion_ids], dim=1)
@@ -158,10 +151,6 @@ def agreement_with_fp32(model, tokenizer, precision: str, new_tokens: int = 32) 
 def decode_rate(model, tokenizer, batch: int, new_tokens: int, repeats: int, precision: str = "fp32") -> tuple[float, int]:
     """(decoded tokens per second, decoding steps) of the suite's sampler at ``batch`` rows and ``precision``,
     prefill excluded (so is the int8 sampler's quantisation of the weights, once per call like the prefill)."""
-    import torch
-
-    from algorithms.rollout import generate
-
     prompts = ["Write a short story about a robot learning to paint."] * batch
     steps = {}
 
@@ -190,10 +179,6 @@ def products_alone_rate(model, batch: int, repeats: int, precision: str = "fp32"
     kernels, on random inputs, and nothing else (None: a model fast_llama does not run). Beside the decode
     rate it splits the gap to the roof: the products (the kernels at this row count, weights streamed from
     memory) against everything else a step does (attention over the cache, norms, sampling, Python)."""
-    import torch
-
-    from algorithms import fast_llama
-
     llama = fast_llama.llama_of(model)
     if llama is None:
         return None
@@ -211,10 +196,6 @@ def products_alone_rate(model, batch: int, repeats: int, precision: str = "fp32"
 
 
 def run_roof(settings: RoofSettings, command: str) -> dict:
-    import torch
-
-    from tasks.smollm import load_causal_lm
-
     if not settings.batch_sizes or min(settings.batch_sizes) < 1 or settings.new_tokens < 2 or settings.repeats < 1:
         raise UsageError("--batch-sizes must be >= 1, --new-tokens >= 2 and --repeats >= 1")
     unknown = sorted(set(settings.precisions) - set(PRECISIONS))

@@ -22,6 +22,8 @@ import warnings
 from typing import Any, Mapping, Optional
 from unittest import mock
 
+from algorithms.rollout import eos_token_ids
+
 FRAMEWORK = "trl"
 VERSION = "1.16.0"  # the TRL the mapping was written against (pyproject: trl>=1.0; the results record the one used)
 
@@ -164,8 +166,6 @@ def task_reward(task, model, tokenizer, on_score=None):
     reward of the text our rollout scores, each completion before its first end-of-sequence token (the rollout's own
     ids, ``algorithms.rollout.eos_token_ids``: the model's generation config, else the tokenizer's), special tokens
     kept (``completion_texts``). ``on_score(prompts, texts, completion_ids, rewards)`` sees every call."""
-    from algorithms.rollout import eos_token_ids
-
     eos = eos_token_ids(model, tokenizer)
 
     def reward(prompts, completions, completion_ids, **_):

@@ -38,6 +38,9 @@ import pandas as pd
 from benchmarks.io import atomic_write_json, atomic_write_text
 from benchmarks.markdown import markdown_table
 from benchmarks.report import inference, stats
+from benchmarks.report.curves import build
+from benchmarks.report.matrix import analyse, collect
+from benchmarks.report.verdicts import analysis_spec
 
 PARTIAL_NULLS = (2, 3, 6)
 AA_SHAPES = ((15, 4), (6, 3), (4, 5))  # (variants, seeds) of the null matrices cut from the A/A cells
@@ -45,10 +48,6 @@ AA_SHAPES = ((15, 4), (6, 3), (4, 5))  # (variants, seeds) of the null matrices 
 
 def _primary_cells(directory: Path | str) -> tuple[str, dict, pd.DataFrame]:
     """(matrix name, its stated analysis, per complete cell: task, variant, seed, primary)."""
-    from benchmarks.report.curves import build
-    from benchmarks.report.matrix import collect
-    from benchmarks.report.verdicts import analysis_spec
-
     data = collect(Path(directory))
     spec = analysis_spec(data["meta"])
     cells = data["cells"][data["cells"]["status"] == "complete"]
@@ -196,8 +195,6 @@ def claims_real_aa(design: dict, directory: Path | str, *, draws: int = 1000, ou
 
 def declared_pairs(directories: Sequence[Path | str]) -> pd.DataFrame:
     """Every declared-equivalent pair of the given matrices, on every task, judged by the verdicts' procedure."""
-    from benchmarks.report.matrix import analyse, collect
-
     frames = []
     for directory in directories:
         aa = analyse(collect(Path(directory)))["analysis"].get("aa", pd.DataFrame())

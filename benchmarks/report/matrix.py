@@ -33,6 +33,7 @@ from benchmarks.markdown import markdown_table, plus_minus, update_section
 from benchmarks.report import curves as learning_curves
 from benchmarks.report import verdicts
 from benchmarks.report.curves import CELL_KEYS
+from benchmarks.report.plots import plots
 from benchmarks.report.stats import t_interval
 from benchmarks.store import STORE_FILE, ResultStore, same_experiment_spec
 
@@ -388,8 +389,6 @@ def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[s
            verdicts_section: bool = True) -> dict:
     """Tables, statistics, plots and README.md of DIR; with ``readme`` (and always for results/README.md when DIR
     is under results/) two sections of that README: SECTION (the header lines and a link) and SECTION-verdicts."""
-    from benchmarks.report.plots import plots
-
     out = Path(out)
     data = analyse(collect(out))
     summary = summarize(data["cells"])
