@@ -25,7 +25,10 @@ from typing import Any, Callable, Optional, Sequence
 from algorithms import ALGORITHMS
 from benchmarks.errors import UsageError
 from benchmarks.harness.config import resolve
+from benchmarks.harness.loop import make_evaluated_task, run
 from benchmarks.io import read_jsonl
+from tasks.base import GenerationDefaults, load_pretrained
+from tasks.custom import PromptsTask
 
 
 @dataclass
@@ -100,9 +103,6 @@ def train(model=None, tokenizer=None, reward_fn: Optional[Callable] = None, prom
 def _prompts_task(rc, task_options: dict, model, tokenizer, reward_fn, prompts, eval_prompts):
     """The prompts task, its generation defaults following the run's max_new_tokens / temperature, so
     that evaluation samples as training does."""
-    from benchmarks.harness.loop import make_evaluated_task
-    from tasks.base import GenerationDefaults, load_pretrained
-    from tasks.custom import PromptsTask
 
     if prompts is None:  # everything by name (the command line)
         task = make_evaluated_task("prompts", **task_options)
@@ -122,7 +122,6 @@ def _prompts_task(rc, task_options: dict, model, tokenizer, reward_fn, prompts, 
 
 
 def _run(rc, algo_config, task_options, task, progress: bool, *, temporary: bool) -> Result:
-    from benchmarks.harness.loop import run
 
     built = {}
     summary = run(rc, algo_config, task_options, task=task, progress=progress,

@@ -37,16 +37,15 @@ def test_same_batch_loss_matches_trl(pizza, name):
 @pytest.mark.parametrize("plant, miss", [("loss", "loss function differs by"), ("temperature", "log-probs differ by")])
 def test_same_batch_parts_catch_a_planted_fault(pizza, plant, miss, monkeypatch):
     """A loss off by 1e-4 of itself, or our log-probs taken at a temperature 1% off: each fails its own part."""
-    import algorithms.policy_losses
-    import algorithms.rollout
+    from benchmarks.references import sides
     from benchmarks.references.sides import same_loss_misses
 
-    if plant == "loss":
-        real_loss = algorithms.policy_losses.grpo_loss
-        monkeypatch.setattr(algorithms.policy_losses, "grpo_loss", lambda *a, **k: real_loss(*a, **k) * (1 + 1e-4) + 1e-5)
+    if plant == "loss":  # planted where the same-batch engine takes it from
+        real_loss = sides.grpo_loss
+        monkeypatch.setattr(sides, "grpo_loss", lambda *a, **k: real_loss(*a, **k) * (1 + 1e-4) + 1e-5)
     else:
-        real_logps = algorithms.rollout.rollout_logps
-        monkeypatch.setattr(algorithms.rollout, "rollout_logps",
+        real_logps = sides.rollout_logps
+        monkeypatch.setattr(sides, "rollout_logps",
                             lambda model, rollout, temperature=1.0, **k: real_logps(model, rollout, temperature=temperature * 1.01, **k))
     torch.manual_seed(0)
     check = same_batch_check(Trl(WORKLOADS["pizza-mu2"], seed=0, device="cpu", task=pizza), pizza.train_prompts()[:1])

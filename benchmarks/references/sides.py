@@ -18,9 +18,14 @@ from typing import Optional
 
 import torch
 
-from benchmarks.harness import measure
+from algorithms.losses import group_advantages, rloo_advantages, rloo_loss, sequence_logps
+from algorithms.policy_losses import grpo_loss
+from algorithms.rollout import Rollout, rollout_logps
+from benchmarks.harness import RunConfig, build, measure, resolve
+from benchmarks.harness.lora import lora_config
 from benchmarks.io import PHASES
 from benchmarks.references import trl as trl_ref
+from tasks import make_task
 
 # A side's step in parts: the training phases, then what they leave of the step (``other``).
 STEP_PARTS = (*PHASES, "other")
@@ -109,7 +114,6 @@ class Ours:
     """This suite's GRPO or RLOO, built by the harness as ``grpo-bench run`` builds it."""
 
     def __init__(self, w: Workload, *, seed: int, device: str, precision: str = "fp32", task=None):
-        from benchmarks.harness import build, resolve
 
         rc, config, task_options = resolve({
             "task": w.task, "algo": w.algo, "seed": seed, "device": device, "precision": precision,
@@ -135,9 +139,6 @@ class Trl:
     def __init__(self, w: Workload, *, seed: int, device: str, task=None, setting: str = "default"):
         from datasets import Dataset
 
-        from benchmarks.harness import RunConfig
-        from benchmarks.harness.lora import lora_config
-        from tasks import make_task
 
         self.workload = w
         self.task = task or make_task(w.task, **dict(w.task_options))
@@ -237,7 +238,6 @@ class Trl:
 def _trl_batch(trl: Trl, prompts: list[str]):
     """One fresh generation batch from TRL's trainer (its inputs dict, with TRL's shuffling off so completions
     stay grouped by prompt) and the same batch as our Rollout."""
-    from algorithms.rollout import Rollout
 
     batch = [{"prompt": p} for p in prompts for _ in range(trl.workload.group_size)]
     trl.model.train()
@@ -256,7 +256,6 @@ def _trl_batch(trl: Trl, prompts: list[str]):
 def _reference_logps(built, model, rollout, temperature: float):
     """The reference's log-probs as TRL takes them: its reference model, or with LoRA (TRL keeps none) the
     policy with its adapter switched off."""
-    from algorithms.rollout import rollout_logps
 
     if built.ref_model is not None:
         return rollout_logps(built.ref_model, rollout, temperature=temperature)
@@ -302,9 +301,6 @@ def same_batch_check(trl: Trl, prompts: list[str]) -> dict[str, float]:
     ``abs_diff_layout``: TRL's loss against the same loss on transformers' own log-probs with each row run alone,
     unpadded: how far a change of layout alone moves the loss inside transformers.
     """
-    from algorithms.policy_losses import grpo_loss
-    from algorithms.losses import group_advantages
-    from algorithms.rollout import rollout_logps
 
     w, t, model = trl.workload, trl.trainer, trl.model
     temperature = t.temperature
@@ -378,8 +374,6 @@ def same_batch_check_rloo(trl: Trl, prompts: list[str]) -> dict[str, float]:
     """RLOO's same-batch check: TRL's RLOOTrainer samples and scores one batch; ours recomputes the
     log-probs, the reference's, the k1 KL, ``rloo_advantages`` and ``rloo_loss`` on it, before and after
     one TRL update (then the sequence ratio is not 1)."""
-    from algorithms.losses import rloo_advantages, rloo_loss, sequence_logps
-    from algorithms.rollout import rollout_logps
 
     w, t, model = trl.workload, trl.trainer, trl.model
     inputs, rollout = _trl_batch(trl, prompts)
