@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from algorithms import ALGORITHMS
+from algorithms.base import config_field_types
 from benchmarks.harness.config import RunConfig, field_type
 from benchmarks.io import read_jsonl
 from tasks import TASKS
@@ -50,10 +51,11 @@ def finished(tmp_path_factory):
 
 
 def float_options():
-    """(task, algo, option) for every float option of the run, of each algorithm and of each task."""
+    """(task, algo, option) for every float option of the run, of each algorithm (its policy losses' too) and of each
+    task."""
     rows = [("pizza", "grpo", f.name) for f in dataclasses.fields(RunConfig) if field_type(RunConfig, f.name) is float]
     for algo, cls in sorted(ALGORITHMS.items()):
-        rows += [("pizza", algo, f.name) for f in dataclasses.fields(cls.Config) if field_type(cls.Config, f.name) is float]
+        rows += [("pizza", algo, name) for name, kind in config_field_types(cls.Config).items() if kind is float]
     for task, cls in sorted(TASKS.items()):
         rows += [(task, "grpo", name) for name, option in cls.options().items() if option.kind is float]
     return rows
