@@ -32,7 +32,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from algorithms import rollout as rollout_lib
+from algorithms import fast_llama, rollout as rollout_lib
 from algorithms.diagnostics import batch_diagnostics
 from algorithms.kl import kl_estimate
 from algorithms.losses import masked_mean_per_sequence
@@ -40,6 +40,8 @@ from algorithms.registry import register_named
 
 
 FUSED_ADAMW_DEVICES = ("cpu", "cuda")
+# The output layer's precision under bf16 autocast: "same" (bf16, autocast's cast) or "fp32" (ScaleRL's fp32 LM head).
+LOGITS_PRECISIONS = ("same", "fp32")
 
 
 @dataclass
@@ -218,7 +220,15 @@ class Algorithm:
     name = "base"
     Config = AlgoConfig
 
-    def __init__(self, policy, ref_policy, task, config: AlgoConfig, sampling: Sampling, *, seed: int = 0, precision: str = "fp32"):
+    def __init__(self, policy, ref_policy, task, config: AlgoConfig, sampling: Sampling, *, seed: int = 0,
+                 precision: str = "fp32", logits_precision: str = "same"):
+        """``precision`` "bf16" runs forward passes under bf16 autocast; ``logits_precision`` "fp32" then keeps the
+        output layer's product in fp32 (``fast_llama.fp32_head``: a policy ``fast_llama.llama_of`` serves)."""
+        if logits_precision not in LOGITS_PRECISIONS:
+            raise ValueError(f"logits_precision must be one of {', '.join(LOGITS_PRECISIONS)}, got {logits_precision!r}")
+        if logits_precision == "fp32" and precision == "bf16" and fast_llama.llama_of(policy) is None:
+            raise ValueError(f"logits_precision fp32 needs a Llama policy the lean forward serves; "
+                             f"{type(policy).__name__} is not one")
         config.validate()
         self.policy, self.ref_policy, self.task, self.config = policy, ref_policy, task, config
         self.tokenizer = task.tokenizer
@@ -226,7 +236,7 @@ class Algorithm:
         self.device = next(policy.parameters()).device
         self.timer = PhaseTimer(self.device)
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
-        self.precision = precision
+        self.precision, self.logits_precision = precision, logits_precision
         self.optimizer = self.make_optimizer(policy.parameters(), config.learning_rate)
         # Data parallelism (benchmarks/harness/distributed.py): None in one process. Anything with
         # average_gradients(params), sum(tensor), any(flag) and world_size; set through set_data_parallel.
@@ -295,10 +305,15 @@ class Algorithm:
         return torch.optim.AdamW(params, lr=lr, weight_decay=self.config.weight_decay, fused=fused or None)
 
     def autocast(self):
-        """bf16 autocast for forward passes when the run asked for it; fp32 otherwise."""
-        if self.precision == "bf16":
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+        """bf16 autocast for forward passes when the run asked for it, the logits in fp32 inside it where asked;
+        fp32 otherwise."""
+        if self.precision != "bf16":
+            return contextlib.nullcontext()
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.autocast(self.device.type, dtype=torch.bfloat16))
+        if self.logits_precision == "fp32":
+            stack.enter_context(fast_llama.fp32_head())
+        return stack
 
     def generate(self, prompts: list[str], group_size: int) -> rollout_lib.Rollout:
         """``group_size`` completions of each prompt."""

@@ -16,7 +16,10 @@ output layer): same products, another summation order, so those logits differ in
 relative). Log-probs and their gradients always take F.linear, transformers' own.
 
 Under autocast the same ops take the same casts, so the numbers still equal transformers' (tested);
-decoding then runs the separate projections, whose bf16 copies autocast caches per parameter.
+decoding then runs the separate projections, whose bf16 copies autocast caches per parameter. Inside
+``fp32_head()`` the output layer alone runs in fp32 under bf16 autocast (ScaleRL's fp32 LM head, Khatri et al.
+2025): the logits are the fp32 product of the final hidden states and the fp32 weights, where autocast would round
+both to bf16 (a logit of magnitude 20 then carries an error of up to 0.06).
 
 ``llama_of(model)`` says when it applies: a plain Llama (``supports``) or one under PEFT LoRA adapters, which
 it runs as PEFT does; everything else (other architectures, eager/flash attention, merged or DoRA adapters,
@@ -25,8 +28,10 @@ attention dropout in training) keeps transformers' forward.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 import torch.nn.functional as F
@@ -42,6 +47,23 @@ FEW_ROWS = 4
 WIDE_OUTPUT = 1 << 14  # output features from which a layer is vocabulary-wide
 WIDE_FEW_ROWS = 32
 LARGE_WEIGHT = 1 << 18  # below this the two orders cost the same, and the toy models keep transformers' exact order
+
+# Set inside ``fp32_head()``: the output layer's product runs in fp32 whatever autocast says.
+_FP32_HEAD: contextvars.ContextVar[bool] = contextvars.ContextVar("fp32_head", default=False)
+
+
+@contextlib.contextmanager
+def fp32_head() -> Iterator[None]:
+    """Within it, ``forward`` (training, log-probs and sampling) computes the logits in fp32 under bf16 autocast."""
+    token = _FP32_HEAD.set(True)
+    try:
+        yield
+    finally:
+        _FP32_HEAD.reset(token)
+
+
+def head_in_fp32() -> bool:
+    return _FP32_HEAD.get()
 
 
 def supports(model) -> bool:
@@ -287,7 +309,10 @@ class FusedProjections:
                 self.down.append(weight(down))
                 self.down_bias.append(cast(down_bias))
             head, head_bias = _weight_and_bias(model.lm_head)
-            self.head, self.head_bias = weight(head), cast(head_bias)
+            if head_in_fp32() and not int8:  # the output layer keeps its fp32 weights (``fp32_head``)
+                self.head, self.head_bias = head, head_bias
+            else:
+                self.head, self.head_bias = weight(head), cast(head_bias)
 
     def in_reading_order(self) -> list[tuple]:
         """(weight, bias) of every product a decoding step runs, in the order it runs them."""
@@ -517,6 +542,11 @@ def forward(model, input_ids: torch.Tensor, position_ids: torch.Tensor, attentio
     hidden = _rms_norm(hidden, body.norm)
     if logits_at is None and logits_to_keep:
         hidden = hidden[:, -logits_to_keep:]
+    if head_in_fp32():
+        with torch.autocast(hidden.device.type, enabled=False):
+            if fused is not None:
+                return linear(hidden.float(), fused.head, fused.head_bias, few_rows_fast)
+            return _project(hidden.float(), model.lm_head, few_rows_fast)
     if fused is not None:
         return linear(hidden, fused.head, fused.head_bias, few_rows_fast)
     return _project(hidden, model.lm_head, few_rows_fast)

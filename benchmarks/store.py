@@ -48,7 +48,7 @@ def _pyarrow():
 NOT_THE_EXPERIMENT = ("checkpoint_every",)
 # Settings added after cells were stored, at the value every earlier cell ran with: a stored spec without one is
 # the same experiment as a planned spec that has it at this value.
-ADDED_DEFAULTS = {"replicate": 0, "eval_share_prefix": False}
+ADDED_DEFAULTS = {"replicate": 0, "eval_share_prefix": False, "logits_precision": "same"}
 
 
 def experiment(spec: dict) -> dict:

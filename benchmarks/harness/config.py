@@ -40,6 +40,7 @@ class RunConfig:
     replicate: int = field(default=0, metadata={"help": "an independent replicate of the same run: its training randomness (initialisation, sampling, prompt order) is drawn from seed + REPLICATE_STRIDE x replicate while its evaluation keeps --seed, the block it shares with other variants of a matrix (an A/A twin)"})
     device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
     precision: str = field(default="auto", metadata={"help": "fp32, bf16 (autocast), or auto (bf16 on CUDA)"})
+    logits_precision: str = field(default="same", metadata={"help": "the output layer's product under bf16: same (bf16, as autocast casts it) or fp32 (ScaleRL's fp32 LM head: the logits from fp32 hidden states and weights; a Llama policy)", "choices": ("same", "fp32")})
     out: str = field(default="runs/latest", metadata={"help": "run directory (grpo-bench run: runs/TASK-ALGO-seedSEED)"})
     eval_every: int = field(default=50, metadata={"help": "evaluate every N steps (0: only before and after)"})
     eval_every_completions: int = field(default=0, metadata={"help": "evaluate each time the completions generated cross a multiple of N, instead of every --eval-every steps (0: off); the matrix sets it for variants that re-sample (DAPO's dynamic sampling), so they are evaluated at their rivals' completion counts"})
@@ -87,6 +88,8 @@ class RunConfig:
             raise UsageError(f"{name('nproc')} must be >= 1, got {self.nproc}")
         if not 0 <= self.seed < 2**32:
             raise UsageError(f"{name('seed')} must be an integer from 0 to 2**32 - 1, got {self.seed}")
+        if self.logits_precision not in ("same", "fp32"):
+            raise UsageError(f"{name('logits_precision')} must be same or fp32, got {self.logits_precision!r}")
         if self.replicate < 0:
             raise UsageError(f"{name('replicate')} must be >= 0, got {self.replicate}")
         if self.lora_r < 0 or self.lora_alpha < 1 or not 0 <= self.lora_dropout < 1:

@@ -162,7 +162,8 @@ def build(rc: RunConfig, algo_config, task_options: dict, task: Optional[Task] =
     rank = data_parallel.rank if data_parallel else 0
     # Each rank samples its own completions: its generator's seed is offset by its rank.
     try:  # an algorithm may refuse a policy it cannot serve (GRPO's int8 sampling: a Llama on the CPU)
-        algo = algo_cls(policy, ref, task, algo_config, sampling, seed=training_seed(rc) + rank, precision=precision)
+        algo = algo_cls(policy, ref, task, algo_config, sampling, seed=training_seed(rc) + rank, precision=precision,
+                        logits_precision=rc.logits_precision)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if data_parallel:
@@ -174,6 +175,7 @@ def build(rc: RunConfig, algo_config, task_options: dict, task: Optional[Task] =
         "task": task.describe(),
         "sampling": dataclasses.asdict(sampling),
         "precision": precision,
+        "logits_precision": rc.logits_precision,
         "completions_per_step": algo_config.completions_per_step(),
         "reward_fn": reward_identity(getattr(task, "_custom_reward", None)),
         "environment": measure.environment(device),

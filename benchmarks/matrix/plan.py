@@ -74,7 +74,11 @@ RUN_KEYS = {
 }
 # Run settings an [algorithms.Y] table may set besides its algorithm's options.
 TABLE_RUN_KEYS = {"replicate": "an independent replicate (A/A twin) of another table's variant: its training draws "
-                               "other random numbers while its evaluation keeps the seed's block (RunConfig.replicate)"}
+                               "other random numbers while its evaluation keeps the seed's block (RunConfig.replicate)",
+                  "precision": "this variant's precision (auto, fp32 or bf16), instead of the matrix's",
+                  "logits_precision": "the output layer's product under bf16: same or fp32 (RunConfig.logits_precision)"}
+# The values a string-valued run key of an [algorithms.Y] table takes (the others are integers >= 0).
+TABLE_RUN_CHOICES = {"precision": ("auto", "fp32", "bf16"), "logits_precision": ("same", "fp32")}
 TASK_RESERVED = {"budget": "override the budget for this task", "eval_every": "override eval_every for this task",
                  "algorithms": "[tasks.X.algorithms.Y]: options of algorithm table Y on this task only",
                  "task": "the registered task a table of another name runs (as algo = for [algorithms.Y]): two "
@@ -465,6 +469,7 @@ def _cells(check: _Checker, task: tuple, algo: tuple, overrides: dict, algo_opti
     """One variant's cells on one task, one per seed, their settings resolved (and checked) here."""
     task_name, task_label, task_options, task_budget, task_eval, task_resources, task_table = task
     algo_name, variant, table, algo_resources = algo
+    precision = algo_options.get("precision", precision)  # a variant's own precision wins over the matrix's
     settings = _resolved(check, task_name, task_label, task_options, algo_name, variant, algo_options, table, overrides,
                          task_table)
     cps, vary = settings.pop("completions_per_step"), settings.pop("completions_per_step_vary")
@@ -681,6 +686,10 @@ def _algorithms(check: _Checker, data: dict) -> list[tuple[str, str, dict, str, 
         config_cls = ALGORITHMS[algo].Config
         fields = set(config_fields(config_cls))
         for key, value in options.items():
+            if key in TABLE_RUN_CHOICES:
+                if value not in TABLE_RUN_CHOICES[key]:
+                    check.fail(where, key, f"{key} must be one of {', '.join(TABLE_RUN_CHOICES[key])}, got {value!r}")
+                continue
             if key in TABLE_RUN_KEYS:
                 if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                     check.fail(where, key, f"{key} must be an integer >= 0, got {value!r}")
