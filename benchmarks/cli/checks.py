@@ -5,6 +5,7 @@ The checks import TRL only when they run: it takes seconds to import and `grpo-b
 from __future__ import annotations
 
 from benchmarks.checks.mu1 import Mu1Settings, run_mu1_check
+from benchmarks.checks.precision import PrecisionSettings, run_precision_check
 from benchmarks.checks.references import CASES, FRAMEWORKS, PLANTS, ReferencesSettings, run_references_check
 from benchmarks.checks.same_batch import SameBatchSettings, run_same_batch_check
 from benchmarks.checks.trl import TrlCheckSettings, run_trl_check
@@ -54,6 +55,16 @@ def add_check_parser(subparsers) -> None:
     same.add_argument("--out", default=SameBatchSettings.out, help="directory for report.md, results.json")
     same.set_defaults(handler=cmd_check_same_batch)
 
+    prec = which.add_parser("precision", help="one step's gradient at bf16 (and bf16 with fp32 logits) against fp32, "
+                                              "per algorithm, on the same batch")
+    prec.add_argument("--matrix", default=PrecisionSettings.matrix, help="matrix file whose variants are measured")
+    prec.add_argument("--task", default=None, help="the matrix's task label (default: its first)")
+    prec.add_argument("--variants", type=comma_list, default=None, help="comma-separated variants (default: all)")
+    prec.add_argument("--batches", type=int, default=PrecisionSettings.batches, help="sampled batches per variant")
+    prec.add_argument("--seed", type=seed_value, default=PrecisionSettings.seed, help="seed")
+    prec.add_argument("--out", default=PrecisionSettings.out, help="directory for gradients.md, gradients.json")
+    prec.set_defaults(handler=cmd_check_precision)
+
     refs = which.add_parser("references", help="every estimator and loss against verl, OpenRLHF and TRL 1.12's PPO")
     refs.add_argument("--install", action="store_true",
                       help="first fetch the pinned frameworks (pip install --no-deps --target into "
@@ -99,3 +110,8 @@ def cmd_check_same_batch(args) -> int:
     settings = SameBatchSettings(workloads=comma_list(args.workloads), batches=args.batches, seed=args.seed, out=args.out)
     run_same_batch_check(settings, command=args.command_line)
     return 0
+
+
+def cmd_check_precision(args) -> int:
+    return run_precision_check(PrecisionSettings(matrix=args.matrix, task=args.task, variants=args.variants,
+                                                 batches=args.batches, seed=args.seed, out=args.out))

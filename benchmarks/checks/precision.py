@@ -1,0 +1,203 @@
+"""``grpo-bench check precision``: does one training step's gradient at bf16 point where fp32's does?
+
+A bf16 cell is cheaper only if it learns what an fp32 cell learns (issue 43). The learning A/B
+(benchmarks/matrices/rg_precision.toml) answers that over whole runs; this check answers it for one step, per
+algorithm, on the same batch: each variant of a matrix (default: the real-LM verdict matrix's, at its first grid
+point) is built once, one warm-up step is taken up to its first policy update (DPO builds its preference pairs there)
+and its state kept; then, from that state each time, the step runs to its first policy update at fp32 (its sampled
+completions recorded), at bf16 and at bf16 with fp32 logits (the same completions replayed), and the policy's
+gradient of that update is taken, never applied. Everything the step computes before the update (reference and old
+log-probs, PPO's values) runs at the precision measured, as a cell at that precision would.
+
+Against fp32's gradient g: the cosine and ||g_p - g|| / ||g|| of each lower precision's. What a cosine means is read
+against the gradient's own batch-to-batch noise: the cosine between fp32's gradients on two different batches of the
+same policy, in the same table."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+
+from benchmarks.errors import UsageError
+from benchmarks.harness import build, resolve
+from benchmarks.harness.measure import TRAINING_PRECISIONS, environment
+from benchmarks.io import atomic_write_json, atomic_write_text
+from benchmarks.markdown import markdown_table
+from benchmarks.matrix.plan import variant_settings
+
+
+@dataclasses.dataclass
+class PrecisionSettings:
+    matrix: str = "benchmarks/matrices/rg_verdict_chain_sum.toml"
+    task: Optional[str] = None  # the matrix's task label (default: its first)
+    variants: Optional[tuple[str, ...]] = None  # default: every variant of the task
+    batches: int = 2
+    seed: int = 0
+    out: str = "results/precision"
+
+
+class _Captured(Exception):
+    """Raised from inside the step at its first policy update, carrying the policy's gradient (flat, fp32)."""
+
+    def __init__(self, gradient: torch.Tensor):
+        super().__init__()
+        self.gradient = gradient
+
+
+def _capture_first_policy_update(algo) -> None:
+    """``algo.update`` of the policy's optimizer backpropagates, then raises ``_Captured`` instead of stepping;
+    another optimizer's update (PPO's critic) runs as usual."""
+    original = algo.update
+
+    def update(loss, optimizer=None, params=None):
+        if optimizer is not None and optimizer is not algo.optimizer:
+            return original(loss, optimizer, params)
+        algo.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        params = [p for group in algo.optimizer.param_groups for p in group["params"]]
+        gradient = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach().float().flatten()
+                              for p in params])
+        algo.optimizer.zero_grad(set_to_none=True)
+        raise _Captured(gradient)
+
+    algo.update = update
+
+
+def _replaying_generate(algo, recorded: list, replay: bool) -> Callable[[], None]:
+    """``algo.generate`` records what it returns, with its generator's state after sampling, into ``recorded`` (or,
+    with ``replay``, returns them again in order and leaves its generator where the recorded sampling left it, so the
+    draws after it, PPO's minibatch order say, are the same); returns a function that restores the algorithm's own."""
+    original = algo.generate
+    position = [0]
+
+    def generate(prompts, group_size):
+        if replay:
+            out, state = recorded[position[0]]
+            position[0] += 1
+            algo.generator.set_state(state)
+            return out
+        out = original(prompts, group_size)
+        recorded.append((out, algo.generator.get_state()))
+        return out
+
+    algo.generate = generate
+    return lambda: setattr(algo, "generate", original)
+
+
+def _step_to_first_update(algo, prompts: list[str]) -> Optional[torch.Tensor]:
+    """The gradient of the step's first policy update; None when the batch carried no signal (no update was made)."""
+    try:
+        algo.step(prompts)
+    except _Captured as captured:
+        return captured.gradient
+    return None
+
+
+def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float(torch.dot(a.double(), b.double()) / (a.double().norm() * b.double().norm()))
+
+
+def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.double() - b.double()).norm() / b.double().norm())
+
+
+def measure_variant(settings: dict, *, batches: int, seed: int,
+                    progress: Callable[[str], None] = print) -> list[dict]:
+    """Rows of one variant: per batch and lower precision, cosine and relative error against fp32's gradient, and per
+    pair of fp32 batches the cosine between their gradients."""
+    options = {**settings, "seed": seed, "out": "/dev/null", "device": "cpu"}
+    algos = {}
+    for label, precision, logits in TRAINING_PRECISIONS:
+        rc, config, task_options = resolve({**options, "precision": precision, "logits_precision": logits})
+        task, _, algo, _ = build(rc, config, task_options)
+        _capture_first_policy_update(algo)
+        algos[label] = (task, algo)
+    task, reference = algos[TRAINING_PRECISIONS[0][0]]
+    per_step = reference.config.prompts_per_step
+    prompts_of = lambda k: [task.train_prompts()[(k * per_step + i) % len(task.train_prompts())] for i in range(per_step)]
+    _step_to_first_update(reference, prompts_of(0))  # the warm-up: DPO's pairs, the generator past its first draw
+    state = reference.state_dict()
+    rows, fp32_gradients, k = [], [], 1
+    while len(fp32_gradients) < batches and k <= 4 * batches:
+        prompts, recorded = prompts_of(k), []
+        k += 1
+        restore = _replaying_generate(reference, recorded, replay=False)
+        gradient = _step_to_first_update(reference, prompts)
+        restore()
+        if gradient is None:
+            continue  # no signal in this batch: no update to compare
+        batch_state = reference.state_dict()
+        fp32_gradients.append(gradient)
+        for label, _, _ in TRAINING_PRECISIONS[1:]:
+            other = algos[label][1]
+            other.load_state_dict(state)
+            restore = _replaying_generate(other, recorded, replay=True)
+            ours = _step_to_first_update(other, prompts)
+            restore()
+            if ours is None:
+                raise RuntimeError(f"{label} took no update on the batch fp32 updated on")
+            rows.append({"batch": len(fp32_gradients), "precision": label, "cosine": _cosine(ours, gradient),
+                         "relative_error": _relative(ours, gradient),
+                         "norm_ratio": float(ours.double().norm() / gradient.double().norm()),
+                         "fp32_norm": float(gradient.double().norm())})
+            progress(f"  batch {len(fp32_gradients)} {label}: cosine {rows[-1]['cosine']:.5f}, "
+                     f"relative error {rows[-1]['relative_error']:.4f}")
+        state = batch_state  # the next batch from the state after this one was drawn
+    for i in range(len(fp32_gradients)):
+        for j in range(i + 1, len(fp32_gradients)):
+            rows.append({"batch": f"{i + 1} vs {j + 1}", "precision": "fp32, another batch",
+                         "cosine": _cosine(fp32_gradients[i], fp32_gradients[j]),
+                         "relative_error": _relative(fp32_gradients[j], fp32_gradients[i]),
+                         "norm_ratio": float(fp32_gradients[j].double().norm() / fp32_gradients[i].double().norm()),
+                         "fp32_norm": float(fp32_gradients[i].double().norm())})
+    return rows
+
+
+def render(results: dict) -> str:
+    lines = [f"# One step's gradient at bf16 against fp32 (`{results['command']}`)", "",
+             f"Matrix `{results['matrix']}`, task `{results['task']}`, seed {results['seed']}; "
+             f"{results['environment']['device_name']}, torch "
+             f"{results['environment']['versions'].get('torch', '?')}. Each variant's first policy update of a step, at "
+             "each precision on the same sampled batch (the fp32 one's completions replayed), its gradient taken "
+             "and not applied. The last rows of each variant compare fp32's gradients on two different batches: the "
+             "batch-to-batch noise a lower precision's error is read against.", ""]
+    table = []
+    for variant, rows in results["variants"].items():
+        for r in rows:
+            table.append([variant, r["batch"], r["precision"], f"{r['cosine']:.5f}", f"{r['relative_error']:.4f}",
+                          f"{r['norm_ratio']:.4f}", f"{r['fp32_norm']:.4g}"])
+    lines.append(markdown_table(["variant", "batch", "against fp32", "cosine", "relative error", "norm ratio",
+                                 "fp32 gradient norm"], table))
+    worst = {}
+    for variant, rows in results["variants"].items():
+        for r in rows:
+            if r["precision"] != "fp32, another batch":
+                worst[r["precision"]] = min(worst.get(r["precision"], 1.0), r["cosine"])
+    noise = [r["cosine"] for rows in results["variants"].values() for r in rows if r["precision"] == "fp32, another batch"]
+    lines += ["", "Lowest cosine over every variant and batch: "
+              + "; ".join(f"{label} {value:.5f}" for label, value in worst.items())
+              + (f"; two fp32 batches: at most {max(noise):.3f}." if noise else ".")]
+    return "\n".join(lines) + "\n"
+
+
+def run_precision_check(settings: PrecisionSettings, *, command: str = "grpo-bench check precision") -> int:
+    if settings.batches < 1:
+        raise UsageError(f"--batches must be >= 1, got {settings.batches}")
+    task, variants = variant_settings(settings.matrix, settings.task, settings.variants)
+    results = {"command": command, "matrix": settings.matrix, "task": task, "seed": settings.seed,
+               "batches": settings.batches, "precisions": [list(p) for p in TRAINING_PRECISIONS],
+               "environment": environment(torch.device("cpu")), "variants": {}}
+    for variant, options in variants:
+        print(f"{variant}:", flush=True)
+        results["variants"][variant] = measure_variant(options, batches=settings.batches, seed=settings.seed)
+    out = Path(settings.out)
+    atomic_write_json(out / "gradients.json", results)
+    atomic_write_text(out / "gradients.md", render(results))
+    print(f"-> {out / 'gradients.md'}")
+    bad = [v for v, rows in results["variants"].items() for r in rows
+           if r["precision"] != "fp32, another batch" and not math.isfinite(r["cosine"])]
+    return 1 if bad else 0
