@@ -7,6 +7,7 @@ import argparse
 
 from benchmarks.cli.bench_executors import add_executors_parser
 from benchmarks.cli.bench_lora import add_bench_lora_parser
+from benchmarks.cli.bench_precision import add_bench_precision_parser
 from benchmarks.cli.bench_revisions import add_bench_revisions_parser
 from benchmarks.cli.bench_roof import add_bench_roof_parser
 from benchmarks.cli.options import comma_list, seed_value
@@ -57,6 +58,7 @@ def add_bench_parser(sub) -> None:
     add_bench_lora_parser(which)
     add_bench_roof_parser(which)
     add_bench_revisions_parser(which)
+    add_bench_precision_parser(which)
 
 
 def cmd_bench(args) -> int:
