@@ -147,6 +147,10 @@ REPORTS = (
      "a chunk of rows at a time, against the revision before",
      "grpo-bench bench revisions 8240db0 eed3224 --workloads gsm8k-mu1 --rounds 5 --threads 2 "
      "--out results/perf/revisions-logps-tail"),
+    ("results/precision/gradients.md", "One step's gradient at bf16, and at bf16 with fp32 logits, against fp32's on the "
+     "same batch, per algorithm (SmolLM2-135M-Instruct on chain_sum)", "grpo-bench check precision"),
+    ("results/perf/precision.md", "Each algorithm's training step at fp32, bf16 and bf16 with fp32 logits, side by side",
+     "grpo-bench bench precision"),
     ("results/lora/report.md", "LoRA against full fine-tuning, ours and TRL's", "grpo-bench bench lora"),
     ("results/executors-default/executors.md", "Matrix executors on the default matrix: warm workers against fresh processes",
      "grpo-bench bench executors benchmarks/matrices/default.toml --seeds 0"),

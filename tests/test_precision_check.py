@@ -58,7 +58,7 @@ def test_the_report_and_its_json(tmp_path, matrix):
     assert [r["precision"] for r in results["variants"]["grpo"]] == ["bf16", "bf16, fp32 logits"]
     assert results["environment"]["versions"]["torch"]
     text = (out / "gradients.md").read_text()
-    assert "| grpo | 1 | bf16 |" in text and "Lowest cosine" in text
+    assert "| grpo | 1 | bf16 |" in text and "the lowest cosine of a lower precision" in text.splitlines()[2]
 
 
 def test_bad_input_is_one_line(tmp_path, matrix):

@@ -157,8 +157,28 @@ def measure_variant(settings: dict, *, batches: int, seed: int,
     return rows
 
 
+def _lowest_cosines(results: dict) -> tuple[dict[str, float], list[float]]:
+    """Per lower precision its lowest cosine with fp32 over every variant and batch; and the fp32 batch-to-batch cosines."""
+    worst: dict[str, float] = {}
+    noise = []
+    for rows in results["variants"].values():
+        for r in rows:
+            if r["precision"] == "fp32, another batch":
+                noise.append(r["cosine"])
+            else:
+                worst[r["precision"]] = min(worst.get(r["precision"], 1.0), r["cosine"])
+    return worst, noise
+
+
+def headline(results: dict) -> str:
+    worst, noise = _lowest_cosines(results)
+    return (f"**{len(results['variants'])} variants, the same batch at each precision: the lowest cosine of a lower "
+            f"precision's gradient with fp32's is " + ", ".join(f"{value:.4f} ({label})" for label, value in worst.items())
+            + (f"; fp32's own gradients on two different batches: {min(noise):.3f} to {max(noise):.3f}.**" if noise else ".**"))
+
+
 def render(results: dict) -> str:
-    lines = [f"# One step's gradient at bf16 against fp32 (`{results['command']}`)", "",
+    lines = [f"# One step's gradient at bf16 against fp32 (`{results['command']}`)", "", headline(results), "",
              f"Matrix `{results['matrix']}`, task `{results['task']}`, seed {results['seed']}; "
              f"{results['environment']['device_name']}, torch "
              f"{results['environment']['versions'].get('torch', '?')}. Each variant's first policy update of a step, at "
@@ -172,15 +192,6 @@ def render(results: dict) -> str:
                           f"{r['norm_ratio']:.4f}", f"{r['fp32_norm']:.4g}"])
     lines.append(markdown_table(["variant", "batch", "against fp32", "cosine", "relative error", "norm ratio",
                                  "fp32 gradient norm"], table))
-    worst = {}
-    for variant, rows in results["variants"].items():
-        for r in rows:
-            if r["precision"] != "fp32, another batch":
-                worst[r["precision"]] = min(worst.get(r["precision"], 1.0), r["cosine"])
-    noise = [r["cosine"] for rows in results["variants"].values() for r in rows if r["precision"] == "fp32, another batch"]
-    lines += ["", "Lowest cosine over every variant and batch: "
-              + "; ".join(f"{label} {value:.5f}" for label, value in worst.items())
-              + (f"; two fp32 batches: at most {max(noise):.3f}." if noise else ".")]
     return "\n".join(lines) + "\n"
 
 

@@ -90,10 +90,22 @@ def time_variant(settings: dict, *, rounds: int, seed: int, log=print) -> dict:
     return out
 
 
+def headline(report: dict) -> str:
+    """The range over variants of each lower precision's speed-up."""
+    parts = []
+    for label, _, _ in TRAINING_PRECISIONS[1:]:
+        ups = {v: r[label]["speedup"] for v, r in report["variants"].items() if label in r}
+        if ups:
+            low, high = min(ups, key=ups.get), max(ups, key=ups.get)
+            parts.append(f"{label} {ups[low]:.2f}x ({low}) to {ups[high]:.2f}x ({high})")
+    return (f"**Training at a lower precision, {len(report['variants'])} variants side by side on "
+            f"{report['environment']['device_name']}: speed-up over fp32 per 1,280 completions " + "; ".join(parts) + ".**")
+
+
 def render(report: dict) -> str:
     env = report["environment"]
     load = report["load"]
-    lines = [f"# What bf16 training saves, per algorithm (`{report['command']}`)", "",
+    lines = [f"# What bf16 training saves, per algorithm (`{report['command']}`)", "", headline(report), "",
              f"{env['device_name']}, {report['threads']} torch thread(s), torch {env['versions'].get('torch', '?')}; "
              f"a 2048 x 2048 product at {report['gflops']['fp32']:.0f} GFLOP/s in fp32 and {report['gflops']['bf16']:.0f} "
              f"in bf16 on those threads. 1-minute load average {load['start']:.1f} at the start and {load['end']:.1f} at "
