@@ -1,5 +1,5 @@
-"""Installed packages add algorithms, tasks, advantage estimators, policy losses and matrix executors through
-entry points, as pytest and verl plug-ins do.
+"""Installed packages add algorithms, tasks, advantage estimators, policy losses, matrix executors and studies
+through entry points, as pytest and verl plug-ins do.
 
 A distribution declares, in its ``pyproject.toml``::
 
@@ -13,13 +13,16 @@ A distribution declares, in its ``pyproject.toml``::
     my_loss = "my_package.loss:my_policy_loss"      # a per-token objective, as algorithms.losses' own
     [project.entry-points."grpo_bench.executors"]
     my_executor = "my_package.executor:MyExecutor"  # a subclass of benchmarks.matrix.executors.RegisteredExecutor
+    [project.entry-points."grpo_bench.studies"]
+    my_study = "my_package.study:MyStudy"           # a subclass of benchmarks.study.Study
 
 The entry point's name is the registered name. ``load_plugins`` registers the algorithms, tasks, estimators and
 policy losses once per
 process, before a command reads the registries: the command line, a matrix cell's process and the Python
 API call it. The executors' group is read by ``benchmarks.matrix.executors`` itself when it is first imported,
 after its built-in executors: a cell's process never needs an executor, and the executors, which start
-cells, sit above it.
+cells, sit above it. The studies' group is read by ``benchmarks.study.load_study_plugins``, which the ``check``
+and ``bench`` commands call after registering the built-in studies.
 """
 
 from __future__ import annotations

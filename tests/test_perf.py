@@ -425,16 +425,18 @@ def test_first_update_logps_are_the_old_logps_bit_for_bit(pizza, shared, monkeyp
 
 
 def test_the_command_line_hands_the_bench_typed_settings_and_the_command_as_typed(run_cli, monkeypatch):
-    from benchmarks.cli import bench
-    from benchmarks.perf.grpo_vs_trl import PerfSettings
+    from benchmarks.perf import studies
+    from benchmarks.perf.grpo_vs_trl import GrpoVsTrlSettings, RlooVsTrlSettings
 
     seen = []
-    monkeypatch.setattr(bench, "run_bench", lambda settings, command: seen.append((settings, command)))
+    monkeypatch.setattr(studies, "run_bench", lambda settings, command: seen.append((settings, command)))
     assert run_cli("bench", "rloo-vs-trl", "--pairs", "7", "--no-memory")[0] == 0
-    assert seen == [(PerfSettings(algo="rloo", workloads=["pizza-rloo"], pairs=7, memory=False),
-                     "grpo-bench bench rloo-vs-trl --pairs 7 --no-memory")]
+    assert seen == [(RlooVsTrlSettings(pairs=7, memory=False), "grpo-bench bench rloo-vs-trl --pairs 7 --no-memory")]
+    rloo = seen[0][0]
+    assert (rloo.algo, rloo.workloads, rloo.bf16_steps, rloo.scaling_steps) == ("rloo", ["pizza-rloo"], 0, 0)
     assert run_cli("bench", "grpo-vs-trl", "--workloads", "pizza-mu1, pizza-mu2", "--bf16-steps", "0")[0] == 0
-    assert seen[1][0] == PerfSettings(workloads=["pizza-mu1", "pizza-mu2"], bf16_steps=0, scaling_steps=1)
+    assert seen[1][0] == GrpoVsTrlSettings(workloads=["pizza-mu1", "pizza-mu2"], bf16_steps=0)
+    assert (seen[1][0].algo, seen[1][0].scaling_steps) == ("grpo", 1)
     assert seen[1][1] == "grpo-bench bench grpo-vs-trl --workloads 'pizza-mu1, pizza-mu2' --bf16-steps 0"
 
 

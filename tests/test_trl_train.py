@@ -25,10 +25,10 @@ def test_one_step_one_seed_writes_both_implementations(tmp_path):
 
 
 def test_the_command_line_hands_the_check_typed_settings_and_the_command_as_typed(monkeypatch):
+    from benchmarks.checks import studies
     from benchmarks.checks.trl_train import TrlTrainSettings
-    from benchmarks.cli import checks
 
     seen = []
-    monkeypatch.setattr(checks, "run_trl_train_check", lambda settings, command: seen.append((settings, command)) or 0)
+    monkeypatch.setattr(studies, "run_trl_train_check", lambda settings, command: seen.append((settings, command)) or 0)
     assert main(["check", "trl-train", "--seeds", "1"]) == 0
     assert seen == [(TrlTrainSettings(seeds=1), "grpo-bench check trl-train --seeds 1")]

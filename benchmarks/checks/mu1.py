@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections import defaultdict
+from dataclasses import field
 from pathlib import Path
 from typing import Optional
 
@@ -29,6 +30,7 @@ from algorithms.rollout import Rollout, rollout_logps
 from benchmarks.errors import UsageError
 from benchmarks.harness import build, resolve, train_steps
 from benchmarks.io import atomic_write_json, atomic_write_text
+from benchmarks.study import StudySettings, option
 
 ZERO_TOL = 1e-6
 GRAD_TOL = 1e-5
@@ -148,26 +150,31 @@ class Setup:
 
 
 @dataclasses.dataclass
-class Mu1Settings:
+class Mu1Settings(StudySettings):
     """What ``grpo-bench check mu1`` asks for. An option left at None takes the task's or GRPO's own value,
     and only the options given are recorded with the result."""
 
-    task: str = "pizza"  # task to train and roll out on
-    steps: int = 30  # training steps of the mu = 1, beta = 0 run
-    seed: int = 0
-    out: Optional[str] = None  # folder for report.md, results.json, mu1.png (None: results/mu1, or results/mu1-TASK)
-    # Page whose mu1 section is regenerated ("": none; None: results/checks.md with the default ``out``, none with another:
-    # a check written elsewhere does not rewrite the README of the folder it ran in)
-    readme: Optional[str] = None
-    group_size: Optional[int] = None  # G (None: GRPO's)
-    prompts_per_step: Optional[int] = None  # (None: GRPO's)
-    learning_rate: Optional[float] = None  # (None: the task's)
-    max_new_tokens: Optional[int] = None  # completion length cap (None: the task's)
-    eval_questions: Optional[int] = None  # gsm8k only: evaluation questions
-    eval_k: Optional[int] = None  # gsm8k only: samples per evaluation question
-    eval_every: Optional[int] = None  # evaluate every N steps (None: steps // 6)
-    mu_steps: Optional[int] = None  # steps of the mu = 4 run (None: 5)
-    metric: Optional[str] = None  # "accuracy" or "reward", the evaluation metric that must rise (None: accuracy)
+    task: str = field(default="pizza", metadata={"help": "task to train and roll out on"})
+    steps: int = field(default=30, metadata={"help": "training steps of the mu = 1, beta = 0 run"})
+    seed: int = option("seed")
+    # report.md, results.json, mu1.png
+    out: Optional[str] = option("out", None, shown="results/mu1, or results/mu1-TASK for another task")
+    # None: results/checks.md with the default ``out``, none with another: a check written elsewhere does not
+    # rewrite the README of the folder it ran in
+    readme: Optional[str] = option("readme", shown="results/checks.md, none with --out")
+    group_size: Optional[int] = field(default=None, metadata={"help": "G (default: GRPO's)"})
+    prompts_per_step: Optional[int] = field(default=None, metadata={"help": "prompts per step (default: GRPO's)"})
+    learning_rate: Optional[float] = field(default=None, metadata={"help": "(default: the task's)"})
+    max_new_tokens: Optional[int] = field(default=None, metadata={"help": "completion length cap (default: the task's)"})
+    eval_questions: Optional[int] = field(default=None, metadata={
+        "help": "gsm8k: evaluation questions (default: the task's)"})
+    eval_k: Optional[int] = field(default=None, metadata={
+        "help": "gsm8k: samples per evaluation question (default: the task's)"})
+    eval_every: Optional[int] = field(default=None, metadata={"help": "evaluate every N steps (default: steps // 6)"})
+    mu_steps: Optional[int] = field(default=None, metadata={"help": "steps of the mu = 4 run (default: 5)"})
+    metric: Optional[str] = field(default=None, metadata={
+        "help": "evaluation metric that must rise (default: accuracy; GSM8K at 135M: reward)",
+        "choices": ("accuracy", "reward")})
 
 
 def build_grpo(setup: Setup, seed: int, steps: int, **grpo_options):

@@ -28,16 +28,19 @@ from benchmarks.harness.measure import TRAINING_PRECISIONS, environment
 from benchmarks.io import atomic_write_json, atomic_write_text
 from benchmarks.markdown import markdown_table
 from benchmarks.matrix.plan import variant_settings
+from benchmarks.study import StudySettings, option
 
 
 @dataclasses.dataclass
-class PrecisionSettings:
-    matrix: str = "benchmarks/matrices/rg_verdict_chain_sum.toml"
-    task: Optional[str] = None  # the matrix's task label (default: its first)
-    variants: Optional[tuple[str, ...]] = None  # default: every variant of the task
-    batches: int = 2
-    seed: int = 0
-    out: str = "results/precision"
+class PrecisionSettings(StudySettings):
+    matrix: str = dataclasses.field(default="benchmarks/matrices/rg_verdict_chain_sum.toml",
+                                    metadata={"help": "matrix file whose variants are measured"})
+    task: Optional[str] = dataclasses.field(default=None, metadata={"help": "the matrix's task label (default: its first)"})
+    variants: Optional[tuple[str, ...]] = dataclasses.field(default=None, metadata={
+        "help": "comma-separated variants (default: every variant of the task)", "comma_separated": True})
+    batches: int = dataclasses.field(default=2, metadata={"help": "sampled batches per variant"})
+    seed: int = option("seed")
+    out: str = option("out", "results/precision")  # gradients.md, gradients.json
 
 
 class _Captured(Exception):

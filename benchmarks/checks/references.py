@@ -34,6 +34,7 @@ from benchmarks.errors import UsageError
 from benchmarks.io import atomic_write_text
 from benchmarks.markdown import markdown_table, update_section
 from benchmarks.references import features, install, openrlhf, trl_ppo, verl
+from benchmarks.study import StudySettings, option
 
 TOL = 1e-5
 FRAMEWORKS = ("verl", "openrlhf", "trl-ppo")
@@ -980,14 +981,20 @@ def rows_csv(rows: list[Row]) -> str:
 
 
 @dataclass
-class ReferencesSettings:
-    out: str = "results/references"
-    frameworks: tuple[str, ...] = FRAMEWORKS
-    cases: tuple[str, ...] = tuple(CASES)
-    install: bool = False
-    plant: Optional[str] = None  # run one planted error only (no files written)
-    plants: bool = True  # run every planted error after the check
-    readme: Optional[str] = None  # also write the README's feature table (section "features") there
+class ReferencesSettings(StudySettings):
+    install: bool = field(default=False, metadata={
+        "help": "first fetch the pinned frameworks (pip install --no-deps --target into $GRPO_BENCH_REFERENCES, "
+                "default ~/.cache/grpo-bench/references)"})
+    out: str = option("out", "results/references")  # references.md, references.csv, features.md
+    frameworks: tuple[str, ...] = field(default=FRAMEWORKS, metadata={
+        "help": "frameworks to compare against", "metavar": "NAME"})
+    cases: tuple[str, ...] = field(default=tuple(CASES), metadata={"help": "batches", "metavar": "CASE"})
+    plant: Optional[str] = field(default=None, metadata={
+        "help": "run one planted error and write nothing; exit 1 when it is caught "
+                f"({', '.join(p.name for p in PLANTS)}) (default: none)", "metavar": "NAME"})
+    plants: bool = field(default=True, metadata={"help": "run every planted error after the check"})
+    # the README's feature table (section "features")
+    readme: Optional[str] = option("readme", shown="none")
 
 
 def validate(settings: ReferencesSettings) -> None:

@@ -22,14 +22,16 @@ from benchmarks.markdown import markdown_table
 from benchmarks.references.sides import (
     SAME_LOGPS_ATOL, SAME_LOSS_ATOL, Trl, same_batch_check, same_loss_misses, workloads_of,
 )
+from benchmarks.study import StudySettings, option
 
 
 @dataclass
-class SameBatchSettings:
-    workloads: list[str] = field(default_factory=lambda: list(workloads_of("grpo")))
-    batches: int = 3  # sampled batches per workload
-    seed: int = 0
-    out: str = "results/same_batch"
+class SameBatchSettings(StudySettings):
+    workloads: list[str] = field(default_factory=lambda: list(workloads_of("grpo")), metadata={
+        "help": "comma-separated workloads of bench grpo-vs-trl (default: all of them)", "comma_separated": True})
+    batches: int = field(default=3, metadata={"help": "sampled batches per workload"})
+    seed: int = option("seed")
+    out: str = option("out", "results/same_batch")  # report.md, results.json
 
 
 COLUMNS = (("max_abs_diff", "loss, end to end"), ("abs_diff_formula", "loss function"),

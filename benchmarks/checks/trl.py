@@ -52,6 +52,7 @@ from algorithms.rollout import per_token_logps, tokenize_prompts
 from benchmarks.io import atomic_write_json, atomic_write_text
 from benchmarks.markdown import markdown_table
 from benchmarks.references import trl as trl_ref
+from benchmarks.study import StudySettings, option
 from tasks.pizza import RECIPE, build_pizza_model
 from tasks.tiny_lm import cached_model
 
@@ -698,10 +699,10 @@ def _progress_line(r: CheckRow) -> str:
 
 
 @dataclass
-class TrlCheckSettings:
+class TrlCheckSettings(StudySettings):
     """Where the check writes; what it compares is fixed (``loss_configs`` and the RLOO / DPO extras)."""
 
-    out: str = "results/trl_check"  # folder for report.md, results.csv and results.json
+    out: str = option("out", "results/trl_check")  # report.md, results.csv and results.json
 
 
 def run_trl_check(settings: TrlCheckSettings) -> int:

@@ -25,6 +25,7 @@ from pathlib import Path
 from benchmarks.errors import UsageError
 from benchmarks.io import atomic_write_json, atomic_write_text, read_jsonl
 from benchmarks.references import trl as trl_ref
+from benchmarks.study import StudySettings, option
 
 TASK = "pizza"
 # The settings both sides read (ours through ``resolve``, TRL's through its adapter): GRPO's, then the run's sampling.
@@ -34,12 +35,12 @@ MATCHED = {"group_size": 8, "prompts_per_step": 4, "learning_rate": 5e-5, "beta"
 
 
 @dataclasses.dataclass
-class TrlTrainSettings:
+class TrlTrainSettings(StudySettings):
     """How long and how often both implementations train; everything else is ``MATCHED``."""
 
-    steps: int = 50  # training steps per run
-    seeds: int = 3  # seeds 0..seeds-1, each for both implementations
-    out: str = "results/trl_train"  # folder for report.md, results.json and rewards.png
+    steps: int = dataclasses.field(default=50, metadata={"help": "training steps per run"})
+    seeds: int = dataclasses.field(default=3, metadata={"help": "seeds 0..N-1 for each implementation"})
+    out: str = option("out", "results/trl_train")  # report.md, results.json and rewards.png
 
 
 def run_ours(steps: int, seed: int, out: str) -> dict:

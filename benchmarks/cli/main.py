@@ -1,11 +1,11 @@
 """The ``grpo-bench`` command line: one parser, a subcommand per module of this package.
 
 Bad input never shows a traceback: one line, exit status 2; a run that breaks (a non-finite loss)
-exits 1. Installed plug-ins (entry points ``grpo_bench.algorithms`` / ``grpo_bench.tasks``) are
-registered before the parser of a subcommand that reads the registries is built, so their options show
-in ``--help`` like the built-in ones. A subcommand's parser is built only when it is named
-(``COMMANDS``): ``grpo-bench --help`` imports neither torch nor transformers, and a subcommand's
-``--help`` imports what its own flags need. Nothing imports this module.
+exits 1. Installed plug-ins (entry points ``grpo_bench.algorithms`` / ``grpo_bench.tasks``, and
+``grpo_bench.studies`` for ``check`` and ``bench``) are registered before the parser of a subcommand that
+reads the registries is built, so their options show in ``--help`` like the built-in ones. A subcommand's
+parser is built only when it is named (``COMMANDS``): ``grpo-bench --help`` imports neither torch nor
+transformers, and a subcommand's ``--help`` imports what its own flags need. Nothing imports this module.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ COMMANDS = {
     "run": ("benchmarks.cli.run", "add_run_parser", "train one algorithm on one task, evaluate before and after"),
     "eval": ("benchmarks.cli.run", "add_eval_parser",
              "evaluate a task's starting policy (or --model), or tabulate a run's before/after"),
-    "check": ("benchmarks.cli.checks", "add_check_parser",
+    "check": ("benchmarks.cli.studies", "add_check_parser",
               "cross-check the losses against TRL, verl and OpenRLHF, or verify the mu = 1 behaviour"),
     "matrix": ("benchmarks.cli.matrix", "add_matrix_parser",
                "run every task x algorithm variant x seed of a matrix file, cells in parallel"),
@@ -45,7 +45,7 @@ COMMANDS = {
     "ablation": ("benchmarks.cli.matrix", "add_ablation_parser", "GRPO group-size ablation on the toy bandit (G = 2, 4, 8, 16)"),
     "readme": ("benchmarks.cli.matrix", "add_readme_parser",
                "the README's table of checks and benchmarks: each results/ report's headline and a link"),
-    "bench": ("benchmarks.cli.bench", "add_bench_parser", "performance benchmarks"),
+    "bench": ("benchmarks.cli.studies", "add_bench_parser", "performance benchmarks"),
     "paired": ("benchmarks.cli.paired", "add_paired_parser",
                "per-question before/after evaluations and McNemar's exact test between them"),
     "survey": ("benchmarks.cli.survey", "add_survey_parser", "start accuracy of a task's starting policy across candidate settings"),

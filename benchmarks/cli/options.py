@@ -15,6 +15,8 @@ import importlib.util
 import json
 import os
 import re
+import types
+import typing
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -150,20 +152,79 @@ def add_dataclass_options(group, cls, seen: dict[str, set], owner_name: str, ski
             continue
         seen.setdefault(f.name, set()).add(owner_name)
         default = f.default if f.default is not dataclasses.MISSING else None
-        help_text = _escape(with_default(f.metadata.get("help", ""), default))
+        help_text = with_default(f.metadata.get("help", ""), default)
         if len(seen[f.name]) > 1:
             action = group._option_string_actions[flag(f.name)]
+            help_text = _escape(help_text)
             if f.name not in config_fields(AlgoConfig) and owner_name not in (action.help or ""):
                 first = "" if "[" in (action.help or "") else f"[{sorted(seen[f.name] - {owner_name})[0]}] "
                 action.help = f"{first}{action.help} | [{owner_name}] {help_text}"
             continue
-        kind = field_type(cls, f.name)
-        if kind is bool:
-            group.add_argument(flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
-        else:
-            kind = FLAG_TYPES.get(f.name, kind) if kind is int else kind
-            group.add_argument(flag(f.name), dest=f.name, type=kind, default=None, choices=f.metadata.get("choices"),
-                               help=help_text, metavar=f.name.upper() if not f.metadata.get("choices") else None)
+        add_field_flag(group, f, field_type(cls, f.name), help_text)
+
+
+def add_field_flag(group, f: dataclasses.Field, kind, help_text: str, container: Optional[type] = None) -> None:
+    """The flag of one dataclass field of type ``kind`` (in a list or tuple: ``container``): ``--name``, dest the
+    field's name, default None, so that only what was given overrides the dataclass's default. A bool is
+    ``--name/--no-name``; a list takes several values (metadata ``comma_separated``: one comma-separated value);
+    a field without a default is a positional argument. The metadata keys benchmarks/study.py lists apply."""
+    meta = f.metadata
+    help_text = argparse.SUPPRESS if meta.get("hidden") else _escape(help_text)
+    if kind is bool:
+        group.add_argument(flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        return
+    kind = FLAG_TYPES.get(meta.get("values", f.name), kind) if kind is int else kind
+    kwargs = {"type": kind, "choices": meta.get("choices"), "help": help_text}
+    if container is not None and meta.get("comma_separated"):
+        kwargs["type"] = comma_list
+    elif container is not None:
+        kwargs["nargs"] = "+"
+    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+        group.add_argument(f.name, **kwargs)
+    else:
+        metavar = meta.get("metavar", f.name.upper() if not meta.get("choices") else None)
+        group.add_argument(flag(f.name), dest=f.name, default=None, metavar=metavar, **kwargs)
+
+
+def settings_types(cls) -> dict[str, tuple[type, Optional[type]]]:
+    """(type, container) of every field of the dataclass ``cls``: Optional[...] unwrapped, and a list or tuple as
+    its items' type and list or tuple (a scalar's container is None)."""
+    out = {}
+    for name, hint in typing.get_type_hints(cls).items():
+        if typing.get_origin(hint) in (typing.Union, types.UnionType):
+            hint = next(a for a in typing.get_args(hint) if a is not type(None))
+        container = typing.get_origin(hint)
+        out[name] = (typing.get_args(hint)[0], container) if container in (list, tuple) else (hint, None)
+    return out
+
+
+def add_settings_flags(parser, cls) -> None:
+    """A flag per field of the settings dataclass ``cls`` that its ``__init__`` takes, in field order, each help
+    with the default (a list's as it is typed); fields that share a metadata ``one_of`` exclude each other."""
+    types_ = settings_types(cls)
+    exclusive: dict[str, argparse._MutuallyExclusiveGroup] = {}
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        kind, container = types_[f.name]
+        default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+        if container is not None and default not in (None, dataclasses.MISSING):
+            default = ("," if f.metadata.get("comma_separated") else " ").join(map(str, default))
+        help_text = f.metadata.get("help", "")
+        if default is not dataclasses.MISSING:
+            help_text = with_default(help_text, default)
+        one_of = f.metadata.get("one_of")
+        if one_of is not None and one_of not in exclusive:
+            exclusive[one_of] = parser.add_mutually_exclusive_group()
+        add_field_flag(exclusive.get(one_of, parser), f, kind, help_text, container)
+
+
+def settings_from(args: argparse.Namespace, cls):
+    """``cls`` built from the flags ``add_settings_flags`` added that were given (the others keep the dataclass's
+    defaults), a list flag's values in the field's container."""
+    types_ = settings_types(cls)
+    given = given_options(args, {f.name for f in dataclasses.fields(cls) if f.init})
+    return cls(**{name: types_[name][1](value) if types_[name][1] else value for name, value in given.items()})
 
 
 def add_task_options(parser: argparse.ArgumentParser) -> None:

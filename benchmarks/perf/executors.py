@@ -27,6 +27,7 @@ from benchmarks.matrix import parse, run_matrix
 from benchmarks.matrix.executors import make_executor
 from benchmarks.matrix.timing import wallclock_breakdown
 from benchmarks.markdown import markdown_table, update_section
+from benchmarks.study import StudySettings, option
 
 # The report's columns of a session's time (benchmarks.matrix.timing), in order.
 TIMING_COLUMNS = ("startup_s", "build_s", "train_s", "eval_s", "reset_s", "other_s", "idle_s")
@@ -225,6 +226,27 @@ def _command(result: dict, out: str, readme: Optional[str], section: str, spread
             + (f" --seeds {' '.join(map(str, result['selected_seeds']))}" if result["selected_seeds"] else "")
             + (f" --spread-from {spread_from}" if spread_from else "")
             + (f" --readme {readme}" if readme else "") + (f" --section {section}" if section != "executors" else ""))
+
+
+@dataclasses.dataclass
+class ExecutorsSettings(StudySettings):
+    """What ``grpo-bench bench executors`` asks for (``run_bench_executors`` takes them one by one)."""
+
+    file: str = dataclasses.field(metadata={"help": "matrix file (TOML), e.g. benchmarks/matrices/scaleout.toml"})
+    out: str = option("out", "results/executors")  # executors.md/json and every arm's run
+    jobs: int = dataclasses.field(default=DEFAULT_JOBS, metadata={
+        "help": "N: cells at once in the fresh-N and warm-N arms, each on cores // N torch threads"})
+    arms: list[str] = dataclasses.field(default_factory=lambda: list(ARMS), metadata={
+        "help": "the arms to run: " + "; ".join(f"{name}: {arm.what.format(n='N')}" for name, arm in ARMS.items()),
+        "choices": list(ARMS)})
+    seeds: Optional[list[int]] = dataclasses.field(default=None, metadata={
+        "help": "run only the matrix's cells of these seeds (default: every seed)", "values": "seed"})
+    spread_from: Optional[str] = dataclasses.field(default=None, metadata={
+        "help": "a finished run of the same matrix (e.g. results/cpu): a cell whose accuracy differs between the arms "
+                "is judged against its variant's standard deviation over seeds there (default: none)", "metavar": "DIR"})
+    rerender: bool = option("rerender")
+    readme: Optional[str] = option("readme", shown="none")
+    section: str = dataclasses.field(default="executors", metadata={"help": "name of the README section to regenerate"})
 
 
 def run_bench_executors(matrix_file: str, out: str, jobs: int = DEFAULT_JOBS, arms: Sequence[str] = tuple(ARMS),

@@ -40,7 +40,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -55,6 +55,7 @@ from benchmarks.references.sides import (
     SAME_LOGPS_ATOL, SAME_LOSS_ATOL, SIDES, STEP_PARTS, TRL_SETTINGS, WORKLOADS, Ours, Trl, Workload, default_workloads,
     rss_bytes, same_batch_check, same_batch_check_rloo, same_loss_misses, workloads_of,
 )
+from benchmarks.study import StudySettings, option
 from tasks import TASKS
 
 
@@ -504,26 +505,61 @@ OUTPUTS = {"grpo": ("perf", "perf", "GRPO step: this suite vs TRL"),
 
 
 @dataclass
-class PerfSettings:
-    """What ``grpo-bench bench grpo-vs-trl`` / ``rloo-vs-trl`` runs."""
+class PerfSettings(StudySettings):
+    """What ``grpo-bench bench grpo-vs-trl`` / ``rloo-vs-trl`` runs; each command's settings are a subclass
+    (``GrpoVsTrlSettings``, ``RlooVsTrlSettings``) with its ``algo`` and its own defaults."""
 
     algo: str = "grpo"  # "grpo" (against TRL's GRPOTrainer) or "rloo" (RLOOTrainer)
     workloads: Optional[list[str]] = None  # names from WORKLOADS of ``algo`` (None: default_workloads(algo))
-    pairs: int = 5  # timed rounds (ours, TRL default, TRL fastest) per workload after a warm-up round
-    allow_few_pairs: bool = False  # accept pairs < 5 (quick tests); min/median/max then say little
-    memory: bool = True  # measure each side's peak memory in its own subprocess
-    max_new_tokens: Optional[int] = None  # override every workload's completion cap (None: the workload's)
-    seed: int = 0  # seed of every side and of the prompt draws
-    device: str = "cpu"  # cpu, cuda or auto
-    out: Optional[str] = None  # output folder (None: results/perf, or results/gpu on CUDA)
+    pairs: int = field(default=5, metadata={
+        "help": "timed rounds (ours, TRL default, TRL fastest) per workload after one warm-up round (>= 5)"})
+    allow_few_pairs: bool = field(default=False, metadata={
+        "help": "accept --pairs < 5 (quick tests); min/median/max then say little", "hidden": True})
+    memory: bool = field(default=True, metadata={
+        "help": "measure each side's peak memory in its own subprocess (two optimizer updates)"})
+    max_new_tokens: Optional[int] = field(default=None, metadata={
+        "help": "override every workload's completion cap, for quick runs (default: the workload's)"})
+    seed: int = option("seed")
+    device: str = option("device")
+    out: Optional[str] = option("out", None, shown="results/perf, or results/gpu on CUDA")
     bf16_steps: int = 0  # GRPO only: timed steps of our bf16-autocast step (0: none)
     scaling_steps: int = 0  # GRPO only: timed steps of our step per scaling point, after one warm-up (0: none)
-    readme: str = "results/checks.md"  # page whose perf section (perf or perf-rloo) is regenerated ("": none)
-    model: Optional[str] = None  # a hub id or local directory in place of the workloads' model (tasks with a model)
-    random_weights: bool = False  # the model's architecture with seeded random weights (where its weights can't go)
-    rerender: bool = False  # re-read OUT's finished report (STEM.json) and write its markdown again, measuring nothing
-    resume: bool = False  # keep OUT's report's measured workloads (same settings) and measure the rest of the plan
-    overwrite: bool = False  # replace OUT's report (without it or resume, an existing report is refused)
+    readme: str = option("readme", "results/checks.md")  # section perf or perf-rloo
+    model: Optional[str] = field(default=None, metadata={
+        "help": "hub id or local directory in place of the workloads' model, in the tasks that take one "
+                "(default: the workloads')"})
+    random_weights: bool = field(default=False, metadata={
+        "help": "--model's architecture and tokenizer with seeded random weights (timing where its weights cannot "
+                "go; completions then seldom end before their cap)"})
+    rerender: bool = option("rerender")  # re-read OUT's finished report (STEM.json)
+    resume: bool = option("resume", one_of="again")
+    overwrite: bool = option("overwrite", one_of="again")
+
+
+def _workloads(algo: str) -> dataclasses.Field:
+    """The ``workloads`` setting of ``algo``'s command: all of its workloads by default (RLOO: its first)."""
+    return field(default_factory=lambda: default_workloads(algo), metadata={
+        "help": f"comma-separated, from: {', '.join(workloads_of(algo))}", "comma_separated": True})
+
+
+@dataclass
+class GrpoVsTrlSettings(PerfSettings):
+    """``bench grpo-vs-trl``'s settings: GRPO against TRL's GRPOTrainer, with its bf16 and scaling parts."""
+
+    algo: str = field(default="grpo", init=False)
+    workloads: list[str] = _workloads("grpo")
+    bf16_steps: int = field(default=2, metadata={"help": "timed steps of our bf16-autocast step (0: skip)"})
+    scaling_steps: int = field(default=1, metadata={"help": "timed steps per scaling point, after one warm-up (0: skip)"})
+
+
+@dataclass
+class RlooVsTrlSettings(PerfSettings):
+    """``bench rloo-vs-trl``'s settings: RLOO against TRL's RLOOTrainer; its report has neither part of GRPO's."""
+
+    algo: str = field(default="rloo", init=False)
+    workloads: list[str] = _workloads("rloo")
+    bf16_steps: int = field(default=0, init=False)
+    scaling_steps: int = field(default=0, init=False)
 
 
 def random_weight_checkpoint(model: str, seed: int) -> Path:

@@ -27,21 +27,24 @@ from benchmarks.io import atomic_write_json, atomic_write_text, read_json
 from benchmarks.markdown import markdown_table
 from benchmarks.matrix.plan import variant_settings
 from benchmarks.perf.grpo_vs_trl import matmul_gflops, median_interval
+from benchmarks.study import StudySettings, option
 
 CELL_COMPLETIONS = 1280  # the real-LM matrices' budget per cell
 PHASES = ("generate", "logprobs", "update")
 
 
 @dataclasses.dataclass
-class PrecisionBenchSettings:
-    matrix: str = "benchmarks/matrices/rg_verdict_chain_sum.toml"
-    task: Optional[str] = None  # the matrix's task label (default: its first)
-    variants: Optional[tuple[str, ...]] = None  # default: every variant of the task
-    rounds: int = 5
-    seed: int = 0
-    threads: int = 1  # torch threads: a matrix cell's one core
-    out: str = "results/perf"
-    resume: bool = False  # keep the variants OUT's precision.json measured with the same settings
+class PrecisionBenchSettings(StudySettings):
+    matrix: str = dataclasses.field(default="benchmarks/matrices/rg_verdict_chain_sum.toml",
+                                    metadata={"help": "matrix file whose variants are timed"})
+    task: Optional[str] = dataclasses.field(default=None, metadata={"help": "the matrix's task label (default: its first)"})
+    variants: Optional[tuple[str, ...]] = dataclasses.field(default=None, metadata={
+        "help": "comma-separated variants (default: every variant of the task)", "comma_separated": True})
+    rounds: int = dataclasses.field(default=5, metadata={"help": "timed rounds after a warm-up"})
+    seed: int = option("seed")
+    threads: int = option("threads", 1, shown="1, a matrix cell's one core")
+    out: str = option("out", "results/perf")  # precision.md and precision.json
+    resume: bool = option("resume")  # the variants OUT's precision.json measured with the same settings
 
 
 def _per_cell(metrics: dict, key: str) -> float:

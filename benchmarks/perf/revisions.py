@@ -36,6 +36,7 @@ from benchmarks.markdown import markdown_table
 from benchmarks.perf import revisions_worker
 from benchmarks.perf.grpo_vs_trl import median_interval
 from benchmarks.references.sides import WORKLOADS
+from benchmarks.study import StudySettings, option
 
 # The phases this report shows, of the step's (benchmarks.io.PHASES): written out rather than taken from there, since
 # every measured revision's step, however old, must report each of them.
@@ -45,15 +46,17 @@ SHOWN_PHASES = ("generate", "logprobs", "update")
 PAUSE_S = 0.3
 
 @dataclasses.dataclass
-class RevisionSettings:
-    revisions: list[str]  # git revisions, the baseline first
-    workloads: list[str] = dataclasses.field(default_factory=lambda: ["chain_sum-mu1", "gsm8k-mu1"])
-    rounds: int = 5  # timed steps per revision and workload, after one warm-up step
-    seed: int = 0
-    threads: int = 0  # torch threads per worker (0: torch's default)
-    device: str = "cpu"
-    repo: str = "."  # the git checkout whose revisions these are
-    out: str = "results/perf"
+class RevisionSettings(StudySettings):
+    revisions: list[str] = dataclasses.field(metadata={
+        "help": "git revisions (commits, tags, branches), the baseline first"})
+    workloads: list[str] = dataclasses.field(default_factory=lambda: ["chain_sum-mu1", "gsm8k-mu1"], metadata={
+        "help": "comma-separated grpo-vs-trl workloads", "comma_separated": True})
+    rounds: int = dataclasses.field(default=5, metadata={"help": "timed steps per revision after a warm-up"})
+    seed: int = option("seed")
+    threads: int = option("threads", shown="0, torch's own")  # per worker
+    device: str = option("device")
+    repo: str = dataclasses.field(default=".", metadata={"help": "the git checkout the revisions belong to"})
+    out: str = option("out", "results/perf")  # revisions.md and revisions.json
 
 
 def _git(repo: str, *args: str) -> bytes:

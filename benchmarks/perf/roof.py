@@ -40,19 +40,24 @@ from algorithms.rollout import _positions, generate
 from benchmarks.errors import UsageError
 from benchmarks.io import atomic_write_text
 from benchmarks.markdown import markdown_table
+from benchmarks.study import StudySettings, option
 from tasks.smollm import load_causal_lm
 
 
 @dataclasses.dataclass
-class RoofSettings:
-    batch_sizes: list[int] = dataclasses.field(default_factory=lambda: [1, 4, 16, 32, 64])
-    new_tokens: int = 64  # decoding steps per timed run
-    threads: int = 0  # torch threads (0: torch's default, what the matrix's cells get on this machine)
-    repeats: int = 3  # timed runs per measurement; the best is kept
-    stream_mib: int = 256  # size of each STREAM array
-    model: str = ""  # a Hugging Face id or local directory; "" is SmolLM2-135M-Instruct from its GGUF
-    precisions: list[str] = dataclasses.field(default_factory=lambda: ["fp32", "bf16", "int8"])
-    out: str = "results/perf"
+class RoofSettings(StudySettings):
+    batch_sizes: list[int] = dataclasses.field(default_factory=lambda: [1, 4, 16, 32, 64],
+                                               metadata={"help": "rows decoded together"})
+    new_tokens: int = dataclasses.field(default=64, metadata={"help": "decoding steps per timed run"})
+    # 0: torch's default, what the matrix's cells get on this machine
+    threads: int = option("threads", shown="0, torch's own")
+    repeats: int = dataclasses.field(default=3, metadata={"help": "timed runs per measurement, the best kept"})
+    stream_mib: int = dataclasses.field(default=256, metadata={"help": "STREAM array size"})
+    model: str = dataclasses.field(default="", metadata={
+        "help": "a HF id or local directory (default: SmolLM2-135M-Instruct from its GGUF)"})
+    precisions: list[str] = dataclasses.field(default_factory=lambda: ["fp32", "bf16", "int8"], metadata={
+        "help": "sampling precisions to measure, of fp32 bf16 int8"})
+    out: str = option("out", "results/perf")  # roof.md and roof.json
 
 
 PRECISIONS = ("fp32", "bf16", "int8")

@@ -1,0 +1,75 @@
+"""The checks of ``grpo-bench check``, each registered as a study (benchmarks/study.py): its name, its line in
+``check --help``, its settings (its engine's own dataclass, whose fields are its flags) and how it runs.
+
+The checks import TRL only when they run: it takes seconds to import and ``grpo-bench run`` never needs it."""
+
+from __future__ import annotations
+
+from benchmarks.checks.mu1 import Mu1Settings, run_mu1_check
+from benchmarks.checks.precision import PrecisionSettings, run_precision_check
+from benchmarks.checks.references import ReferencesSettings, run_references_check
+from benchmarks.checks.same_batch import SameBatchSettings, run_same_batch_check
+from benchmarks.checks.trl import TrlCheckSettings, run_trl_check
+from benchmarks.checks.trl_train import TrlTrainSettings, run_trl_train_check
+from benchmarks.study import Study, register_study
+
+
+@register_study
+class TrlCheck(Study):
+    name, group = "trl", "check"
+    help = "grpo_loss, group_advantages and dpo_loss against TRL's own trainers"
+    Settings = TrlCheckSettings
+
+    def run(self, settings: TrlCheckSettings, command: str) -> int:
+        return run_trl_check(settings)
+
+
+@register_study
+class Mu1Check(Study):
+    name, group = "mu1", "check"
+    help = "why the GRPO loss reads 0 at mu = 1 while the policy still learns"
+    Settings = Mu1Settings
+
+    def run(self, settings: Mu1Settings, command: str) -> int:
+        return run_mu1_check(settings, command=command)
+
+
+@register_study
+class TrlTrainCheck(Study):
+    name, group = "trl-train", "check"
+    help = "TRL's GRPOTrainer and ours trained on pizza with matched settings"
+    Settings = TrlTrainSettings
+
+    def run(self, settings: TrlTrainSettings, command: str) -> int:
+        return run_trl_train_check(settings, command=command)
+
+
+@register_study
+class SameBatchCheck(Study):
+    name, group = "same-batch", "check"
+    help = "the GRPO step's loss against TRL's on the same sampled batches, part by part"
+    Settings = SameBatchSettings
+
+    def run(self, settings: SameBatchSettings, command: str) -> int:
+        run_same_batch_check(settings, command=command)
+        return 0
+
+
+@register_study
+class PrecisionCheck(Study):
+    name, group = "precision", "check"
+    help = "one step's gradient at bf16 (and bf16 with fp32 logits) against fp32, per algorithm, on the same batch"
+    Settings = PrecisionSettings
+
+    def run(self, settings: PrecisionSettings, command: str) -> int:
+        return run_precision_check(settings)
+
+
+@register_study
+class ReferencesCheck(Study):
+    name, group = "references", "check"
+    help = "every estimator and loss against verl, OpenRLHF and TRL 1.12's PPO"
+    Settings = ReferencesSettings
+
+    def run(self, settings: ReferencesSettings, command: str) -> int:
+        return run_references_check(settings, command=command)
