@@ -16,6 +16,7 @@ same policy, in the same table."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
 from pathlib import Path
 from typing import Callable, Optional
@@ -25,7 +26,7 @@ import torch
 from benchmarks.errors import UsageError
 from benchmarks.harness import build, resolve
 from benchmarks.harness.measure import TRAINING_PRECISIONS, environment
-from benchmarks.io import atomic_write_json, atomic_write_text
+from benchmarks.io import atomic_write_json, atomic_write_text, read_json
 from benchmarks.markdown import markdown_table
 from benchmarks.matrix.plan import variant_settings
 from benchmarks.study import StudySettings, option
@@ -41,6 +42,7 @@ class PrecisionSettings(StudySettings):
     batches: int = dataclasses.field(default=2, metadata={"help": "sampled batches per variant"})
     seed: int = option("seed")
     out: str = option("out", "results/precision")  # gradients.md, gradients.json
+    resume: bool = option("resume")  # the variants OUT's gradients.json measured with the same settings
 
 
 class _Captured(Exception):
@@ -108,55 +110,62 @@ def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.double() - b.double()).norm() / b.double().norm())
 
 
+def _built(options: dict, precision: str, logits_precision: str):
+    """(task, algorithm) of ``options`` at one precision, its first policy update captured."""
+    rc, config, task_options = resolve({**options, "precision": precision, "logits_precision": logits_precision})
+    task, _, algo, _ = build(rc, config, task_options)
+    _capture_first_policy_update(algo)
+    return task, algo
+
+
+def _row(batch, label: str, ours: torch.Tensor, theirs: torch.Tensor) -> dict:
+    return {"batch": batch, "precision": label, "cosine": _cosine(ours, theirs), "relative_error": _relative(ours, theirs),
+            "norm_ratio": float(ours.double().norm() / theirs.double().norm()), "fp32_norm": float(theirs.double().norm())}
+
+
 def measure_variant(settings: dict, *, batches: int, seed: int,
                     progress: Callable[[str], None] = print) -> list[dict]:
     """Rows of one variant: per batch and lower precision, cosine and relative error against fp32's gradient, and per
-    pair of fp32 batches the cosine between their gradients."""
+    pair of fp32 batches the cosine between their gradients. One precision's algorithm is alive at a time (a real
+    LM's policy, reference and PPO's critic three times over did not fit beside a matrix): fp32's runs every batch
+    first, keeping its state before each batch, the completions it sampled and its gradient; then each lower
+    precision's replays them from those states."""
     options = {**settings, "seed": seed, "out": "/dev/null", "device": "cpu"}
-    algos = {}
-    for label, precision, logits in TRAINING_PRECISIONS:
-        rc, config, task_options = resolve({**options, "precision": precision, "logits_precision": logits})
-        task, _, algo, _ = build(rc, config, task_options)
-        _capture_first_policy_update(algo)
-        algos[label] = (task, algo)
-    task, reference = algos[TRAINING_PRECISIONS[0][0]]
-    per_step = reference.config.prompts_per_step
-    prompts_of = lambda k: [task.train_prompts()[(k * per_step + i) % len(task.train_prompts())] for i in range(per_step)]
+    (reference_label, precision, logits), *lower = TRAINING_PRECISIONS
+    task, reference = _built(options, precision, logits)
+    per_step, pool = reference.config.prompts_per_step, task.train_prompts()
+    prompts_of = lambda k: [pool[(k * per_step + i) % len(pool)] for i in range(per_step)]
     _step_to_first_update(reference, prompts_of(0))  # the warm-up: DPO's pairs, the generator past its first draw
-    state = reference.state_dict()
-    rows, fp32_gradients, k = [], [], 1
-    while len(fp32_gradients) < batches and k <= 4 * batches:
-        prompts, recorded = prompts_of(k), []
+    seen = []  # (prompts, the state before the batch, its recorded sampling, fp32's gradient)
+    k = 1
+    while len(seen) < batches and k <= 4 * batches:
+        prompts, recorded, state = prompts_of(k), [], reference.state_dict()
         k += 1
         restore = _replaying_generate(reference, recorded, replay=False)
         gradient = _step_to_first_update(reference, prompts)
         restore()
-        if gradient is None:
-            continue  # no signal in this batch: no update to compare
-        batch_state = reference.state_dict()
-        fp32_gradients.append(gradient)
-        for label, _, _ in TRAINING_PRECISIONS[1:]:
-            other = algos[label][1]
+        if gradient is not None:  # None: no signal in this batch, no update to compare
+            seen.append((prompts, state, recorded, gradient))
+    del reference
+    gc.collect()
+    rows = []
+    for label, precision, logits in lower:
+        _, other = _built(options, precision, logits)
+        for batch, (prompts, state, recorded, gradient) in enumerate(seen, 1):
             other.load_state_dict(state)
             restore = _replaying_generate(other, recorded, replay=True)
             ours = _step_to_first_update(other, prompts)
             restore()
             if ours is None:
-                raise RuntimeError(f"{label} took no update on the batch fp32 updated on")
-            rows.append({"batch": len(fp32_gradients), "precision": label, "cosine": _cosine(ours, gradient),
-                         "relative_error": _relative(ours, gradient),
-                         "norm_ratio": float(ours.double().norm() / gradient.double().norm()),
-                         "fp32_norm": float(gradient.double().norm())})
-            progress(f"  batch {len(fp32_gradients)} {label}: cosine {rows[-1]['cosine']:.5f}, "
+                raise RuntimeError(f"{label} took no update on the batch {reference_label} updated on")
+            rows.append(_row(batch, label, ours, gradient))
+            progress(f"  batch {batch} {label}: cosine {rows[-1]['cosine']:.5f}, "
                      f"relative error {rows[-1]['relative_error']:.4f}")
-        state = batch_state  # the next batch from the state after this one was drawn
-    for i in range(len(fp32_gradients)):
-        for j in range(i + 1, len(fp32_gradients)):
-            rows.append({"batch": f"{i + 1} vs {j + 1}", "precision": "fp32, another batch",
-                         "cosine": _cosine(fp32_gradients[i], fp32_gradients[j]),
-                         "relative_error": _relative(fp32_gradients[j], fp32_gradients[i]),
-                         "norm_ratio": float(fp32_gradients[j].double().norm() / fp32_gradients[i].double().norm()),
-                         "fp32_norm": float(fp32_gradients[i].double().norm())})
+        del other
+        gc.collect()
+    gradients = [g for *_, g in seen]
+    rows += [_row(f"{i + 1} vs {j + 1}", "fp32, another batch", gradients[j], gradients[i])
+             for i in range(len(gradients)) for j in range(i + 1, len(gradients))]
     return rows
 
 
@@ -202,13 +211,19 @@ def run_precision_check(settings: PrecisionSettings, *, command: str = "grpo-ben
     if settings.batches < 1:
         raise UsageError(f"--batches must be >= 1, got {settings.batches}")
     task, variants = variant_settings(settings.matrix, settings.task, settings.variants)
-    results = {"command": command, "matrix": settings.matrix, "task": task, "seed": settings.seed,
-               "batches": settings.batches, "precisions": [list(p) for p in TRAINING_PRECISIONS],
-               "environment": environment(torch.device("cpu")), "variants": {}}
+    same = {"matrix": settings.matrix, "task": task, "seed": settings.seed, "batches": settings.batches,
+            "precisions": [list(p) for p in TRAINING_PRECISIONS]}
+    out = Path(settings.out)
+    earlier = read_json(out / "gradients.json") if settings.resume else None
+    kept = earlier["variants"] if earlier and all(earlier.get(k) == v for k, v in same.items()) else {}
+    results = {"command": command, **same, "environment": environment(torch.device("cpu")), "variants": {}}
     for variant, options in variants:
+        if variant in kept:
+            results["variants"][variant] = kept[variant]
+            continue
         print(f"{variant}:", flush=True)
         results["variants"][variant] = measure_variant(options, batches=settings.batches, seed=settings.seed)
-    out = Path(settings.out)
+        atomic_write_json(out / "gradients.json", results)  # a measured variant is kept if the rest is cut off
     atomic_write_json(out / "gradients.json", results)
     atomic_write_text(out / "gradients.md", render(results))
     print(f"-> {out / 'gradients.md'}")
