@@ -127,6 +127,12 @@ def render(report: dict) -> str:
                          "1.00x" if label == TRAINING_PRECISIONS[0][0] else f"{r['speedup']:.2f}x [{low:.2f}, {high:.2f}]"])
     lines.append(markdown_table(["variant", "precision", "training s per 1,280", "generate", "log-probs", "update",
                                  "speed-up"], rows))
+    varying = [v for v, by_precision in report["variants"].items()
+               if len({s["completions"] for r in by_precision.values() for s in r["steps"]}) > 1]
+    if varying:
+        lines += ["", f"{', '.join(varying)}: the completions a step generated varied (dynamic sampling refills tied "
+                      "groups), and each precision's own trajectory decides how often, so its ratio mixes the "
+                      "precision's speed with the step's shape; the seconds are still per completion generated."]
     return "\n".join(lines) + "\n"
 
 
