@@ -66,3 +66,17 @@ def test_bad_input_is_one_line(tmp_path, matrix):
         run_precision_check(PrecisionSettings(matrix=str(matrix), variants=("nope",), out=str(tmp_path)))
     with pytest.raises(UsageError, match="--batches must be >= 1"):
         run_precision_check(PrecisionSettings(matrix=str(matrix), batches=0, out=str(tmp_path)))
+
+
+def test_a_resume_that_measures_nothing_keeps_the_measuring_runs_record(tmp_path, matrix):
+    out = tmp_path / "out"
+    settings = PrecisionSettings(matrix=str(matrix), variants=("grpo",), batches=1, out=str(out))
+    run_precision_check(settings, command="the measuring run")
+    first = json.loads((out / "gradients.json").read_text())
+    first["environment"]["device_name"] = "the measuring machine"  # what a later run on other threads must not replace
+    (out / "gradients.json").write_text(json.dumps(first))
+    run_precision_check(PrecisionSettings(**{**settings.__dict__, "resume": True}), command="a re-render")
+    again = json.loads((out / "gradients.json").read_text())
+    assert again["variants"] == first["variants"] and again["command"] == "the measuring run"
+    assert again["environment"]["device_name"] == "the measuring machine"
+    assert "the measuring machine" in (out / "gradients.md").read_text()

@@ -224,6 +224,8 @@ def run_precision_check(settings: PrecisionSettings, *, command: str = "grpo-ben
         print(f"{variant}:", flush=True)
         results["variants"][variant] = measure_variant(options, batches=settings.batches, seed=settings.seed)
         atomic_write_json(out / "gradients.json", results)  # a measured variant is kept if the rest is cut off
+    if all(v in kept for v in results["variants"]):  # nothing measured now: the measuring run's record stands
+        results["environment"], results["command"] = earlier["environment"], earlier["command"]
     atomic_write_json(out / "gradients.json", results)
     atomic_write_text(out / "gradients.md", render(results))
     print(f"-> {out / 'gradients.md'}")

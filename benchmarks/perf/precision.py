@@ -159,7 +159,10 @@ def run_precision_bench(settings: PrecisionBenchSettings, *, command: str = "grp
         report["variants"][variant] = time_variant(options, rounds=settings.rounds, seed=settings.seed, log=log)
         report["load"]["end"] = os.getloadavg()[0]
         atomic_write_json(out / "precision.json", report)  # a finished variant is kept if the rest is cut off
-    report["load"]["end"] = os.getloadavg()[0]
+    if all(v in kept for v in report["variants"]):  # nothing measured now: the measuring run's record stands
+        report.update({k: earlier[k] for k in ("command", "environment", "gflops", "load")})
+    else:
+        report["load"]["end"] = os.getloadavg()[0]
     atomic_write_json(out / "precision.json", report)
     atomic_write_text(out / "precision.md", render(report))
     log(f"-> {out / 'precision.md'}")
