@@ -3,10 +3,11 @@
 A bf16 cell is cheaper only if it learns what an fp32 cell learns (issue 43). The learning A/B
 (benchmarks/matrices/rg_precision.toml) answers that over whole runs; this check answers it for one step, per
 algorithm, on the same batch: each variant of a matrix (default: the real-LM verdict matrix's, at its first grid
-point) is built once, one warm-up step is taken up to its first policy update (DPO builds its preference pairs there)
-and its state kept; then, from that state each time, the step runs to its first policy update at fp32 (its sampled
-completions recorded), at bf16 and at bf16 with fp32 logits (the same completions replayed), and the policy's
-gradient of that update is taken, never applied. Everything the step computes before the update (reference and old
+point) is built at fp32, takes one warm-up step up to its first policy update (DPO builds its preference pairs there),
+then runs each batch's step to its first policy update, keeping its state before the batch, the completions it
+sampled and the gradient; then it is built at bf16 and at bf16 with fp32 logits in turn (one model in memory at a
+time), each replaying every batch from the state fp32 had before it. The policy's gradient of that update is taken,
+never applied. Everything the step computes before the update (reference and old
 log-probs, PPO's values) runs at the precision measured, as a cell at that precision would.
 
 Against fp32's gradient g: the cosine and ||g_p - g|| / ||g|| of each lower precision's. What a cosine means is read
