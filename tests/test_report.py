@@ -154,7 +154,9 @@ def test_guidance_rules_on_constructed_marks():
                    ("b", "y", "best", 0.6, 1.0, 1.0)])
     assert verdicts.guidance(split, power, spec)[-1] == "No variant could be best on all 2 tasks that rank."
     few = table([("a", "x", "too few seeds", 0.6, 1.0, math.nan), ("a", "y", "too few seeds", 0.2, 1.0, math.nan)])
-    assert verdicts.guidance(few, power, spec)[1] == "`a`: fewer than 3 seeds per variant, so no verdict."
+    assert verdicts.guidance(few, power, spec)[1] == "`a`: fewer than two variants with 3 or more seeds, so no verdict."
+    alone = table([("a", "x", "too few seeds", 0.6, 1.0, math.nan)])  # one variant, however many seeds
+    assert verdicts.guidance(alone, power, spec)[1] == "`a`: one variant, nothing to compare, so no verdict."
     late = verdicts.guidance(few, power, {"primary": "final", "margin": None, "stated": False})[0]
     assert "NOT stated before the cells ran" in late
 

@@ -290,7 +290,9 @@ def guidance(table: pd.DataFrame, power: pd.DataFrame, spec: dict) -> list[str]:
             continue
         judged = frame[frame["mark"] != inference.TOO_FEW]
         if len(judged) < 2:
-            sentences.append(f"`{task}`: fewer than 3 seeds per variant, so no verdict.")
+            why = ("one variant, nothing to compare" if len(frame) == 1
+                   else "fewer than two variants with 3 or more seeds")
+            sentences.append(f"`{task}`: {why}, so no verdict.")
             continue
         ranking.append(task)
         top = judged[judged["in_best_set"]].sort_values("p_best", ascending=False)
