@@ -1,5 +1,6 @@
 """The name guard every registry uses: one name, one thing (the algorithms', losses', estimators', KL penalties' and
-the matrix executors'; ``tasks`` keeps its own copy, since it imports nothing from here).
+the matrix executors'; ``tasks`` keeps its own copy, since it imports nothing from here, and so does the study
+registry, benchmarks/study.py, which the light commands' ``--help`` loads without torch).
 
 A second, different object under a taken name is refused with the names of both; the same object again is a
 no-op, so a module may be imported twice. An unknown name is a ValueError listing the choices.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from benchmarks.errors import UsageError
 from benchmarks.io import atomic_write_text
@@ -108,6 +108,21 @@ def update_section(path: Path | str, name: str, body: str) -> None:
         head, rest = text.split(start)
         text = head + block + rest.split(end)[1]
     atomic_write_text(path, text)
+
+
+def write_report(path: Path | str, body: str, *, title: str = "", readme: Optional[str] = None,
+                 section: Optional[str] = None, section_body: Optional[str] = None) -> None:
+    """A study's report: ``path`` gets ``# TITLE`` (when given) and ``body``; with ``readme`` (the ``--readme``
+    page; None or '' for none) its section ``section`` gets ``section_body``, else the body without the title.
+    Every study writes its report and README section through this."""
+    atomic_write_text(Path(path), (f"# {title}\n\n" if title else "") + body)
+    write_section(readme, section, body if section_body is None else section_body)
+
+
+def write_section(readme: Optional[str], section: str, body: str) -> None:
+    """``--readme``'s section ``section`` <- ``body``; nothing when no page is named (None or '')."""
+    if readme:
+        update_section(readme, section, body)
 
 
 # The reports the README's "checks and benchmarks" table points to, in README order: (report file, what it

@@ -141,12 +141,12 @@ def test_an_output_folder_without_write_permission_is_one_line(run_cli, tmp_path
 ])
 def test_a_path_error_any_command_meets_is_one_line(run_cli, monkeypatch, error, line):
     """What no check before the work catches (a path that changed meanwhile, a command without such a check)."""
-    from benchmarks.cli import matrix as matrix_cli
+    from benchmarks.studies import Readme
 
-    def cmd_readme(args):
+    def run(self, settings, command):
         raise error
 
-    monkeypatch.setattr(matrix_cli, "cmd_readme", cmd_readme)
+    monkeypatch.setattr(Readme, "run", run)
     assert_one_line_error(run_cli("readme"), line)
 
 

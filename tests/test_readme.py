@@ -114,8 +114,8 @@ def test_the_front_page_links_resolve():
 
 
 def test_tool_written_sections_live_on_their_pages_and_the_defaults_point_there():
-    from benchmarks.cli.main import build_parser
     from benchmarks.perf.grpo_vs_trl import PerfSettings
+    from benchmarks.studies import ReadmeSettings
 
     front = (ROOT / "README.md").read_text()
     assert "<!-- grpo-bench:" not in front  # the front page holds no tool-written section
@@ -126,7 +126,7 @@ def test_tool_written_sections_live_on_their_pages_and_the_defaults_point_there(
     for name in ("matrix-verdicts-tuned-verdicts", "matrix-reasoning-gym-verdicts", "matrix-ppo-ties-verdicts"):
         assert results.count(f"<!-- grpo-bench:{name} -->") == 1 and results.count(f"<!-- /grpo-bench:{name} -->") == 1
     assert PerfSettings.readme == "results/checks.md"
-    assert build_parser().parse_args(["readme"]).readme == "results/checks.md"
+    assert ReadmeSettings.readme == "results/checks.md"
 
 
 def test_the_test_extra_leaves_the_trackers_and_cluster_engines_to_the_integrations_extra():

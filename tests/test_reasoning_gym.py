@@ -191,7 +191,7 @@ def test_cli_missing_reasoning_gym_is_one_line_exit_2(run_cli, tmp_path, monkeyp
 
 
 def test_survey_candidates_parse():
-    from benchmarks.cli.survey import parse_candidate
+    from benchmarks.studies import parse_candidate
 
     assert parse_candidate("chain_sum") == {"dataset": "chain_sum"}
     assert parse_candidate('chain_sum:{"max_terms": 2}') == {"dataset": "chain_sum", "dataset_config": '{"max_terms": 2}'}

@@ -1,18 +1,29 @@
-"""The study registry (benchmarks/study.py): every check and bench is a ``Study`` whose ``Settings`` fields are its
-flags. A plug-in study, registered in the test process or through the entry-point group ``grpo_bench.studies``,
-shows its option in ``--help`` and gets the option's value when it runs; a second, different class under a taken
-name is refused; each built-in study run without flags gets its Settings' own defaults."""
+"""The study registry (benchmarks/study.py): every check, bench, paired evaluation and top-level study (survey,
+claims, transfer, ...) is a ``Study`` whose ``Settings`` fields are its flags. A plug-in study, registered in the test
+process or through the entry-point group ``grpo_bench.studies``, shows its option in ``--help`` and gets the option's
+value when it runs; a second, different class under a taken name is refused; each built-in study given only what it
+requires gets its Settings' own defaults; a study's flags are its fields, and the top-level commands keep the flags
+users type. The lifecycle is written once and no study goes around it: the paths a study reads and writes are checked
+before it runs, --rerender never measures, an existing report is replaced only with --overwrite; bad input is one
+line and exit status 2."""
 
 import dataclasses
+import json
+from dataclasses import MISSING
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 
 from benchmarks import study
+from benchmarks.cli import main as cli_main
 from benchmarks.cli.main import main
-from benchmarks.cli.options import settings_types
-from benchmarks.cli.studies import load_studies
-from benchmarks.study import GROUPS, SHARED_OPTIONS, Study, StudySettings, option, register_study
+from benchmarks.cli.options import flag, settings_types
+from benchmarks.cli.studies import GROUP_HELP, load_studies
+from benchmarks.io import atomic_write_json
+from benchmarks.markdown import write_report
+from benchmarks.study import (GROUPS, PLUGIN_GROUPS, SHARED_OPTIONS, TOP, Study, StudySettings, kept_parts, option,
+                              register_study, rerender_source)
 
 
 @dataclasses.dataclass
@@ -46,7 +57,7 @@ def registry(monkeypatch):
     RUNS.clear()
 
 
-@pytest.mark.parametrize("cls", [Echo, EchoBench], ids=GROUPS)
+@pytest.mark.parametrize("cls", [Echo, EchoBench], ids=PLUGIN_GROUPS)
 def test_a_registered_study_is_a_subcommand_with_its_option_as_a_flag(registry, cls, capsys):
     register_study(cls)
     with pytest.raises(SystemExit):
@@ -117,30 +128,291 @@ def test_an_installed_study_cannot_take_a_built_in_name(installed, capsys):
     assert len(err.splitlines()) == 1
 
 
-def _given_positionals(settings_cls) -> dict:
-    """A value for each field without a default (a positional argument): its command-line text and its setting."""
-    values = {}
+def _command(group: str, name: str) -> list[str]:
+    """A study's subcommand: ``grpo-bench NAME`` for a top-level one, ``grpo-bench GROUP NAME`` for the others."""
+    return [name] if group == TOP else [group, name]
+
+
+def _required(settings_cls, matrix: Path, skip=()) -> tuple[list[str], dict]:
+    """The command-line words of every field without a default (a positional argument or a required flag) and the
+    setting each one gives: "x", or the matrix folder ``matrix`` where the study reads one."""
+    words, values = [], {}
     for f in dataclasses.fields(settings_cls):
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            values[f.name] = ("x", ["x"]) if settings_types(settings_cls)[f.name][1] is list else ("x", "x")
-    return values
+        if f.name in skip or not f.init or f.default is not MISSING or f.default_factory is not MISSING:
+            continue
+        text = str(matrix) if "matrix" in f.metadata else "x"
+        given = [text] * f.metadata.get("nargs", 1)
+        value = tuple(given) if "nargs" in f.metadata else text
+        words += ([flag(f.name)] if f.metadata.get("required") else []) + given
+        values[f.name] = [value] if settings_types(settings_cls)[f.name][1] is list else value
+    return words, values
+
+
+@pytest.fixture
+def matrix(tmp_path, monkeypatch):
+    """A matrix folder (its matrix.json), and the test run in tmp_path: what a study writes by default lands there."""
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "matrix.json").write_text(json.dumps({"name": "m", "cells": []}))
+    return folder
+
+
+def _all_studies():
+    load_studies()
+    return sorted(tuple(key.split(":")) for key in study.STUDIES)
 
 
 @pytest.mark.parametrize("group", GROUPS)
-def test_every_built_in_study_without_flags_gets_its_settings_defaults(registry, group, monkeypatch):
+def test_every_built_in_study_given_only_what_it_requires_gets_its_settings_defaults(registry, group, matrix, monkeypatch):
     seen = []
     names = study.studies(group)
-    assert len(names) >= 6
+    assert len(names) >= {"check": 6, "bench": 6, "paired": 2, TOP: 8}[group]
     for name, cls in names.items():
         monkeypatch.setattr(cls, "run", lambda self, settings, command: seen.append(settings) or 0)
-        positional = _given_positionals(cls.Settings)
-        assert main([group, name, *(text for text, _ in positional.values())]) == 0
-        assert seen[-1] == cls.Settings(**{k: value for k, (_, value) in positional.items()}), name
+        words, values = _required(cls.Settings, matrix)
+        assert main([*_command(group, name), *words]) == 0, name
+        assert seen[-1] == cls.Settings(**values), name
 
 
 def test_the_shared_options_have_one_help_text():
+    """A shared option is declared with option() and keeps its one help text; only an --out that names one file
+    (not the usual folder) words its own."""
     load_studies()
     for key, cls in study.STUDIES.items():
         for f in dataclasses.fields(cls.Settings):
             if f.name in SHARED_OPTIONS and f.init:
-                assert f.metadata["help"].startswith(SHARED_OPTIONS[f.name][0]), (key, f.name)
+                assert f.metadata.get("shared") == f.name, (key, f.name)
+                if f.metadata.get("writes") != "file" or f.name != "out":
+                    assert f.metadata["help"].startswith(SHARED_OPTIONS[f.name][0]), (key, f.name)
+
+
+# --- the top-level studies: grpo-bench NAME ------------------------------------------------------------------------
+
+
+def test_every_top_level_study_is_a_listed_command_and_every_listed_study_is_registered():
+    """main.COMMANDS lists the top-level commands without importing anything; the registry holds the same ones, each
+    with the same line of help (tests/test_adversary_cli.py holds the parsers' help to COMMANDS too)."""
+    load_studies()
+    listed = {name for name, (_, function, _) in cli_main.COMMANDS.items() if function == "add_study_command"}
+    assert listed == set(study.studies(TOP)) | set(GROUP_HELP)
+    for name, cls in study.studies(TOP).items():
+        assert cli_main.COMMANDS[name][2] == cls.help, name
+    assert {"matrix", "report", "run", "eval"}.isdisjoint(study.studies(TOP))
+
+
+# Every flag of the commands that became studies, as users (the README, the reports' "Regenerate" lines, .ci) type
+# them: (flag or positional, required, values per flag, default). A change to a name or a default fails here.
+INTERFACE = {
+    "agreement": [("first", True, None, None), ("second", True, None, None), ("--out", True, None, None)],
+    "transfer": [("toy", True, None, None), ("real", True, None, None), ("--pair", True, 2, None),
+                 ("--out", True, None, None), ("--readme", False, None, ""), ("--section", False, None, "transfer")],
+    "claims": [("dirs", True, "+", None), ("--out", False, None, "results/claims.md"), ("--readme", False, None, ""),
+               ("--section", False, None, "claims")],
+    "variance": [("dirs", True, "+", None), ("--out", True, None, None), ("--readme", False, None, ""),
+                 ("--section", False, None, "variance"), ("--target-mdd", False, None, 0.05),
+                 ("--variants", False, None, 8), ("--questions", False, "+", [200, 500, 1000]),
+                 ("--metrics", False, "+", ["final", "last_2", "last_3", "auc"])],
+    "calibration": [("dirs", True, "+", None), ("--aa", False, None, None), ("--out", False, None, "results/calibration"),
+                    ("--sims", False, None, 2000), ("--claims", False, "+", [])],
+    "ablation": [("--out", False, None, "results/ablation"), ("--group-sizes", False, "+", [2, 4, 8, 16]),
+                 ("--seeds", False, "+", [0, 1, 2]), ("--steps", False, None, 200), ("--eval-every", False, None, 10),
+                 ("--reward-mode", False, None, "rm"), ("--device", False, None, "auto")],
+    "readme": [("--readme", False, None, "results/checks.md")],
+    "survey": [("--task", False, None, "reasoning_gym"), ("--candidate", True, None, None), ("--set", False, "*", None),
+               ("--band", False, None, "0.10:0.60"), ("--seed", False, None, 0), ("--device", False, None, "cpu"),
+               ("--out", True, None, None), ("--resume", False, 0, False)],
+    "paired eval": [("--task", True, None, None), ("--set", False, "*", None), ("--seed", False, None, 0),
+                    ("--device", False, None, "cpu"), ("--label", False, None, None), ("--questions", False, None, None),
+                    ("--out", True, None, None)],
+    "paired compare": [("--before", True, "+", None), ("--after", True, "+", None), ("--out", False, None, None),
+                       ("--readme", False, None, None), ("--section", False, None, "gsm8k-paired")],
+}
+
+
+def _parser(command: str):
+    sub = cli_main.build_parser()._subparsers._group_actions[0]
+    name, _, member = command.partition(" ")
+    parser = sub.parser_of(name)
+    return parser._subparsers._group_actions[0].choices[member] if member else parser
+
+
+@pytest.mark.parametrize("command", INTERFACE)
+def test_the_flags_of_each_command_that_became_a_study_are_as_users_type_them(command):
+    parser = _parser(command)
+    group, name = parser.get_default("study")
+    defaults = {f.name: (f.default_factory() if f.default_factory is not MISSING else f.default)
+                for f in dataclasses.fields(study.study_class(group, name).Settings)}
+    actions = [a for a in parser._actions if a.dest != "help"]
+    shown = [(a.option_strings[0] if a.option_strings else a.dest, a.required, a.nargs,
+              None if defaults[a.dest] is MISSING else defaults[a.dest]) for a in actions]
+    assert shown == [(flag, required, 0 if default is False else nargs, default)
+                     for flag, required, nargs, default in INTERFACE[command]]
+
+
+@pytest.mark.parametrize("key", [":".join(k) for k in _all_studies()])
+def test_a_studys_flags_are_its_settings_fields(key):
+    """One flag per field its __init__ takes, no other: a positional argument for a field without a default, a
+    required flag where its metadata says so, every flag's default None (the Settings' own default applies), and the
+    field's help in the flag's."""
+    group, name = key.split(":")
+    parser = _parser(" ".join(_command(group, name)) if group != TOP else name)
+    fields = {f.name: f for f in dataclasses.fields(study.study_class(group, name).Settings) if f.init}
+    actions = {a.dest: a for a in parser._actions if a.dest != "help"}
+    assert set(actions) == set(fields)
+    for name, f in fields.items():
+        a, no_default = actions[name], f.default is MISSING and f.default_factory is MISSING
+        assert (not a.option_strings) == (no_default and not f.metadata.get("required")), name
+        assert a.required == bool(no_default), name
+        assert a.default is None, name
+        if not f.metadata.get("hidden"):
+            assert f.metadata["help"] in a.help.replace("%%", "%"), name
+
+
+# --- the lifecycle, written once (Study.start): paths first, --rerender measures nothing -----------------------
+
+
+def _measures(self, settings, command):
+    raise AssertionError(f"{type(self).__name__} measured")
+
+
+@pytest.mark.parametrize("key", [":".join(k) for k in _all_studies()])
+def test_every_path_a_study_writes_is_checked_before_it_runs(key, registry, matrix, monkeypatch, capsys):
+    group, name = key.split(":")
+    cls = study.study_class(group, name)
+    monkeypatch.setattr(cls, "run", _measures)
+    a_file, a_folder = matrix / "a-file", matrix / "a-folder"
+    a_file.write_text("not a folder\n")
+    a_folder.mkdir()
+    for f in dataclasses.fields(cls.Settings):
+        if not f.metadata.get("writes"):
+            continue
+        wrong = a_file if f.metadata["writes"] == "folder" else a_folder
+        words, _ = _required(cls.Settings, matrix, skip=(f.name,))
+        assert main([*_command(group, name), *words, flag(f.name), str(wrong)]) == 2, (key, f.name)
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"grpo-bench: error: {flag(f.name)} {wrong}: ") and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("key", [k for k in (":".join(k) for k in _all_studies())
+                                 if any(f.metadata.get("matrix") is not None for f in
+                                        dataclasses.fields(study.study_class(*k.split(":")).Settings))])
+def test_every_matrix_folder_a_study_reads_is_checked_before_it_runs(key, registry, matrix, monkeypatch, capsys):
+    group, name = key.split(":")
+    cls = study.study_class(group, name)
+    monkeypatch.setattr(cls, "run", _measures)
+    words, _ = _required(cls.Settings, matrix.parent / "missing")
+    assert main([*_command(group, name), *words]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"{matrix.parent / 'missing'}: no such folder") and len(err.splitlines()) == 1
+
+
+def test_rerender_writes_the_report_again_and_measures_nothing(registry, matrix, monkeypatch):
+    rerendered = []
+    with_rerender = {k: cls for k, cls in study.STUDIES.items()
+                     if "rerender" in {f.name for f in dataclasses.fields(cls.Settings)}}
+    assert {"bench:grpo-vs-trl", "bench:rloo-vs-trl", "bench:executors"} <= set(with_rerender)
+    for key, cls in with_rerender.items():
+        monkeypatch.setattr(cls, "run", _measures)
+        monkeypatch.setattr(cls, "rerender", lambda self, settings, command: rerendered.append(key) or 0)
+        words, _ = _required(cls.Settings, matrix)
+        assert main([*_command(*key.split(":")), *words, "--rerender"]) == 0
+    assert rerendered == list(with_rerender)
+
+
+@dataclasses.dataclass
+class LedgerSettings(StudySettings):
+    parts: list[str] = dataclasses.field(default_factory=lambda: ["a", "b"], metadata={"help": "parts to measure"})
+    out: str = option("out", "ledger")
+    resume: bool = option("resume", one_of="again")
+    overwrite: bool = option("overwrite", one_of="again")
+    rerender: bool = option("rerender")
+
+
+MEASURED = []
+
+
+class Ledger(Study):
+    """A plug-in study that measures parts, written with the shared lifecycle: --resume measures what the report
+    lacks, --overwrite replaces it, --rerender writes report.md again from ledger.json."""
+
+    name, group = "ledger", "bench"
+    help = "measures its parts into OUT/ledger.json"
+    Settings = LedgerSettings
+
+    def run(self, s: LedgerSettings, command: str) -> int:
+        path = Path(s.out) / "ledger.json"
+        earlier, kept = kept_parts(s, path, {"command": command.split(" --")[0]}, key="parts")
+        parts = {**kept, **{p: MEASURED.append(p) or len(p) for p in s.parts if p not in kept}}
+        atomic_write_json(path, {"command": command.split(" --")[0], "parts": parts})
+        return self.rerender(s, command)
+
+    def rerender(self, s: LedgerSettings, command: str) -> int:
+        report = rerender_source(Path(s.out) / "ledger.json")
+        write_report(Path(s.out) / "report.md", ", ".join(report["parts"]) + "\n", title="Ledger")
+        return 0
+
+
+def test_an_existing_report_is_replaced_only_with_overwrite_and_resume_measures_what_it_lacks(registry, tmp_path,
+                                                                                               monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    register_study(Ledger)
+    MEASURED.clear()
+    assert main(["bench", "ledger"]) == 0 and MEASURED == ["a", "b"]
+    first = (tmp_path / "ledger" / "ledger.json").read_text()
+    assert main(["bench", "ledger", "--parts", "c"]) == 2  # a measured report is never replaced unasked
+    err = capsys.readouterr().err.strip()
+    assert err == (f"grpo-bench: error: {Path('ledger') / 'ledger.json'} holds a measured report; --resume to "
+                   "measure the parts it lacks, or --overwrite to replace it")
+    assert (tmp_path / "ledger" / "ledger.json").read_text() == first and MEASURED == ["a", "b"]
+    assert main(["bench", "ledger", "--parts", "a", "c", "--resume"]) == 0 and MEASURED == ["a", "b", "c"]
+    assert (tmp_path / "ledger" / "report.md").read_text() == "# Ledger\n\na, b, c\n"
+    assert main(["bench", "ledger", "--parts", "a", "--overwrite"]) == 0 and MEASURED == ["a", "b", "c", "a"]
+    assert (tmp_path / "ledger" / "report.md").read_text() == "# Ledger\n\na\n"
+    (tmp_path / "ledger" / "report.md").unlink()
+    assert main(["bench", "ledger", "--rerender"]) == 0 and MEASURED == ["a", "b", "c", "a"]
+    assert (tmp_path / "ledger" / "report.md").read_text() == "# Ledger\n\na\n"
+    assert main(["bench", "ledger", "--rerender", "--out", "elsewhere"]) == 2
+    assert capsys.readouterr().err.startswith("grpo-bench: error: --rerender needs a finished report in elsewhere")
+    assert main(["bench", "ledger", "--resume", "--overwrite"]) == 2  # one or the other
+
+
+def test_the_studies_with_overwrite_refuse_through_the_shared_lifecycle():
+    """Every study with --overwrite has --resume too, both the shared options (their help and their exclusion)."""
+    load_studies()
+    for key, cls in study.STUDIES.items():
+        fields = {f.name: f for f in dataclasses.fields(cls.Settings)}
+        if "overwrite" in fields:
+            assert "resume" in fields, key
+            assert fields["overwrite"].metadata.get("one_of") == fields["resume"].metadata.get("one_of") is not None
+
+
+# --- bad input: one line, exit status 2, nothing measured ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["agreement", "M", "M"], "the following arguments are required: --out"),
+    (["claims"], "the following arguments are required: dirs"),
+    (["claims", "M", "--nope"], "unrecognized arguments: --nope"),
+    (["transfer", "M", "M", "--pair", "a", "--out", "t.md"], "argument --pair: expected 2 arguments"),
+    (["transfer", "M", "M", "--pair", "a", "a", "--pair", "b", "a", "--pair", "c", "c", "--out", "t.md"],
+     "--pair: each variant at most once on each side"),
+    (["transfer", "M", "M", "--pair", "a", "a", "--pair", "b", "b", "--out", "t.md"],
+     "--pair: a ranking needs at least 3 algorithms, got 2"),
+    (["variance", "M", "--out", "v.md", "--target-mdd", "2"], "--target-mdd must be in (0, 1), got 2"),
+    (["variance", "M", "--out", "v.md", "--variants", "many"], "argument --variants: invalid int value: 'many'"),
+    (["calibration", "M", "--sims", "5"], "--sims must be at least 100, got 5"),
+    (["calibration", "M", "--aa", "nowhere"], "nowhere: no such folder"),
+    (["ablation", "--reward-mode", "guess"], "argument --reward-mode: invalid choice: 'guess'"),
+    (["ablation", "--seeds", "-1"], "argument --seeds: must be an integer from 0 to"),
+    (["survey", "--out", "s"], "the following arguments are required: --candidate"),
+    (["survey", "--candidate", "chain_sum", "--out", "s", "--band", "low"], "--band wants LO:HI, got 'low'"),
+    (["survey", "--candidate", "chain_sum:{x", "--out", "s"], "--candidate chain_sum: config is not JSON"),
+    (["paired", "eval", "--task", "pizza", "--out", "e.json", "--questions", "x"], "--questions wants A:B"),
+    (["paired", "compare", "--before", "a.json"], "the following arguments are required: --after"),
+    (["paired", "nope"], "argument paired: invalid choice: 'nope'"),
+])
+def test_bad_input_to_a_top_level_study_is_one_line_and_exit_2(argv, line, matrix, capsys):
+    assert main([str(matrix) if word == "M" else word for word in argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("grpo-bench: error: ") and line in err and len(err.splitlines()) == 1

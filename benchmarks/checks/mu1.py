@@ -29,7 +29,8 @@ from algorithms.losses import group_advantages, masked_mean_per_sequence
 from algorithms.rollout import Rollout, rollout_logps
 from benchmarks.errors import UsageError
 from benchmarks.harness import build, resolve, train_steps
-from benchmarks.io import atomic_write_json, atomic_write_text
+from benchmarks.io import atomic_write_json
+from benchmarks.markdown import write_report
 from benchmarks.study import StudySettings, option
 
 ZERO_TOL = 1e-6
@@ -436,8 +437,6 @@ def setup_of(settings: Mu1Settings) -> tuple[Setup, dict]:
 def run_mu1_check(settings: Mu1Settings, command: str) -> int:
     """The checks, then OUT/results.json, report.md (quoting ``command``, the command line that reproduces them),
     mu1.png and the README section; 1 when a check fails."""
-    from benchmarks.markdown import update_section
-
     if settings.steps < 1:
         raise UsageError(f"--steps must be >= 1, got {settings.steps}")
     setup, given = setup_of(settings)
@@ -451,12 +450,11 @@ def run_mu1_check(settings: Mu1Settings, command: str) -> int:
     readme = settings.readme if settings.readme is not None else ("" if settings.out else "results/checks.md")
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "results.json", result)
-    atomic_write_text(out / "report.md", report(result, out))
-    plot(result, out / "mu1.png")
     # The plain-words section is the pizza run's; another task adds its verdict table as a section of its own.
     section = "mu1" if task == "pizza" else f"mu1-{task}"
-    if readme:
-        update_section(readme, section, explanation(result, out) if section == "mu1" else task_section(result, out))
+    write_report(out / "report.md", report(result, out), readme=readme, section=section,
+                 section_body=(explanation if section == "mu1" else task_section)(result, out) if readme else None)
+    plot(result, out / "mu1.png")
     rows = verdicts(result)
     for check, measured, ok in rows:
         print(f"{'ok  ' if ok else 'FAIL'} {check}: {measured}")

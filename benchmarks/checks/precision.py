@@ -27,10 +27,10 @@ import torch
 from benchmarks.errors import UsageError
 from benchmarks.harness import build, resolve
 from benchmarks.harness.measure import TRAINING_PRECISIONS, environment
-from benchmarks.io import atomic_write_json, atomic_write_text, read_json
+from benchmarks.io import atomic_write_json, atomic_write_text
 from benchmarks.markdown import markdown_table
 from benchmarks.matrix.plan import variant_settings
-from benchmarks.study import StudySettings, option
+from benchmarks.study import StudySettings, kept_parts, option
 
 
 @dataclasses.dataclass
@@ -215,8 +215,7 @@ def run_precision_check(settings: PrecisionSettings, *, command: str = "grpo-ben
     same = {"matrix": settings.matrix, "task": task, "seed": settings.seed, "batches": settings.batches,
             "precisions": [list(p) for p in TRAINING_PRECISIONS]}
     out = Path(settings.out)
-    earlier = read_json(out / "gradients.json") if settings.resume else None
-    kept = earlier["variants"] if earlier and all(earlier.get(k) == v for k, v in same.items()) else {}
+    earlier, kept = kept_parts(settings, out / "gradients.json", same)
     results = {"command": command, **same, "environment": environment(torch.device("cpu")), "variants": {}}
     for variant, options in variants:
         if variant in kept:

@@ -32,7 +32,7 @@ import torch
 from algorithms import estimators, kl, losses, policy_losses
 from benchmarks.errors import UsageError
 from benchmarks.io import atomic_write_text
-from benchmarks.markdown import markdown_table, update_section
+from benchmarks.markdown import markdown_table, write_report
 from benchmarks.references import features, install, openrlhf, trl_ppo, verl
 from benchmarks.study import StudySettings, option
 
@@ -1033,9 +1033,8 @@ def run_references_check(settings: ReferencesSettings, command: str = "grpo-benc
     out = Path(settings.out)
     atomic_write_text(out / "references.md", report(rows, plants, seconds, command))
     atomic_write_text(out / "references.csv", rows_csv(rows))
-    atomic_write_text(out / "features.md", features.feature_report(rows))
-    if settings.readme:
-        update_section(settings.readme, "features", features.feature_summary(rows))
+    write_report(out / "features.md", features.feature_report(rows), readme=settings.readme, section="features",
+                 section_body=features.feature_summary(rows))
     failing = [r for r in rows if r.status == "FAILS"]
     missed = [p.name for p in plants if p.missed]
     log(f"{len(rows)} configurations, {len(failing)} failing, "

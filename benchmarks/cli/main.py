@@ -1,4 +1,5 @@
-"""The ``grpo-bench`` command line: one parser, a subcommand per module of this package.
+"""The ``grpo-bench`` command line: one parser, with the subcommands of this package's modules and a subcommand
+per study (benchmarks/study.py: the checks, the benches, the paired evaluations and the top-level studies).
 
 Bad input never shows a traceback: one line, exit status 2; a run that breaks (a non-finite loss)
 exits 1. Installed plug-ins (entry points ``grpo_bench.algorithms`` / ``grpo_bench.tasks``, and
@@ -18,37 +19,31 @@ from typing import Optional
 from benchmarks.cli.options import PROG, LazySubcommands, OneLineParser
 from benchmarks.errors import TrainingFailed, UsageError
 
-# Each subcommand: the module and function that add its parser, and its line in ``grpo-bench --help`` (the help
-# that function passes, which tests/test_adversary_cli.py holds equal to this one).
+# Each subcommand: the module and function that add its parser (given the subparsers and the subcommand's name), and
+# its line in ``grpo-bench --help`` (the help that function passes, which tests/test_adversary_cli.py holds equal to
+# this one). The studies' (benchmarks/study.py) are built from the study registry by benchmarks.cli.studies.
+STUDY = ("benchmarks.cli.studies", "add_study_command")
 COMMANDS = {
     "run": ("benchmarks.cli.run", "add_run_parser", "train one algorithm on one task, evaluate before and after"),
     "eval": ("benchmarks.cli.run", "add_eval_parser",
              "evaluate a task's starting policy (or --model), or tabulate a run's before/after"),
-    "check": ("benchmarks.cli.studies", "add_check_parser",
-              "cross-check the losses against TRL, verl and OpenRLHF, or verify the mu = 1 behaviour"),
+    "check": (*STUDY, "cross-check the losses against TRL, verl and OpenRLHF, or verify the mu = 1 behaviour"),
     "matrix": ("benchmarks.cli.matrix", "add_matrix_parser",
                "run every task x algorithm variant x seed of a matrix file, cells in parallel"),
     "report": ("benchmarks.cli.matrix", "add_report_parser", "tables (CSV, markdown) and plots of a matrix directory"),
-    "agreement": ("benchmarks.cli.matrix", "add_agreement_parser",
-                  "does a rerun of a matrix (another machine or thread count) reach the same verdicts?"),
-    "transfer": ("benchmarks.cli.matrix", "add_transfer_parser",
-                 "does a toy matrix's ranking of the algorithms carry over to a real task's matrix?"),
-    "claims": ("benchmarks.cli.matrix", "add_claims_parser",
-               "published claims about RL for LLMs, each tested by a matrix that stated it before its cells ran: the "
-               "table of marks"),
-    "variance": ("benchmarks.cli.matrix", "add_variance_parser",
-                 "where a primary metric's seed-to-seed spread comes from (policy vs evaluation), and the design that "
-                 "reaches a target MDD in the fewest core-seconds"),
-    "calibration": ("benchmarks.cli.matrix", "add_calibration_parser",
-                    "the verdict procedure's family-wise error: simulated at matrices' own designs, measured on real "
-                    "A/A replicates and declared-equivalent pairs"),
-    "ablation": ("benchmarks.cli.matrix", "add_ablation_parser", "GRPO group-size ablation on the toy bandit (G = 2, 4, 8, 16)"),
-    "readme": ("benchmarks.cli.matrix", "add_readme_parser",
-               "the README's table of checks and benchmarks: each results/ report's headline and a link"),
-    "bench": ("benchmarks.cli.studies", "add_bench_parser", "performance benchmarks"),
-    "paired": ("benchmarks.cli.paired", "add_paired_parser",
-               "per-question before/after evaluations and McNemar's exact test between them"),
-    "survey": ("benchmarks.cli.survey", "add_survey_parser", "start accuracy of a task's starting policy across candidate settings"),
+    "agreement": (*STUDY, "does a rerun of a matrix (another machine or thread count) reach the same verdicts?"),
+    "transfer": (*STUDY, "does a toy matrix's ranking of the algorithms carry over to a real task's matrix?"),
+    "claims": (*STUDY, "published claims about RL for LLMs, each tested by a matrix that stated it before its cells "
+                       "ran: the table of marks"),
+    "variance": (*STUDY, "where a primary metric's seed-to-seed spread comes from (policy vs evaluation), and the "
+                         "design that reaches a target MDD in the fewest core-seconds"),
+    "calibration": (*STUDY, "the verdict procedure's family-wise error: simulated at matrices' own designs, measured "
+                            "on real A/A replicates and declared-equivalent pairs"),
+    "ablation": (*STUDY, "GRPO group-size ablation on the toy bandit (G = 2, 4, 8, 16)"),
+    "readme": (*STUDY, "the README's table of checks and benchmarks: each results/ report's headline and a link"),
+    "bench": (*STUDY, "performance benchmarks"),
+    "paired": (*STUDY, "per-question before/after evaluations and McNemar's exact test between them"),
+    "survey": (*STUDY, "start accuracy of a task's starting policy across candidate settings"),
 }
 # The subcommands with a flag per algorithm and task option: the plug-ins are registered before their parser is built.
 FROM_REGISTRIES = ("run", "eval")
@@ -62,7 +57,7 @@ def _builder(name: str):
             from benchmarks.plugins import load_plugins  # heavy: torch (algorithms, tasks); not for --help alone
 
             load_plugins()
-        getattr(importlib.import_module(module), function)(sub)
+        getattr(importlib.import_module(module), function)(sub, name)
 
     return build
 

@@ -1,6 +1,7 @@
 """Command-line plumbing shared by the subcommands: one-line errors, subcommands whose parsers are built only
 when named, flags generated from config dataclasses and from each task's declared options, ``--reward-fn
-MODULE:FUNC``, and the checks of paths, seeds and run settings that several subcommands share.
+MODULE:FUNC``, and the checks of seeds and run settings that several subcommands share (the paths a study names
+are checked by its lifecycle, benchmarks/study.py).
 
 Nothing heavy is imported here at module level (algorithms, tasks and the harness import torch): ``grpo-bench
 --help`` and a light subcommand's ``--help`` import this module and none of them. The functions that need them
@@ -12,8 +13,6 @@ import argparse
 import dataclasses
 import importlib
 import importlib.util
-import json
-import os
 import re
 import types
 import typing
@@ -167,7 +166,8 @@ def add_field_flag(group, f: dataclasses.Field, kind, help_text: str, container:
     """The flag of one dataclass field of type ``kind`` (in a list or tuple: ``container``): ``--name``, dest the
     field's name, default None, so that only what was given overrides the dataclass's default. A bool is
     ``--name/--no-name``; a list takes several values (metadata ``comma_separated``: one comma-separated value);
-    a field without a default is a positional argument. The metadata keys benchmarks/study.py lists apply."""
+    a field without a default is a positional argument, or a required flag (metadata ``required``). The metadata
+    keys benchmarks/study.py lists apply."""
     meta = f.metadata
     help_text = argparse.SUPPRESS if meta.get("hidden") else _escape(help_text)
     if kind is bool:
@@ -177,25 +177,49 @@ def add_field_flag(group, f: dataclasses.Field, kind, help_text: str, container:
     kwargs = {"type": kind, "choices": meta.get("choices"), "help": help_text}
     if container is not None and meta.get("comma_separated"):
         kwargs["type"] = comma_list
-    elif container is not None:
+    elif container is not None and not meta.get("repeat"):
         kwargs["nargs"] = "+"
-    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+    if "nargs" in meta:
+        kwargs["nargs"] = meta["nargs"]
+    if meta.get("repeat"):
+        kwargs["action"] = "append"
+    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and not meta.get("required"):
         group.add_argument(f.name, **kwargs)
     else:
         metavar = meta.get("metavar", f.name.upper() if not meta.get("choices") else None)
-        group.add_argument(flag(f.name), dest=f.name, default=None, metavar=metavar, **kwargs)
+        group.add_argument(flag(f.name), dest=f.name, default=None, metavar=metavar,
+                           required=bool(meta.get("required")), **kwargs)
 
 
 def settings_types(cls) -> dict[str, tuple[type, Optional[type]]]:
     """(type, container) of every field of the dataclass ``cls``: Optional[...] unwrapped, and a list or tuple as
-    its items' type and list or tuple (a scalar's container is None)."""
+    its items' type and list or tuple (a scalar's container is None); a list of tuples (a flag given several
+    times, several values each) as the tuples' items' type and list."""
     out = {}
     for name, hint in typing.get_type_hints(cls).items():
-        if typing.get_origin(hint) in (typing.Union, types.UnionType):
-            hint = next(a for a in typing.get_args(hint) if a is not type(None))
+        hint = _without_none(hint)
         container = typing.get_origin(hint)
-        out[name] = (typing.get_args(hint)[0], container) if container in (list, tuple) else (hint, None)
+        if container in (list, tuple):
+            item = typing.get_args(hint)[0]
+            out[name] = (typing.get_args(item)[0] if typing.get_origin(item) in (list, tuple) else item, container)
+        else:
+            out[name] = (hint, None)
     return out
+
+
+def _without_none(hint):
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return next(a for a in typing.get_args(hint) if a is not type(None))
+    return hint
+
+
+def _as_typed(value, hint):
+    """A flag's value (argparse's lists) as the field's type hint says: a list, a tuple, a list of tuples."""
+    hint = _without_none(hint)
+    container = typing.get_origin(hint)
+    if container not in (list, tuple) or not isinstance(value, list):
+        return value
+    return container(_as_typed(item, typing.get_args(hint)[0]) for item in value)
 
 
 def add_settings_flags(parser, cls) -> None:
@@ -222,9 +246,9 @@ def add_settings_flags(parser, cls) -> None:
 def settings_from(args: argparse.Namespace, cls):
     """``cls`` built from the flags ``add_settings_flags`` added that were given (the others keep the dataclass's
     defaults), a list flag's values in the field's container."""
-    types_ = settings_types(cls)
+    hints = typing.get_type_hints(cls)
     given = given_options(args, {f.name for f in dataclasses.fields(cls) if f.init})
-    return cls(**{name: types_[name][1](value) if types_[name][1] else value for name, value in given.items()})
+    return cls(**{name: _as_typed(value, hints[name]) for name, value in given.items()})
 
 
 def add_task_options(parser: argparse.ArgumentParser) -> None:
@@ -298,65 +322,6 @@ def task_options_for(task: str, given: dict) -> dict:
 def comma_list(text: str) -> list[str]:
     """A comma-separated flag value as its items, blanks dropped ("a, b," -> ["a", "b"])."""
     return [item.strip() for item in text.split(",") if item.strip()]
-
-
-def json_value(text: str):
-    """A command-line value read as JSON where it parses (500, 0.0, true, "sft"), else the text itself."""
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-def set_options(items) -> dict:
-    """``--set KEY=VALUE ...`` as a dict of JSON values; an item without '=' is one UsageError line."""
-    options = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise UsageError(f"--set wants KEY=VALUE, got {item!r}")
-        options[key] = json_value(value)
-    return options
-
-
-
-# ------------------------------------------------------------------------------------------------
-# Paths a command writes, checked before any work: one line, not a traceback at the end of a long computation
-# ------------------------------------------------------------------------------------------------
-
-
-def writable(path, flag_name: str, *, folder: bool = False) -> Path:
-    """``path`` as a file (``folder``: a folder) this command can create or replace, or one UsageError line
-    naming ``flag_name``: a folder where a file is wanted, a file where a folder is wanted (the path itself or
-    one of the folders above it) or a folder it cannot write in."""
-    path = Path(path)
-    if path.is_dir() and not folder:
-        raise UsageError(f"{flag_name} {path}: a folder, not a file; give the path of the file to write")
-    if path.exists() and not path.is_dir() and folder:
-        raise UsageError(f"{flag_name} {path}: a file, not a folder; give a folder (it is created if missing)")
-    # Where the new files go: the folder itself when it exists, else the nearest folder above that exists
-    # (the missing ones are created).
-    where = path if folder and path.is_dir() else path.parent
-    while not where.exists() and where != where.parent:
-        where = where.parent
-    if not where.is_dir():
-        raise UsageError(f"{flag_name} {path}: {where} is a file, not a folder")
-    if not os.access(where, os.W_OK | os.X_OK):
-        raise UsageError(f"{flag_name} {path}: cannot write in {where} (permission denied)")
-    return path
-
-
-def matrix_directory(directory, what: str = "") -> Path:
-    """``directory`` when it holds a matrix (its matrix.json), else one UsageError line saying which is missing."""
-    directory = Path(directory)
-    label = f"{what} {directory}" if what else str(directory)
-    if not directory.exists():
-        raise UsageError(f"{label}: no such folder")
-    if not directory.is_dir():
-        raise UsageError(f"{label}: a file, not a matrix folder")
-    if not (directory / "matrix.json").is_file():
-        raise UsageError(f"{label}: not a matrix directory (no matrix.json)")
-    return directory
 
 
 # ------------------------------------------------------------------------------------------------

@@ -23,8 +23,8 @@ from benchmarks.harness.evaluate import evaluate_policy, tabulate_run
 from tasks import TASKS
 
 
-def add_run_parser(sub) -> None:
-    p = sub.add_parser("run", help="train one algorithm on one task, evaluate before and after")
+def add_run_parser(sub, name: str) -> None:
+    p = sub.add_parser(name, help="train one algorithm on one task, evaluate before and after")
     run_group = p.add_argument_group("run")
     run_group.add_argument("--config", default=None, metavar="FILE",
                            help="settings from a .toml, .yaml/.yml or .json file: the names of these flags (dashes "
@@ -103,8 +103,8 @@ def cmd_run(args) -> int:
     return 0
 
 
-def add_eval_parser(sub) -> None:
-    p = sub.add_parser("eval", help="evaluate a task's starting policy (or --model), or tabulate a run's before/after")
+def add_eval_parser(sub, name: str) -> None:
+    p = sub.add_parser(name, help="evaluate a task's starting policy (or --model), or tabulate a run's before/after")
     p.add_argument("--task", required=True, help=f"one of: {', '.join(sorted(TASKS))}")
     p.add_argument("--seed", type=seed_value, default=0, help="evaluation sampling seed (default: 0)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")

@@ -15,7 +15,6 @@ completions, so G is compared both at equal steps and at equal samples).
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pandas as pd
@@ -25,19 +24,6 @@ from benchmarks.harness import resolve, run
 from benchmarks.io import atomic_write_text, read_jsonl
 
 METRICS = ("true_reward", "accuracy", "rm_reward")
-
-
-@dataclasses.dataclass
-class AblationSettings:
-    """The grid the ablation runs: every G in ``group_sizes`` with every seed in ``seeds``."""
-
-    out: str = "results/ablation"  # folder for runs/, curves.csv, group_size.md and group_size.png
-    group_sizes: list[int] = dataclasses.field(default_factory=lambda: [2, 4, 8, 16])  # values of G, each >= 2
-    seeds: list[int] = dataclasses.field(default_factory=lambda: [0, 1, 2])
-    steps: int = 200  # GRPO steps per run
-    eval_every: int = 10  # the bandit's exact evaluation every N steps
-    reward_mode: str = "rm"  # the bandit's reward: "rm" (a learned reward model) or "verifiable"
-    device: str = "auto"  # auto, cpu or cuda
 
 
 def run_cell(out: Path, group_size: int, seed: int, steps: int, eval_every: int, reward_mode: str, device: str) -> pd.DataFrame:
@@ -131,9 +117,10 @@ def plot(curves: pd.DataFrame, optimum: float, rm_optimum: float, path: Path) ->
     plt.close(fig)
 
 
-def run_ablation(settings: AblationSettings, command: str) -> int:
-    """Every (G, seed) run, then OUT/curves.csv, group_size.md and group_size.png; group_size.md quotes
-    ``command``, the command line that reproduces them."""
+def run_ablation(settings, command: str) -> int:
+    """Every (G, seed) run of the grid ``settings`` names (``grpo-bench ablation``'s, benchmarks/studies.py: every G
+    in ``group_sizes`` with every seed in ``seeds``), then OUT/curves.csv, group_size.md and group_size.png;
+    group_size.md quotes ``command``, the command line that reproduces them."""
     from tasks import make_task
 
     if any(g < 2 for g in settings.group_sizes):

@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from benchmarks.errors import UsageError
-from benchmarks.io import atomic_write_json, atomic_write_text, read_jsonl
+from benchmarks.io import atomic_write_json, read_jsonl
 from benchmarks.matrix import parse, run_matrix
 from benchmarks.matrix.executors import make_executor
 from benchmarks.matrix.timing import wallclock_breakdown
-from benchmarks.markdown import markdown_table, update_section
-from benchmarks.study import StudySettings, option
+from benchmarks.markdown import markdown_table, write_report
+from benchmarks.study import StudySettings, option, rerender_source
 
 # The report's columns of a session's time (benchmarks.matrix.timing), in order.
 TIMING_COLUMNS = ("startup_s", "build_s", "train_s", "eval_s", "reset_s", "other_s", "idle_s")
@@ -246,35 +246,38 @@ class ExecutorsSettings(StudySettings):
                 "is judged against its variant's standard deviation over seeds there (default: none)", "metavar": "DIR"})
     rerender: bool = option("rerender")
     readme: Optional[str] = option("readme", shown="none")
-    section: str = dataclasses.field(default="executors", metadata={"help": "name of the README section to regenerate"})
+    section: str = option("section", "executors")
 
 
-def run_bench_executors(matrix_file: str, out: str, jobs: int = DEFAULT_JOBS, arms: Sequence[str] = tuple(ARMS),
-                        readme: Optional[str] = None, seeds: Optional[Sequence[int]] = None, section: str = "executors",
-                        spread_from: Optional[str] = None, rerender: bool = False) -> dict:
-    """Run the comparison (or, with ``rerender``, re-read a finished one's executors.json and runs) and write
-    its report; ``spread_from`` names a finished run of the same matrix whose seed spread judges differences."""
-    out_dir = Path(out)
-    if rerender:
-        try:
-            result = json.loads((out_dir / "executors.json").read_text())
-        except (OSError, ValueError) as e:
-            raise UsageError(f"--rerender needs a finished comparison in {out_dir}: {e}") from None
-        if "arms" not in result:
-            raise UsageError(f"--rerender: {out_dir / 'executors.json'} is from before the comparison had its "
-                             "fresh-N arm; run it again")
-    else:
-        result = compare_executors(matrix_file, out_dir / "runs", jobs=jobs, arms=arms, seeds=seeds)
+def run_bench_executors(settings: ExecutorsSettings) -> dict:
+    """Run the comparison and write its report."""
+    s = settings
+    result = compare_executors(s.file, Path(s.out) / "runs", jobs=s.jobs, arms=s.arms, seeds=s.seeds)
+    return _write(result, settings)
+
+
+def rerender_executors(settings: ExecutorsSettings) -> dict:
+    """Re-read a finished comparison's executors.json and runs, and write its report again."""
+    path = Path(settings.out) / "executors.json"
+    result = rerender_source(path, "comparison")
+    if "arms" not in result:
+        raise UsageError(f"--rerender: {path} is from before the comparison had its fresh-N arm; run it again")
+    return _write(result, settings)
+
+
+def _write(result: dict, settings: ExecutorsSettings) -> dict:
+    """The accuracy under each arm (judged against ``spread_from``'s seed spread, a finished run of the same matrix),
+    then executors.json, executors.md and, with --readme, the README section."""
+    s, out_dir = settings, Path(settings.out)
     try:
-        spread = seed_spread(Path(spread_from)) if spread_from else None
+        spread = seed_spread(Path(s.spread_from)) if s.spread_from else None
     except OSError as e:
-        raise UsageError(f"--spread-from {spread_from}: {e}") from None
-    result["accuracy"] = {**compare_accuracy(out_dir / "runs", result["arms"], spread), "spread_from": spread_from}
-    body = render(result, _command(result, out, readme, section, spread_from))
+        raise UsageError(f"--spread-from {s.spread_from}: {e}") from None
+    result["accuracy"] = {**compare_accuracy(out_dir / "runs", result["arms"], spread), "spread_from": s.spread_from}
+    body = render(result, _command(result, s.out, s.readme, s.section, s.spread_from))
     atomic_write_json(out_dir / "executors.json", result)
     title = "Executors: warm workers against fresh processes, at equal parallelism"
-    atomic_write_text(out_dir / "executors.md", f"# {title}\n\n" + body)
+    write_report(out_dir / "executors.md", body, title=title, readme=s.readme, section=s.section,
+                 section_body=f"### {title}\n\n" + body)
     print(body)
-    if readme:
-        update_section(readme, section, f"### {title}\n\n" + body)
     return result

@@ -48,14 +48,14 @@ import torch
 
 from benchmarks.harness import measure
 from benchmarks.errors import UsageError
-from benchmarks.io import atomic_write_json, atomic_write_text
-from benchmarks.markdown import markdown_table, update_section
+from benchmarks.io import atomic_write_json
+from benchmarks.markdown import markdown_table, write_report
 from benchmarks.perf.roof import memory_bandwidth
 from benchmarks.references.sides import (
     SAME_LOGPS_ATOL, SAME_LOSS_ATOL, SIDES, STEP_PARTS, TRL_SETTINGS, WORKLOADS, Ours, Trl, Workload, default_workloads,
     rss_bytes, same_batch_check, same_batch_check_rloo, same_loss_misses, workloads_of,
 )
-from benchmarks.study import StudySettings, option
+from benchmarks.study import StudySettings, earlier_report, option, rerender_source
 from tasks import TASKS
 
 
@@ -606,9 +606,7 @@ def _sample_machine(load: dict) -> None:
 def run_bench(settings: PerfSettings, command: str) -> dict:
     """Every workload's comparison (plus bf16 and scaling when their steps are > 0), written to OUT as STEM.md and
     STEM.json and into the README section; ``command`` is the command line that reproduces them."""
-    stem, section, title = OUTPUTS[settings.algo]
-    if settings.rerender:
-        return _rerender(settings, stem, section, title)
+    stem, _, title = OUTPUTS[settings.algo]
     choices = workloads_of(settings.algo)
     names = default_workloads(settings.algo) if settings.workloads is None else settings.workloads
     unknown = [n for n in names if n not in choices]
@@ -624,7 +622,7 @@ def run_bench(settings: PerfSettings, command: str) -> dict:
     if settings.random_weights and not settings.model:
         raise UsageError("--random-weights needs --model (the architecture and tokenizer to draw weights for)")
     out = Path(settings.out or ("results/gpu" if device.type == "cuda" else "results/perf"))
-    earlier = _earlier_report(out / f"{stem}.json", settings, device)
+    earlier = _resumed(out / f"{stem}.json", settings, device)
     out.mkdir(parents=True, exist_ok=True)
     log = print
     started = time.perf_counter()
@@ -679,7 +677,7 @@ def run_bench(settings: PerfSettings, command: str) -> dict:
         _sample_machine(report["load"])
         # What is finished is on disk: a 135M comparison is tens of minutes, and a later part may fail.
         atomic_write_json(out / f"{stem}.json", report)
-        atomic_write_text(out / f"{stem}.md", f"# {title}\n\n" + render_markdown(report) + "\n")
+        write_report(out / f"{stem}.md", render_markdown(report) + "\n", title=title)  # the README section at the end
         log(f"{w.name}: TRL/ours median {result['ratios']['default']['median']:.2f} (TRL default), "
             f"{result['ratios']['fastest']['median']:.2f} (TRL fastest); against the faster "
             f"({result['faster_trl']}): min {result['ratio']['min']:.2f}, max {result['ratio']['max']:.2f}; "
@@ -692,11 +690,8 @@ def run_bench(settings: PerfSettings, command: str) -> dict:
         report["scaling"] = scaling(tasks, steps=settings.scaling_steps, seed=settings.seed, device=str(device), log=log)
         plot_scaling(report["scaling"], out / "scaling.png")
     report["wall_clock_s"] = time.perf_counter() - started
-    markdown = render_markdown(report)
     atomic_write_json(out / f"{stem}.json", report)
-    atomic_write_text(out / f"{stem}.md", f"# {title}\n\n" + markdown + "\n")
-    if settings.readme:
-        update_section(settings.readme, section, markdown)
+    _write(report, out, settings)
     log(f"wrote {out}/{stem}.md, {stem}.json" + (", scaling.png" if report.get("scaling") else "")
         + f" in {report['wall_clock_s']:.0f} s")
     return report
@@ -706,18 +701,12 @@ def _as_json(value):
     return json.loads(json.dumps(value))
 
 
-def _earlier_report(path: Path, settings: PerfSettings, device: torch.device) -> Optional[dict]:
-    """The report at ``path`` that --resume continues (None when there is none). A finished or stopped report is
-    never replaced unless --overwrite says so."""
-    if not path.exists() or settings.overwrite:
+def _resumed(path: Path, settings: PerfSettings, device: torch.device) -> Optional[dict]:
+    """The report at ``path`` that --resume continues (None when there is none, or with --overwrite), refused when
+    it is no report of this bench or was measured with other settings than these."""
+    earlier = earlier_report(settings, path, "the workloads")
+    if earlier is None:
         return None
-    if not settings.resume:
-        raise UsageError(f"{path} holds a measured report; --resume to measure the workloads it lacks, or --overwrite "
-                         "to replace it")
-    try:
-        earlier = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise UsageError(f"--resume: {path} cannot be read: {e!r}") from None
     if not (isinstance(earlier, dict) and isinstance(earlier.get("comparisons"), list)
             and isinstance(earlier.get("workloads"), list)):
         raise UsageError(f"--resume: {path} is not a report of this bench (no comparisons and workloads)")
@@ -734,18 +723,23 @@ def _earlier_report(path: Path, settings: PerfSettings, device: torch.device) ->
     return earlier
 
 
-def _rerender(settings: PerfSettings, stem: str, section: str, title: str) -> dict:
+def _write(report: dict, out: Path, settings: PerfSettings) -> None:
+    """OUT/STEM.md and, with --readme, the README section, rendered from ``report``."""
+    stem, section, title = OUTPUTS[settings.algo]
+    write_report(out / f"{stem}.md", render_markdown(report) + "\n", title=title, readme=settings.readme,
+                 section=section)
+
+
+def rerender(settings: PerfSettings) -> dict:
     """A finished (or stopped) run's STEM.md and README section written again from its STEM.json, as the current
     report code renders them: for a change of the report's wording, where measuring again would cost hours."""
+    stem = OUTPUTS[settings.algo][0]
     out = Path(settings.out or ("results/gpu" if settings.device == "cuda" else "results/perf"))
+    report = rerender_source(out / f"{stem}.json")
     try:
-        report = json.loads((out / f"{stem}.json").read_text())
-        markdown = render_markdown(report)
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        _write(report, out, settings)
+    except (KeyError, TypeError) as e:
         raise UsageError(f"--rerender needs a finished report in {out / (stem + '.json')}: {e!r}") from None
-    atomic_write_text(out / f"{stem}.md", f"# {title}\n\n" + markdown + "\n")
-    if settings.readme:
-        update_section(settings.readme, section, markdown)
     print(f"rewrote {out}/{stem}.md from {stem}.json")
     return report
 

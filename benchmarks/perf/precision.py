@@ -23,11 +23,11 @@ import torch
 from benchmarks.errors import UsageError
 from benchmarks.harness import build, resolve
 from benchmarks.harness.measure import TRAINING_PRECISIONS, environment
-from benchmarks.io import atomic_write_json, atomic_write_text, read_json
+from benchmarks.io import atomic_write_json, atomic_write_text
 from benchmarks.markdown import markdown_table
 from benchmarks.matrix.plan import variant_settings
 from benchmarks.perf.grpo_vs_trl import matmul_gflops, median_interval
-from benchmarks.study import StudySettings, option
+from benchmarks.study import StudySettings, kept_parts, option
 
 CELL_COMPLETIONS = 1280  # the real-LM matrices' budget per cell
 PHASES = ("generate", "logprobs", "update")
@@ -146,8 +146,7 @@ def run_precision_bench(settings: PrecisionBenchSettings, *, command: str = "grp
     out = Path(settings.out)
     same = {"matrix": settings.matrix, "task": task, "seed": settings.seed, "rounds": settings.rounds,
             "threads": settings.threads}
-    earlier = read_json(out / "precision.json") if settings.resume else None
-    kept = earlier["variants"] if earlier and all(earlier.get(k) == v for k, v in same.items()) else {}
+    earlier, kept = kept_parts(settings, out / "precision.json", same)
     report = {"command": command, **same, "environment": environment(torch.device("cpu")),
               "gflops": {"fp32": matmul_gflops(torch.float32), "bf16": matmul_gflops(torch.bfloat16)},
               "load": {"start": os.getloadavg()[0], "end": None}, "variants": {}}

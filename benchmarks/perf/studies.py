@@ -8,34 +8,38 @@ from pathlib import Path
 
 from benchmarks.errors import UsageError
 from benchmarks.perf import lora
-from benchmarks.perf.executors import ExecutorsSettings, run_bench_executors
-from benchmarks.perf.grpo_vs_trl import GrpoVsTrlSettings, RlooVsTrlSettings, run_bench
+from benchmarks.perf.executors import ExecutorsSettings, rerender_executors, run_bench_executors
+from benchmarks.perf.grpo_vs_trl import GrpoVsTrlSettings, PerfSettings, RlooVsTrlSettings, rerender, run_bench
 from benchmarks.perf.precision import PrecisionBenchSettings, run_precision_bench
 from benchmarks.perf.revisions import RevisionSettings, run_revisions
 from benchmarks.perf.roof import RoofSettings, run_roof
 from benchmarks.study import Study, StudySettings, option, register_study
 
 
+class VsTrl(Study):
+    """A step of ours timed against TRL's trainer; its report is written again from its json with --rerender."""
+
+    def run(self, settings: PerfSettings, command: str) -> int:
+        run_bench(settings, command=command)
+        return 0
+
+    def rerender(self, settings: PerfSettings, command: str) -> int:
+        rerender(settings)
+        return 0
+
+
 @register_study
-class GrpoVsTrl(Study):
+class GrpoVsTrl(VsTrl):
     name, group = "grpo-vs-trl", "bench"
     help = "time one GRPO step of this suite against TRL's GRPOTrainer"
     Settings = GrpoVsTrlSettings
 
-    def run(self, settings: GrpoVsTrlSettings, command: str) -> int:
-        run_bench(settings, command=command)
-        return 0
-
 
 @register_study
-class RlooVsTrl(Study):
+class RlooVsTrl(VsTrl):
     name, group = "rloo-vs-trl", "bench"
     help = "time one RLOO step of this suite against TRL's RLOOTrainer"
     Settings = RlooVsTrlSettings
-
-    def run(self, settings: RlooVsTrlSettings, command: str) -> int:
-        run_bench(settings, command=command)
-        return 0
 
 
 @register_study
@@ -45,9 +49,14 @@ class ExecutorsBench(Study):
             "parallelism, each on its own")
     Settings = ExecutorsSettings
 
-    def run(self, s: ExecutorsSettings, command: str) -> int:
-        result = run_bench_executors(s.file, s.out, jobs=s.jobs, arms=s.arms, readme=s.readme, seeds=s.seeds,
-                                     section=s.section, spread_from=s.spread_from, rerender=s.rerender)
+    def run(self, settings: ExecutorsSettings, command: str) -> int:
+        return self.status(run_bench_executors(settings))
+
+    def rerender(self, settings: ExecutorsSettings, command: str) -> int:
+        return self.status(rerender_executors(settings))
+
+    @staticmethod
+    def status(result: dict) -> int:
         return 0 if all(r["counts"]["failed"] == 0 for r in result["runs"].values()) else 1
 
 

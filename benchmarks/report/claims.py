@@ -25,8 +25,7 @@ import pandas as pd
 from scipy import stats
 
 from benchmarks.errors import UsageError
-from benchmarks.io import atomic_write_text
-from benchmarks.markdown import markdown_table, update_section
+from benchmarks.markdown import markdown_table, write_report
 from benchmarks.report import curves as learning_curves
 from benchmarks.report import inference
 from benchmarks.report.matrix import collect
@@ -184,9 +183,7 @@ def render(table: pd.DataFrame, *, link_from: Path, command: str) -> str:
 def write_claims(directories: Sequence[str], out: str, *, command: str, readme: str = "",
                  section: str = "claims") -> str:
     table = pd.concat([claims_of(d) for d in directories], ignore_index=True)
-    out_path = Path(out)
-    text = render(table, link_from=out_path.parent, command=command)
-    atomic_write_text(out_path, "# What the field claims, tested here\n\n" + text)
-    if readme:
-        update_section(readme, section, render(table, link_from=Path(readme).parent, command=command).rstrip("\n"))
+    text = render(table, link_from=Path(out).parent, command=command)
+    write_report(out, text, title="What the field claims, tested here", readme=readme, section=section,
+                 section_body=render(table, link_from=Path(readme).parent, command=command) if readme else None)
     return text

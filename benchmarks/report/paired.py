@@ -10,9 +10,13 @@ binomial at p = 1/2 is symmetric). Computed with integers here, so no scipy is n
 
 from __future__ import annotations
 
+import json
 from fractions import Fraction
 from math import comb
+from pathlib import Path
 from typing import Sequence
+
+from benchmarks.markdown import markdown_table
 
 
 def mcnemar_exact(before: Sequence[bool], after: Sequence[bool]) -> dict:
@@ -71,3 +75,32 @@ def compare(before: dict, after: dict) -> dict:
                              "both_right": sum(x and y for x, y in zip(b, a)), **test,
                              "test": "McNemar exact (two-sided binomial on the discordant pairs)"}
     return out
+
+
+def compare_files(before: Sequence[str], after: Sequence[str]) -> dict:
+    """``compare`` of two ``paired eval`` results, each joined from its files in question order, with the settings
+    they share, their evaluations' wall-clock and the files."""
+    first, second = (merge([json.loads(Path(p).read_text()) for p in files]) for files in (before, after))
+    result = compare(first, second)
+    result["settings"] = {k: first.get("describe", {}).get(k) for k in SAME_SETTINGS}
+    result["wall_clock_s"] = {"before": first["seconds"], "after": second["seconds"]}
+    result["files"] = {"before": list(before), "after": list(after)}
+    return result
+
+
+def render_section(result: dict, command: str) -> str:
+    """The README section of a ``compare_files`` result: what was compared, how it was sampled, each test."""
+    rows = [[key.replace("correct", "accuracy").replace("_", " "), f"{t['accuracy_before']:.3f}",
+             f"{t['accuracy_after']:.3f}", t["b"], t["c"], f"{t['p_value']:.3g}"] for key, t in result["tests"].items()]
+    seconds = {side: sum(v.values()) for side, v in result["wall_clock_s"].items()}
+    settings = result["settings"]
+    subset = (f" (the first {result['questions']} whose reference solution takes at most {settings['eval_max_steps']} "
+              "calculator steps)" if settings.get("eval_max_steps") else "")
+    sampling = ("greedy" if not settings.get("eval_temperature") else
+                f"{settings.get('eval_k')} samples per question at temperature {settings['eval_temperature']} (pass@k)")
+    return (f"{result['before']} -> {result['after']}, the same {result['questions']} test questions{subset}, seed "
+            f"{result['seed']}, {sampling}, {settings.get('eval_max_new_tokens')} new tokens "
+            f"({seconds['before']:.0f} s and {seconds['after']:.0f} s of evaluation on this CPU):\n\n"
+            + markdown_table(["metric", "before", "after", "right -> wrong (b)", "wrong -> right (c)",
+                              "McNemar exact p"], rows)
+            + f"\n\nRegenerate: `{command}`\n")

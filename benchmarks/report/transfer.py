@@ -19,8 +19,7 @@ from typing import Optional, Sequence
 import pandas as pd
 
 from benchmarks.errors import UsageError
-from benchmarks.io import atomic_write_text
-from benchmarks.markdown import markdown_table, update_section, with_interval
+from benchmarks.markdown import markdown_table, with_interval, write_report
 from benchmarks.report.matrix import matrix_verdicts
 from benchmarks.report.inference import TOO_FEW
 
@@ -116,7 +115,5 @@ def render(result: dict, command: str) -> str:
 def write_transfer(toy, real, pairs, out, *, command: str, readme: str = "", section: str = "transfer") -> str:
     result = transfer(toy, real, pairs)
     text = render(result, command)
-    atomic_write_text(Path(out), "# Does the toy ranking carry over?\n\n" + text)
-    if readme:
-        update_section(readme, section, text.rstrip("\n"))
+    write_report(out, text, title="Does the toy ranking carry over?", readme=readme, section=section)
     return text

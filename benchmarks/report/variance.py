@@ -31,8 +31,8 @@ import pandas as pd
 
 from benchmarks.curve import evaluations_needed, parse_primary, primary_value
 from benchmarks.errors import UsageError
-from benchmarks.io import atomic_write_json, atomic_write_text, decode_correct
-from benchmarks.markdown import markdown_table, update_section
+from benchmarks.io import atomic_write_json, decode_correct
+from benchmarks.markdown import markdown_table, write_report
 from benchmarks.report.inference import seeds_for_mdd
 from benchmarks.report.matrix import collect
 
@@ -209,10 +209,8 @@ def write_variance(directories: Sequence[str], out: str, *, command: str, readme
                    **options) -> str:
     results = [analyse(d, **options) for d in directories]
     text = "\n".join(render(r, command) for r in results)
-    atomic_write_text(out, "# Where the spread of a primary metric comes from\n\n" + text)
+    write_report(out, text, title="Where the spread of a primary metric comes from", readme=readme, section=section)
     atomic_write_json(Path(out).with_suffix(".json"), [
         {"directory": r["directory"], "target": r["target"], "variants": r["variants"], "notes": r["notes"],
          "parts": r["parts"].to_dict("records"), "plans": r["plans"].to_dict("records")} for r in results])
-    if readme:
-        update_section(readme, section, text.rstrip("\n"))
     return text

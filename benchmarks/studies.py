@@ -1,0 +1,436 @@
+"""The studies that are top-level commands (``grpo-bench NAME``: agreement, transfer, claims, variance, calibration,
+ablation, readme, survey) and ``grpo-bench paired eval|compare``, each registered as a study (benchmarks/study.py):
+its settings, whose fields are its flags, and its run.
+
+Light at import, so that each command's ``--help`` starts in about 0.1 s: a run imports its engine where it runs, each
+such import marked "heavy" (the report's modules: pandas and scipy; the harness and the ablation: torch), and the
+run-file modules ``benchmarks.io`` and ``benchmarks.markdown`` are marked "start-up" (their hashlib and random would
+add about 10 ms to that 0.1 s). The paths a study reads and writes are checked before any work by the lifecycle
+(``Study.start``), from its fields' metadata: ``matrix`` (a matrix folder) and ``writes``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from benchmarks.errors import UsageError
+from benchmarks.study import TOP, Study, StudySettings, matrix_directory, option, register_study
+
+
+def _wrote(settings) -> str:
+    """What a report study wrote: its --out and, with --readme, the section."""
+    readme = getattr(settings, "readme", "")
+    return f"wrote {settings.out}" + (f" and the {settings.section} section of {readme}" if readme else "")
+
+
+# ------------------------------------------------------------------------------------------------
+# Studies over matrix directories
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class AgreementSettings(StudySettings):
+    first: str = field(metadata={"help": "a matrix directory (the committed run)", "matrix": "FIRST"})
+    second: str = field(metadata={"help": "the rerun's directory (the same matrix file)", "matrix": "SECOND"})
+    out: str = option("out", required=True, file="the markdown report to write")
+
+
+def planned_cells(directory: Path) -> tuple[str, list[dict]]:
+    """The matrix's name and its planned cells, from DIR/matrix.json (one UsageError line when unreadable)."""
+    from benchmarks.io import read_json  # start-up: hashlib, random (module docstring)
+
+    meta = read_json(directory / "matrix.json")
+    if not isinstance(meta, dict) or not isinstance(meta.get("cells"), list):
+        raise UsageError(f"{directory / 'matrix.json'}: not a matrix plan (unreadable, or without its cells)")
+    return str(meta.get("name", directory.name)), [c for c in meta["cells"] if isinstance(c, dict)]
+
+
+def shared_variants(first, second) -> set[tuple[str, str]]:
+    """The (task, variant) pairs two matrix directories both plan; none is one UsageError line naming each side's
+    (``agreement`` compares a rerun of the same matrix, and two different ones had read "0 of 0 agree")."""
+    sides = []
+    for label, directory in (("FIRST", first), ("SECOND", second)):
+        name, cells = planned_cells(matrix_directory(directory, label))
+        sides.append((name, {(str(c.get("task_label")), str(c.get("variant"))) for c in cells}))
+    shared = sides[0][1] & sides[1][1]
+    if not shared:
+        def listed(pairs):
+            return ", ".join(f"{task} {variant}" for task, variant in sorted(pairs)[:4]) + (", ..." if len(pairs) > 4 else "")
+
+        raise UsageError(f"{first} (matrix {sides[0][0]}) and {second} (matrix {sides[1][0]}) share no variant of a "
+                         f"task: {listed(sides[0][1]) or 'no cells'} against {listed(sides[1][1]) or 'no cells'}; "
+                         "agreement compares a rerun of the same matrix")
+    return shared
+
+
+@register_study
+class Agreement(Study):
+    name, group = "agreement", TOP
+    help = "does a rerun of a matrix (another machine or thread count) reach the same verdicts?"
+    Settings = AgreementSettings
+
+    def run(self, s: AgreementSettings, command: str) -> int:
+        shared_variants(s.first, s.second)  # the inputs first: a typo is one line before pandas loads
+        from benchmarks.report.agreement import write_agreement  # heavy: pandas, scipy
+
+        _, text = write_agreement(s.first, s.second, s.out)
+        print(text.splitlines()[2] if len(text.splitlines()) > 2 else text)
+        print(_wrote(s))
+        return 0
+
+
+@dataclass
+class TransferSettings(StudySettings):
+    toy: str = field(metadata={"help": "the toy task's matrix directory", "matrix": "TOY"})
+    real: str = field(metadata={"help": "the real task's matrix directory", "matrix": "REAL"})
+    pair: list[tuple[str, str]] = field(kw_only=True, metadata={
+        "help": "an algorithm both ran, by its variant name in each matrix (repeat, one per algorithm)",
+        "required": True, "repeat": True, "nargs": 2, "metavar": ("TOY_VARIANT", "REAL_VARIANT")})
+    out: str = option("out", required=True, file="the markdown report to write")
+    readme: str = option("readme", "", shown="none")
+    section: str = option("section", "transfer")
+
+
+@register_study
+class Transfer(Study):
+    name, group = "transfer", TOP
+    help = "does a toy matrix's ranking of the algorithms carry over to a real task's matrix?"
+    Settings = TransferSettings
+
+    def run(self, s: TransferSettings, command: str) -> int:
+        # after the folders (the lifecycle checks them first): a typo in one is not "too few algorithms"
+        pairs = [(toy.strip(), real.strip()) for toy, real in s.pair]
+        if len({real for _, real in pairs}) < len(pairs) or len({toy for toy, _ in pairs}) < len(pairs):
+            raise UsageError("--pair: each variant at most once on each side")
+        if len(pairs) < 3:
+            raise UsageError(f"--pair: a ranking needs at least 3 algorithms, got {len(pairs)}")
+        from benchmarks.report.transfer import write_transfer  # heavy: pandas, scipy
+
+        text = write_transfer(s.toy, s.real, pairs, s.out, command=command, readme=s.readme, section=s.section)
+        print(text.splitlines()[0])
+        print(_wrote(s))
+        return 0
+
+
+@dataclass
+class ClaimsSettings(StudySettings):
+    dirs: list[str] = field(metadata={"help": "matrix directories whose matrix files state [[analysis.claims]]",
+                                      "matrix": ""})
+    out: str = option("out", "results/claims.md", file="the markdown report to write")
+    readme: str = option("readme", "", shown="none")
+    section: str = option("section", "claims")
+
+
+@register_study
+class Claims(Study):
+    name, group = "claims", TOP
+    help = ("published claims about RL for LLMs, each tested by a matrix that stated it before its cells ran: the "
+            "table of marks")
+    Settings = ClaimsSettings
+
+    def run(self, s: ClaimsSettings, command: str) -> int:
+        from benchmarks.report.claims import write_claims  # heavy: pandas, scipy
+
+        write_claims(s.dirs, s.out, command=command, readme=s.readme, section=s.section)
+        print(_wrote(s))
+        return 0
+
+
+@dataclass
+class VarianceSettings(StudySettings):
+    dirs: list[str] = field(metadata={"help": "matrix directories whose cells kept per-question evaluation records",
+                                      "matrix": ""})
+    out: str = option("out", required=True, file="the markdown report to write (a .json beside it)")
+    readme: str = option("readme", "", shown="none")
+    section: str = option("section", "variance")
+    target_mdd: float = field(default=0.05, metadata={"help": "the MDD the designs are planned for"})
+    variants: int = field(default=8, metadata={"help": "variants in the planned matrix"})
+    questions: list[int] = field(default_factory=lambda: [200, 500, 1000], metadata={
+        "help": "held-out question counts to project to"})
+    metrics: list[str] = field(default_factory=lambda: ["final", "last_2", "last_3", "auc"], metadata={
+        "help": "primary metrics to split"})
+
+
+@register_study
+class Variance(Study):
+    name, group = "variance", TOP
+    help = ("where a primary metric's seed-to-seed spread comes from (policy vs evaluation), and the design that "
+            "reaches a target MDD in the fewest core-seconds")
+    Settings = VarianceSettings
+
+    def check(self, s: VarianceSettings) -> None:
+        from benchmarks.curve import parse_primary  # heavy: numpy
+
+        if not 0 < s.target_mdd < 1:
+            raise UsageError(f"--target-mdd must be in (0, 1), got {s.target_mdd:g}")
+        if s.variants < 2 or min(s.questions) < 2:
+            raise UsageError("--variants and every --questions must be at least 2")
+        for name in s.metrics:
+            try:
+                parse_primary(name)
+            except ValueError as exc:
+                raise UsageError(f"--metrics: {exc}") from None
+
+    def run(self, s: VarianceSettings, command: str) -> int:
+        from benchmarks.report.variance import write_variance  # heavy: pandas, scipy
+
+        text = write_variance(s.dirs, s.out, command=command, readme=s.readme, section=s.section, metrics=s.metrics,
+                              questions=s.questions, target=s.target_mdd, variants=s.variants)
+        print(text.splitlines()[0].strip("*"))
+        print(_wrote(s))
+        return 0
+
+
+@dataclass
+class CalibrationSettings(StudySettings):
+    dirs: list[str] = field(metadata={
+        "help": "matrix directories: their designs are simulated, their declared pairs judged", "matrix": ""})
+    aa: Optional[str] = field(default=None, metadata={
+        "help": "an A/A matrix directory (one variant on many seeds, e.g. benchmarks/matrices/calibration_aa.toml): "
+                "its cells cut into null matrices (default: none)", "matrix": ""})
+    out: str = option("out", "results/calibration")  # report.md and calibration.json
+    sims: int = field(default=2000, metadata={"help": "simulated matrices per case"})
+    claims: list[str] = field(default_factory=list, metadata={
+        "help": "matrix files stating [[analysis.claims]]: the claims' procedure simulated at their designs (and on "
+                "--aa's cells) (default: none)", "metavar": "FILE"})
+
+
+@register_study
+class Calibration(Study):
+    name, group = "calibration", TOP
+    help = ("the verdict procedure's family-wise error: simulated at matrices' own designs, measured on real A/A "
+            "replicates and declared-equivalent pairs")
+    Settings = CalibrationSettings
+
+    def check(self, s: CalibrationSettings) -> None:
+        if s.sims < 100:
+            raise UsageError(f"--sims must be at least 100, got {s.sims}")
+
+    def run(self, s: CalibrationSettings, command: str) -> int:
+        from benchmarks.matrix import parse  # heavy: torch
+        from benchmarks.report.calibration_report import write_calibration  # heavy: pandas, scipy
+
+        try:
+            text = write_calibration(s.dirs, s.out, aa=s.aa, sims=s.sims, command=command,
+                                     claims=[parse(path) for path in s.claims])
+        except ValueError as exc:  # an --aa matrix of more than one variant, a claims file that states none
+            raise UsageError(str(exc)) from None
+        print(text.splitlines()[2])
+        print(f"wrote {s.out}/report.md, calibration.json")
+        return 0
+
+
+# ------------------------------------------------------------------------------------------------
+# The README's index of reports, the group-size ablation
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ReadmeSettings(StudySettings):
+    readme: str = option("readme", "results/checks.md")  # its section "checks"
+
+
+@register_study
+class Readme(Study):
+    name, group = "readme", TOP
+    help = "the README's table of checks and benchmarks: each results/ report's headline and a link"
+    Settings = ReadmeSettings
+
+    def run(self, s: ReadmeSettings, command: str) -> int:
+        from benchmarks.markdown import index_reports  # start-up: hashlib, random (module docstring)
+
+        for line in index_reports(s.readme):
+            print(line)
+        return 0
+
+
+@dataclass
+class AblationSettings(StudySettings):
+    """The grid the ablation runs (benchmarks/matrix/ablation.py): every G in ``group_sizes`` with every seed."""
+
+    out: str = option("out", "results/ablation")  # runs/, curves.csv, group_size.md and group_size.png
+    group_sizes: list[int] = field(default_factory=lambda: [2, 4, 8, 16], metadata={"help": "values of G, each >= 2"})
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2], metadata={"help": "seeds", "values": "seed"})
+    steps: int = field(default=200, metadata={"help": "GRPO steps per run"})
+    eval_every: int = field(default=10, metadata={"help": "exact evaluation every N steps"})
+    reward_mode: str = field(default="rm", metadata={
+        "help": "the bandit's reward: a learned reward model, or the verifiable one", "choices": ("rm", "verifiable")})
+    device: str = option("device", "auto")
+
+
+@register_study
+class Ablation(Study):
+    name, group = "ablation", TOP
+    help = "GRPO group-size ablation on the toy bandit (G = 2, 4, 8, 16)"
+    Settings = AblationSettings
+
+    def run(self, s: AblationSettings, command: str) -> int:
+        from benchmarks.matrix.ablation import run_ablation  # heavy: torch, pandas
+
+        return run_ablation(s, command=command)
+
+
+# ------------------------------------------------------------------------------------------------
+# Evaluations of a starting policy: the survey of candidate settings, paired before/after evaluations
+# ------------------------------------------------------------------------------------------------
+
+
+def json_value(text: str):
+    """A command-line value read as JSON where it parses (500, 0.0, true, "sft"), else the text itself."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def set_options(items) -> dict:
+    """``--set KEY=VALUE ...`` as a dict of JSON values; an item without '=' is one UsageError line."""
+    options = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"--set wants KEY=VALUE, got {item!r}")
+        options[key] = json_value(value)
+    return options
+
+
+def parse_candidate(text: str) -> dict:
+    """'chain_sum' -> {"dataset": "chain_sum"}; 'chain_sum:{"max_terms": 2}' adds dataset_config; '{...}' as it is."""
+    if text.lstrip().startswith("{"):
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise UsageError(f"--candidate: not a JSON object: {text!r} ({exc})") from None
+        if not isinstance(value, dict):
+            raise UsageError(f"--candidate: not a JSON object: {text!r}")
+        return value
+    name, sep, config = text.partition(":")
+    if not name:
+        raise UsageError(f"--candidate wants DATASET[:JSON], got {text!r}")
+    if not sep:
+        return {"dataset": name}
+    try:
+        parsed = json.loads(config)
+    except ValueError:
+        raise UsageError(f"--candidate {name}: config is not JSON: {config!r}") from None
+    return {"dataset": name, "dataset_config": json.dumps(parsed, sort_keys=True)}
+
+
+@dataclass
+class SurveyStudySettings(StudySettings):
+    """``grpo-bench survey`` as typed: a candidate is DATASET or DATASET:JSON_CONFIG (the reasoning_gym task's
+    ``dataset`` / ``dataset_config``), or a JSON object of task options. Writes OUT/survey.csv and OUT/survey.md
+    (``benchmarks.harness.survey``)."""
+
+    task: str = field(default="reasoning_gym", metadata={"help": "the task whose starting policy is evaluated"})
+    candidate: list[str] = field(kw_only=True, metadata={
+        "help": "a dataset with its optional JSON config, or a JSON object of task options (repeatable)",
+        "required": True, "repeat": True, "metavar": "DATASET[:JSON]|{JSON}"})
+    set: Optional[list[str]] = field(default=None, metadata={
+        "help": "task options every candidate shares (JSON values; default: none)", "nargs": "*",
+        "metavar": "KEY=VALUE"})
+    band: str = field(default="0.10:0.60", metadata={"help": "start accuracy counted as headroom", "metavar": "LO:HI"})
+    seed: int = option("seed")
+    device: str = option("device")
+    out: str = option("out", required=True)  # survey.csv, survey.md and survey.json
+    resume: bool = option("resume")  # OUT/survey.csv's rows kept, the candidates in it skipped
+
+
+@register_study
+class Survey(Study):
+    name, group = "survey", TOP
+    help = "start accuracy of a task's starting policy across candidate settings"
+    Settings = SurveyStudySettings
+
+    def run(self, s: SurveyStudySettings, command: str) -> int:
+        from benchmarks.harness.survey import SurveySettings, run_survey  # heavy: torch
+
+        common = set_options(s.set)
+        try:
+            lo, hi = (float(x) for x in s.band.split(":"))
+        except ValueError:
+            raise UsageError(f"--band wants LO:HI, got {s.band!r}") from None
+        settings = SurveySettings(task=s.task, candidates=tuple(parse_candidate(c) for c in s.candidate),
+                                  common=common, band=(lo, hi), seed=s.seed, device=s.device, command=command)
+        run_survey(settings, Path(s.out), resume=s.resume, log=lambda line: print(line, flush=True))
+        print(f"-> {Path(s.out) / 'survey.md'}")
+        return 0
+
+
+@dataclass
+class PairedEvalStudySettings(StudySettings):
+    task: str = field(kw_only=True, metadata={"help": "the task whose questions are evaluated", "required": True})
+    set: Optional[list[str]] = field(default=None, metadata={
+        "help": 'task options (JSON values: 500, 0.0, true, "sft"; default: none)', "nargs": "*",
+        "metavar": "KEY=VALUE"})
+    seed: int = option("seed")
+    device: str = option("device")
+    label: Optional[str] = field(default=None, metadata={
+        "help": "the policy's name in a comparison (default: the task options as JSON)"})
+    questions: Optional[str] = field(default=None, metadata={
+        "help": "evaluate only questions A..B-1 of the task's set (default: all)", "metavar": "A:B"})
+    out: str = option("out", required=True, file="the json file of the per-question results")
+
+
+def question_range(text: str) -> tuple[int, Optional[int]]:
+    """'A:B' -> (A, B); A defaults to 0 and B to the end (None)."""
+    first, sep, last = text.partition(":")
+    try:
+        if sep:
+            return int(first or 0), int(last) if last else None
+    except ValueError:
+        pass
+    raise UsageError(f"--questions wants A:B (question numbers; either may be left out), got {text!r}")
+
+
+@register_study
+class PairedEval(Study):
+    name, group = "eval", "paired"
+    help = "evaluate one policy and keep per-question results"
+    Settings = PairedEvalStudySettings
+
+    def run(self, s: PairedEvalStudySettings, command: str) -> int:
+        from benchmarks.harness.paired import PairedEvalSettings, evaluate_paired  # heavy: torch
+        from benchmarks.io import atomic_write_json  # start-up: hashlib, random (module docstring)
+
+        settings = PairedEvalSettings(task=s.task, task_options=set_options(s.set), seed=s.seed, device=s.device,
+                                      label=s.label, questions=question_range(s.questions) if s.questions else None,
+                                      command=command)
+        result = evaluate_paired(settings)
+        atomic_write_json(Path(s.out), result)
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items() if not k.endswith("_se"))
+        print(f"{result['label']}: {shown}; evaluate {result['seconds']['evaluate']:.0f} s -> {s.out}")
+        return 0
+
+
+@dataclass
+class PairedCompareSettings(StudySettings):
+    before: list[str] = field(kw_only=True, metadata={
+        "help": "eval file(s); parts are joined in question order", "required": True})
+    after: list[str] = field(kw_only=True, metadata={"help": "eval file(s) of the other side", "required": True})
+    out: Optional[str] = option("out", None, file="the json file of the tests", shown="none")
+    readme: Optional[str] = option("readme", shown="none")  # the table, as a section
+    section: str = option("section", "gsm8k-paired")
+
+
+@register_study
+class PairedCompare(Study):
+    name, group = "compare", "paired"
+    help = "McNemar's exact test between two `paired eval` files"
+    Settings = PairedCompareSettings
+
+    def run(self, s: PairedCompareSettings, command: str) -> int:
+        from benchmarks.io import atomic_write_json  # start-up: hashlib, random (module docstring)
+        from benchmarks.markdown import write_section  # start-up: hashlib, random (module docstring)
+        from benchmarks.report.paired import compare_files, render_section  # start-up: decimal
+
+        result = compare_files(s.before, s.after)
+        if s.out:
+            atomic_write_json(Path(s.out), result)
+        write_section(s.readme, s.section, render_section(result, command))
+        for key, t in result["tests"].items():
+            print(f"{key}: {t['accuracy_before']:.4f} -> {t['accuracy_after']:.4f} (n {t['n']}, right->wrong b "
+                  f"{t['b']}, wrong->right c {t['c']}), McNemar exact p = {t['p_value']:.3g}")
+        return 0
