@@ -23,6 +23,8 @@ from typing import Any, Mapping, Optional
 from unittest import mock
 
 from algorithms.rollout import eos_token_ids
+from benchmarks.references import install
+from benchmarks.references.adapters import Adapter, register_adapter
 
 FRAMEWORK = "trl"
 VERSION = "1.16.0"  # the TRL the mapping was written against (pyproject: trl>=1.0; the results record the one used)
@@ -198,3 +200,32 @@ def version() -> str:
     import trl
 
     return trl.__version__
+
+
+PPO_VERSION = install.PINNED["trl-ppo"].version  # TRL's column also holds TRL 1.12's PPO (trl_ppo.py)
+
+
+def _minor(version: str) -> str:
+    return version.rsplit(".", 1)[0]
+
+
+@register_adapter
+class Trl(Adapter):
+    """TRL 1.16 in the feature table: its GRPO, RLOO and DPO trainers, in the column it shares with TRL 1.12's PPO.
+    TRL 1.16's option names (``KNOBS``) are listed by ``check trl``'s report, not in the options table."""
+
+    name, column, heading = FRAMEWORK, "TRL", f"TRL {_minor(VERSION)}"
+    has = {"estimators": ESTIMATORS, "policy_losses": POLICY_LOSSES, "aggregations": AGGREGATIONS, "kl": KL}
+    cells = {
+        "algorithms": {"grpo": "GRPOTrainer", "rloo": "RLOOTrainer", "dpo": "DPOTrainer"},
+        "policy_losses": {ours: f"loss_type={theirs}" for ours, theirs in POLICY_LOSSES.items()},
+        # the aggregations that are a loss type's own
+        "aggregations": {ours: f"loss_type={theirs}" for ours, theirs in AGGREGATIONS.items() if ours == theirs},
+        # the column's cells name both TRLs' KL (PPO's puts it in the reward)
+        "kl": {"k3": f"GRPOTrainer beta (k3); PPOTrainer {PPO_VERSION} kl_estimator=k3",
+               "k1": f"RLOOTrainer, PPOTrainer {PPO_VERSION} kl_estimator=k1"},
+    }
+    sequence_level = "importance_sampling_level=sequence"
+    note = (f"The TRL column is TRL {_minor(VERSION)} (GRPO, RLOO, DPO; checked by `grpo-bench check trl`) and, for "
+            f"PPO, TRL {PPO_VERSION}, the last TRL with a PPOTrainer.")
+    summary_note = f"the TRL column counts TRL {_minor(VERSION)} and, for PPO, TRL {_minor(PPO_VERSION)}"
