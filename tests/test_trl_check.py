@@ -97,6 +97,15 @@ def test_each_of_our_trl_loss_types_maps_to_one_trl_computes(setup):
         trainer.compute_loss(model, dict(inputs))
 
 
+def test_the_trl_the_checks_map_is_the_one_pinned_and_installed():
+    """pyproject.toml pins the TRL whose names the adapter maps (and the check records the one it ran against)."""
+    from pathlib import Path
+
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    assert f'"trl=={trl_ref.VERSION}"' in pyproject
+    assert trl_ref.version() == trl_ref.VERSION
+
+
 def test_the_adapter_refuses_what_trl_has_no_counterpart_for(tmp_path):
     with pytest.raises(ValueError, match="loss_type 'gmpo' has no TRL .* counterpart; TRL has grpo, bnpo"):
         trl_ref.settings({"loss_type": "gmpo"})  # verl's geometric-mean loss

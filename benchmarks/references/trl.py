@@ -27,7 +27,7 @@ from benchmarks.references import install
 from benchmarks.references.adapters import Adapter, register_adapter
 
 FRAMEWORK = "trl"
-VERSION = "1.16.0"  # the TRL the mapping was written against (pyproject: trl>=1.0; the results record the one used)
+VERSION = "1.16.0"  # the TRL the mapping was written against, pinned in pyproject.toml (the results record the one used)
 
 # Our policy loss (loss_type) -> TRL's GRPOConfig.loss_type. TRL's loss type names its aggregation too (grpo and
 # sapo: per-sequence token means; bnpo: local token mean; dr_grpo: / (B x max_completion_length); dapo, cispo,
