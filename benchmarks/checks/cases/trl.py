@@ -289,10 +289,11 @@ def perturb_(model, scale: float, seed: int) -> None:
             p.add_(scale * torch.randn(p.shape, generator=gen))
 
 
-def _dataset():
-    from datasets import Dataset
+def _dataset(columns: Optional[dict] = None):
+    """A TRL train dataset of ``columns`` (default: the prompts, each with a reward column for ``preset_reward``)."""
+    from datasets import Dataset  # noqa: PLC0415  seconds to import; `grpo-bench check --help` never needs it
 
-    return Dataset.from_dict({"prompt": list(PROMPTS) * 4, "reward": [0.0] * (len(PROMPTS) * 4)})
+    return Dataset.from_dict(columns or {"prompt": list(PROMPTS) * 4, "reward": [0.0] * (len(PROMPTS) * 4)})
 
 
 def grpo_trainer(model, tokenizer, out_dir: str, rollout_func=None, **ours):
@@ -544,13 +545,11 @@ def _dpo_pairs(tokenizer) -> tuple[torch.Tensor, ...]:
 
 def _dpo_trainer(s: Setup, beta: float):
     """A DPOTrainer on a copy of the model, its reference a perturbed copy (so the log-ratios are not 0)."""
-    from datasets import Dataset  # noqa: PLC0415  seconds to import; `grpo-bench check --help` never needs it
-
     trl_ref.silence()
     model = copy.deepcopy(s.base)
     ref = copy.deepcopy(s.base).eval()
     perturb_(ref, 0.02, seed=1)
-    pairs = Dataset.from_dict({"prompt": ["ravin likes "] * 2, "chosen": ["pizza"] * 2, "rejected": ["pasta"] * 2})
+    pairs = _dataset({"prompt": ["ravin likes "] * 2, "chosen": ["pizza"] * 2, "rejected": ["pasta"] * 2})
     args = trl_ref.config(s.out_dir, {"beta": beta}, trainer="dpo", loss_type=["sigmoid"], precompute_ref_log_probs=False)
     return model, ref, trl_ref.trainer(args, model=model, ref_model=ref, train_dataset=pairs, processing_class=s.tokenizer)
 
