@@ -1,5 +1,6 @@
-"""The reference check (benchmarks/checks/references.py): our estimators and losses against verl 0.9.1, OpenRLHF
-0.11.2 and TRL 1.12.0's PPO. The frameworks are fetched once per session into $GRPO_BENCH_REFERENCES (default
+"""The reference check (benchmarks/checks/references.py, the case modules of benchmarks/checks/cases/ run by
+benchmarks/checks/engine.py): our estimators and losses against verl 0.9.1, OpenRLHF 0.11.2 and TRL 1.12.0's PPO.
+The frameworks are fetched once per session into $GRPO_BENCH_REFERENCES (default
 ~/.cache/grpo-bench/references) with `pip install --no-deps --target`; the full grid runs in
 `grpo-bench check references`, here a few configurations per framework, planted errors, the command line and the
 feature table."""
@@ -8,7 +9,9 @@ import torch
 import pytest
 
 from algorithms import estimators, kl, losses, policy_losses
+from benchmarks.checks import engine
 from benchmarks.checks import references as refs
+from benchmarks.checks.cases.tensors import make_batch
 from benchmarks.references import features, install, trl_ppo
 
 
@@ -61,15 +64,15 @@ def test_grid_covers_every_framework_case_and_edge(frameworks):
 @pytest.mark.parametrize("case", ["random", "empty", "long"])
 def test_configurations_agree(frameworks, framework, group, function, knobs, case):
     config = _pick(refs.all_configs([framework], [case]), framework, group, function, case, knobs)
-    row = refs.run_config(config, refs.make_batch(config.case, config.seed))
+    row = engine.run_config(config, make_batch(config.case, config.seed))
     assert row.status == "agrees", (row.value_diff, row.grad_diff, row.error)
     assert row.value_diff < 1e-6 and (row.grad_diff is None or row.grad_diff < 1e-6)
 
 
 def test_difference_by_design_shows_and_the_matching_knob_agrees(frameworks):
     configs = refs.all_configs(["trl-ppo", "verl"], ["empty"])
-    batch = refs.make_batch("empty", 0)
-    rows = {(c.framework, c.function): refs.run_config(c, batch) for c in configs
+    batch = make_batch("empty", 0)
+    rows = {(c.framework, c.function): engine.run_config(c, batch) for c in configs
             if c.function in ("ppo_value_loss", "ppo_value_loss (TRL's value mask)", "grpo", "grpo(level=sequence)")
             and c.group in ("value_loss", "policy_loss")}
     assert rows[("trl-ppo", "ppo_value_loss")].status == "differs by design"

@@ -1,4 +1,6 @@
-"""Our GRPO / RLOO losses, advantages and DPO loss against TRL's own trainers (benchmarks/checks/trl.py).
+"""Our GRPO / RLOO losses, advantages and DPO loss against TRL's own trainers: TRL 1.16's case module
+(benchmarks/checks/cases/trl.py) run by the reference checks' engine, and its view ``grpo-bench check trl``
+(benchmarks/checks/trl.py).
 
 The full grid runs in ``grpo-bench check trl``; here one configuration per loss type and option family,
 and a planted error that the check must catch."""
@@ -7,7 +9,6 @@ import copy
 import dataclasses
 import math
 import re
-import tempfile
 
 import pytest
 import torch
@@ -16,25 +17,28 @@ pytest.importorskip("trl")
 
 from algorithms import policy_losses  # noqa: E402
 from algorithms.policy_losses import GRPO_LOSS_TYPES  # noqa: E402
+from benchmarks.checks import engine  # noqa: E402
 from benchmarks.checks import trl as trl_check  # noqa: E402
+from benchmarks.checks.cases import trl as trl_cases  # noqa: E402
 from benchmarks.cli.main import main  # noqa: E402
 from benchmarks.references import trl as trl_ref  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def setup():
-    torch.manual_seed(0)
-    base, tokenizer = trl_check.load_model()
-    batch = trl_check.make_batch(base, tokenizer)
-    with tempfile.TemporaryDirectory() as out_dir:
-        yield base, tokenizer, batch, out_dir
+    with trl_cases.setup() as fixture:
+        yield fixture
+
+
+def _row(config, setup) -> "trl_check.CheckRow":
+    return trl_check.check_row(engine.run_config(config, setup))
 
 
 def _sample() -> list:
     """Each loss type once, each option family once per objective (clip, cispo, sapo, vespo), each kind of skip once."""
     picked, seen = [], set()
-    for cfg in trl_check.loss_configs():
-        reason = trl_check.skip_reason(cfg)
+    for cfg in trl_cases.loss_configs():
+        reason = trl_cases.skip_reason(cfg)
         if reason:
             key = ("skip", reason[:30])
         elif cfg.family == "core":
@@ -48,9 +52,9 @@ def _sample() -> list:
 
 
 def test_grid_covers_every_loss_type_and_option():
-    cfgs = trl_check.loss_configs()
-    assert len(cfgs) + len(trl_check.rloo_loss_configs()) + len(trl_check.rloo_advantage_configs()) >= 150
-    compared = [c for c in cfgs if trl_check.skip_reason(c) is None]
+    cfgs = trl_cases.loss_configs()
+    assert len(cfgs) + len(trl_cases.rloo_loss_configs()) + len(trl_cases.rloo_advantage_configs()) >= 150
+    compared = [c for c in cfgs if trl_cases.skip_reason(c) is None]
     assert {c.loss_type for c in compared} == set(GRPO_LOSS_TYPES)
     for family in ("core", "kl_bias_correction", "delta", "top_entropy_quantile", "off_policy_mask",
                    "importance_sampling"):
@@ -59,12 +63,12 @@ def test_grid_covers_every_loss_type_and_option():
     assert modes == {(m, mu) for m in policy_losses.IMPORTANCE_SAMPLING_MODES for mu in (1, 2)}
     assert {c.level for c in compared} == {"token", "sequence"} and {c.beta > 0 for c in compared} == {False, True}
     # The stated differences are skipped with a reason, not compared.
-    assert trl_check.skip_reason(trl_check.LossConfig("cispo", delta=1.5))
-    assert trl_check.skip_reason(trl_check.LossConfig("vespo", sampler=True, importance_sampling_mode="sequence_mask"))
-    assert "C_min > 1" in trl_check.skip_reason(trl_check.LossConfig(
+    assert trl_cases.skip_reason(trl_cases.LossConfig("cispo", delta=1.5))
+    assert trl_cases.skip_reason(trl_cases.LossConfig("vespo", sampler=True, importance_sampling_mode="sequence_mask"))
+    assert "C_min > 1" in trl_cases.skip_reason(trl_cases.LossConfig(
         "vespo", sampler=True, importance_sampling_mode="token_mask", importance_sampling_clip_min=1.05))
     # Our names reach TRL through the mapping.
-    cfg = trl_check.LossConfig("grpo", mu=2, sampler=True, importance_sampling_mode="token_mask")
+    cfg = trl_cases.LossConfig("grpo", mu=2, sampler=True, importance_sampling_mode="token_mask")
     settings = trl_ref.settings({**cfg.ours(), "mu": cfg.mu})
     assert settings["num_iterations"] == 2 and settings["vllm_importance_sampling_mode"] == "token_mask"
 
@@ -78,19 +82,28 @@ def test_each_of_our_trl_loss_types_maps_to_one_trl_computes(setup):
     help_text = next(f.metadata["help"] for f in dataclasses.fields(trl.GRPOConfig) if f.name == "loss_type")
     documented = set(re.findall(r"'(\w+)'", help_text.split("Supported values are")[1].split(". ")[0]))
     assert set(trl_ref.POLICY_LOSSES.values()) == documented and set(trl_ref.POLICY_LOSSES) == set(GRPO_LOSS_TYPES)
-    base, tokenizer, batch, out_dir = setup
-    model = copy.deepcopy(base)
+    batch = setup.batch
+    model = copy.deepcopy(setup.base)
     inputs = {"prompt_ids": batch.prompt_ids, "prompt_mask": batch.prompt_mask, "completion_ids": batch.completion_ids,
               "completion_mask": batch.completion_mask, "advantages": torch.linspace(-1, 1, len(batch.rewards)),
               "num_items_in_batch": batch.completion_mask.sum()}
     for loss_type in GRPO_LOSS_TYPES:
         level = "sequence" if loss_type == "luspo" else "token"
-        trainer = trl_check.grpo_trainer(model, tokenizer, out_dir, loss_type=loss_type, level=level)
+        trainer = trl_cases.grpo_trainer(model, setup.tokenizer, setup.out_dir, loss_type=loss_type, level=level)
         assert (trainer.args.loss_type, trainer.args.importance_sampling_level) == (loss_type, level)
         assert torch.isfinite(trainer.compute_loss(model, dict(inputs))), loss_type
     trainer.loss_type = "planted"
     with pytest.raises(ValueError, match="Unknown loss type"):
         trainer.compute_loss(model, dict(inputs))
+
+
+def test_the_trl_the_checks_map_is_the_one_pinned_and_installed():
+    """pyproject.toml pins the TRL whose names the adapter maps (and the check records the one it ran against)."""
+    from pathlib import Path
+
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    assert f'"trl=={trl_ref.VERSION}"' in pyproject
+    assert trl_ref.version() == trl_ref.VERSION
 
 
 def test_the_adapter_refuses_what_trl_has_no_counterpart_for(tmp_path):
@@ -111,16 +124,15 @@ def test_the_adapter_refuses_what_trl_has_no_counterpart_for(tmp_path):
 
 
 def test_batch_is_ragged_left_padded_with_a_nan_sampler_token(setup):
-    _, _, batch, _ = setup
+    batch = setup.batch
     assert len(set(batch.completion_mask.sum(1).tolist())) >= 5  # ragged completions, one truncated at T
     assert (batch.prompt_mask == 0).any()  # a left-padded prompt
     assert batch.sampler_logps.isnan().sum() == 1
 
 
-@pytest.mark.parametrize("cfg", _sample(), ids=trl_check.config_name)
+@pytest.mark.parametrize("cfg", _sample(), ids=trl_cases.config_name)
 def test_grpo_loss_matches_trl(setup, cfg):
-    base, tokenizer, batch, out_dir = setup
-    row = trl_check.check_grpo_loss(base, tokenizer, batch, cfg, out_dir)
+    row = _row(trl_cases.grpo_config(cfg), setup)
     if row.skipped:
         assert math.isnan(row.diff)
         return
@@ -130,30 +142,32 @@ def test_grpo_loss_matches_trl(setup, cfg):
 
 
 def test_forward_rloo_advantages_and_dpo_match_trl(setup):
-    base, tokenizer, batch, out_dir = setup
-    rows = [trl_check.check_forward(base, tokenizer, batch, out_dir)]
-    rows += [trl_check.check_rloo_loss(base, tokenizer, batch, cfg, out_dir) for cfg in trl_check.rloo_loss_configs()[2:3]]
-    rows += [trl_check.check_rloo_advantages(base, tokenizer, cfg, out_dir) for cfg in trl_check.rloo_advantage_configs()[-1:]]
-    rows += [trl_check.check_advantages(base, tokenizer, "group", out_dir), trl_check.check_dpo(base, tokenizer, out_dir)]
+    chosen = {"logprobs": None, "rloo_loss": "rloo mu=2 epsilon_high=-",
+              "rloo_advantages": "rloo beta=0.05 normalize_advantages=True reward_clip=(-0.5, 3.0)",
+              "advantages": "scale_rewards=group", "dpo_loss": None}
+    configs = [c for c in trl_cases.extra_configs() if c.group in chosen and chosen[c.group] in (None, c.knobs)]
+    rows = [_row(c, setup) for c in configs]
+    assert [r.check for r in rows] == list(chosen)
     assert all(r.passed for r in rows), [r for r in rows if not r.passed]
+    assert rows[0].config.startswith("per-token log-probs, left-padded prompt (entropy max diff ")
     assert abs(rows[1].trl) > 1e-2  # mu = 2: the sequence ratio is not 1
     assert abs(rows[-1].trl - math.log(2)) > 1e-3  # DPO's reference differs from the policy
 
 
-def test_a_planted_error_fails_the_check(setup, monkeypatch):
-    """SAPO's negative-advantage temperature off by 1%: the sapo rows fail, the others still pass."""
-    base, tokenizer, batch, out_dir = setup
+def test_a_planted_error_fails_the_check(setup):
+    """The case module's planted error (SAPO's negative-advantage temperature off by 1%): under it the sapo rows
+    fail and the others still pass; the engine counts it caught, and the rows agree again once it is lifted."""
     sapo = policy_losses.SAPO.objective
-
-    def wrong_sapo(self, x):
-        self.options = dataclasses.replace(self.options, sapo_temperature_neg=self.options.sapo_temperature_neg * 1.01)
-        return sapo(self, x)
-
-    monkeypatch.setattr(policy_losses.SAPO, "objective", wrong_sapo)
-    cfgs = [trl_check.LossConfig("sapo", mu=1), trl_check.LossConfig("sapo", mu=2, beta=0.04),
-            trl_check.LossConfig("grpo", mu=2), trl_check.LossConfig("cispo", mu=2, epsilon_high=1.1)]
-    rows = [trl_check.check_grpo_loss(base, tokenizer, batch, cfg, out_dir) for cfg in cfgs]
+    (plant,) = trl_cases.TrlCases.plants
+    cfgs = [trl_cases.LossConfig("sapo", mu=1), trl_cases.LossConfig("sapo", mu=2, beta=0.04),
+            trl_cases.LossConfig("grpo", mu=2), trl_cases.LossConfig("cispo", mu=2, epsilon_high=1.1)]
+    configs = [trl_cases.grpo_config(cfg) for cfg in cfgs]
+    with plant.patch():
+        rows = [_row(c, setup) for c in configs]
     assert [r.passed for r in rows] == [False, False, True, True], rows
+    assert policy_losses.SAPO.objective is sapo
+    result = engine.run_plant(plant, configs[:2], [engine.run_config(c, setup) for c in configs[:2]])
+    assert (result.rows, result.failed, result.caught) == (2, 2, True) and "sapo" in result.example
 
 
 def test_command_writes_results_and_fails_on_mismatch(tmp_path, monkeypatch):

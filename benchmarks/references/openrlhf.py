@@ -18,6 +18,7 @@ from typing import Optional
 import torch
 
 from benchmarks.references import install
+from benchmarks.references.adapters import Adapter, register_adapter
 
 FRAMEWORK = "openrlhf"
 VERSION = install.PINNED[FRAMEWORK].version
@@ -113,3 +114,22 @@ def advantages(estimator: str, scores: torch.Tensor, mask: torch.Tensor, group_s
         response_length=mask.sum(-1), truncated=None)
     (done,) = maker.compute_advantages_and_returns([experience])
     return done.advantages, done.returns
+
+
+@register_adapter
+class OpenRLHF(Adapter):
+    """OpenRLHF in the feature table."""
+
+    name, column, heading = FRAMEWORK, "OpenRLHF", f"OpenRLHF {VERSION}"
+    has = {"estimators": ESTIMATORS, "policy_losses": POLICY_LOSSES, "aggregations": AGGREGATIONS, "kl": KL}
+    theirs_only = {"estimators": ESTIMATORS_THEIRS_ONLY}
+    cells = {
+        "algorithms": {"grpo": "advantage_estimator=group_norm", "ppo": "advantage_estimator=gae + critic",
+                       "rloo": "advantage_estimator=rloo",
+                       "reinforce_pp": "advantage_estimator=reinforce / reinforce_baseline", "dpo": "DPOTrainer"},
+        "policy_losses": {ours: f"PolicyLoss({mode}, {agg}-level)" for ours, (mode, agg) in POLICY_LOSSES.items()},
+        "ppo": {"gae": "get_advantages_and_returns", "masked_whiten": "batch whitening (biased var)",
+                "value_loss": "ValueLoss", "policy_loss": "PolicyLoss(ppo)", "kl_in_reward": "compute_reward"},
+    }
+    options = KNOBS
+    sequence_level = f"policy_loss_type={SEQUENCE_LEVEL_LOSS}"

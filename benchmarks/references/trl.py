@@ -3,7 +3,7 @@ its trainers built on them (``trainer``), and the few TRL conventions a check or
 
 TRL is the suite's own dependency (installed, unlike verl, OpenRLHF and TRL 1.12, which ``install`` fetches), and
 its numbers come from its real trainers, so this adapter builds objects rather than calling loose functions: the
-reference check (``benchmarks/checks/trl.py``), the end-to-end comparison (``checks/trl_train.py``), the step
+reference check (its case module ``benchmarks/checks/cases/trl.py``), the end-to-end comparison (``checks/trl_train.py``), the step
 benchmark (``perf/grpo_vs_trl.py``) and the LoRA benchmark (``perf/lora.py``) all build TRL's config here, from
 settings in our names. ``KNOBS`` renames our options to TRL's, ``POLICY_LOSSES`` maps our loss types to TRL's
 ``loss_type`` values; a setting TRL has no counterpart for is refused with the list of those it has.
@@ -23,9 +23,11 @@ from typing import Any, Mapping, Optional
 from unittest import mock
 
 from algorithms.rollout import eos_token_ids
+from benchmarks.references import install
+from benchmarks.references.adapters import Adapter, register_adapter
 
 FRAMEWORK = "trl"
-VERSION = "1.16.0"  # the TRL the mapping was written against (pyproject: trl>=1.0; the results record the one used)
+VERSION = "1.16.0"  # the TRL the mapping was written against, pinned in pyproject.toml (the results record the one used)
 
 # Our policy loss (loss_type) -> TRL's GRPOConfig.loss_type. TRL's loss type names its aggregation too (grpo and
 # sapo: per-sequence token means; bnpo: local token mean; dr_grpo: / (B x max_completion_length); dapo, cispo,
@@ -198,3 +200,32 @@ def version() -> str:
     import trl
 
     return trl.__version__
+
+
+PPO_VERSION = install.PINNED["trl-ppo"].version  # TRL's column also holds TRL 1.12's PPO (trl_ppo.py)
+
+
+def _minor(version: str) -> str:
+    return version.rsplit(".", 1)[0]
+
+
+@register_adapter
+class Trl(Adapter):
+    """TRL 1.16 in the feature table: its GRPO, RLOO and DPO trainers, in the column it shares with TRL 1.12's PPO.
+    TRL 1.16's option names (``KNOBS``) are listed by ``check trl``'s report, not in the options table."""
+
+    name, column, heading = FRAMEWORK, "TRL", f"TRL {_minor(VERSION)}"
+    has = {"estimators": ESTIMATORS, "policy_losses": POLICY_LOSSES, "aggregations": AGGREGATIONS, "kl": KL}
+    cells = {
+        "algorithms": {"grpo": "GRPOTrainer", "rloo": "RLOOTrainer", "dpo": "DPOTrainer"},
+        "policy_losses": {ours: f"loss_type={theirs}" for ours, theirs in POLICY_LOSSES.items()},
+        # the aggregations that are a loss type's own
+        "aggregations": {ours: f"loss_type={theirs}" for ours, theirs in AGGREGATIONS.items() if ours == theirs},
+        # the column's cells name both TRLs' KL (PPO's puts it in the reward)
+        "kl": {"k3": f"GRPOTrainer beta (k3); PPOTrainer {PPO_VERSION} kl_estimator=k3",
+               "k1": f"RLOOTrainer, PPOTrainer {PPO_VERSION} kl_estimator=k1"},
+    }
+    sequence_level = "importance_sampling_level=sequence"
+    note = (f"The TRL column is TRL {_minor(VERSION)} (GRPO, RLOO, DPO; checked by `grpo-bench check trl`) and, for "
+            f"PPO, TRL {PPO_VERSION}, the last TRL with a PPOTrainer.")
+    summary_note = f"the TRL column counts TRL {_minor(VERSION)} and, for PPO, TRL {_minor(PPO_VERSION)}"

@@ -27,6 +27,7 @@ from typing import Optional
 import torch
 
 from benchmarks.references import install
+from benchmarks.references.adapters import Adapter, register_adapter
 
 FRAMEWORK = "trl-ppo"
 VERSION = install.PINNED[FRAMEWORK].version
@@ -139,3 +140,22 @@ def masked_whiten(values, mask, shift_mean: bool = True):
 
 def invalid_logprob() -> Optional[float]:
     return functions().INVALID_LOGPROB
+
+
+@register_adapter
+class TrlPpo(Adapter):
+    """TRL 1.12's PPO in the feature table: the TRL column's PPO part (TRL 1.16's adapter names the rest)."""
+
+    name, column, heading = FRAMEWORK, "TRL", f"{VERSION.rsplit('.', 1)[0]} PPO"
+    has = {"estimators": ESTIMATORS, "policy_losses": POLICY_LOSSES, "aggregations": AGGREGATIONS, "kl": KL}
+    cells = {
+        "algorithms": {"ppo": f"PPOTrainer (TRL {VERSION}; removed after)"},
+        "estimators": {"gae": f"PPOTrainer ({VERSION})"},
+        # its clipped surrogate, token mean and KL are TRL 1.16's loss types and KL in the column's cells
+        "policy_losses": {}, "aggregations": {}, "kl": {},
+        "ppo": {"gae": "train() step 6", "masked_whiten": "masked_whiten", "value_loss": "train() vf_loss",
+                "policy_loss": "train() pg_loss", "kl_in_reward": "train() step 4 (k1 / k3)"},
+    }
+    check_groups = {"kl_in_reward": ("kl",)}  # the check compares step 4's KL in its kl rows
+    options = KNOBS
+    options_heading = f"TRL {VERSION} (PPO)"

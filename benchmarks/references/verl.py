@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from benchmarks.references import install
+from benchmarks.references.adapters import Adapter, register_adapter
 
 FRAMEWORK = "verl"
 VERSION = install.PINNED[FRAMEWORK].version
@@ -185,3 +186,22 @@ def registered() -> dict[str, list[str]]:
     """verl's own registries as installed (a check that the mapping tables above name real entries)."""
     module = core()
     return {"estimators": sorted(module.ADV_ESTIMATOR_REGISTRY), "policy_losses": sorted(module.POLICY_LOSS_REGISTRY)}
+
+
+@register_adapter
+class Verl(Adapter):
+    """verl in the feature table."""
+
+    name, column, heading = FRAMEWORK, "verl", f"verl {VERSION}"
+    has = {"estimators": ESTIMATORS, "policy_losses": POLICY_LOSSES, "aggregations": AGGREGATIONS, "kl": KL}
+    theirs_only = {"estimators": ESTIMATORS_THEIRS_ONLY, "policy_losses": POLICY_LOSSES_THEIRS_ONLY,
+                   "aggregations": AGGREGATIONS_THEIRS_ONLY}
+    cells = {
+        "algorithms": {"grpo": "algorithm.adv_estimator=grpo", "ppo": "algorithm.adv_estimator=gae + critic",
+                       "rloo": "algorithm.adv_estimator=rloo",
+                       "reinforce_pp": "algorithm.adv_estimator=reinforce_plus_plus(_baseline)"},
+        "policy_losses": {ours: f"{mode} + {agg or 'its own mean'}" for ours, (mode, agg) in POLICY_LOSSES.items()},
+        "ppo": PPO,
+    }
+    options = KNOBS
+    sequence_level = f"loss_mode={SEQUENCE_LEVEL_LOSS}"

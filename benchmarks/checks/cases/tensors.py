@@ -1,0 +1,230 @@
+"""What the float64 reference checks share (verl, OpenRLHF and TRL 1.12's PPO): the batches -- one random shape and
+the edge cases -- the helpers that turn our function and the framework's into a ``Comparison``, the grid that
+expands a comparison over the chosen cases, and the case modules' common base.
+
+A batch is random, or an edge case (all-masked rows, tied rewards, one-token completions, long completions, ratios
+far outside the clip range). For a loss the check records the largest absolute difference of the value and of the
+gradient with respect to the log-probs (the values, for a value loss); for an advantage estimator, of the
+advantages on active tokens. A row agrees when both stay within ``TOL`` times max(1, the reference's largest
+magnitude).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable, Iterable, Optional, Sequence
+
+import torch
+
+from algorithms import kl, losses, policy_losses
+from benchmarks.checks.engine import CaseModule, Comparison, Config, Fixture, Tolerance
+from benchmarks.checks.cases.plants import PLANTS
+from benchmarks.references import install
+
+TOL = 1e-5
+TOLERANCE = Tolerance(TOL, scaled=True)
+DTYPE = torch.float64
+HUGE_C = 1e12  # a dual-clip floor that never binds: verl's "vanilla" loss is PPO's clip with it
+
+# case -> (B, T, G, spread of the log-ratios)
+CASES = {
+    "random": (8, 12, 4, 0.3),
+    "empty": (8, 12, 4, 0.3),  # rows 1 and 6 have no active token
+    "tied": (8, 12, 4, 0.3),  # every group's rewards tie but the last one's
+    "one_token": (8, 6, 4, 0.3),  # every completion is one token
+    "long": (4, 384, 2, 0.3),
+    "far": (8, 12, 4, 3.0),  # ratios far outside any clip range; KL clamps bind
+}
+SEEDS = {"random": (0, 1)}  # other cases: seed 0
+
+
+@dataclass(frozen=True)
+class Batch:
+    case: str
+    seed: int
+    group_size: int
+    mask: torch.Tensor  # (B, T) the mask convention, float64
+    logps: torch.Tensor  # (B, T) current policy
+    old_logps: torch.Tensor  # (B, T) sampling policy
+    ref_logps: torch.Tensor  # (B, T) reference
+    advantages: torch.Tensor  # (B,) random signs and sizes, 0 for a tied group
+    rewards: torch.Tensor  # (B,) in {0, 0.5, 1}, group by group
+    baseline_rewards: torch.Tensor  # (B,) a greedy completion's reward (ReMax)
+    values: torch.Tensor  # (B, T) critic's current values
+    old_values: torch.Tensor  # (B, T)
+    returns: torch.Tensor  # (B, T)
+    entropies: torch.Tensor  # (B, T)
+    sum_pi_squared: torch.Tensor  # (B, T) >= pi_old(o_t)^2
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        return self.mask.sum(-1).long()
+
+    @property
+    def width(self) -> int:
+        return self.mask.size(1)
+
+
+def _lengths(case: str, B: int, T: int, g: torch.Generator) -> torch.Tensor:
+    """(B,) completion lengths: random, one filling the width (TRL then puts its score on the last token), and the
+    case's edge."""
+    lengths = torch.randint(1, T + 1, (B,), generator=g)
+    lengths[0] = T
+    if case == "empty":
+        lengths[[1, 6]] = 0
+    if case == "one_token":
+        lengths[:] = 1
+    if case == "long":
+        lengths = torch.randint(T // 2, T + 1, (B,), generator=g)
+        lengths[0] = T
+    return lengths
+
+
+def _tie_all_groups_but_the_last(rewards: torch.Tensor, advantages: torch.Tensor, G: int) -> None:
+    grouped = rewards.view(-1, G)
+    grouped[:-1] = torch.tensor([0.0, 1.0, 0.5])[torch.arange(grouped.size(0) - 1) % 3].to(DTYPE).unsqueeze(1)
+    advantages.view(-1, G)[:-1] = 0.0
+
+
+def make_batch(case: str, seed: int) -> Batch:
+    B, T, G, spread = CASES[case]
+    g = torch.Generator().manual_seed(1000 * seed + list(CASES).index(case))
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g, dtype=DTYPE)
+
+    def rand(*shape):
+        return torch.rand(*shape, generator=g, dtype=DTYPE)
+
+    mask = (torch.arange(T).unsqueeze(0) < _lengths(case, B, T, g).unsqueeze(1)).to(DTYPE)
+    logps = -(rand(B, T) * 2 + 0.05)
+    rewards = torch.randint(0, 3, (B,), generator=g).to(DTYPE) / 2
+    rewards.view(-1, G)[:, 0], rewards.view(-1, G)[:, 1] = 0.0, 1.0  # every group varies ...
+    advantages = randn(B)
+    if case == "tied":  # ... but in "tied", where all groups tie except the last
+        _tie_all_groups_but_the_last(rewards, advantages, G)
+    p_old = torch.exp(logps)
+    return Batch(
+        case=case, seed=seed, group_size=G, mask=mask, logps=logps, old_logps=logps + spread * randn(B, T),
+        ref_logps=logps + spread * randn(B, T), advantages=advantages, rewards=rewards,
+        baseline_rewards=torch.randint(0, 3, (B,), generator=g).to(DTYPE) / 2, values=randn(B, T) * mask,
+        old_values=(randn(B, T) * mask), returns=randn(B, T) * mask, entropies=rand(B, T) * 2,
+        sum_pi_squared=p_old.square() + rand(B, T) * (1 - p_old).square())
+
+
+# --------------------------------------------------------------------------------------------
+# Two functions into a Comparison
+# --------------------------------------------------------------------------------------------
+
+
+def _leaf(x: torch.Tensor) -> torch.Tensor:
+    return x.detach().clone().requires_grad_(True)
+
+
+def loss_pair(ours: Callable, theirs: Callable, wrt: str = "logps") -> Callable[[Batch], Comparison]:
+    """Each side gets the batch with ``wrt`` a fresh leaf and returns a scalar (or a per-token tensor, compared on
+    active tokens, its gradient that of the masked sum); the gradients are taken with respect to ``wrt``."""
+
+    def side(fn, batch):
+        x = _leaf(getattr(batch, wrt))
+        out = fn(dataclasses.replace(batch, **{wrt: x}))
+        if out.dim() > 0:
+            out = out * batch.mask
+        (grad,) = torch.autograd.grad(out.sum(), x, allow_unused=True)
+        return out.detach().to(DTYPE), torch.zeros_like(x) if grad is None else grad.to(DTYPE)
+
+    def compare(batch: Batch) -> Comparison:
+        o, go = side(ours, batch)
+        t, gt = side(theirs, batch)
+        return Comparison(o, t, go, gt)
+
+    return compare
+
+
+def value_pair(ours: Callable, theirs: Callable) -> Callable[[Batch], Comparison]:
+    """Advantages (and the like): (B,) per completion or (B, T) per token, compared on active tokens."""
+
+    def tokens(x: torch.Tensor, batch: Batch) -> torch.Tensor:
+        x = x.detach().to(DTYPE)
+        return (x.unsqueeze(-1) if x.dim() == 1 else x) * batch.mask
+
+    def compare(batch: Batch) -> Comparison:
+        with torch.no_grad():
+            return Comparison(tokens(ours(batch), batch), tokens(theirs(batch), batch))
+
+    return compare
+
+
+def knobs(**values) -> str:
+    return ", ".join(f"{k}={v}" for k, v in values.items()) or "-"
+
+
+def ours_loss(loss_type: str, **kwargs) -> Callable[[Batch], torch.Tensor]:
+    """``grpo_loss`` of ``loss_type`` on a batch; ``kwargs`` its options, plus ``with_entropies`` (pass the batch's)
+    and ``max_completion_length="T"`` (the batch's width)."""
+
+    def call(b: Batch) -> torch.Tensor:
+        extra = dict(kwargs)
+        ref = b.ref_logps if extra.get("beta", 0.0) else None
+        if extra.pop("with_entropies", False):
+            extra["entropies"] = b.entropies
+        if extra.get("max_completion_length") == "T":
+            extra["max_completion_length"] = b.width
+        return policy_losses.grpo_loss(b.logps, b.old_logps, ref, b.advantages, b.mask, loss_type=loss_type, **extra)
+
+    return call
+
+
+def token_rewards(b: Batch) -> torch.Tensor:
+    """PPO's token rewards: -0.05 k1 on every active token, the reward on the last one (algorithms/ppo.py)."""
+    return losses.kl_penalised_rewards(b.rewards, kl.kl_k1(b.old_logps, b.ref_logps), b.mask, 0.05)
+
+
+def token_adv(b: Batch) -> torch.Tensor:
+    """Per-token advantages for PPO's loss: the batch's advantages varied along the completion."""
+    return (b.advantages.unsqueeze(-1) + 0.5 * torch.sin(torch.arange(b.width, dtype=DTYPE))) * b.mask
+
+
+# --------------------------------------------------------------------------------------------
+# The grid and the case modules' base
+# --------------------------------------------------------------------------------------------
+
+
+def case_seeds(cases: Iterable[str]) -> list[tuple[str, int]]:
+    return [(case, seed) for case in cases for seed in SEEDS.get(case, (0,))]
+
+
+class Grid:
+    """One framework's configurations: ``add`` expands one comparison over every chosen case and its seeds."""
+
+    def __init__(self, framework: str, cases: Iterable[str]):
+        self.framework, self.cases, self.configs = framework, list(cases), []
+
+    def add(self, group: str, function: str, theirs: str, knobs: str, compare: Callable[[Batch], Comparison],
+            by_design: Optional[str | Callable[[str], Optional[str]]] = None) -> None:
+        """``by_design``: the reason it differs, or a function of the case giving it (None where it must agree)."""
+        for case, seed in case_seeds(self.cases):
+            reason = by_design(case) if callable(by_design) else by_design
+            self.configs.append(Config(self.framework, group, function, theirs, knobs, case, seed, compare,
+                                       TOLERANCE, Fixture(make_batch, (case, seed)), by_design=reason))
+
+
+class TensorCases(CaseModule):
+    """A framework compared on float64 batches by ``grpo-bench check references``, fetched by ``install``."""
+
+    check = "references"
+    plants = PLANTS
+
+    def configs(self, cases: Sequence[str]) -> list[Config]:
+        grid = Grid(self.name, cases)
+        self.add_configs(grid)
+        return grid.configs
+
+    def add_configs(self, grid: Grid) -> None:
+        raise NotImplementedError
+
+    def prepare(self, fetch: bool, log=print) -> None:
+        if fetch:
+            install.install([self.name], log=log)
+        install.require(self.name)
