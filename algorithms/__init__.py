@@ -7,7 +7,7 @@ Never imports ``tasks``: an algorithm only calls a task's ``score``, ``tokenizer
 
 from algorithms.base import ALGORITHMS, Algorithm, AlgoConfig, Sampling, algorithm_class, register_algorithm
 from algorithms.dpo import DPO, DPOConfig
-from algorithms.estimators import ADVANTAGE_ESTIMATORS, advantage_estimator, register_advantage_estimator
+from algorithms.estimators import ADVANTAGE_ESTIMATORS, AdvantageEstimator, advantage_estimator, register_advantage_estimator
 from algorithms.grpo import GRPO, GRPOConfig
 from algorithms.policy_losses import POLICY_LOSSES, PolicyLoss, policy_loss, register_policy_loss
 from algorithms.ppo import PPO, PPOConfig
@@ -16,7 +16,7 @@ from algorithms.reinforce_pp import REINFORCEPP, REINFORCEPPConfig
 from algorithms.rloo import RLOO, RLOOConfig
 
 __all__ = [
-    "ADVANTAGE_ESTIMATORS", "ALGORITHMS", "Algorithm", "AlgoConfig", "DPO", "DPOConfig", "GRPO", "GRPOConfig", "PPO", "PPOConfig",
+    "ADVANTAGE_ESTIMATORS", "ALGORITHMS", "AdvantageEstimator", "Algorithm", "AlgoConfig", "DPO", "DPOConfig", "GRPO", "GRPOConfig", "PPO", "PPOConfig",
     "POLICY_LOSSES", "PolicyLoss", "REINFORCE", "REINFORCEConfig", "REINFORCEPP", "REINFORCEPPConfig", "RLOO", "RLOOConfig", "Sampling",
     "advantage_estimator", "algorithm_class", "policy_loss", "register_advantage_estimator", "register_algorithm",
     "register_policy_loss",

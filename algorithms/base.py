@@ -86,11 +86,11 @@ class AlgoConfig:
 
 @dataclass(frozen=True)
 class OptionGroup:
-    """Settings a config takes on behalf of the members of a registry (GRPO: each registered policy loss's own
-    options), named and typed by the members' ``Options`` dataclasses and held flat in one dict field of the
-    config whose metadata carries this group (``option_group``): a flag, a config key or a matrix key like the
-    config's own fields, so a plug-in member's options are settings too. ``selector`` is the field that picks the
-    member; ``members`` a live view, member name -> its Options class."""
+    """Settings a config takes on behalf of the members of a registry (GRPO: each registered policy loss's and
+    advantage estimator's own options, one group each), named and typed by the members' ``Options`` dataclasses and
+    held flat in one dict field of the config whose metadata carries this group (``option_group``): a flag, a config
+    key or a matrix key like the config's own fields, so a plug-in member's options are settings too. ``selector`` is
+    the field that picks the member; ``members`` a live view, member name -> its Options class."""
 
     selector: str
     members: Callable[[], dict[str, type]]
@@ -127,9 +127,9 @@ def init_config(config, settings: dict[str, Any]) -> None:
         raise TypeError(f"{type(config).__name__}() got an unexpected keyword argument {next(iter(settings))!r}")
 
 
-def option_group(config_cls) -> Optional[tuple[str, OptionGroup]]:
-    """(the field holding it, the group) of a config with an option group, else None."""
-    return next(((f.name, f.metadata["option_group"]) for f in fields(config_cls) if "option_group" in f.metadata), None)
+def option_groups(config_cls) -> list[OptionGroup]:
+    """The option groups of a config (GRPO's: the policy losses' and the advantage estimators')."""
+    return [f.metadata["option_group"] for f in fields(config_cls) if "option_group" in f.metadata]
 
 
 def config_fields(config_cls) -> dict[str, Field]:
@@ -145,9 +145,8 @@ def config_fields(config_cls) -> dict[str, Field]:
 def config_field_types(config_cls) -> dict[str, Any]:
     """The type of every setting of ``config_fields``, Optional[...] unwrapped (bool, int, float, str)."""
     hints = typing.get_type_hints(config_cls)
-    group = option_group(config_cls)
-    if group is not None:
-        hints.update(group[1].types())
+    for group in option_groups(config_cls):
+        hints.update(group.types())
     out = {}
     for name in config_fields(config_cls):
         args = [a for a in typing.get_args(hints.get(name, str)) if a is not type(None)]

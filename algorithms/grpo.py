@@ -27,9 +27,7 @@ import torch
 
 from algorithms import rollout as rollout_lib
 from algorithms.base import Algorithm, AlgoConfig, OptionGroup, init_config, register_algorithm
-from algorithms.estimators import (
-    ADVANTAGE_ESTIMATORS, GREEDY_BASELINE_ESTIMATORS, TOKEN_STATISTICS_ESTIMATORS, advantage_estimator,
-)
+from algorithms.estimators import ADVANTAGE_ESTIMATORS, AdvantageEstimator, EstimatorInputs, advantage_estimator
 from algorithms.kl import KL_PENALTIES
 from algorithms.losses import ADVANTAGE_SCALES, carries_signal, masked_mean_per_sequence, overlong_penalty
 from algorithms.policy_losses import (
@@ -46,6 +44,9 @@ LOSS_OPTIONS = (
 )
 # Every registered policy loss's own options (algorithms/policy_losses.py): settings of GRPO like its fields.
 POLICY_LOSS_OPTIONS = OptionGroup("loss_type", lambda: {name: cls.Options for name, cls in POLICY_LOSSES.items()})
+# Every registered advantage estimator's own options (algorithms/estimators.py), likewise.
+ESTIMATOR_OPTIONS = OptionGroup("advantage_estimator",
+                                lambda: {name: cls.Options for name, cls in ADVANTAGE_ESTIMATORS.items()})
 
 
 @dataclass(init=False)
@@ -79,6 +80,7 @@ class GRPOConfig(AlgoConfig):
     overlong_buffer_len: int = field(default=0, metadata={"help": "DAPO overlong reward shaping: linear penalty over the last L_cache tokens before the limit (0: off; DAPO: 4096 of 20480)"})
     overlong_penalty_factor: float = field(default=1.0, metadata={"help": "DAPO overlong penalty at the length limit (DAPO, verl: 1.0)"})
     loss_options: dict = field(default_factory=dict, metadata={"option_group": POLICY_LOSS_OPTIONS})
+    estimator_options: dict = field(default_factory=dict, metadata={"option_group": ESTIMATOR_OPTIONS})
 
     def __init__(self, **settings):
         init_config(self, settings)
@@ -86,6 +88,10 @@ class GRPOConfig(AlgoConfig):
     def policy_loss(self):
         """The configured policy loss, with its options."""
         return policy_loss(self.loss_type).from_settings(self.loss_options)
+
+    def estimator(self):
+        """The configured advantage estimator, with its options."""
+        return advantage_estimator(self.advantage_estimator).from_settings(self.estimator_options)
 
     def validate(self) -> None:
         super().validate()
@@ -100,8 +106,10 @@ class GRPOConfig(AlgoConfig):
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; choose from {', '.join(choices)}")
         if self.loss_aggregation is not None and self.loss_aggregation not in LOSS_AGGREGATIONS:
             raise ValueError(f"unknown loss_aggregation {self.loss_aggregation!r}; choose from {', '.join(LOSS_AGGREGATIONS)}")
-        for loss in POLICY_LOSSES.values():  # every loss's options, as every field is checked whatever it is used for
-            loss.from_settings(self.loss_options).options.validate()
+        # every loss's and estimator's options, as every field is checked whatever it is used for
+        for members, options in ((POLICY_LOSSES, self.loss_options), (ADVANTAGE_ESTIMATORS, self.estimator_options)):
+            for member in members.values():
+                member.from_settings(options).options.validate()
         for name in ("epsilon", "epsilon_high", "beta", "advantage_clip", "delta", "off_policy_mask_threshold", "entropy_coef",
                      "importance_sampling_clip_min", "importance_sampling_clip_max", "overlong_buffer_len",
                      "overlong_penalty_factor"):
@@ -112,7 +120,7 @@ class GRPOConfig(AlgoConfig):
             raise ValueError(f"top_entropy_quantile must be in [0, 1], got {self.top_entropy_quantile}")
         if self.dynamic_sampling_max_rounds < 1:
             raise ValueError(f"dynamic_sampling_max_rounds must be >= 1, got {self.dynamic_sampling_max_rounds}")
-        if self.advantage_estimator in TOKEN_STATISTICS_ESTIMATORS:
+        if ADVANTAGE_ESTIMATORS[self.advantage_estimator].needs_token_statistics:
             if POLICY_LOSSES[self.loss_type].per_completion_advantages:
                 raise ValueError(f"loss_type {self.loss_type!r} needs one advantage per completion; advantage_estimator "
                                  f"{self.advantage_estimator!r} gives one per token")
@@ -163,10 +171,10 @@ class GRPO(Algorithm):
         # (the same numbers as a separate no-grad pass, bit for bit: tested).
         ref_logps = self.frozen_logps(self.ref_policy, rollout) if c.beta > 0 else None
         old_logps = None
-        baseline_rewards = self.greedy_rewards(rollout) if c.advantage_estimator in GREEDY_BASELINE_ESTIMATORS else None
-        token_statistics = self.token_statistics(rollout) if c.advantage_estimator in TOKEN_STATISTICS_ESTIMATORS else None
-        advantages = self.advantages(rewards, rollout.completion_mask.sum(1), baseline_rewards,  # 4 advantages
-                                     token_statistics=token_statistics)
+        estimator = c.estimator()  # 4 advantages, with what the estimator declares it reads
+        baseline_rewards = self.greedy_rewards(rollout) if estimator.needs_greedy_baseline else None
+        token_statistics = self.token_statistics(rollout) if estimator.needs_token_statistics else None
+        advantages = self.advantages(estimator, rewards, rollout.completion_mask.sum(1), baseline_rewards, token_statistics)
         if c.advantage_clip is not None:
             advantages = advantages.clamp(-c.advantage_clip, c.advantage_clip)
         # No signal (every advantage 0 and no KL or entropy term): no step, which AdamW's momentum would still take.
@@ -219,24 +227,26 @@ class GRPO(Algorithm):
         metrics.update(self.timer.pop())
         return metrics
 
-    def advantages(self, rewards: torch.Tensor, lengths: Optional[torch.Tensor] = None,
+    def advantages(self, estimator: AdvantageEstimator, rewards: torch.Tensor, lengths: Optional[torch.Tensor] = None,
                    baseline_rewards: Optional[torch.Tensor] = None, token_statistics: Optional[dict] = None) -> torch.Tensor:
-        """Advantages (B,) by the configured estimator (algorithms/estimators.py; default: group-relative), or
+        """Advantages (B,) by ``estimator``, the configured one (algorithms/estimators.py; default: group-relative), or
         (B, T) from a per-token estimator, which gets ``token_statistics`` (``token_statistics()``).
         ``lengths`` (B,) completion lengths, ``baseline_rewards`` (B,) the greedy completions' rewards (ReMax).
-        Groups are whole on every rank; under data parallelism anything batch-wide (scale_rewards "batch",
-        any estimator but grpo and the per-token ones, which read their own group) is computed over every rank's rows."""
+        Groups are whole on every rank; under data parallelism anything batch-wide (scale_rewards "batch", any
+        estimator but a ``group_local`` or per-token one) is computed over every rank's rows."""
         c: GRPOConfig = self.config
-        estimate = advantage_estimator(c.advantage_estimator)
-        options = {"group_size": c.group_size, "scale": c.scale_rewards, **(token_statistics or {})}
         lengths = torch.ones_like(rewards) if lengths is None else lengths.to(rewards.dtype)
-        group_local = (c.advantage_estimator == "grpo" and c.scale_rewards != "batch") or token_statistics is not None
+        group_local = (estimator.group_local and c.scale_rewards != "batch") or token_statistics is not None
+        if self.data_parallel is not None and not group_local:
+            gather = self.data_parallel.gather
+            rewards, lengths = gather(rewards), gather(lengths)
+            baseline_rewards = None if baseline_rewards is None else gather(baseline_rewards)
+        inputs = EstimatorInputs(rewards, c.group_size, lengths, c.scale_rewards, baseline_rewards, **(token_statistics or {}))
+        with torch.no_grad():
+            advantages = estimator.advantages(inputs)
         if self.data_parallel is None or group_local:
-            return estimate(rewards, lengths=lengths, baseline_rewards=baseline_rewards, **options)
-        gather = self.data_parallel.gather
-        everything = estimate(gather(rewards), lengths=gather(lengths),
-                              baseline_rewards=None if baseline_rewards is None else gather(baseline_rewards), **options)
-        return everything.view(self.world_size, -1)[self.data_parallel.rank]
+            return advantages
+        return advantages.view(self.world_size, -1)[self.data_parallel.rank]
 
     def token_statistics(self, rollout: rollout_lib.Rollout) -> dict:
         """What a per-token estimator reads of the sampling policy (the policy before this step's update): the mask,

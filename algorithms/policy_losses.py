@@ -15,13 +15,13 @@ over one ``LossInputs``. ``grpo_loss`` has no loss names inside: it reads the pr
 from __future__ import annotations
 
 import math
-from dataclasses import Field, dataclass, field, fields
-from typing import Any, Callable, ClassVar, Optional
+from dataclasses import dataclass, field, fields
+from typing import Callable, ClassVar, Optional
 
 import torch
 
 from algorithms.kl import KL_PENALTIES
-from algorithms.registry import lookup_named, register_named
+from algorithms.registry import Configurable, lookup_named, register_function, register_member
 
 GRPO_LEVELS = ("token", "sequence")
 
@@ -206,32 +206,18 @@ class LossInputs:
     generator: Optional[torch.Generator]
 
 
-class PolicyLoss:
+class PolicyLoss(Configurable):
     """A policy loss (GRPO's ``loss_type``). Subclasses set ``name`` and ``aggregation`` (a LOSS_AGGREGATIONS
-    name), declare what they need, and write ``objective``; knobs of their own go in an ``Options`` dataclass."""
+    name), declare what they need, and write ``objective``; knobs of their own go in an ``Options`` dataclass
+    (``Configurable``)."""
 
-    name: ClassVar[str] = ""
+    selector: ClassVar[str] = "loss_type"
     aggregation: ClassVar[str] = "grpo"
     family: ClassVar[str] = ""  # the objective several losses share ("clip" for TRL's five); default: the name
     takes_delta: ClassVar[bool] = False  # two-sided clipping (``delta``) caps its ratio: PPO's clipped surrogate
     per_completion_advantages: ClassVar[bool] = False  # reads one advantage per completion, (B, 1)
     folds_sampling_weight: ClassVar[bool] = False  # takes the sampler IS weight into its own weight (token modes only)
     clip_fraction: ClassVar[Optional[Callable]] = None  # the share of tokens its clip bound, as a metric
-
-    @dataclass
-    class Options:
-        """No knobs of its own."""
-
-        def validate(self) -> None:
-            """Raise ValueError naming the field for an impossible value."""
-
-    def __init__(self, options: Optional["PolicyLoss.Options"] = None):
-        self.options = self.Options() if options is None else options
-
-    @classmethod
-    def from_settings(cls, settings: dict[str, Any]) -> "PolicyLoss":
-        """This loss with its options taken from ``settings`` (names it does not have are left; defaults for the rest)."""
-        return cls(cls.Options(**{f.name: settings[f.name] for f in fields(cls.Options) if f.name in settings}))
 
     def objective(self, x: LossInputs) -> torch.Tensor:
         raise NotImplementedError
@@ -240,12 +226,9 @@ class PolicyLoss:
 POLICY_LOSSES: dict[str, type[PolicyLoss]] = {}
 
 
-def _function_loss(fn: Callable, name: str, aggregation: str) -> type[PolicyLoss]:
-    """A per-token function ``fn(**LossInputs fields)`` as a policy loss with no options (an entry point names a function)."""
-    return type(name, (PolicyLoss,), {
-        "__doc__": fn.__doc__, "__module__": fn.__module__, "name": name, "aggregation": aggregation, "function": fn,
-        "objective": lambda self, x: fn(**{f.name: getattr(x, f.name) for f in fields(x)}),
-    })
+def _call_per_token(fn: Callable, x: LossInputs) -> torch.Tensor:
+    """A per-token function ``fn(**LossInputs fields)`` on ``x``."""
+    return fn(**{f.name: getattr(x, f.name) for f in fields(x)})
 
 
 def register_policy_loss(loss=None, *, name: Optional[str] = None, aggregation: Optional[str] = None):
@@ -263,25 +246,12 @@ def register_policy_loss(loss=None, *, name: Optional[str] = None, aggregation: 
         if name is not None and name != loss.name:
             raise ValueError(f"policy loss {loss.__qualname__} is named {loss.name!r}, not {name!r}")
         lookup_named(LOSS_AGGREGATIONS, "loss aggregation", loss.aggregation)
-        declared = loss_option_fields()
-        for f in fields(loss.Options):
-            other = declared.get(f.name)
-            if (other is not None and POLICY_LOSSES.get(loss.name) is not loss
-                    and (other.default, str(other.type)) != (f.default, str(f.type))):
-                raise ValueError(f"policy loss {loss.name!r}: option {f.name!r} is declared by another loss with default "
-                                 f"{other.default!r} ({other.type}); one name, one default")
-        return register_named(POLICY_LOSSES, "policy loss", loss.name, loss)
+        return register_member(POLICY_LOSSES, "policy loss", loss)
     if not callable(loss) or name is None:
         raise TypeError(f"{loss!r}: register a PolicyLoss subclass, or a per-token function with its name")
-    taken = POLICY_LOSSES.get(name)
-    if taken is not None and getattr(taken, "function", None) is loss:
-        if aggregation is not None and aggregation != taken.aggregation:
-            raise ValueError(f"policy loss name {name!r} is taken by {loss.__module__}.{loss.__qualname__} "
-                             f"({taken.aggregation} aggregation); another aggregation needs another name")
-        return loss
     lookup_named(LOSS_AGGREGATIONS, "loss aggregation", aggregation or "grpo")
-    register_named(POLICY_LOSSES, "policy loss", name, _function_loss(loss, name, aggregation or "grpo"))
-    return loss
+    return register_function(POLICY_LOSSES, "policy loss", PolicyLoss, loss, name, "objective", _call_per_token,
+                             aggregation=aggregation)
 
 
 def policy_loss(name: str) -> type[PolicyLoss]:
@@ -293,11 +263,6 @@ def objective_family(name: str) -> str:
     """The objective the loss ``name`` computes ("clip" for grpo, bnpo, dr_grpo, dapo and luspo)."""
     cls = policy_loss(name)
     return cls.family or cls.name
-
-
-def loss_option_fields() -> dict[str, Field]:
-    """Every registered loss's options by name (a name several losses share appears once)."""
-    return {f.name: f for cls in POLICY_LOSSES.values() for f in fields(cls.Options)}
 
 
 # TRL 1.16's GRPOTrainer._compute_loss pairs (objective, aggregation): the clipped surrogate serves five of them.
@@ -814,10 +779,7 @@ def grpo_loss(
         scalar loss tensor; with ``return_parts``, (loss, {part: value}).
     """
     loss_cls = policy_loss(loss_type)
-    unknown = sorted(set(options) - {f.name for f in fields(loss_cls.Options)})
-    if unknown:
-        raise TypeError(f"loss_type {loss_type!r} has no option {', '.join(unknown)}")
-    policy = loss_cls(loss_cls.Options(**options))
+    policy = loss_cls.with_options(options)
     kl_estimator = lookup_named(KL_PENALTIES, "kl_loss_type", kl_loss_type)
     aggregate = lookup_named(LOSS_AGGREGATIONS, "loss_aggregation", loss_aggregation or loss_cls.aggregation)
     if epsilon < 0 or (epsilon_high is not None and epsilon_high < 0) or beta < 0:

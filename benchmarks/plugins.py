@@ -8,9 +8,9 @@ A distribution declares, in its ``pyproject.toml``::
     [project.entry-points."grpo_bench.tasks"]
     my_task = "my_package.task:MyTask"           # a subclass of tasks.Task
     [project.entry-points."grpo_bench.advantage_estimators"]
-    my_estimator = "my_package.adv:my_advantages"   # a pure function, as algorithms.estimators' own
+    my_estimator = "my_package.adv:MyEstimator"     # an algorithms.estimators.AdvantageEstimator, or a plain function
     [project.entry-points."grpo_bench.policy_losses"]
-    my_loss = "my_package.loss:my_policy_loss"      # a per-token objective, as algorithms.losses' own
+    my_loss = "my_package.loss:MyLoss"              # an algorithms.policy_losses.PolicyLoss, or a per-token function
     [project.entry-points."grpo_bench.executors"]
     my_executor = "my_package.executor:MyExecutor"  # a subclass of benchmarks.matrix.executors.RegisteredExecutor
     [project.entry-points."grpo_bench.studies"]

@@ -47,8 +47,9 @@ def _pyarrow():
 # reproduces the uninterrupted one): a matrix may start checkpointing without invalidating its finished cells.
 NOT_THE_EXPERIMENT = ("checkpoint_every",)
 # Settings added after cells were stored, at the value every earlier cell ran with: a stored spec without one is
-# the same experiment as a planned spec that has it at this value.
-ADDED_DEFAULTS = {"replicate": 0, "eval_share_prefix": False, "logits_precision": "same"}
+# the same experiment as a planned spec that has it at this value. handle_zero_tail: optimal_token_baseline's
+# option (algorithms/estimators.py), always on before it was a setting.
+ADDED_DEFAULTS = {"replicate": 0, "eval_share_prefix": False, "logits_precision": "same", "handle_zero_tail": True}
 
 
 def experiment(spec: dict) -> dict:

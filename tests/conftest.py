@@ -1,3 +1,4 @@
+import json
 import os
 
 import shutil
@@ -38,6 +39,37 @@ def run_cli(capsys):
         return code, captured.out, captured.err
 
     return _run
+
+
+@pytest.fixture
+def grpo_member_option(run_cli, capsys, tmp_path):
+    """``check(selector, member, option, value, refused=None)``: the option of a registry member (a policy loss's,
+    picked by loss_type; an advantage estimator's, by advantage_estimator) is a GRPO setting everywhere: a flag under
+    the member in ``run --help``, a field of the recorded settings, a key of a matrix cell, and a value ``resolve``
+    validates (``refused``: (a bad value, the message refusing it)). Returns the config ``resolve`` gives at
+    ``value``, for the test to ask what the member reads."""
+    from benchmarks.harness.config import flat_settings, resolve
+    from benchmarks.matrix.plan import parse
+
+    def check(selector: str, member: str, option: str, value, refused=None):
+        with pytest.raises(SystemExit):
+            run_cli("run", "--help")
+        out = capsys.readouterr().out
+        heading = out.index(f"grpo options of {selector} {member}")
+        assert f"--{option.replace('_', '-')}" in out[heading:heading + 300]
+        rc, config, _ = resolve({"task": "pizza", "algo": "grpo", selector: member, option: value})
+        assert flat_settings(rc, config, {})[option] == value  # what config.json and a cell record
+        if refused is not None:
+            with pytest.raises(Exception, match=refused[1]):
+                resolve({"task": "pizza", "algo": "grpo", option: refused[0]})
+        matrix = tmp_path / "m.toml"
+        matrix.write_text(f'name = "m"\nseeds = [0]\nbudget = 32\ndevice = "cpu"\n[tasks.pizza]\n[algorithms.plugin]\n'
+                          f'algo = "grpo"\n{selector} = "{member}"\n{option} = {json.dumps(value)}\n')
+        (cell,) = parse(matrix).cells
+        assert cell.settings[option] == value and cell.settings[selector] == member
+        return config
+
+    return check
 
 
 def gsm8k_unavailable() -> "str | None":

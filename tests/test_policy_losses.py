@@ -9,8 +9,6 @@ import torch
 
 from algorithms import GRPO, GRPOConfig, Sampling
 from algorithms.policy_losses import POLICY_LOSSES, LossInputs, PolicyLoss, grpo_loss, register_policy_loss
-from benchmarks.harness.config import flat_settings, resolve
-from benchmarks.matrix.plan import parse
 
 SEEN: list[float] = []
 
@@ -41,26 +39,10 @@ def plugin():
     del POLICY_LOSSES[ScaledReinforce.name]
 
 
-def test_a_plugin_loss_option_is_a_flag_a_matrix_key_a_recorded_setting_and_what_the_loss_reads(plugin, run_cli, capsys,
-                                                                                               tmp_path):
-    with pytest.raises(SystemExit):
-        run_cli("run", "--help")
-    out = capsys.readouterr().out
-    heading = out.index("grpo options of loss_type scaled_reinforce_test")
-    assert "--scaled-reinforce-scale" in out[heading:heading + 300] and "the test loss's own scale" in out
-
-    rc, config, _ = resolve({"task": "pizza", "algo": "grpo", "loss_type": "scaled_reinforce_test",
-                             "scaled_reinforce_scale": 3.0})
-    assert config.policy_loss().options.scaled_reinforce_scale == 3.0
-    assert flat_settings(rc, config, {})["scaled_reinforce_scale"] == 3.0  # what config.json and a cell record
-    with pytest.raises(Exception, match="scaled_reinforce_scale must be > 0"):
-        resolve({"task": "pizza", "algo": "grpo", "scaled_reinforce_scale": -1.0})
-
-    matrix = tmp_path / "m.toml"
-    matrix.write_text('name = "m"\nseeds = [0]\nbudget = 32\ndevice = "cpu"\n[tasks.pizza]\n'
-                      '[algorithms.scaled]\nalgo = "grpo"\nloss_type = "scaled_reinforce_test"\nscaled_reinforce_scale = 0.5\n')
-    (cell,) = parse(matrix).cells
-    assert cell.settings["scaled_reinforce_scale"] == 0.5 and cell.settings["loss_type"] == "scaled_reinforce_test"
+def test_a_plugin_loss_option_is_a_flag_a_matrix_key_a_recorded_setting_and_what_the_loss_reads(plugin, grpo_member_option):
+    config = grpo_member_option("loss_type", "scaled_reinforce_test", "scaled_reinforce_scale", 0.5,
+                                refused=(-1.0, "scaled_reinforce_scale must be > 0"))
+    assert config.policy_loss().options.scaled_reinforce_scale == 0.5
 
     # the loss reads its own value: the same batch at scale 0.5 and 1.5 gives losses in the ratio 1 : 3
     logps = torch.tensor([[-1.0, -2.0], [-0.5, -3.0]])
@@ -97,7 +79,7 @@ def test_an_option_name_keeps_one_default_across_losses():
         class Options:
             clip_ratio_c: float = 10.0  # dual_clip's and DPPO's option, with another default
 
-    with pytest.raises(ValueError, match="option 'clip_ratio_c' is declared by another loss with default 3.0"):
+    with pytest.raises(ValueError, match="option 'clip_ratio_c' is declared by policy loss 'dual_clip' with default 3.0"):
         register_policy_loss(Clash)
     assert "clash_test" not in POLICY_LOSSES
 

@@ -11,7 +11,7 @@ import dataclasses
 from typing import Callable
 
 from algorithms import ALGORITHMS
-from algorithms.base import config_fields, option_group
+from algorithms.base import config_fields, option_groups
 from benchmarks.api import train
 from benchmarks.cli.options import (
     add_dataclass_options, add_task_options, flag, given_options, load_reward_fn, run_settings_problem, seed_value,
@@ -50,14 +50,14 @@ def add_run_parser(sub, name: str) -> None:
         takes = [flag(option) for option in config_fields(cls.Config) if option in shared]
         group = p.add_argument_group(f"{name} options", f"and of the options above: {', '.join(takes)}" if takes else None)
         add_dataclass_options(group, cls.Config, algo_owners, name, skip=shared)
-        grouped = option_group(cls.Config)
-        if grouped is not None:  # a registry's members' own options (GRPO: each policy loss's), under the member
+        # a registry's members' own options (GRPO: each policy loss's and advantage estimator's), under the member
+        for grouped in option_groups(cls.Config):
             members: dict[type, list[str]] = {}
-            for member, options in grouped[1].members().items():
+            for member, options in grouped.members().items():
                 if dataclasses.fields(options):
                     members.setdefault(options, []).append(member)
             for options, names in members.items():
-                sub = p.add_argument_group(f"{name} options of {grouped[1].selector} {', '.join(names)}")
+                sub = p.add_argument_group(f"{name} options of {grouped.selector} {', '.join(names)}")
                 add_dataclass_options(sub, options, algo_owners, name, skip=shared)
     add_task_options(p)
     p.set_defaults(handler=cmd_run)

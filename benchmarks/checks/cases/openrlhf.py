@@ -108,16 +108,16 @@ def _estimators(grid: Grid) -> None:
                              n, b.rewards, b.mask, b.group_size, kl=_kl_of(b), kl_coef=kc)[0]))
     for name, theirs_name in (*((n, t) for n, t, _ in REINFORCE_PP), ("rloo", "rloo")):
         grid.add("estimator", name, theirs_name, "-", value_pair(
-            lambda b, n=name: estimators.advantage_estimator(n)(b.rewards, group_size=b.group_size, lengths=b.lengths),
+            lambda b, n=name: estimators.advantages(n, b.rewards, group_size=b.group_size, lengths=b.lengths),
             _advantages(theirs_name)))
     grid.add("estimator", "grpo", "group_norm", "scale=group",
-             value_pair(lambda b: estimators.advantage_estimator("grpo")(b.rewards, group_size=b.group_size),
+             value_pair(lambda b: estimators.advantages("grpo", b.rewards, group_size=b.group_size),
                         _advantages("group_norm")), GROUP_NORM_EPS)
     grid.add("estimator", "group_advantages(eps=1e-9)", "group_norm", "scale=group",
              value_pair(lambda b: losses.group_advantages(b.rewards, b.group_size, "group", eps=1e-9),
                         _advantages("group_norm")))
     grid.add("estimator", "grpo", "dr_grpo", "scale=none",
-             value_pair(lambda b: estimators.advantage_estimator("grpo")(b.rewards, group_size=b.group_size, scale="none"),
+             value_pair(lambda b: estimators.advantages("grpo", b.rewards, group_size=b.group_size, scale="none"),
                         _advantages("dr_grpo")))
 
 

@@ -54,8 +54,8 @@ def _plant_group_std_biased(rewards, group_size, scale="group", eps=1e-4):
     return (centred / (grouped.std(1, unbiased=False, keepdim=True) + eps)).view(-1)
 
 
-def _plant_rloo_self(rewards, *, group_size, **_):
-    grouped = rewards.view(-1, group_size)
+def _plant_rloo_self(self, x):
+    grouped = x.rewards.view(-1, x.group_size)
     return (grouped - grouped.mean(1, keepdim=True)).view(-1)  # the baseline includes the completion itself
 
 
@@ -95,5 +95,5 @@ PLANTS = (
           together(lambda: patched(losses, "group_advantages", _plant_group_std_biased),
                  lambda: patched(estimators, "group_advantages", _plant_group_std_biased))),
     Plant("rloo-includes-self", "RLOO's baseline is the group mean, the completion itself included", ("estimator",),
-          lambda: patched(estimators.ADVANTAGE_ESTIMATORS, "rloo", _plant_rloo_self, item=True)),
+          lambda: patched(estimators.RLOOEstimator, "advantages", _plant_rloo_self)),
 )

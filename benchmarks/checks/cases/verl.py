@@ -171,8 +171,8 @@ def _actor_losses(grid: Grid) -> None:
 
 
 def _estimator(name: str, kwargs: dict):
-    return lambda b: estimators.advantage_estimator(name)(
-        b.rewards, group_size=b.group_size, lengths=b.lengths, baseline_rewards=b.baseline_rewards, mask=b.mask,
+    return lambda b: estimators.advantages(
+        name, b.rewards, group_size=b.group_size, lengths=b.lengths, baseline_rewards=b.baseline_rewards, mask=b.mask,
         old_logps=b.old_logps, sum_pi_squared=b.sum_pi_squared, **kwargs)
 
 
