@@ -135,10 +135,14 @@ def option_groups(config_cls) -> list[OptionGroup]:
 def config_fields(config_cls) -> dict[str, Field]:
     """Every setting a config class takes, by name: its fields, with an option group's fields in place of the field
     that holds them."""
-    out = {}
+    out, holder = {}, {}
     for f in fields(config_cls):
         group = f.metadata.get("option_group")
-        out.update(group.fields() if group is not None else {f.name: f})
+        for name, field_ in (group.fields() if group is not None else {f.name: f}).items():
+            if name in out:  # one flat name, two meanings: which one a flag or a matrix key sets would be a guess
+                raise TypeError(f"{config_cls.__name__}: the setting {name!r} is declared by both {holder[name]} and "
+                                f"{f.name}; an option needs a name of its own")
+            out[name], holder[name] = field_, f.name
     return out
 
 

@@ -165,3 +165,31 @@ def test_handle_zero_tail_is_a_setting_that_stored_cells_ran_at():
     planned = {"algo": "grpo", "settings": {"advantage_estimator": "optimal_token_baseline", "handle_zero_tail": True}}
     assert same_experiment_spec(stored, planned)
     assert not same_experiment_spec(stored, {**planned, "settings": {**planned["settings"], "handle_zero_tail": False}})
+
+
+def test_an_estimator_option_named_as_a_loss_option_or_a_shared_setting_is_refused_where_settings_are_read(plugins):
+    """One flat name, two meanings (an estimator's option named as a GRPO field or a loss's option): which one a
+    flag or a matrix key would set is a guess, so reading GRPO's settings refuses it, naming both holders."""
+    from algorithms.base import config_fields
+
+    class TakesBeta(AdvantageEstimator):
+        name = "takes_beta_test"
+
+        @dataclass
+        class Options:
+            beta: float = 0.5  # GRPOConfig's own KL coefficient
+
+    class TakesLossOption(AdvantageEstimator):
+        name = "takes_loss_option_test"
+
+        @dataclass
+        class Options:
+            clip_ratio_c: float = 3.0  # the dual-clip loss's option
+
+    assert "beta" in config_fields(GRPOConfig) and "clip_ratio_c" in config_fields(GRPOConfig)
+    for plugin, name in ((TakesBeta, "beta"), (TakesLossOption, "clip_ratio_c")):
+        register_advantage_estimator(plugin)
+        with pytest.raises(TypeError, match=f"GRPOConfig: the setting '{name}' is declared by both"):
+            config_fields(GRPOConfig)
+        del ADVANTAGE_ESTIMATORS[plugin.name]
+    assert "beta" in config_fields(GRPOConfig)  # without the plug-ins, the settings read again
