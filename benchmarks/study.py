@@ -85,6 +85,18 @@ class StudySettings:
     ones with ``option``."""
 
 
+@dataclass
+class MatrixVariantsSettings(StudySettings):
+    """The base of a study that runs a matrix file's variants as they would run in its cells, each with its cell's
+    settings (the precision check and bench)."""
+
+    matrix: str = dataclasses.field(default="benchmarks/matrices/rg_verdict_chain_sum.toml", metadata={
+        "help": "matrix file whose variants the study runs, each with its cell's settings"})
+    task: Optional[str] = dataclasses.field(default=None, metadata={"help": "the matrix's task label (default: its first)"})
+    variants: Optional[tuple[str, ...]] = dataclasses.field(default=None, metadata={
+        "help": "comma-separated variants (default: every variant of the task)", "comma_separated": True})
+
+
 class Study:
     """What ``register_study`` takes; ``cls().start(settings, command)`` runs it."""
 

@@ -30,16 +30,11 @@ from benchmarks.harness.measure import TRAINING_PRECISIONS, environment
 from benchmarks.io import atomic_write_json, atomic_write_text
 from benchmarks.markdown import markdown_table
 from benchmarks.matrix.plan import variant_settings
-from benchmarks.study import StudySettings, kept_parts, option
+from benchmarks.study import MatrixVariantsSettings, kept_parts, option
 
 
 @dataclasses.dataclass
-class PrecisionSettings(StudySettings):
-    matrix: str = dataclasses.field(default="benchmarks/matrices/rg_verdict_chain_sum.toml",
-                                    metadata={"help": "matrix file whose variants are measured"})
-    task: Optional[str] = dataclasses.field(default=None, metadata={"help": "the matrix's task label (default: its first)"})
-    variants: Optional[tuple[str, ...]] = dataclasses.field(default=None, metadata={
-        "help": "comma-separated variants (default: every variant of the task)", "comma_separated": True})
+class PrecisionSettings(MatrixVariantsSettings):
     batches: int = dataclasses.field(default=2, metadata={"help": "sampled batches per variant"})
     seed: int = option("seed")
     out: str = option("out", "results/precision")  # gradients.md, gradients.json

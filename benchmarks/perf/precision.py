@@ -27,19 +27,14 @@ from benchmarks.io import atomic_write_json, atomic_write_text
 from benchmarks.markdown import markdown_table
 from benchmarks.matrix.plan import variant_settings
 from benchmarks.perf.grpo_vs_trl import matmul_gflops, median_interval
-from benchmarks.study import StudySettings, kept_parts, option
+from benchmarks.study import MatrixVariantsSettings, kept_parts, option
 
 CELL_COMPLETIONS = 1280  # the real-LM matrices' budget per cell
 PHASES = ("generate", "logprobs", "update")
 
 
 @dataclasses.dataclass
-class PrecisionBenchSettings(StudySettings):
-    matrix: str = dataclasses.field(default="benchmarks/matrices/rg_verdict_chain_sum.toml",
-                                    metadata={"help": "matrix file whose variants are timed"})
-    task: Optional[str] = dataclasses.field(default=None, metadata={"help": "the matrix's task label (default: its first)"})
-    variants: Optional[tuple[str, ...]] = dataclasses.field(default=None, metadata={
-        "help": "comma-separated variants (default: every variant of the task)", "comma_separated": True})
+class PrecisionBenchSettings(MatrixVariantsSettings):
     rounds: int = dataclasses.field(default=5, metadata={"help": "timed rounds after a warm-up"})
     seed: int = option("seed")
     threads: int = option("threads", 1, shown="1, a matrix cell's one core")
