@@ -356,82 +356,121 @@ def _finished(summary: dict, rc: RunConfig) -> bool:
     return summary.get("steps") == rc.steps
 
 
+@dataclasses.dataclass
+class _Progress:
+    """Where a run stands: its last step, its training seconds, the completions it generated, the evaluation
+    before training and the per-question records so far."""
+
+    step: int
+    elapsed: float
+    before: Optional[dict]
+    questions: dict
+    generated: float = 0.0
+
+
 def _train_and_record(out: Path, rc: RunConfig, task: Task, policy, algo: Algorithm, resolved: dict,
                       previous: Optional[dict], on_step, progress: bool) -> dict:
-    device = algo.device
-    if previous:
-        changed = {k: [previous["settings"].get(k), v] for k, v in resolved["settings"].items()
-                   if previous["settings"].get(k) != v}
-        resolved["resumed"] = previous.get("resumed", []) + [{"changed": changed}]
-    (out / "summary.json").unlink(missing_ok=True)  # a summary only ever describes a finished run
-    with _writing(out / "config.json", "run's settings"):
-        atomic_write_json(out / "config.json", resolved)
-    metrics_path = out / "metrics.jsonl"
+    """Train from the newest checkpoint (or from step 0, after the evaluation before training) to ``rc.steps`` or
+    the budget: each step's row appended to metrics.jsonl, evaluations and checkpoints when due, then the
+    evaluation after training and summary.json (a failed run's summary says so)."""
+    _record_settings(out, resolved, previous)
     prompt_rng = random.Random(training_seed(rc))
-    measure.reset_peak_memory(device)
-
-    start_step, elapsed, before, questions = 0, 0.0, None, {}
-    state = _newest_resumable_checkpoint(out, device, read_jsonl(metrics_path)) if rc.resume else None
-    if state is not None:
-        policy.load_state_dict(state["policy"])
-        algo.load_state_dict(state["algorithm"])
-        torch.set_rng_state(state["torch_rng"])
-        prompt_rng.setstate(state["prompt_rng"])
-        start_step, elapsed, before = state["step"], state["elapsed"], state["eval_before"]
-        questions = state.get("eval_questions", {})  # a checkpoint written before per-question records: none
-        rewrite_jsonl(metrics_path, [r for r in read_jsonl(metrics_path) if r.get("step", 0) <= start_step])
-    else:
-        if rc.resume:
-            tqdm.write(f"no resumable checkpoint in {out}: starting from step 0", file=sys.stderr)
-        metrics_path.unlink(missing_ok=True)
-        before, record = _evaluate(task, policy, rc.seed)
-        questions = {"before": record} if record else {}
-
+    measure.reset_peak_memory(algo.device)
+    at = _starting_point(out, rc, task, policy, algo, prompt_rng)
     trackers = tracking.start(rc, out, resolved)
-    bar = progress_bar(rc.steps, initial=start_step, desc=f"{rc.task}/{rc.algo} seed {rc.seed}", unit="step",
+    bar = progress_bar(rc.steps, initial=at.step, desc=f"{rc.task}/{rc.algo} seed {rc.seed}", unit="step",
                        enabled=progress)
-    steps = train_steps(algo, task, prompt_rng, range(start_step + 1, rc.steps + 1))
-    step = start_step
-    generated = sum(r.get("completions", 0.0) for r in read_jsonl(metrics_path))
+    steps = train_steps(algo, task, prompt_rng, range(at.step + 1, rc.steps + 1))
     try:
         for step, metrics, seconds in steps:
-            generated_before, generated = generated, generated + metrics.get("completions", 0.0)
-            elapsed += seconds
-            row = {"step": step, **metrics, "time/step": seconds, "time/wall": elapsed}
-            last = step == rc.steps or (rc.budget is not None and generated >= rc.budget)
-            if _evaluation_due(rc, step, generated_before, generated) and not last:
-                during, record = _evaluate(task, policy, rc.seed)
-                row.update({f"eval/{k}": v for k, v in during.items()}, **record)
-            with _writing(metrics_path, "step's metrics"):
-                append_jsonl(metrics_path, row)
+            row = _advance(at, rc, task, policy, step, metrics, seconds)
+            with _writing(out / "metrics.jsonl", "step's metrics"):
+                append_jsonl(out / "metrics.jsonl", row)
             trackers.log(row)
             bar.update(1)
             bar.set_postfix({"reward": f"{metrics.get('reward/mean', float('nan')):.3f}", "loss": f"{metrics.get('loss', 0.0):.4f}"})
             if on_step:
                 on_step(row)
-            if rc.budget is not None and generated >= rc.budget:
+            if rc.budget is not None and at.generated >= rc.budget:
                 break  # every generated completion counts, discarded ones included: equal samples
             if rc.checkpoint_every and step % rc.checkpoint_every == 0 and step != rc.steps:
-                _save_checkpoint(out, step, {
-                    "step": step, "elapsed": elapsed, "eval_before": before, "eval_questions": questions,
-                    "policy": policy.state_dict(),
-                    "algorithm": algo.state_dict(), "torch_rng": torch.get_rng_state(), "prompt_rng": prompt_rng.getstate(),
-                })
+                _save_checkpoint(out, step, _checkpoint(at, policy, algo, prompt_rng))
     except TrainingFailed as exc:
-        _write_summary(out, rc, resolved, before, None, elapsed, step, algo, status="failed", error=str(exc),
-                       questions=questions)
+        _write_summary(out, rc, resolved, at.before, None, at.elapsed, at.step, algo, status="failed", error=str(exc),
+                       questions=at.questions)
         raise TrainingFailed(f"{rc.algo} on {rc.task}: {exc}") from None
     finally:
         bar.close()
         trackers.finish()
+    return _finish(out, rc, task, policy, algo, resolved, at)
 
+
+def _record_settings(out: Path, resolved: dict, previous: Optional[dict]) -> None:
+    """config.json with the resolved settings (a resumed run's with what each session changed); any summary.json
+    goes, since a summary only ever describes a finished run."""
+    if previous:
+        changed = {k: [previous["settings"].get(k), v] for k, v in resolved["settings"].items()
+                   if previous["settings"].get(k) != v}
+        resolved["resumed"] = previous.get("resumed", []) + [{"changed": changed}]
+    (out / "summary.json").unlink(missing_ok=True)
+    with _writing(out / "config.json", "run's settings"):
+        atomic_write_json(out / "config.json", resolved)
+
+
+def _starting_point(out: Path, rc: RunConfig, task: Task, policy, algo: Algorithm, prompt_rng: random.Random) -> _Progress:
+    """With --resume and a checkpoint to resume from: its state restored and metrics.jsonl cut back to its step.
+    Otherwise step 0: metrics.jsonl started afresh and the policy evaluated before training."""
+    metrics_path = out / "metrics.jsonl"
+    state = _newest_resumable_checkpoint(out, algo.device, read_jsonl(metrics_path)) if rc.resume else None
+    if state is not None:
+        policy.load_state_dict(state["policy"])
+        algo.load_state_dict(state["algorithm"])
+        torch.set_rng_state(state["torch_rng"])
+        prompt_rng.setstate(state["prompt_rng"])
+        # a checkpoint written before per-question records has none
+        at = _Progress(state["step"], state["elapsed"], state["eval_before"], state.get("eval_questions", {}))
+        rewrite_jsonl(metrics_path, [r for r in read_jsonl(metrics_path) if r.get("step", 0) <= at.step])
+    else:
+        if rc.resume:
+            tqdm.write(f"no resumable checkpoint in {out}: starting from step 0", file=sys.stderr)
+        metrics_path.unlink(missing_ok=True)
+        before, record = _evaluate(task, policy, rc.seed)
+        at = _Progress(0, 0.0, before, {"before": record} if record else {})
+    at.generated = sum(r.get("completions", 0.0) for r in read_jsonl(metrics_path))
+    return at
+
+
+def _advance(at: _Progress, rc: RunConfig, task: Task, policy, step: int, metrics: dict, seconds: float) -> dict:
+    """``at`` moved past ``step``, and the step's metrics row (with the evaluation's, when one is due before the
+    last step: the evaluation after training is the last one)."""
+    at.step = step
+    generated_before, at.generated = at.generated, at.generated + metrics.get("completions", 0.0)
+    at.elapsed += seconds
+    row = {"step": step, **metrics, "time/step": seconds, "time/wall": at.elapsed}
+    last = step == rc.steps or (rc.budget is not None and at.generated >= rc.budget)
+    if _evaluation_due(rc, step, generated_before, at.generated) and not last:
+        during, record = _evaluate(task, policy, rc.seed)
+        row.update({f"eval/{k}": v for k, v in during.items()}, **record)
+    return row
+
+
+def _checkpoint(at: _Progress, policy, algo: Algorithm, prompt_rng: random.Random) -> dict:
+    """Everything a resumed run continues from: the step, the policy, the algorithm's state and both RNGs."""
+    return {"step": at.step, "elapsed": at.elapsed, "eval_before": at.before, "eval_questions": at.questions,
+            "policy": policy.state_dict(), "algorithm": algo.state_dict(), "torch_rng": torch.get_rng_state(),
+            "prompt_rng": prompt_rng.getstate()}
+
+
+def _finish(out: Path, rc: RunConfig, task: Task, policy, algo: Algorithm, resolved: dict, at: _Progress) -> dict:
+    """The evaluation after training, the model saved where asked, and the complete run's summary."""
     after, record = _evaluate(task, policy, rc.seed)
     if record:
-        questions["after"] = record
+        at.questions["after"] = record
     if rc.save_model:
         policy.save_pretrained(out / "final")
         task.tokenizer.save_pretrained(out / "final")
-    return _write_summary(out, rc, resolved, before, after, elapsed, step, algo, status="complete", questions=questions)
+    return _write_summary(out, rc, resolved, at.before, after, at.elapsed, at.step, algo, status="complete",
+                          questions=at.questions)
 
 
 def _write_summary(out: Path, rc: RunConfig, resolved: dict, before: dict, after: Optional[dict], elapsed: float,

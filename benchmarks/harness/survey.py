@@ -12,6 +12,7 @@ resumed survey's table names all of them.
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import time
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from benchmarks.errors import UsageError
 from benchmarks.harness import measure
 from benchmarks.harness.loop import make_evaluated_task
 from benchmarks.io import atomic_write_json, atomic_write_text, read_json
-from tasks import TASKS
+from tasks import TASKS, Task
 from tasks.base import TaskError
 from tasks.smollm import prepare_tokenizer
 
@@ -90,21 +91,14 @@ def run_survey(settings: SurveySettings, out: Path, *, resume: bool = False, log
         raise UsageError("survey: no candidates")
     device = measure.requested_device(settings.device)
     out.mkdir(parents=True, exist_ok=True)
-    csv_path, md_path = out / "survey.csv", out / "survey.md"
+    csv_path = out / "survey.csv"
     rows = _read_rows(csv_path) if resume else []
     if not resume and csv_path.exists():
         csv_path.unlink()
     earlier = (read_json(out / "survey.json") or {}) if resume else {}
     commands = [c for c in earlier.get("commands", []) if c != settings.command] + [settings.command or "grpo-bench survey"]
     skipped = list(earlier.get("skipped", []))
-
-    def write() -> None:
-        atomic_write_json(out / "survey.json", {"commands": commands, "skipped": skipped})
-        atomic_write_text(md_path, markdown(rows, settings, env_line, skipped, commands))
-
-    environment = measure.environment(device)
-    versions = environment["versions"]
-    env_line = f"{environment['device_name']}, torch {versions.get('torch', '?')}, transformers {versions.get('transformers', '?')}"
+    write = functools.partial(_write, out, rows, settings, _environment_line(device), skipped, commands)
     done = {r["task_options"] for r in rows}
     model = None
     for candidate in settings.candidates:
@@ -121,27 +115,58 @@ def run_survey(settings: SurveySettings, out: Path, *, resume: bool = False, log
             log(f"survey: {line}")
             write()
             continue
-        if model is None or options.get("model"):
-            model = task.load_policy(device)
-        else:  # the policy loaded once is shared; this task's own tokenizer gets the same padding and ends
-            prepare_tokenizer(model, task.tokenizer)
-        start = time.perf_counter()
-        metrics = task.evaluate(model, seed=settings.seed)
-        seconds = time.perf_counter() - start
-        row = {"candidate": candidate_label(candidate), "task_options": key, "questions": len(task.eval_prompts),
-               "seconds": f"{seconds:.1f}",
-               "in_band": "yes" if settings.band[0] <= metrics["accuracy"] <= settings.band[1] else "no"}
-        for name in ("accuracy", "accuracy_se", "score", "format", "truncated", "completion_tokens"):
-            row[name] = f"{metrics[name]:.4f}"
+        model = _policy(task, model, options, device)
+        row, seconds = _measured(task, model, candidate, key, settings)
         rows.append(row)
-        new = not csv_path.exists()
-        with csv_path.open("a", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=COLUMNS)
-            if new:
-                writer.writeheader()
-            writer.writerow(row)
+        _append_row(csv_path, row)
         write()
         log(f"survey: {row['candidate']}: accuracy {row['accuracy']}, format {row['format']}, "
             f"{row['completion_tokens']} tokens/completion, {seconds:.0f} s")
     write()
     return rows
+
+
+def _environment_line(device) -> str:
+    """The device and the library versions, as the table's header names them."""
+    environment = measure.environment(device)
+    versions = environment["versions"]
+    return f"{environment['device_name']}, torch {versions.get('torch', '?')}, transformers {versions.get('transformers', '?')}"
+
+
+def _write(out: Path, rows: list[dict], settings: SurveySettings, env_line: str, skipped: list[str],
+           commands: list[str]) -> None:
+    """OUT/survey.json (the commands and the candidates not built) and OUT/survey.md, from the rows so far."""
+    atomic_write_json(out / "survey.json", {"commands": commands, "skipped": skipped})
+    atomic_write_text(out / "survey.md", markdown(rows, settings, env_line, skipped, commands))
+
+
+def _policy(task: Task, model, options: dict, device):
+    """The starting policy, loaded once and shared (its tokenizer's padding and ends given to each candidate's
+    own tokenizer); loaded again for a candidate that names its own model."""
+    if model is None or options.get("model"):
+        return task.load_policy(device)
+    prepare_tokenizer(model, task.tokenizer)
+    return model
+
+
+def _measured(task: Task, model, candidate: dict, key: str, settings: SurveySettings) -> tuple[dict, float]:
+    """A candidate's row (its evaluation's numbers as the CSV holds them) and the seconds its evaluation took."""
+    start = time.perf_counter()
+    metrics = task.evaluate(model, seed=settings.seed)
+    seconds = time.perf_counter() - start
+    row = {"candidate": candidate_label(candidate), "task_options": key, "questions": len(task.eval_prompts),
+           "seconds": f"{seconds:.1f}",
+           "in_band": "yes" if settings.band[0] <= metrics["accuracy"] <= settings.band[1] else "no"}
+    for name in ("accuracy", "accuracy_se", "score", "format", "truncated", "completion_tokens"):
+        row[name] = f"{metrics[name]:.4f}"
+    return row, seconds
+
+
+def _append_row(csv_path: Path, row: dict) -> None:
+    """``row`` appended to OUT/survey.csv (the header first, in a new file)."""
+    new = not csv_path.exists()
+    with csv_path.open("a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        if new:
+            writer.writeheader()
+        writer.writerow(row)

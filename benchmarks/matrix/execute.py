@@ -351,12 +351,41 @@ def _stated_analysis(plan: Plan, previous: dict, sessions: list[dict]) -> Option
 def _run_locked(plan: Plan, cells: list[Cell], out: Path, store: ResultStore, *, resume: bool, progress: bool,
                 executor: Executor, stage: str = "evaluation", tuned: Optional[dict] = None, staged: bool = False,
                 same_invocation: bool = False) -> dict[str, int]:
+    """One session of ``cells`` (one stage: tuning or evaluation) in the locked matrix directory: matrix.json opened
+    with the session, the finished cells skipped with --resume, the rest run through ``executor``, each recorded in
+    the store and matrix.json as it ends. Returns the session's counts of complete, failed and skipped cells."""
+    meta = _open_session(plan, out, executor, resume=resume, continues=resume or same_invocation,
+                         stage=stage if staged else None, tuned=tuned)
+    # on a terminal a bar; in a file the per-cell lines say it all
+    bar = progress_bar(len(cells), desc=f"matrix {plan.name}" + (f" ({stage})" if staged else ""), unit="cell",
+                       enabled=progress and sys.stderr.isatty())
+    session = _Session(meta, cells, out, store, executor, bar)
+    jobs = []
+    for cell in cells:
+        cell_dir = out / cell.relpath
+        if resume and not stored_complete(store, cell) and is_complete(cell_dir, cell):
+            store_cell(store, cell, cell_dir, read_json(cell_dir / "summary.json"))  # finished before the store knew
+        if resume and stored_complete(store, cell):
+            session.skipped(cell)
+        else:
+            jobs.append(CellJob(cell, cell_dir, resume, plan.timeout_s, queued_at=session.start, out_dir=out))
+    try:
+        executor.run(first_cell_of_each_task_first(jobs), session.cell_done)
+    finally:
+        session.close()
+    return session.counts
+
+
+def _open_session(plan: Plan, out: Path, executor: Executor, *, resume: bool, continues: bool, stage: Optional[str],
+                  tuned: Optional[dict]) -> dict:
+    """matrix.json's record with a new session entry (the last in ``sessions``), written at once: the sessions
+    before it where this one ``continues`` them, the stated analysis, the cells and, with [tuning], the tuning."""
     previous = read_json(out / "matrix.json") or {}
-    sessions = previous.get("sessions", []) if resume or same_invocation else []
+    sessions = previous.get("sessions", []) if continues else []
     session = {"started": _now(), "elapsed_s": 0.0, "cells_run": 0, "cells_skipped": 0, "resume": resume,
                "executor": getattr(executor, "name", type(executor).__name__), "jobs": getattr(executor, "jobs", None),
                "timing": dict.fromkeys(SESSION_KEYS, 0.0)}
-    if staged:
+    if stage is not None:
         session["stage"] = stage
     analysis = _stated_analysis(plan, previous, sessions)
     sessions.append(session)
@@ -368,47 +397,50 @@ def _run_locked(plan: Plan, cells: list[Cell], out: Path, store: ResultStore, *,
     if tuned is not None:
         meta["tuning"] = tuned
     atomic_write_json(out / "matrix.json", meta)
-    counts = {"complete": 0, "failed": 0, "skipped": 0}
-    start = time.perf_counter()
-    n = len(cells)
-    index = {c.relpath: i for i, c in enumerate(cells, 1)}
-    # on a terminal a bar; in a file the per-cell lines below say it all
-    bar = progress_bar(n, desc=f"matrix {plan.name}" + (f" ({stage})" if staged else ""), unit="cell",
-                       enabled=progress and sys.stderr.isatty())
-    jobs = []
-    for cell in cells:
-        cell_dir = out / cell.relpath
-        if resume and not stored_complete(store, cell) and is_complete(cell_dir, cell):
-            store_cell(store, cell, cell_dir, read_json(cell_dir / "summary.json"))  # finished before the store knew
-        if resume and stored_complete(store, cell):
-            counts["skipped"] += 1
-            session["cells_skipped"] += 1
-            tqdm.write(f"[{index[cell.relpath]}/{n}] {cell.name}: complete, skipped")
-            bar.update(1)
-        else:
-            jobs.append(CellJob(cell, cell_dir, resume, plan.timeout_s, queued_at=start, out_dir=out))
+    return meta
 
-    def on_done(job: CellJob, summary: dict) -> None:
-        counts["complete" if summary.get("status") == CELL_COMPLETE else "failed"] += 1
+
+class _Session:
+    """A session's running record: its counts, its entry in matrix.json (``meta``'s last session), the progress
+    bar and a line per cell, numbered in the session's order."""
+
+    def __init__(self, meta: dict, cells: list[Cell], out: Path, store: ResultStore, executor: Executor, bar):
+        self.meta, self.entry = meta, meta["sessions"][-1]
+        self.out, self.store, self.executor, self.bar = out, store, executor, bar
+        self.counts = {"complete": 0, "failed": 0, "skipped": 0}
+        self.start = time.perf_counter()
+        self.n = len(cells)
+        self.index = {c.relpath: i for i, c in enumerate(cells, 1)}
+
+    def skipped(self, cell: Cell) -> None:
+        """A cell the store holds finished: counted, and not run."""
+        self.counts["skipped"] += 1
+        self.entry["cells_skipped"] += 1
+        tqdm.write(f"[{self.index[cell.relpath]}/{self.n}] {cell.name}: complete, skipped")
+        self.bar.update(1)
+
+    def cell_done(self, job: CellJob, summary: dict) -> None:
+        """The executor's ``on_done``: the cell stored (a finished one without its checkpoints), the session's
+        counts and timing updated, its line written and matrix.json rewritten."""
+        self.counts["complete" if summary.get("status") == CELL_COMPLETE else "failed"] += 1
         # which session made the cell: the report's wall-clock counts the sessions whose cells it shows
-        summary = {**summary, "matrix_session": len(sessions) - 1, "finished_at": _now()}
-        store_cell(store, job.cell, job.cell_dir, summary)
+        summary = {**summary, "matrix_session": len(self.meta["sessions"]) - 1, "finished_at": _now()}
+        store_cell(self.store, job.cell, job.cell_dir, summary)
         if summary.get("status") == CELL_COMPLETE:  # stored and finished: never resumed, only rerun from scratch
             discard_checkpoints(job.cell_dir)
-        session["cells_run"] += 1
-        session["jobs"] = getattr(executor, "jobs", None) or session["jobs"]  # resolved by run() (0: what fits the cores)
+        self.entry["cells_run"] += 1
+        # resolved by run() (0: what fits the cores)
+        self.entry["jobs"] = getattr(self.executor, "jobs", None) or self.entry["jobs"]
         for key, value in cell_timing(summary).items():
-            session["timing"][key] += value
-        session["elapsed_s"] = time.perf_counter() - start
-        tqdm.write(cell_line(index[job.cell.relpath], n, job.cell, summary))
-        atomic_write_json(out / "matrix.json", meta)
-        bar.update(1)
+            self.entry["timing"][key] += value
+        self.entry["elapsed_s"] = time.perf_counter() - self.start
+        tqdm.write(cell_line(self.index[job.cell.relpath], self.n, job.cell, summary))
+        atomic_write_json(self.out / "matrix.json", self.meta)
+        self.bar.update(1)
 
-    try:
-        executor.run(first_cell_of_each_task_first(jobs), on_done)
-    finally:
-        bar.close()
-        session["elapsed_s"] = time.perf_counter() - start
-        session["finished"] = _now()
-        atomic_write_json(out / "matrix.json", meta)
-    return counts
+    def close(self) -> None:
+        """The session's end: the bar closed, its time and end recorded in matrix.json."""
+        self.bar.close()
+        self.entry["elapsed_s"] = time.perf_counter() - self.start
+        self.entry["finished"] = _now()
+        atomic_write_json(self.out / "matrix.json", self.meta)

@@ -288,15 +288,55 @@ class _Checker:
 def parse(path: str | Path) -> Plan:
     """Read and validate a matrix file; every problem is a MatrixError naming the file's line."""
     path = Path(path)
+    text, data = _read_toml(path)
+    check = _Checker(str(path), text)
+    run = _run_settings(check, data)
+    algos = _algorithms(check, data)
+    tasks = _tasks(check, data)
+    per_task = _per_task_algorithm_options(check, data, algos)
+    tuning_seeds, grids = _tuning(check, data, algos, run.seeds)
+    cells, groups = [], []
+    for task, algo in itertools.product(tasks, algos):
+        more_cells, more_groups = _variant_cells(check, task, algo, per_task, run, tuning_seeds, grids)
+        cells += more_cells
+        groups += more_groups
+    if not cells and not groups:
+        check.fail((), None, "the matrix has no cells: add [tasks.NAME] and [algorithms.NAME] tables")
+    _check_equivalent(check, data.get("equivalent", []), {c.variant for c in cells} | {g.variant for g in groups})
+    plan = Plan(str(path), text, str(data.get("name", path.stem)), str(data.get("description", "")), cells,
+                float(run.timeout_s), groups, tuning_seeds, _analysis(check, data, run.eval_every, run.budget))
+    _check_folders(check, plan)
+    _check_claims(check, plan)
+    return plan
+
+
+def _read_toml(path: Path) -> tuple[str, dict]:
+    """The matrix file's text and its TOML, or a UsageError (no such file) or a MatrixError (not TOML)."""
     if not path.is_file():
         raise UsageError(f"no such matrix file: {path}")
     text = path.read_text()
     try:
-        data = tomllib.loads(text)
+        return text, tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise MatrixError(f"{path}: invalid TOML: {exc}") from None
-    check = _Checker(str(path), text)
 
+
+@dataclasses.dataclass(frozen=True)
+class _RunSettings:
+    """The top-level run settings every cell shares (RUN_KEYS), checked."""
+
+    seeds: list[int]
+    budget: int
+    eval_every: int
+    checkpoint_every: int
+    timeout_s: float
+    device: str
+    precision: str
+    resources: dict
+
+
+def _run_settings(check: _Checker, data: dict) -> _RunSettings:
+    """The file's top-level keys, each checked (an unknown one, or [racing], is refused)."""
     if "racing" in data:
         check.fail(("racing",), None, "[racing] is no longer supported: more seeds for the variants whose mark was still "
                                  "open, with no correction for the repeated looks, raised the false-'worse' rate above "
@@ -320,41 +360,30 @@ def parse(path: str | Path) -> Plan:
         check.fail((), "device", f"device must be auto, cpu or cuda, got {device!r}")
     if precision not in ("auto", "fp32", "bf16"):
         check.fail((), "precision", f"precision must be auto, fp32 or bf16, got {precision!r}")
+    return _RunSettings(seeds, budget, eval_every, checkpoint_every, timeout_s, device, precision,
+                        _resources(check, data, ()))
 
-    top_resources = _resources(check, data, ())
-    algos = _algorithms(check, data)
-    tasks = _tasks(check, data)
-    per_task = _per_task_algorithm_options(check, data, algos)
-    tuning_seeds, grids = _tuning(check, data, algos, seeds)
-    cells, groups = [], []
-    for task in tasks:
-        task_name, task_label, _, task_budget, task_eval, _, task_table = task
-        budget_t = task_budget or budget
-        eval_t = eval_every if task_eval is None else task_eval
-        for algo_name, variant, algo_options, table, algo_resources in algos:
-            overrides = per_task.get((task_table, table), {})
-            algo_options = {**algo_options, **overrides}
-            make = functools.partial(_cells, check, task, (algo_name, variant, table, algo_resources), overrides,
-                                     budget=budget_t, eval_every=eval_t, checkpoint_every=checkpoint_every,
-                                     device=device, precision=precision, resources=top_resources)
-            if not tuning_seeds:
-                cells += make(algo_options, seeds)
-                continue
-            points = grids[table]
-            tune = functools.partial(_cells, check, _on_validation(task), (algo_name, variant, table, algo_resources),
-                                     overrides, budget=budget_t, eval_every=eval_t, checkpoint_every=checkpoint_every,
-                                     device=device, precision=precision, resources=top_resources)
-            groups.append(TuningGroup(task_label, variant, points,
-                                      [tune({**algo_options, **pt}, tuning_seeds, TuningGroup.label(pt)) for pt in points],
-                                      [make({**algo_options, **pt}, seeds) for pt in points]))
-    if not cells and not groups:
-        check.fail((), None, "the matrix has no cells: add [tasks.NAME] and [algorithms.NAME] tables")
-    _check_equivalent(check, data.get("equivalent", []), {c.variant for c in cells} | {g.variant for g in groups})
-    plan = Plan(str(path), text, str(data.get("name", path.stem)), str(data.get("description", "")), cells,
-                float(timeout_s), groups, tuning_seeds, _analysis(check, data, eval_every, budget))
-    _check_folders(check, plan)
-    _check_claims(check, plan)
-    return plan
+
+def _variant_cells(check: _Checker, task: tuple, algo: tuple, per_task: dict, run: _RunSettings,
+                   tuning_seeds: list[int], grids: dict[str, list[dict]]) -> tuple[list[Cell], list[TuningGroup]]:
+    """One algorithm table's variant on one task: its evaluation cells, or with ``tuning_seeds`` its TuningGroup (per
+    grid point, the tuning cells on the task's validation problems and the evaluation cells)."""
+    _, task_label, _, task_budget, task_eval, _, task_table = task
+    algo_name, variant, algo_options, table, algo_resources = algo
+    overrides = per_task.get((task_table, table), {})
+    algo_options = {**algo_options, **overrides}
+    shared = dict(budget=task_budget or run.budget, eval_every=run.eval_every if task_eval is None else task_eval,
+                  checkpoint_every=run.checkpoint_every, device=run.device, precision=run.precision,
+                  resources=run.resources)
+    make = functools.partial(_cells, check, task, (algo_name, variant, table, algo_resources), overrides, **shared)
+    if not tuning_seeds:
+        return make(algo_options, run.seeds), []
+    points = grids[table]
+    tune = functools.partial(_cells, check, _on_validation(task), (algo_name, variant, table, algo_resources),
+                             overrides, **shared)
+    return [], [TuningGroup(task_label, variant, points,
+                            [tune({**algo_options, **pt}, tuning_seeds, TuningGroup.label(pt)) for pt in points],
+                            [make({**algo_options, **pt}, run.seeds) for pt in points])]
 
 
 CLAIM_KEYS = {"id": "a short name for the claim (unique in the file)", "source": "who claims it (paper, year)",

@@ -337,11 +337,22 @@ def code_line(env: dict) -> str:
 
 
 def render_markdown(report: dict) -> str:
+    """The report's markdown: what ran where, the comparison table and the target, then each step's phases, the
+    same batch part by part, bf16 and scaling where measured, and how to regenerate it."""
+    lines = [*_intro_lines(report), *_resumed_lines(report), *_model_lines(report), *_lora_lines(report),
+             *_load_lines(report), _comparison_table(report), "", target_verdict(report), *_stopped_lines(report),
+             *_phase_lines(report), *_same_batch_lines(report), *_bf16_lines(report), *_scaling_lines(report),
+             "", f"Memory: {report['memory_method']}", "", f"Regenerate: `{report['command']}`"]
+    return "\n".join(lines)
+
+
+def _intro_lines(report: dict) -> list[str]:
+    """The versions, the machine and its matmul rate; how TRL runs and how the ratio reads."""
     env = report["environment"]
     trainer = "GRPOTrainer" if report.get("algo", "grpo") == "grpo" else "RLOOTrainer"
     settings = "; ".join(f"{name}: {', '.join(f'{k}={v}' for k, v in opts.items()) or 'TRL defaults'}"
                          for name, opts in TRL_SETTINGS.items())
-    lines = [
+    return [
         f"{report.get('algo', 'grpo').upper()} step, this suite vs TRL {env['versions'].get('trl')} `{trainer}`, on "
         f"{env['device_name']} (torch {env['versions']['torch']}, {report['threads']} threads). Matmul 2048x2048: "
         f"{report['matmul_gflops']['fp32']:.0f} GFLOP/s fp32, {report['matmul_gflops']['bf16']:.0f} GFLOP/s bf16."
@@ -353,39 +364,64 @@ def render_markdown(report: dict) -> str:
         "against the faster of the two.",
         "",
     ]
+
+
+def _resumed_lines(report: dict) -> list[str]:
+    """A paragraph per later session of a resumed report: its machine and what it measured."""
+    lines = []
     for later in report.get("resumed", []):
         later_env = later["environment"]
         lines += [f"Resumed in a later session on {later_env['device_name']} (torch {later_env['versions']['torch']}, "
                   f"{later['threads']} threads).{code_line(later_env)} It measured: "
                   f"{', '.join(later['workloads']) or 'nothing'}; each workload's rounds ran in one session.", ""]
-    if report.get("model"):
-        model = report["model"]
-        lines += [f"Model: `{model['model']}`, in place of each task's default model" + (
-                  ", with random weights: its architecture and tokenizer, the weights drawn by transformers' "
-                  "initialisation, seeded (its weights could not be brought to this machine). Every product and "
-                  "update has the model's sizes, but completions seldom end before their cap."
-                  if model["random_weights"] else "."), ""]
+    return lines
+
+
+def _model_lines(report: dict) -> list[str]:
+    """The --model in place of the tasks' own, and whether its weights were drawn at random."""
+    if not report.get("model"):
+        return []
+    model = report["model"]
+    return [f"Model: `{model['model']}`, in place of each task's default model" + (
+            ", with random weights: its architecture and tokenizer, the weights drawn by transformers' "
+            "initialisation, seeded (its weights could not be brought to this machine). Every product and "
+            "update has the model's sizes, but completions seldom end before their cap."
+            if model["random_weights"] else "."), ""]
+
+
+def _lora_lines(report: dict) -> list[str]:
+    """The LoRA workloads' adapters, and why neither side takes adapter dropout."""
     lora = sorted({(r["workload"]["lora_r"], r["workload"].get("lora_dropout", 0.05)) for r in report["comparisons"]
                    if r["workload"].get("lora_r")})  # a report from before lora_dropout: the harness's 0.05
-    if lora:
-        lines += ["LoRA workloads: PEFT adapters " + ", ".join(f"r {r}, dropout {d:g}" for r, d in lora)
-                  + " on both sides, the harness's targets (TRL gets the same peft_config). TRL runs with "
-                  "disable_dropout, so that it samples without dropout as ours does, and that zeroes its adapters' "
-                  "dropout too; ours then takes none either, so both sides compute one function.", ""]
-    if report.get("load"):
-        samples = report["load"]["load_1min"]
-        shared = max(samples) > report["threads"] + 0.5  # the load average counts this run's own threads too
-        lines += [f"Machine load over the run (1-minute load average at its start and after each workload): "
-                  f"{min(samples):.1f} to {max(samples):.1f} on {report['load']['cpus']} CPUs, this run using "
-                  f"{report['threads']} threads. "
-                  + ("Other work shared the cores: the absolute times are slower than on an idle machine; the ratios "
-                     "are measured side by side, in the same rounds." if shared else "Nothing else ran.")]
-        bandwidth = report["load"].get("bandwidth_gbs")
-        if bandwidth:
-            lines[-1] += (f" Memory bandwidth (a STREAM triad, sampled likewise): {min(bandwidth):.1f} to "
-                          f"{max(bandwidth):.1f} GB/s, for a reader comparing runs: other tenants of the host take "
-                          "from it unseen by the load average.")
-        lines.append("")
+    if not lora:
+        return []
+    return ["LoRA workloads: PEFT adapters " + ", ".join(f"r {r}, dropout {d:g}" for r, d in lora)
+            + " on both sides, the harness's targets (TRL gets the same peft_config). TRL runs with "
+            "disable_dropout, so that it samples without dropout as ours does, and that zeroes its adapters' "
+            "dropout too; ours then takes none either, so both sides compute one function.", ""]
+
+
+def _load_lines(report: dict) -> list[str]:
+    """The machine's load over the run (and on a CPU its memory bandwidth), for a reader of the absolute times."""
+    if not report.get("load"):
+        return []
+    samples = report["load"]["load_1min"]
+    shared = max(samples) > report["threads"] + 0.5  # the load average counts this run's own threads too
+    text = (f"Machine load over the run (1-minute load average at its start and after each workload): "
+            f"{min(samples):.1f} to {max(samples):.1f} on {report['load']['cpus']} CPUs, this run using "
+            f"{report['threads']} threads. "
+            + ("Other work shared the cores: the absolute times are slower than on an idle machine; the ratios "
+               "are measured side by side, in the same rounds." if shared else "Nothing else ran."))
+    bandwidth = report["load"].get("bandwidth_gbs")
+    if bandwidth:
+        text += (f" Memory bandwidth (a STREAM triad, sampled likewise): {min(bandwidth):.1f} to "
+                 f"{max(bandwidth):.1f} GB/s, for a reader comparing runs: other tenants of the host take "
+                 "from it unseen by the load average.")
+    return [text, ""]
+
+
+def _comparison_table(report: dict) -> str:
+    """One row per workload: its size, each side's step time, the ratios, peak memory and the same-batch loss."""
     rows = []
     for r in report["comparisons"]:
         w, mem = r["workload"], r.get("memory", {})
@@ -397,20 +433,25 @@ def render_markdown(report: dict) -> str:
             *(_fmt_mem(mem.get(side)) for side in SIDES),
             f"{r['same_batch']['max_abs_diff']:.1e}",
         ])
-    lines.append(markdown_table(
+    return markdown_table(
         ["workload", "params", "G", "new tokens", "mu", "ours s/step",
          *(f"TRL {name} s/step" for name in TRL_SETTINGS), *(f"TRL {name}/ours" for name in TRL_SETTINGS),
          "peak memory ours", *(f"peak memory TRL {name}" for name in TRL_SETTINGS), "same-batch loss abs diff"],
-        rows))
-    lines += ["", target_verdict(report)]
+        rows)
+
+
+def _stopped_lines(report: dict) -> list[str]:
+    """For a run stopped before the end: how many of its planned workloads it measured."""
     done = [r["workload"]["name"] for r in report["comparisons"]]
     missing = [name for name in report.get("workloads", done) if name not in done]
-    if missing:
-        lines += ["", f"**Stopped before the end**: {len(done)} of {len(done) + len(missing)} workloads measured; "
-                      f"not measured: {', '.join(missing)}."]
-    lines += ["", "Median seconds per phase (generate / score / ref+old log-probs / update / other; ours takes the "
-              "old log-probs from its first update's forward, so its logprobs column is the reference pass alone), "
-              "generation throughput and the update's FLOP rate (6 x params x positions actually processed):", ""]
+    if not missing:
+        return []
+    return ["", f"**Stopped before the end**: {len(done)} of {len(done) + len(missing)} workloads measured; "
+                f"not measured: {', '.join(missing)}."]
+
+
+def _phase_lines(report: dict) -> list[str]:
+    """Per workload and side: the median seconds of each phase, generation throughput and the update's FLOP rate."""
     rows = []
     for r in report["comparisons"]:
         for side in SIDES:
@@ -418,45 +459,62 @@ def render_markdown(report: dict) -> str:
             rows.append([r["workload"]["name"], side, *(f"{m[f'time/{p}']:.3f}" for p in STEP_PARTS),
                          f"{m['tokens/generated']:.0f}", f"{rates['generation_tokens_per_s']:.0f}",
                          f"{rates['generation_gflops']:.1f}", f"{rates['update_gflops']:.1f}"])
-    lines.append(markdown_table(["workload", "side", *STEP_PARTS, "tokens generated", "gen tok/s", "gen GFLOP/s",
-                                 "update GFLOP/s"], rows))
+    return ["", "Median seconds per phase (generate / score / ref+old log-probs / update / other; ours takes the "
+            "old log-probs from its first update's forward, so its logprobs column is the reference pass alone), "
+            "generation throughput and the update's FLOP rate (6 x params x positions actually processed):", "",
+            markdown_table(["workload", "side", *STEP_PARTS, "tokens generated", "gen tok/s", "gen GFLOP/s",
+                            "update GFLOP/s"], rows)]
+
+
+def _same_batch_lines(report: dict) -> list[str]:
+    """The same batch part by part (loss function, log-probs, transformers against itself), where measured."""
     parts = [r for r in report["comparisons"] if "abs_diff_formula" in r["same_batch"]]
-    if parts:
-        lines += ["", "The same batch, part by part (largest over the two stages, as sampled and after one TRL update): "
-                  "the end-to-end loss difference; the loss function alone (our loss on TRL's own log-prob tensors "
-                  "against TRL's); our log-probs and reference log-probs against TRL's (the forward's rounding: our "
-                  "packed rows against its padded ones); and, for scale, transformers against itself: TRL's loss and "
-                  "log-probs with each row run alone, unpadded, against its padded batch.", ""]
-        nan = float("nan")
-        lines.append(markdown_table(
-            ["workload", "loss, end to end", "loss function", "log-probs", "reference log-probs",
-             "transformers alone: loss", "transformers alone: log-probs"],
-            [[r["workload"]["name"], f"{r['same_batch']['max_abs_diff']:.1e}", f"{r['same_batch']['abs_diff_formula']:.1e}",
-              f"{r['same_batch']['max_abs_diff_logps']:.1e}", f"{r['same_batch'].get('max_abs_diff_ref_logps', nan):.1e}",
-              f"{r['same_batch']['abs_diff_layout']:.1e}", f"{r['same_batch']['max_abs_diff_layout_logps']:.1e}"]
-             for r in parts]))
-    if report.get("bf16"):
-        lines += ["", "bf16 autocast (ours), step time beside fp32, and its effect on the same batch after one update "
-                  "(current, old and reference log-probs all in bf16):", ""]
-        checks = {r["workload"]["name"]: r["same_batch"] for r in report["comparisons"]}
-        nan = float("nan")
-        rows = []
-        for b in report["bf16"]:
-            c = checks.get(b["workload"], {})
-            rows.append([b["workload"], f"{b['median_s']['fp32']:.3f}", f"{b['median_s']['bf16']:.3f}",
-                         f"{b['speedup']:.2f}x", f"{c.get('loss_ours_updated', nan):.6g}",
-                         f"{c.get('loss_ours_updated_bf16', nan):.6g}", f"{c.get('abs_diff_bf16_vs_fp32', nan):.1e}",
-                         f"{c.get('max_abs_diff_logps_bf16_vs_fp32', nan):.1e}"])
-        lines.append(markdown_table(["workload", "fp32 s/step", "bf16 s/step", "speed-up", "loss fp32", "loss bf16",
-                                     "abs diff", "max abs log-prob diff"], rows))
-    if report.get("scaling"):
-        lines += ["", "Scaling (ours): median seconds per step as the work grows; plot `scaling.png`.", ""]
-        lines.append(markdown_table(
-            ["task", "params", "G", "max new tokens", "tokens generated", "s/step"],
-            [[s["task"], f"{s['parameters'] / 1e6:.2f}M", s["group_size"], s["max_new_tokens"],
-              f"{s['tokens_generated']:.0f}", f"{s['median_s']:.3f}"] for s in report["scaling"]]))
-    lines += ["", f"Memory: {report['memory_method']}", "", f"Regenerate: `{report['command']}`"]
-    return "\n".join(lines)
+    if not parts:
+        return []
+    nan = float("nan")
+    return ["", "The same batch, part by part (largest over the two stages, as sampled and after one TRL update): "
+            "the end-to-end loss difference; the loss function alone (our loss on TRL's own log-prob tensors "
+            "against TRL's); our log-probs and reference log-probs against TRL's (the forward's rounding: our "
+            "packed rows against its padded ones); and, for scale, transformers against itself: TRL's loss and "
+            "log-probs with each row run alone, unpadded, against its padded batch.", "",
+            markdown_table(
+                ["workload", "loss, end to end", "loss function", "log-probs", "reference log-probs",
+                 "transformers alone: loss", "transformers alone: log-probs"],
+                [[r["workload"]["name"], f"{r['same_batch']['max_abs_diff']:.1e}",
+                  f"{r['same_batch']['abs_diff_formula']:.1e}", f"{r['same_batch']['max_abs_diff_logps']:.1e}",
+                  f"{r['same_batch'].get('max_abs_diff_ref_logps', nan):.1e}",
+                  f"{r['same_batch']['abs_diff_layout']:.1e}", f"{r['same_batch']['max_abs_diff_layout_logps']:.1e}"]
+                 for r in parts])]
+
+
+def _bf16_lines(report: dict) -> list[str]:
+    """Our bf16-autocast step beside fp32, and what bf16 does to the same batch's loss, where measured."""
+    if not report.get("bf16"):
+        return []
+    checks = {r["workload"]["name"]: r["same_batch"] for r in report["comparisons"]}
+    nan = float("nan")
+    rows = []
+    for b in report["bf16"]:
+        c = checks.get(b["workload"], {})
+        rows.append([b["workload"], f"{b['median_s']['fp32']:.3f}", f"{b['median_s']['bf16']:.3f}",
+                     f"{b['speedup']:.2f}x", f"{c.get('loss_ours_updated', nan):.6g}",
+                     f"{c.get('loss_ours_updated_bf16', nan):.6g}", f"{c.get('abs_diff_bf16_vs_fp32', nan):.1e}",
+                     f"{c.get('max_abs_diff_logps_bf16_vs_fp32', nan):.1e}"])
+    return ["", "bf16 autocast (ours), step time beside fp32, and its effect on the same batch after one update "
+            "(current, old and reference log-probs all in bf16):", "",
+            markdown_table(["workload", "fp32 s/step", "bf16 s/step", "speed-up", "loss fp32", "loss bf16",
+                            "abs diff", "max abs log-prob diff"], rows)]
+
+
+def _scaling_lines(report: dict) -> list[str]:
+    """Our step's median seconds as G, length and model grow, where measured."""
+    if not report.get("scaling"):
+        return []
+    return ["", "Scaling (ours): median seconds per step as the work grows; plot `scaling.png`.", "",
+            markdown_table(
+                ["task", "params", "G", "max new tokens", "tokens generated", "s/step"],
+                [[s["task"], f"{s['parameters'] / 1e6:.2f}M", s["group_size"], s["max_new_tokens"],
+                  f"{s['tokens_generated']:.0f}", f"{s['median_s']:.3f}"] for s in report["scaling"]])]
 
 
 def plot_scaling(rows: list[dict], path: Path) -> None:
@@ -606,8 +664,42 @@ def _sample_machine(load: dict) -> None:
 def run_bench(settings: PerfSettings, command: str) -> dict:
     """Every workload's comparison (plus bf16 and scaling when their steps are > 0), written to OUT as STEM.md and
     STEM.json and into the README section; ``command`` is the command line that reproduces them."""
-    stem, _, title = OUTPUTS[settings.algo]
+    stem = OUTPUTS[settings.algo][0]
     choices = workloads_of(settings.algo)
+    names, device = _checked(settings, choices)
+    out = Path(settings.out or ("results/gpu" if device.type == "cuda" else "results/perf"))
+    earlier = _resumed(out / f"{stem}.json", settings, device)
+    out.mkdir(parents=True, exist_ok=True)
+    log = print
+    started = time.perf_counter()
+    report = _new_report(command, settings, device, names, earlier)
+    _sample_machine(report["load"])
+    log(f"matmul 2048: {report['matmul_gflops']['fp32']:.0f} GFLOP/s fp32, {report['matmul_gflops']['bf16']:.0f} bf16")
+    workloads = _planned(settings, choices, names, report)
+    measured = {r["workload"]["name"]: r for r in report["comparisons"]}
+    for w in workloads:
+        if w.name in measured:
+            _check_kept(w, measured[w.name], settings, out / f"{stem}.json")
+            log(f"{w.name}: measured in the report being resumed, kept")
+            continue
+        _measure(w, report, settings, str(device), out, log)
+    if settings.bf16_steps > 0:
+        report["bf16"] = [bf16_speed(w, steps=settings.bf16_steps, seed=settings.seed, device=str(device))
+                          for w in workloads if w.mu == 1]
+    if settings.scaling_steps > 0:
+        tasks = sorted({choices[n].task for n in names})
+        report["scaling"] = scaling(tasks, steps=settings.scaling_steps, seed=settings.seed, device=str(device), log=log)
+        plot_scaling(report["scaling"], out / "scaling.png")
+    report["wall_clock_s"] = time.perf_counter() - started
+    atomic_write_json(out / f"{stem}.json", report)
+    _write(report, out, settings)
+    log(f"wrote {out}/{stem}.md, {stem}.json" + (", scaling.png" if report.get("scaling") else "")
+        + f" in {report['wall_clock_s']:.0f} s")
+    return report
+
+
+def _checked(settings: PerfSettings, choices: dict[str, Workload]) -> tuple[list[str], torch.device]:
+    """The workloads' names and the device, once the flags are known to make sense (a UsageError if not)."""
     names = default_workloads(settings.algo) if settings.workloads is None else settings.workloads
     unknown = [n for n in names if n not in choices]
     if unknown:
@@ -621,11 +713,13 @@ def run_bench(settings: PerfSettings, command: str) -> dict:
         raise UsageError(f"--max-new-tokens must be >= 1, got {settings.max_new_tokens}")
     if settings.random_weights and not settings.model:
         raise UsageError("--random-weights needs --model (the architecture and tokenizer to draw weights for)")
-    out = Path(settings.out or ("results/gpu" if device.type == "cuda" else "results/perf"))
-    earlier = _resumed(out / f"{stem}.json", settings, device)
-    out.mkdir(parents=True, exist_ok=True)
-    log = print
-    started = time.perf_counter()
+    return names, device
+
+
+def _new_report(command: str, settings: PerfSettings, device: torch.device, names: list[str],
+                earlier: Optional[dict]) -> dict:
+    """The report this session fills: a new one headed by this machine, or with --resume the earlier one, this
+    session listed under ``resumed`` (the machine's matmul rate is measured either way)."""
     report = {
         "command": command,
         "algo": settings.algo,
@@ -644,57 +738,52 @@ def run_bench(settings: PerfSettings, command: str) -> dict:
         "load": {"cpus": os.cpu_count(), "load_1min": [], **({"bandwidth_gbs": []} if device.type == "cpu" else {})},
         "seed": settings.seed,
     }
-    if earlier:
-        # The report stays the first session's (its machine and code head it); each later one is listed with what it measured.
-        report = {**earlier, "workloads": list(dict.fromkeys(earlier["workloads"] + names)),
-                  "resumed": earlier.get("resumed", []) + [{"command": command, "environment": report["environment"],
-                                                            "threads": report["threads"], "workloads": []}]}
-    _sample_machine(report["load"])
-    log(f"matmul 2048: {report['matmul_gflops']['fp32']:.0f} GFLOP/s fp32, {report['matmul_gflops']['bf16']:.0f} bf16")
+    if not earlier:
+        return report
+    # The report stays the first session's (its machine and code head it); each later one is listed with what it measured.
+    return {**earlier, "workloads": list(dict.fromkeys(earlier["workloads"] + names)),
+            "resumed": earlier.get("resumed", []) + [{"command": command, "environment": report["environment"],
+                                                      "threads": report["threads"], "workloads": []}]}
+
+
+def _planned(settings: PerfSettings, choices: dict[str, Workload], names: list[str], report: dict) -> list[Workload]:
+    """The named workloads with --max-new-tokens and --model applied (--model is recorded in ``report``)."""
     workloads = [dataclasses.replace(choices[n], max_new_tokens=settings.max_new_tokens or choices[n].max_new_tokens)
                  for n in names]
     if settings.model:
         model = str(random_weight_checkpoint(settings.model, settings.seed)) if settings.random_weights else settings.model
         workloads = with_model(workloads, model)
         report["model"] = {"model": settings.model, "random_weights": settings.random_weights}
-    measured = {r["workload"]["name"]: r for r in report["comparisons"]}
-    for w in workloads:
-        if w.name in measured:
-            if _as_json(dataclasses.asdict(w)) != measured[w.name]["workload"] or measured[w.name]["pairs"] != settings.pairs:
-                raise UsageError(f"--resume: {w.name} in {out / (stem + '.json')} was measured with other settings "
-                                 "(workload or --pairs); --overwrite to measure everything again")
-            log(f"{w.name}: measured in the report being resumed, kept")
-            continue
-        result = compare(w, pairs=settings.pairs, seed=settings.seed, device=str(device), log=log)
-        if report.get("resumed"):
-            report["resumed"][-1]["workloads"].append(w.name)
-        if settings.memory:
-            # Enough steps for two optimizer updates: the second runs with AdamW's state already allocated.
-            steps = -(-2 // w.mu)
-            result["memory"] = {side: probe_memory(w, side, steps=steps, seed=settings.seed, device=str(device))
-                                for side in SIDES}
-        report["comparisons"].append(result)
-        _sample_machine(report["load"])
-        # What is finished is on disk: a 135M comparison is tens of minutes, and a later part may fail.
-        atomic_write_json(out / f"{stem}.json", report)
-        write_report(out / f"{stem}.md", render_markdown(report) + "\n", title=title)  # the README section at the end
-        log(f"{w.name}: TRL/ours median {result['ratios']['default']['median']:.2f} (TRL default), "
-            f"{result['ratios']['fastest']['median']:.2f} (TRL fastest); against the faster "
-            f"({result['faster_trl']}): min {result['ratio']['min']:.2f}, max {result['ratio']['max']:.2f}; "
-            f"same-batch loss diff {result['same_batch']['max_abs_diff']:.1e}")
-    if settings.bf16_steps > 0:
-        report["bf16"] = [bf16_speed(w, steps=settings.bf16_steps, seed=settings.seed, device=str(device))
-                          for w in workloads if w.mu == 1]
-    tasks = sorted({choices[n].task for n in names})
-    if settings.scaling_steps > 0:
-        report["scaling"] = scaling(tasks, steps=settings.scaling_steps, seed=settings.seed, device=str(device), log=log)
-        plot_scaling(report["scaling"], out / "scaling.png")
-    report["wall_clock_s"] = time.perf_counter() - started
+    return workloads
+
+
+def _check_kept(w: Workload, measured: dict, settings: PerfSettings, path: Path) -> None:
+    """A workload the resumed report measured is kept only if it was measured with these settings."""
+    if _as_json(dataclasses.asdict(w)) != measured["workload"] or measured["pairs"] != settings.pairs:
+        raise UsageError(f"--resume: {w.name} in {path} was measured with other settings "
+                         "(workload or --pairs); --overwrite to measure everything again")
+
+
+def _measure(w: Workload, report: dict, settings: PerfSettings, device: str, out: Path, log) -> None:
+    """One workload's comparison (and each side's peak memory) added to ``report``, which is written at once."""
+    stem, _, title = OUTPUTS[settings.algo]
+    result = compare(w, pairs=settings.pairs, seed=settings.seed, device=device, log=log)
+    if report.get("resumed"):
+        report["resumed"][-1]["workloads"].append(w.name)
+    if settings.memory:
+        # Enough steps for two optimizer updates: the second runs with AdamW's state already allocated.
+        steps = -(-2 // w.mu)
+        result["memory"] = {side: probe_memory(w, side, steps=steps, seed=settings.seed, device=device)
+                            for side in SIDES}
+    report["comparisons"].append(result)
+    _sample_machine(report["load"])
+    # What is finished is on disk: a 135M comparison is tens of minutes, and a later part may fail.
     atomic_write_json(out / f"{stem}.json", report)
-    _write(report, out, settings)
-    log(f"wrote {out}/{stem}.md, {stem}.json" + (", scaling.png" if report.get("scaling") else "")
-        + f" in {report['wall_clock_s']:.0f} s")
-    return report
+    write_report(out / f"{stem}.md", render_markdown(report) + "\n", title=title)  # the README section at the end
+    log(f"{w.name}: TRL/ours median {result['ratios']['default']['median']:.2f} (TRL default), "
+        f"{result['ratios']['fastest']['median']:.2f} (TRL fastest); against the faster "
+        f"({result['faster_trl']}): min {result['ratio']['min']:.2f}, max {result['ratio']['max']:.2f}; "
+        f"same-batch loss diff {result['same_batch']['max_abs_diff']:.1e}")
 
 
 def _as_json(value):

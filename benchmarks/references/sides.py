@@ -14,7 +14,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 
@@ -288,6 +288,12 @@ def _trl_reference_logps(t, model, inputs, rows_alone: bool) -> torch.Tensor:
         return _trl_logps(t, model, inputs, rows_alone)
 
 
+# The parts of the same-batch loss difference (``_SameBatch.losses``): the check's key for each, the larger of its
+# two stages.
+_DIFF_PARTS = {"abs_diff_formula": "formula", "abs_diff_layout": "layout", "max_abs_diff_logps": "logps",
+               "max_abs_diff_layout_logps": "layout_logps"}
+
+
 def same_batch_check(trl: Trl, prompts: list[str]) -> dict[str, float]:
     """TRL samples and scores one batch; both losses are computed on it, before and after one TRL update.
 
@@ -301,71 +307,112 @@ def same_batch_check(trl: Trl, prompts: list[str]) -> dict[str, float]:
     ``abs_diff_layout``: TRL's loss against the same loss on transformers' own log-probs with each row run alone,
     unpadded: how far a change of layout alone moves the loss inside transformers.
     """
-
-    w, t, model = trl.workload, trl.trainer, trl.model
-    temperature = t.temperature
     inputs, rollout = _trl_batch(trl, prompts)
+    inputs, advantages, advantage_source, advantages_diff = _grpo_advantages(trl, inputs)
+    batch = _SameBatch(trl, rollout, inputs["completion_mask"], advantages, inputs.get("ref_per_token_logps"))
+    old = inputs.get("old_per_token_logps")
+    sampled = batch.losses(old, inputs)
+    # bf16 as a bf16 run would have it: current, old and reference log-probs all under autocast.
+    sampled_bf16 = batch.losses(None, None, precision="bf16")
+    out = {"loss_ours_sampled": sampled.ours, "loss_trl_sampled": sampled.theirs,
+           "abs_diff_sampled": abs(sampled.ours - sampled.theirs), "max_abs_diff_advantages": advantages_diff,
+           "advantages": advantage_source}
+    if trl.workload.beta > 0:
+        out["max_abs_diff_ref_logps"] = batch.max_diff(sampled.ref, batch.trl_ref_logps)
+    if old is not None:
+        out["max_abs_diff_old_logps"] = batch.max_diff(sampled.logps, old)
+    # One TRL update on this batch; then the ratio (old = as sampled) and the KL are no longer trivial.
+    _trl_update(trl, inputs)
+    old_updated = sampled.logps if old is None else old
+    updated = batch.losses(old_updated, {**inputs, "old_per_token_logps": old_updated})
+    updated_bf16 = batch.losses(sampled_bf16.logps, None, precision="bf16")
+    out.update({"loss_ours_updated": updated.ours, "loss_trl_updated": updated.theirs,
+                "abs_diff_updated": abs(updated.ours - updated.theirs), "loss_ours_updated_bf16": updated_bf16.ours,
+                "abs_diff_bf16_vs_fp32": abs(updated_bf16.ours - updated.ours),
+                "abs_diff_bf16_vs_fp32_sampled": abs(sampled_bf16.ours - sampled.ours),
+                "max_abs_diff_logps_bf16_vs_fp32": float(((sampled_bf16.logps - sampled.logps) * batch.mask).abs().max()),
+                **{key: max(sampled.parts[part], updated.parts[part]) for key, part in _DIFF_PARTS.items()}})
+    return _with_max_abs_diff(out)
+
+
+def _grpo_advantages(trl: Trl, inputs: dict) -> tuple[dict, torch.Tensor, str, float]:
+    """(TRL's inputs, the advantages both sides use, where they came from, the largest difference of our group
+    advantages from TRL's). Where every group scored alike (common for a 135M model on GSM8K) both losses would be 0
+    whatever their formulas: both sides then get the same non-zero advantages, so that the comparison, and the
+    update, mean something."""
     mask = inputs["completion_mask"]
-    advantages = group_advantages(torch.tensor(trl.last_rewards, device=mask.device), w.group_size, "group")
-    advantage_source = "task rewards"
-    adv_diff = float((advantages - inputs["advantages"]).abs().max())
-    if not advantages.abs().gt(0).any():
-        # Every group scored alike (common for a 135M model on GSM8K): both losses would be 0 whatever their
-        # formulas. Give both the same non-zero advantages so the comparison, and the update, mean something.
-        advantages = torch.tensor([1.0, -1.0], device=mask.device).repeat(mask.size(0) // 2 + 1)[: mask.size(0)]
-        inputs = {**inputs, "advantages": advantages.clone()}
-        advantage_source = "synthetic +1/-1 (all rewards of every group were equal)"
-    loss_kwargs = dict(level="token", loss_type=w.loss_type, epsilon=0.2, epsilon_high=None, beta=w.beta,
-                       max_completion_length=w.max_new_tokens, kl_bias_correction=False)
-    real = mask.bool()
-    trl_ref = inputs.get("ref_per_token_logps")
+    advantages = group_advantages(torch.tensor(trl.last_rewards, device=mask.device), trl.workload.group_size, "group")
+    diff = float((advantages - inputs["advantages"]).abs().max())
+    if advantages.abs().gt(0).any():
+        return inputs, advantages, "task rewards", diff
+    advantages = torch.tensor([1.0, -1.0], device=mask.device).repeat(mask.size(0) // 2 + 1)[: mask.size(0)]
+    return ({**inputs, "advantages": advantages.clone()}, advantages,
+            "synthetic +1/-1 (all rewards of every group were equal)", diff)
 
-    def max_diff(a, b) -> float:
-        return float((a - b)[real].abs().max())
 
-    def both_losses(old, inputs_for_trl, precision="fp32"):
+class _Losses(NamedTuple):
+    """One stage of the same-batch check: our loss, TRL's (None where not asked), our log-probs and reference
+    log-probs, and the parts of the difference (_DIFF_PARTS' values; empty without TRL's loss)."""
+
+    ours: float
+    theirs: Optional[float]
+    logps: torch.Tensor
+    ref: Optional[torch.Tensor]
+    parts: dict
+
+
+@dataclass(frozen=True)
+class _SameBatch:
+    """The batch both sides compute their loss on: TRL's trainer and model, our Rollout of its completions, its
+    completion mask, the advantages both use, and TRL's reference log-probs (None without a KL term)."""
+
+    trl: Trl
+    rollout: Rollout
+    mask: torch.Tensor
+    advantages: torch.Tensor
+    trl_ref_logps: Optional[torch.Tensor]
+
+    def max_diff(self, a: torch.Tensor, b: torch.Tensor) -> float:
+        """The largest difference over the completions' real tokens."""
+        return float((a - b)[self.mask.bool()].abs().max())
+
+    def loss(self, logps, old, ref) -> torch.Tensor:
+        """``grpo_loss`` on this batch at the workload's settings (the paper's KL term, no bias correction)."""
+        w = self.trl.workload
+        return grpo_loss(logps, old, ref, self.advantages, self.mask, level="token", loss_type=w.loss_type,
+                         epsilon=0.2, epsilon_high=None, beta=w.beta, max_completion_length=w.max_new_tokens,
+                         kl_bias_correction=False)
+
+    def losses(self, old, inputs_for_trl: Optional[dict], precision: str = "fp32") -> _Losses:
+        """Our loss from our own log-probs (under bf16 autocast with ``precision`` "bf16"), ``old`` the old
+        log-probs; with ``inputs_for_trl`` also TRL's loss on them and the parts of the difference."""
+        t, model, w = self.trl.trainer, self.trl.model, self.trl.workload
         autocast = torch.autocast(model.device.type, dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
         with torch.no_grad(), autocast:
-            logps = rollout_logps(model, rollout, temperature=temperature)
-            ref = _reference_logps(t, model, rollout, temperature) if w.beta > 0 else None
-        ours = grpo_loss(logps, old, ref, advantages, mask, **loss_kwargs)
+            logps = rollout_logps(model, self.rollout, temperature=t.temperature)
+            ref = _reference_logps(t, model, self.rollout, t.temperature) if w.beta > 0 else None
+        ours = float(self.loss(logps, old, ref))
         if inputs_for_trl is None:
-            return float(ours), None, logps, ref, {}
+            return _Losses(ours, None, logps, ref, {})
         with torch.no_grad():
             theirs = float(t.compute_loss(model, inputs_for_trl))
             trl_logps = _trl_logps(t, model, inputs_for_trl)
             alone = _trl_logps(t, model, inputs_for_trl, rows_alone=True)
             alone_ref = _trl_reference_logps(t, model, inputs_for_trl, rows_alone=True) if w.beta > 0 else None
-        parts = {"formula": abs(float(grpo_loss(trl_logps, old, trl_ref, advantages, mask, **loss_kwargs)) - theirs),
-                 "layout": abs(float(grpo_loss(alone, old, alone_ref, advantages, mask, **loss_kwargs)) - theirs),
-                 "logps": max_diff(logps, trl_logps), "layout_logps": max_diff(alone, trl_logps)}
-        return float(ours), theirs, logps, ref, parts
+        parts = {"formula": abs(float(self.loss(trl_logps, old, self.trl_ref_logps)) - theirs),
+                 "layout": abs(float(self.loss(alone, old, alone_ref)) - theirs),
+                 "logps": self.max_diff(logps, trl_logps), "layout_logps": self.max_diff(alone, trl_logps)}
+        return _Losses(ours, theirs, logps, ref, parts)
 
-    old = inputs.get("old_per_token_logps")
-    ours1, trl1, logps1, ref1, parts1 = both_losses(old, inputs)
-    # bf16 as a bf16 run would have it: current, old and reference log-probs all under autocast.
-    bf16_1, _, logps1_bf16, _, _ = both_losses(None, None, precision="bf16")
-    out = {"loss_ours_sampled": ours1, "loss_trl_sampled": trl1, "abs_diff_sampled": abs(ours1 - trl1),
-           "max_abs_diff_advantages": adv_diff, "advantages": advantage_source}
-    if w.beta > 0:
-        out["max_abs_diff_ref_logps"] = max_diff(ref1, trl_ref)
-    if old is not None:
-        out["max_abs_diff_old_logps"] = max_diff(logps1, old)
 
-    # One TRL update on this batch; then the ratio (old = as sampled) and the KL are no longer trivial.
-    t.compute_loss(model, inputs).backward()
+def _trl_update(trl: Trl, inputs: dict) -> None:
+    """One TRL update on the batch: its loss's backward and an optimizer step."""
+    trl.trainer.compute_loss(trl.model, inputs).backward()
     trl.optimizer_step()
-    old2 = logps1 if old is None else old
-    ours2, trl2, _, _, parts2 = both_losses(old2, {**inputs, "old_per_token_logps": old2})
-    bf16_2, _, _, _, _ = both_losses(logps1_bf16, None, precision="bf16")
-    out.update({"loss_ours_updated": ours2, "loss_trl_updated": trl2, "abs_diff_updated": abs(ours2 - trl2),
-                "loss_ours_updated_bf16": bf16_2, "abs_diff_bf16_vs_fp32": abs(bf16_2 - ours2),
-                "abs_diff_bf16_vs_fp32_sampled": abs(bf16_1 - ours1),
-                "max_abs_diff_logps_bf16_vs_fp32": float(((logps1_bf16 - logps1) * mask).abs().max()),
-                "abs_diff_formula": max(parts1["formula"], parts2["formula"]),
-                "abs_diff_layout": max(parts1["layout"], parts2["layout"]),
-                "max_abs_diff_logps": max(parts1["logps"], parts2["logps"]),
-                "max_abs_diff_layout_logps": max(parts1["layout_logps"], parts2["layout_logps"])})
+
+
+def _with_max_abs_diff(out: dict) -> dict:
+    """A same-batch check's result with its headline: the largest of its loss and advantage differences."""
     out["max_abs_diff"] = max(out["abs_diff_sampled"], out["abs_diff_updated"], out["max_abs_diff_advantages"])
     return out
 
@@ -394,14 +441,12 @@ def same_batch_check_rloo(trl: Trl, prompts: list[str]) -> dict[str, float]:
         return float(ours), float(theirs)
 
     ours1, trl1 = both_losses(None)
-    t.compute_loss(model, inputs).backward()  # one TRL update on this batch
-    trl.optimizer_step()
+    _trl_update(trl, inputs)  # one TRL update on this batch
     ours2, trl2 = both_losses(old)
     out.update({"loss_ours_sampled": ours1, "loss_trl_sampled": trl1, "abs_diff_sampled": abs(ours1 - trl1),
                 "loss_ours_updated": ours2, "loss_trl_updated": trl2, "abs_diff_updated": abs(ours2 - trl2),
                 "advantages": "task rewards"})
-    out["max_abs_diff"] = max(out["abs_diff_sampled"], out["abs_diff_updated"], out["max_abs_diff_advantages"])
-    return out
+    return _with_max_abs_diff(out)
 
 
 # --------------------------------------------------------------------------------------------

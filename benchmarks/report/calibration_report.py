@@ -206,6 +206,24 @@ def declared_pairs(directories: Sequence[Path | str]) -> pd.DataFrame:
 
 def render(sim: pd.DataFrame, aa: Optional[tuple[dict, pd.DataFrame]], pairs: pd.DataFrame, command: str,
            claims: Sequence[tuple[dict, pd.DataFrame, Optional[dict]]] = ()) -> str:
+    """The report: the headline of every measurement, then a section each (simulated, real A/A, declared pairs, and
+    each claims matrix)."""
+    lines = ["# Calibration of the verdicts", "",
+             f"**The verdict procedure (benchmarks/report/inference.py, 95% simultaneous): "
+             + "; ".join(_headline(sim, aa, pairs, claims)) + ".**", "",
+             f"Written by `{command}`.", ""]
+    lines += _simulated_section(sim)
+    lines += _real_aa_section(aa)
+    lines += _pairs_section(pairs)
+    for design, rates, real in claims:
+        lines += _claims_section(design, rates, real)
+    return "\n".join(lines)
+
+
+def _headline(sim: pd.DataFrame, aa: Optional[tuple[dict, pd.DataFrame]], pairs: pd.DataFrame,
+              claims: Sequence[tuple[dict, pd.DataFrame, Optional[dict]]]) -> list[str]:
+    """One clause per measurement: the worst simulated rate, the real A/A rates, the pairs separated, each claims
+    matrix's rates."""
     worst = sim["false_claim"].max() if not sim.empty else math.nan
     head = [f"the simulated family-wise rate of false claims is at most {worst:.3f} over {len(sim)} scenarios at the "
             "committed matrices' designs" if not sim.empty else "no design simulated"]
@@ -221,64 +239,79 @@ def render(sim: pd.DataFrame, aa: Optional[tuple[dict, pd.DataFrame]], pairs: pd
         if real and real.get("draws"):
             text += f"; real A/A {real['false_claim']:.3f} [{real['low']:.3f}, {real['high']:.3f}]"
         head.append(text + ")")
-    lines = ["# Calibration of the verdicts", "",
-             f"**The verdict procedure (benchmarks/report/inference.py, 95% simultaneous): " + "; ".join(head) + ".**", "",
-             f"Written by `{command}`.", ""]
-    if not sim.empty:
-        rows = [[r.matrix, r.task, f"{r.variants} x {r.seeds}", r.scenario, f"{r.false_claim:.3f}", f"{r.noncoverage:.3f}",
-                 f"{r.any_worse:.3f}", r.sims] for r in sim.itertuples()]
-        lines += ["## Simulated at the matrices' own designs", "",
-                  "Each committed matrix's variants, seeds and per-variant seed-to-seed sds (of its primary metric), "
-                  "Gaussian noise, the procedure applied as the report applies it (critical value calibrated per "
-                  "simulated matrix). *False claim*: any variant marked worse by more than its true gap, best or "
-                  "equivalent when it is not, or a best variant left out of the could-be-best set; *non-coverage*: "
-                  "any simultaneous interval missing its true gap; *any worse*: matrices with at least one variant "
-                  "marked worse (power, under the partial nulls). A controlled procedure reads <= 0.05 within "
-                  f"simulation error (+-{2 * math.sqrt(0.05 * 0.95 / max(int(sim['sims'].min()), 1)):.3f}).", "",
-                  markdown_table(["matrix", "task", "design", "scenario", "false claim", "non-coverage", "any worse",
-                                  "simulated matrices"], rows), ""]
-    if aa is not None:
-        summary, rates = aa
-        lines += ["## Real A/A replicates", "",
-                  f"`{summary['matrix']}` ({summary['dir']}): `{summary['variant']}` on {summary['cells']} independent "
-                  f"seeds; primary metric {summary['primary']}: mean {summary['mean']:.4f}, sd {summary['sd']:.4f}, "
-                  f"range [{summary['min']:.4f}, {summary['max']:.4f}], skewness {summary['skewness']:+.2f}, excess "
-                  f"kurtosis {summary['excess_kurtosis']:+.2f}. Its cells, partitioned at random into null matrices "
-                  "(every cell at most once per matrix; the cells share no seed, so the one-way model), judged by the "
-                  "procedure; the interval is a bootstrap over the cells. *Tukey, pooled*: the textbook critical value "
-                  "on the same draws, for contrast.", ""]
-        if rates.empty:
-            lines += ["Too few cells for any null-matrix shape yet.", ""]
-        else:
-            rows = [[f"{r.variants} x {r.seeds}", r.draws, f"{r.false_claim:.3f} [{r.low:.3f}, {r.high:.3f}]",
-                     f"{r.false_equivalent:.3f}", f"{r.tukey_pooled:.3f}"] for r in rates.itertuples()]
-            lines += [markdown_table(["null matrix", "partitions", "false claim [95% bootstrap]",
-                                      "false equivalence", "Tukey, pooled"], rows), ""]
-    if not pairs.empty:
-        rows = [[r.matrix, r.task, f"`{r.a}`", f"`{r.b}`", f"{r.diff:+.4f}", f"+-{r.half_width:.4f}",
-                 "**yes**" if r.separated else "no"] for r in pairs.itertuples()]
-        lines += ["## Declared A/A pairs", "",
-                  "Pairs of variants a matrix declares equivalent (`equivalent` in its matrix file: the same update, or "
-                  "an independent replicate of a variant under a second name), judged by the procedure's simultaneous "
-                  "interval of their difference. Rounding twins (bit-identical runs) cannot be separated and say little.",
-                  "", markdown_table(["matrix", "task", "A", "B", "mean(A) - mean(B)", "simultaneous interval",
-                                      "separated"], rows), ""]
-    for design, rates, real in claims:
-        rows = [[r.scenario, f"{r.variants} x {r.seeds}", r.claims, f"{r.false_claim:.3f}", f"{r.noncoverage:.3f}",
-                 r.sims] for r in rates.itertuples()]
-        lines += [f"## The claims of `{design['name']}` ({design['file']})", "",
-                  f"Its {len(design['pairs'])} claims (a treatment against its control each) over {design['k']} "
-                  f"variants x {design['n']} seeds, judged as one family by `inference.contrasts` (blocked by seed, c "
-                  "calibrated for these contrasts). Simulated: Gaussian cells with a shared seed part, each variant's sd "
-                  "drawn once for the scenario. *False claim*: any interval wholly above or below 0 for a null contrast.",
-                  "", markdown_table(["scenario", "design", "claims", "false claim", "non-coverage",
-                                      "simulated matrices"], rows), ""]
-        if real and real.get("draws"):
-            lines += [f"On the real A/A cells: null matrices of the same {real['variants']} variants and contrasts at "
-                      f"{real['seeds']} seeds each (all the cells allow; one-way, the cells share no seed): false claim "
-                      f"{real['false_claim']:.3f} [{real['low']:.3f}, {real['high']:.3f}] over {real['draws']} "
-                      "partitions (bootstrap interval over the cells).", ""]
-    return "\n".join(lines)
+    return head
+
+
+def _simulated_section(sim: pd.DataFrame) -> list[str]:
+    """The family-wise rates simulated at each matrix's design, per scenario."""
+    if sim.empty:
+        return []
+    rows = [[r.matrix, r.task, f"{r.variants} x {r.seeds}", r.scenario, f"{r.false_claim:.3f}", f"{r.noncoverage:.3f}",
+             f"{r.any_worse:.3f}", r.sims] for r in sim.itertuples()]
+    return ["## Simulated at the matrices' own designs", "",
+            "Each committed matrix's variants, seeds and per-variant seed-to-seed sds (of its primary metric), "
+            "Gaussian noise, the procedure applied as the report applies it (critical value calibrated per "
+            "simulated matrix). *False claim*: any variant marked worse by more than its true gap, best or "
+            "equivalent when it is not, or a best variant left out of the could-be-best set; *non-coverage*: "
+            "any simultaneous interval missing its true gap; *any worse*: matrices with at least one variant "
+            "marked worse (power, under the partial nulls). A controlled procedure reads <= 0.05 within "
+            f"simulation error (+-{2 * math.sqrt(0.05 * 0.95 / max(int(sim['sims'].min()), 1)):.3f}).", "",
+            markdown_table(["matrix", "task", "design", "scenario", "false claim", "non-coverage", "any worse",
+                            "simulated matrices"], rows), ""]
+
+
+def _real_aa_section(aa: Optional[tuple[dict, pd.DataFrame]]) -> list[str]:
+    """The A/A matrix's cells described, and the rates of the null matrices cut from them."""
+    if aa is None:
+        return []
+    summary, rates = aa
+    lines = ["## Real A/A replicates", "",
+             f"`{summary['matrix']}` ({summary['dir']}): `{summary['variant']}` on {summary['cells']} independent "
+             f"seeds; primary metric {summary['primary']}: mean {summary['mean']:.4f}, sd {summary['sd']:.4f}, "
+             f"range [{summary['min']:.4f}, {summary['max']:.4f}], skewness {summary['skewness']:+.2f}, excess "
+             f"kurtosis {summary['excess_kurtosis']:+.2f}. Its cells, partitioned at random into null matrices "
+             "(every cell at most once per matrix; the cells share no seed, so the one-way model), judged by the "
+             "procedure; the interval is a bootstrap over the cells. *Tukey, pooled*: the textbook critical value "
+             "on the same draws, for contrast.", ""]
+    if rates.empty:
+        return lines + ["Too few cells for any null-matrix shape yet.", ""]
+    rows = [[f"{r.variants} x {r.seeds}", r.draws, f"{r.false_claim:.3f} [{r.low:.3f}, {r.high:.3f}]",
+             f"{r.false_equivalent:.3f}", f"{r.tukey_pooled:.3f}"] for r in rates.itertuples()]
+    return lines + [markdown_table(["null matrix", "partitions", "false claim [95% bootstrap]",
+                                    "false equivalence", "Tukey, pooled"], rows), ""]
+
+
+def _pairs_section(pairs: pd.DataFrame) -> list[str]:
+    """Each declared-equivalent pair and whether the procedure separates it."""
+    if pairs.empty:
+        return []
+    rows = [[r.matrix, r.task, f"`{r.a}`", f"`{r.b}`", f"{r.diff:+.4f}", f"+-{r.half_width:.4f}",
+             "**yes**" if r.separated else "no"] for r in pairs.itertuples()]
+    return ["## Declared A/A pairs", "",
+            "Pairs of variants a matrix declares equivalent (`equivalent` in its matrix file: the same update, or "
+            "an independent replicate of a variant under a second name), judged by the procedure's simultaneous "
+            "interval of their difference. Rounding twins (bit-identical runs) cannot be separated and say little.",
+            "", markdown_table(["matrix", "task", "A", "B", "mean(A) - mean(B)", "simultaneous interval",
+                                "separated"], rows), ""]
+
+
+def _claims_section(design: dict, rates: pd.DataFrame, real: Optional[dict]) -> list[str]:
+    """One claims matrix: its claims' simulated rates, and the rate on the real A/A cells where measured."""
+    rows = [[r.scenario, f"{r.variants} x {r.seeds}", r.claims, f"{r.false_claim:.3f}", f"{r.noncoverage:.3f}",
+             r.sims] for r in rates.itertuples()]
+    lines = [f"## The claims of `{design['name']}` ({design['file']})", "",
+             f"Its {len(design['pairs'])} claims (a treatment against its control each) over {design['k']} "
+             f"variants x {design['n']} seeds, judged as one family by `inference.contrasts` (blocked by seed, c "
+             "calibrated for these contrasts). Simulated: Gaussian cells with a shared seed part, each variant's sd "
+             "drawn once for the scenario. *False claim*: any interval wholly above or below 0 for a null contrast.",
+             "", markdown_table(["scenario", "design", "claims", "false claim", "non-coverage",
+                                 "simulated matrices"], rows), ""]
+    if real and real.get("draws"):
+        lines += [f"On the real A/A cells: null matrices of the same {real['variants']} variants and contrasts at "
+                  f"{real['seeds']} seeds each (all the cells allow; one-way, the cells share no seed): false claim "
+                  f"{real['false_claim']:.3f} [{real['low']:.3f}, {real['high']:.3f}] over {real['draws']} "
+                  "partitions (bootstrap interval over the cells).", ""]
+    return lines
 
 
 def write_calibration(directories: Sequence[Path | str], out: Path | str, *, aa: Optional[Path | str] = None,

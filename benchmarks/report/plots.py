@@ -424,68 +424,89 @@ def _collapse(data: dict, curves: dict, out: Path) -> list[tuple[str, str]]:
 
 
 def _robust(analysis: dict, style: _Style, out: Path) -> list[tuple[str, str]]:
-    import matplotlib.pyplot as plt
-
+    """The plots over all tasks, each where its data is: performance profiles, probability of improvement, and the
+    IQM and mean interval estimates."""
     written = []
     profiles = analysis.get("profiles", pd.DataFrame())
     if not profiles.empty:
-        fig, ax = plt.subplots(figsize=(6.5, 4))
-        for name in reversed(style.order(profiles["name"])):
-            frame = profiles[profiles["name"] == name]
-            ax.plot(frame["tau"], frame["fraction"], label=name, **style.line(name, len(frame)))
-            alpha = style.band_alpha(name)
-            if alpha:
-                ax.fill_between(frame["tau"], frame["low"], frame["high"], color=style.look(name)["color"], alpha=alpha,
-                                linewidth=0)
-        ax.set_xlabel("normalised final accuracy tau (0: starting policy, 1: accuracy 1.0)")
-        ax.set_ylabel("fraction of runs with score > tau")
-        fig.tight_layout()
-        style.legend(fig, profiles["name"])
-        _save(fig, out / "performance_profile.png", "Performance profiles over all tasks and seeds (95% bootstrap band)")
-        written.append(("performance_profile.png", "performance profiles (normalised final accuracy)"))
+        written.append(_performance_profiles(profiles, style, out))
     poi = analysis.get("poi", pd.DataFrame())
     overall = poi[poi["task"] == "all tasks"] if not poi.empty else poi
     if not overall.empty:
-        names = [v for v in style.variants if v in set(overall["x"])]
-        grid = overall.pivot(index="x", columns="y", values="probability").reindex(index=names, columns=names)
-        n = len(names)
-        fig, ax = plt.subplots(figsize=(max(3.8, 1.6 + 0.55 * n), max(3.0, 0.9 + 0.45 * n)))
-        image = ax.imshow(grid.to_numpy(float), vmin=0, vmax=1, cmap="RdBu")
-        ax.grid(False)  # the theme's grid would cross the cells
-        ax.set_xticks(range(n), names, rotation=45, ha="right", rotation_mode="anchor", fontsize=8)
-        ax.set_yticks(range(n), names, fontsize=8)
-        style.ticks(ax.get_xticklabels())
-        style.ticks(ax.get_yticklabels())
-        for i in range(n):
-            for j in range(n):
-                value = grid.iat[i, j]
-                if i != j and np.isfinite(value):
-                    ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7 if n <= 8 else 6,
-                            color="white" if abs(value - 0.5) > 0.3 else "black")
-        fig.colorbar(image, ax=ax, label="P(row > column)", shrink=0.8)
-        fig.tight_layout()
-        _save(fig, out / "probability_of_improvement.png", "Probability of improvement, final accuracy, averaged over tasks")
-        written.append(("probability_of_improvement.png", "probability of improvement (row over column)"))
+        written.append(_probability_of_improvement(overall, style, out))
     table = analysis.get("overall", pd.DataFrame())
     if not table.empty:
-        fig, axes = plt.subplots(1, 2, figsize=(10, max(2.4, 1.0 + 0.34 * len(table))), sharey=True)
-        names = list(table["variant"])[::-1]
-        y = np.arange(len(names))
-        frame = table.set_index("variant").loc[names]
-        for ax, prefix, title in zip(axes, ("final", "auc"), ("normalised final accuracy", "normalised AUC")):
-            for offset, stat, marker, colour in ((0.15, "iqm", "o", COLOURS[0]), (-0.15, "mean", "s", COLOURS[1])):
-                point, low, high = (frame[f"{prefix}_{stat}{s}"].to_numpy(float) for s in ("", "_low", "_high"))
-                ax.errorbar(point, y + offset, xerr=[point - low, high - point], fmt=marker, markersize=4, capsize=2,
-                            color=colour, label="IQM" if stat == "iqm" else "mean")
-            ax.set_title(title, fontsize=10)
-            ax.set_ylim(-0.6, len(names) - 0.4)
-        axes[0].set_yticks(y, names, fontsize=8)
-        style.ticks(axes[0].get_yticklabels())
-        fig.tight_layout()
-        # the legend beside the panels, where it covers no interval
-        fig.legend(*axes[0].get_legend_handles_labels(), loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8,
-                   frameon=False)
-        _save(fig, out / "interval_estimates.png", "All tasks: IQM and mean with 95% stratified-bootstrap intervals"
-                                                   + (f"; bold: {style.highlight_label}" if style.highlighted else ""))
-        written.append(("interval_estimates.png", "IQM and mean over all tasks with 95% bootstrap intervals"))
+        written.append(_interval_estimates(table, style, out))
     return written
+
+
+def _performance_profiles(profiles: pd.DataFrame, style: _Style, out: Path) -> tuple[str, str]:
+    """rliable's score distributions: the share of runs above each normalised final accuracy, with its band."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for name in reversed(style.order(profiles["name"])):
+        frame = profiles[profiles["name"] == name]
+        ax.plot(frame["tau"], frame["fraction"], label=name, **style.line(name, len(frame)))
+        alpha = style.band_alpha(name)
+        if alpha:
+            ax.fill_between(frame["tau"], frame["low"], frame["high"], color=style.look(name)["color"], alpha=alpha,
+                            linewidth=0)
+    ax.set_xlabel("normalised final accuracy tau (0: starting policy, 1: accuracy 1.0)")
+    ax.set_ylabel("fraction of runs with score > tau")
+    fig.tight_layout()
+    style.legend(fig, profiles["name"])
+    _save(fig, out / "performance_profile.png", "Performance profiles over all tasks and seeds (95% bootstrap band)")
+    return "performance_profile.png", "performance profiles (normalised final accuracy)"
+
+
+def _probability_of_improvement(overall: pd.DataFrame, style: _Style, out: Path) -> tuple[str, str]:
+    """P(row > column) over all tasks as a heat map, each cell labelled with its value."""
+    import matplotlib.pyplot as plt
+
+    names = [v for v in style.variants if v in set(overall["x"])]
+    grid = overall.pivot(index="x", columns="y", values="probability").reindex(index=names, columns=names)
+    n = len(names)
+    fig, ax = plt.subplots(figsize=(max(3.8, 1.6 + 0.55 * n), max(3.0, 0.9 + 0.45 * n)))
+    image = ax.imshow(grid.to_numpy(float), vmin=0, vmax=1, cmap="RdBu")
+    ax.grid(False)  # the theme's grid would cross the cells
+    ax.set_xticks(range(n), names, rotation=45, ha="right", rotation_mode="anchor", fontsize=8)
+    ax.set_yticks(range(n), names, fontsize=8)
+    style.ticks(ax.get_xticklabels())
+    style.ticks(ax.get_yticklabels())
+    for i in range(n):
+        for j in range(n):
+            value = grid.iat[i, j]
+            if i != j and np.isfinite(value):
+                ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7 if n <= 8 else 6,
+                        color="white" if abs(value - 0.5) > 0.3 else "black")
+    fig.colorbar(image, ax=ax, label="P(row > column)", shrink=0.8)
+    fig.tight_layout()
+    _save(fig, out / "probability_of_improvement.png", "Probability of improvement, final accuracy, averaged over tasks")
+    return "probability_of_improvement.png", "probability of improvement (row over column)"
+
+
+def _interval_estimates(table: pd.DataFrame, style: _Style, out: Path) -> tuple[str, str]:
+    """Normalised final accuracy and AUC over all tasks, side by side: IQM and mean with their intervals."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, max(2.4, 1.0 + 0.34 * len(table))), sharey=True)
+    names = list(table["variant"])[::-1]
+    y = np.arange(len(names))
+    frame = table.set_index("variant").loc[names]
+    for ax, prefix, title in zip(axes, ("final", "auc"), ("normalised final accuracy", "normalised AUC")):
+        for offset, stat, marker, colour in ((0.15, "iqm", "o", COLOURS[0]), (-0.15, "mean", "s", COLOURS[1])):
+            point, low, high = (frame[f"{prefix}_{stat}{s}"].to_numpy(float) for s in ("", "_low", "_high"))
+            ax.errorbar(point, y + offset, xerr=[point - low, high - point], fmt=marker, markersize=4, capsize=2,
+                        color=colour, label="IQM" if stat == "iqm" else "mean")
+        ax.set_title(title, fontsize=10)
+        ax.set_ylim(-0.6, len(names) - 0.4)
+    axes[0].set_yticks(y, names, fontsize=8)
+    style.ticks(axes[0].get_yticklabels())
+    fig.tight_layout()
+    # the legend beside the panels, where it covers no interval
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8,
+               frameon=False)
+    _save(fig, out / "interval_estimates.png", "All tasks: IQM and mean with 95% stratified-bootstrap intervals"
+                                               + (f"; bold: {style.highlight_label}" if style.highlighted else ""))
+    return "interval_estimates.png", "IQM and mean over all tasks with 95% bootstrap intervals"

@@ -127,72 +127,91 @@ def analyse(cells: pd.DataFrame, curves: dict, *, reps: int = stats.REPS, seed: 
     groups = _equivalent_groups(meta) if equivalent is None else equivalent
     done = cells[cells["status"] == "complete"]
     cost = done.groupby(["task", "variant"], sort=False)[["wall_clock_s", "peak_memory_bytes"]].mean()
-    rows, saturated, poi, power_rows, aa_rows, curve_ok = [], {}, [], [], [], {}
     tasks = list(dict.fromkeys(per_cell["task"]))
-    for task in tasks:
-        frame = per_cell[per_cell["task"] == task]
-        final, auc = _runs(frame, "final_accuracy"), _runs(frame, "auc")
-        scores = {v: dict(zip(g["seed"].astype(int), g["primary"].astype(float)))
-                  for v, g in frame.groupby("variant", sort=False)}
-        means = {v: float(np.nanmean(list(s.values()))) for v, s in scores.items()}
-        saturated[task] = all(m >= SATURATED_HIGH for m in means.values()) or all(m <= SATURATED_LOW for m in means.values())
-        curve_ok[task] = bool((frame["evaluations"] >= CURVE_EVALUATIONS).all()) if "evaluations" in frame else True
-        marks, fit = inference.compare(scores, margin=spec["margin"], seed=seed)
-        marks = marks.set_index("variant")
-        power_rows.append({"task": task, **inference.summary(fit, margin=spec["margin"], target=spec["target_mdd"], seed=seed)})
-        aa_rows += _aa_pairs(task, fit, groups)
-        final_est = stats.mean_and_iqm(final, reps=reps, seed=seed).set_index("name")
-        auc_est = stats.mean_and_iqm(auc, reps=reps, seed=seed).set_index("name")
-        for variant in marks.index:
-            mine = frame[frame["variant"] == variant]
-            ctt = mine["completions_to_threshold"].to_numpy(float)
-            n_collapsed = int(mine["collapsed"].sum()) if "collapsed" in mine else 0
-            n_flat = int(mine["never_learned"].sum()) if "never_learned" in mine else 0
-            collapse_low, collapse_high = stats.wilson_interval(n_collapsed, len(mine))
-            m = marks.loc[variant]
-            row = {"task": task, "variant": variant, "seeds": len(final[variant]), "model_seeds": int(m["seeds"]),
-                   "primary_mean": float(m["mean"]), "primary_sd": float(m["sd"]),
-                   **{f"final_{k}": v for k, v in final_est.loc[variant].items()},
-                   **{f"auc_{k}": v for k, v in auc_est.loc[variant].items()},
-                   "threshold": curves["thresholds"][task],
-                   "completions_to_threshold": float(np.median(ctt)) if len(ctt) else math.nan,
-                   "threshold_reached": int(np.isfinite(ctt).sum()),
-                   "collapsed": n_collapsed, "collapse_rate": n_collapsed / len(mine) if len(mine) else math.nan,
-                   "collapse_low": collapse_low, "collapse_high": collapse_high, "never_learned": n_flat,
-                   "gap_low": float(m["low"]), "gap_high": float(m["high"]), "mark": m["mark"],
-                   "worse_by": float(m["worse_by"]), "in_best_set": bool(m["in_best_set"]), "p_best": float(m["p_best"]),
-                   "saturated": saturated[task], "curve_metrics": curve_ok[task]}
-            if (task, variant) in cost.index:
-                row["wall_clock_s"], row["peak_memory_bytes"] = cost.loc[(task, variant)]
-            rows.append(row)
-        task_poi = stats.probability_of_improvement(final)
-        task_poi.insert(0, "task", task)
-        poi.append(task_poi)
-    table = pd.DataFrame(rows)
-
-    final_pooled, auc_pooled = _pooled(per_cell, "final_accuracy", tasks), _pooled(per_cell, "auc", tasks)
-    overall = pd.DataFrame()
-    profiles = pd.DataFrame()
-    if final_pooled:
-        overall = stats.mean_and_iqm(final_pooled, reps=reps, seed=seed).add_prefix("final_").rename(columns={"final_name": "variant"})
-        auc_overall = stats.mean_and_iqm(auc_pooled, reps=reps, seed=seed).add_prefix("auc_").rename(columns={"auc_name": "variant"})
-        overall = overall.merge(auc_overall, on="variant")
-        overall["seeds"] = [len(final_pooled[v]) for v in overall["variant"]]
-        overall = overall.sort_values("final_iqm", ascending=False, kind="stable").reset_index(drop=True)
-        all_poi = stats.probability_of_improvement(final_pooled)
-        all_poi.insert(0, "task", "all tasks")
-        poi.append(all_poi)
-        profiles = stats.performance_profiles(final_pooled, PROFILE_TAUS, reps=reps, seed=seed)
-    power_table = pd.DataFrame(power_rows)
-    result = {**empty, "tasks": table, "overall": overall, "poi": pd.concat(poi, ignore_index=True), "profiles": profiles,
-              "saturated": saturated, "thresholds": curves["thresholds"], "aligned": curves.get("aligned", {}),
+    judged = [_judge_task(task, per_cell[per_cell["task"] == task], curves["thresholds"][task], cost, spec, groups,
+                          reps=reps, seed=seed) for task in tasks]
+    table = pd.DataFrame([row for j in judged for row in j["rows"]])
+    overall, profiles, all_poi = _over_tasks(per_cell, tasks, reps=reps, seed=seed)
+    power_table = pd.DataFrame([j["power"] for j in judged])
+    curve_ok = {task: j["curve_ok"] for task, j in zip(tasks, judged)}
+    result = {**empty, "tasks": table, "overall": overall,
+              "poi": pd.concat([j["poi"] for j in judged] + all_poi, ignore_index=True), "profiles": profiles,
+              "saturated": {task: j["saturated"] for task, j in zip(tasks, judged)}, "thresholds": curves["thresholds"],
+              "aligned": curves.get("aligned", {}),
               "pooled_tasks": [t for t in tasks if per_cell[per_cell["task"] == t]["accuracy_before"].mean() < 1.0],
               "power": power_table, "curve_metrics": curve_ok, "equivalent": groups,
-              "aa": pd.DataFrame(aa_rows, columns=["task", "a", "b", "diff", "half_width", "separated"])}
+              "aa": pd.DataFrame([pair for j in judged for pair in j["aa"]],
+                                 columns=["task", "a", "b", "diff", "half_width", "separated"])}
     result["sentences"] = guidance(table, power_table, spec)
     result["scaling_fits"] = (fits.scaling_fits(curves.get("completions"), seed=seed) if scaling and any(curve_ok.values())
                               else pd.DataFrame(columns=fits.COLUMNS))
     return result
+
+
+def _judge_task(task: str, frame: pd.DataFrame, threshold: float, cost: pd.DataFrame, spec: dict, groups: list, *,
+                reps: int, seed: int) -> dict:
+    """One task's verdict: a row per variant (``rows``), the procedure's power summary, its declared pairs, the
+    pairwise P(X > Y) of final accuracy, and whether the task is saturated and its curves carry curve metrics."""
+    final, auc = _runs(frame, "final_accuracy"), _runs(frame, "auc")
+    scores = {v: dict(zip(g["seed"].astype(int), g["primary"].astype(float)))
+              for v, g in frame.groupby("variant", sort=False)}
+    means = {v: float(np.nanmean(list(s.values()))) for v, s in scores.items()}
+    saturated = all(m >= SATURATED_HIGH for m in means.values()) or all(m <= SATURATED_LOW for m in means.values())
+    curve_ok = bool((frame["evaluations"] >= CURVE_EVALUATIONS).all()) if "evaluations" in frame else True
+    marks, fit = inference.compare(scores, margin=spec["margin"], seed=seed)
+    marks = marks.set_index("variant")
+    power = {"task": task, **inference.summary(fit, margin=spec["margin"], target=spec["target_mdd"], seed=seed)}
+    aa = _aa_pairs(task, fit, groups)
+    final_est = stats.mean_and_iqm(final, reps=reps, seed=seed).set_index("name")
+    auc_est = stats.mean_and_iqm(auc, reps=reps, seed=seed).set_index("name")
+    rows = []
+    for variant in marks.index:
+        m = marks.loc[variant]
+        row = {"task": task, "variant": variant, "seeds": len(final[variant]), "model_seeds": int(m["seeds"]),
+               "primary_mean": float(m["mean"]), "primary_sd": float(m["sd"]),
+               **{f"final_{k}": v for k, v in final_est.loc[variant].items()},
+               **{f"auc_{k}": v for k, v in auc_est.loc[variant].items()},
+               **_threshold_and_collapse(frame[frame["variant"] == variant], threshold),
+               "gap_low": float(m["low"]), "gap_high": float(m["high"]), "mark": m["mark"],
+               "worse_by": float(m["worse_by"]), "in_best_set": bool(m["in_best_set"]), "p_best": float(m["p_best"]),
+               "saturated": saturated, "curve_metrics": curve_ok}
+        if (task, variant) in cost.index:
+            row["wall_clock_s"], row["peak_memory_bytes"] = cost.loc[(task, variant)]
+        rows.append(row)
+    poi = stats.probability_of_improvement(final)
+    poi.insert(0, "task", task)
+    return {"rows": rows, "power": power, "aa": aa, "poi": poi, "saturated": saturated, "curve_ok": curve_ok}
+
+
+def _threshold_and_collapse(mine: pd.DataFrame, threshold: float) -> dict:
+    """A variant's cells on a task: completions to the threshold (median over its seeds, and how many reached it),
+    how many collapsed (with a Wilson interval of the rate) and how many never learned."""
+    ctt = mine["completions_to_threshold"].to_numpy(float)
+    n_collapsed = int(mine["collapsed"].sum()) if "collapsed" in mine else 0
+    n_flat = int(mine["never_learned"].sum()) if "never_learned" in mine else 0
+    collapse_low, collapse_high = stats.wilson_interval(n_collapsed, len(mine))
+    return {"threshold": threshold,
+            "completions_to_threshold": float(np.median(ctt)) if len(ctt) else math.nan,
+            "threshold_reached": int(np.isfinite(ctt).sum()),
+            "collapsed": n_collapsed, "collapse_rate": n_collapsed / len(mine) if len(mine) else math.nan,
+            "collapse_low": collapse_low, "collapse_high": collapse_high, "never_learned": n_flat}
+
+
+def _over_tasks(per_cell: pd.DataFrame, tasks: list[str], *, reps: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame, list]:
+    """Described over all tasks, on normalised scores: mean and IQM per variant (final accuracy and AUC), the
+    performance profiles, and P(X > Y) (a one-frame list; all three empty where no variant completed every task)."""
+    final_pooled, auc_pooled = _pooled(per_cell, "final_accuracy", tasks), _pooled(per_cell, "auc", tasks)
+    if not final_pooled:
+        return pd.DataFrame(), pd.DataFrame(), []
+    overall = stats.mean_and_iqm(final_pooled, reps=reps, seed=seed).add_prefix("final_").rename(columns={"final_name": "variant"})
+    auc_overall = stats.mean_and_iqm(auc_pooled, reps=reps, seed=seed).add_prefix("auc_").rename(columns={"auc_name": "variant"})
+    overall = overall.merge(auc_overall, on="variant")
+    overall["seeds"] = [len(final_pooled[v]) for v in overall["variant"]]
+    overall = overall.sort_values("final_iqm", ascending=False, kind="stable").reset_index(drop=True)
+    all_poi = stats.probability_of_improvement(final_pooled)
+    all_poi.insert(0, "task", "all tasks")
+    profiles = stats.performance_profiles(final_pooled, PROFILE_TAUS, reps=reps, seed=seed)
+    return overall, profiles, [all_poi]
 
 
 def _equivalent_groups(meta: dict | None) -> list[list[str]]:
@@ -383,6 +402,21 @@ def _power_text(p: pd.Series, spec: dict) -> str:
     return " ".join(parts)
 
 
+# The verdict section's key to its marks, intervals and counts.
+HOW_TO_READ = (
+    "How to read the marks (benchmarks/report/inference.py): every claim comes from one family of simultaneous "
+    "95% intervals for each variant's *gap to the best of the others* (Hsu's multiple comparisons with the best, "
+    "blocked on the seed that cells of different variants share, one pooled seed-to-seed sd, the critical value "
+    "calibrated by simulation for unequal spreads), so all the marks of a task hold together with probability "
+    ">= 95%. *Could be best*: the gap's interval reaches 0 (the set of these is a 95% confidence set for the best); "
+    "*worse*: below the best by at least the amount shown; *equivalent*: the interval inside +-margin; *not "
+    "resolved*: could be best, and the seeds cannot say more. *P(best)*: the posterior probability of having the "
+    "highest mean. *MDD*: the gap to the best that this design calls worse with 80% probability. Final accuracy "
+    f"mean and IQM are described with stratified-bootstrap 95% intervals ({stats.REPS} resamples; rliable). "
+    f"*Collapsed*: fell >= {stats.COLLAPSE_DROP} below its peak and stayed there (Wilson 95% interval); *never "
+    "learned*: never above its start. Costs are means over seeds.")
+
+
 def render(analysis: dict, *, scaling: bool = True) -> str:
     """The verdict section as markdown; ``scaling``: with a compute-scaling table per ranking task (without,
     one line pointing to tables/scaling_fits.csv: what a README section shows)."""
@@ -390,79 +424,91 @@ def render(analysis: dict, *, scaling: bool = True) -> str:
     spec = analysis.get("spec") or analysis_spec(None)
     if table.empty:
         return "### Verdicts\n\nNo complete cells with evaluations yet: nothing to rank.\n"
-    lines = ["### Verdicts", "",
-             "How to read the marks (benchmarks/report/inference.py): every claim comes from one family of simultaneous "
-             "95% intervals for each variant's *gap to the best of the others* (Hsu's multiple comparisons with the best, "
-             "blocked on the seed that cells of different variants share, one pooled seed-to-seed sd, the critical value "
-             "calibrated by simulation for unequal spreads), so all the marks of a task hold together with probability "
-             ">= 95%. *Could be best*: the gap's interval reaches 0 (the set of these is a 95% confidence set for the best); "
-             "*worse*: below the best by at least the amount shown; *equivalent*: the interval inside +-margin; *not "
-             "resolved*: could be best, and the seeds cannot say more. *P(best)*: the posterior probability of having the "
-             "highest mean. *MDD*: the gap to the best that this design calls worse with 80% probability. Final accuracy "
-             f"mean and IQM are described with stratified-bootstrap 95% intervals ({stats.REPS} resamples; rliable). "
-             f"*Collapsed*: fell >= {stats.COLLAPSE_DROP} below its peak and stayed there (Wilson 95% interval); *never "
-             "learned*: never above its start. Costs are means over seeds.", ""]
+    lines = ["### Verdicts", "", HOW_TO_READ, ""]
     lines += [f"- {s}" for s in analysis["sentences"]]
-    aa = analysis.get("aa", pd.DataFrame())
-    if aa is not None and not aa.empty:
-        lines.append(f"- A/A check: of the {len(aa)} pairs of variants declared equivalent, over tasks, "
-                     f"{int(aa['separated'].sum())} are separated by the procedure's simultaneous intervals "
-                     "(a pair separated is a false claim).")
+    lines += _aa_check_lines(analysis.get("aa", pd.DataFrame()))
     power_by_task = analysis.get("power", pd.DataFrame())
     power_by_task = power_by_task.set_index("task") if not power_by_task.empty else power_by_task
     for task, frame in table.groupby("task", sort=False):
-        note = " (ranks nothing: saturated)" if frame["saturated"].iloc[0] else ""
-        curve_ok = bool(frame["curve_metrics"].iloc[0])
-        head = [f"Primary metric: {primary_name(spec['primary'])}."]
-        if task in power_by_task.index:
-            head.append(_power_text(power_by_task.loc[task], spec))
-        if curve_ok:
-            head.append(f"Threshold for *to threshold*: accuracy {analysis['thresholds'][task]:.3f}.")
-        else:
-            head.append("AUC and completions to a threshold are not shown: the curves have fewer than "
-                        f"{CURVE_EVALUATIONS} evaluations after the start (a before-and-after curve's AUC is "
-                        "(before + after) / 2).")
-        lines += ["", f"#### `{task}`{note}", "", " ".join(head), ""]
-        rows = []
-        for rank, r in enumerate(frame.sort_values("primary_mean", ascending=False, kind="stable").itertuples(index=False), 1):
-            r = r._asdict()
-            seeds = (f"{r['model_seeds']} (+{r['seeds'] - r['model_seeds']} left out)"
-                     if r["mark"] != inference.TOO_FEW and r["seeds"] > r["model_seeds"] else r["seeds"])
-            row = [rank, r["variant"], seeds, f"{r['primary_mean']:.3f}",
-                   "-" if pd.isna(r["gap_low"]) else f"[{r['gap_low']:+.3f}, {r['gap_high']:+.3f}]", _mark_text(r),
-                   "-" if pd.isna(r["p_best"]) else f"{r['p_best']:.2f}",
-                   with_interval(r["final_mean"], r["final_mean_low"], r["final_mean_high"], seeds=r["seeds"]),
-                   with_interval(r["final_iqm"], r["final_iqm_low"], r["final_iqm_high"], seeds=r["seeds"])]
-            if curve_ok:
-                row += [with_interval(r["auc_mean"], r["auc_mean_low"], r["auc_mean_high"], seeds=r["seeds"]),
-                        _threshold_text(r)]
-            row += [_collapse_text(r), f"{r['never_learned']}/{r['seeds']}",
-                    "-" if pd.isna(r.get("wall_clock_s")) else f"{r['wall_clock_s']:.1f}",
-                    "-" if pd.isna(r.get("peak_memory_bytes")) else f"{r['peak_memory_bytes'] / 2**20:.0f}"]
-            rows.append(row)
-        headers = ["rank", "variant", "seeds", "primary metric", "gap to best of others [simultaneous 95%]", "mark",
-                   "P(best)", "final accuracy mean [95% CI]", "IQM [95% CI]"]
-        if curve_ok:
-            headers += ["AUC mean [95% CI]", "completions to threshold"]
-        headers += ["collapsed [95% CI]", "never learned", "training s", "peak MiB"]
-        lines.append(markdown_table(headers, rows))
-        lines += _tuning_lines(analysis, task)
-        if scaling and curve_ok:
-            lines += _scaling_lines(analysis, task, frame)
+        lines += _task_section(analysis, task, frame, spec, power_by_task, scaling=scaling)
     fitted = analysis.get("scaling_fits")
     if not scaling and fitted is not None and not fitted.empty:
         lines += ["", "Compute-scaling fits (ScaleRL's sigmoid of accuracy against completions: asymptote, midpoint, "
                       "half-budget extrapolation error) per task and variant: the matrix report and tables/scaling_fits.csv."]
-    overall = analysis["overall"]
-    if not overall.empty and len(analysis["pooled_tasks"]) > 1:
-        lines += ["", f"#### All tasks ({', '.join(f'`{t}`' for t in analysis['pooled_tasks'])})", "",
-                  "Described, not judged: scores normalised per task (0 is the starting policy's mean accuracy, 1 is "
-                  "accuracy 1.0); runs are the seeds a variant completed on every task; saturated tasks included.",
-                  "", markdown_table(
-                      ["variant", "seeds", "normalised final IQM [95% CI]", "normalised final mean [95% CI]",
-                       "normalised AUC IQM [95% CI]", "normalised AUC mean [95% CI]"],
-                      [[r.variant, r.seeds, with_interval(r.final_iqm, r.final_iqm_low, r.final_iqm_high, seeds=r.seeds),
-                        with_interval(r.final_mean, r.final_mean_low, r.final_mean_high, seeds=r.seeds),
-                        with_interval(r.auc_iqm, r.auc_iqm_low, r.auc_iqm_high, seeds=r.seeds),
-                        with_interval(r.auc_mean, r.auc_mean_low, r.auc_mean_high, seeds=r.seeds)] for r in overall.itertuples()])]
+    lines += _all_tasks_lines(analysis)
     return "\n".join(lines) + "\n"
+
+
+def _aa_check_lines(aa: pd.DataFrame | None) -> list[str]:
+    """How many of the pairs declared equivalent the procedure separates (none declared: no line)."""
+    if aa is None or aa.empty:
+        return []
+    return [f"- A/A check: of the {len(aa)} pairs of variants declared equivalent, over tasks, "
+            f"{int(aa['separated'].sum())} are separated by the procedure's simultaneous intervals "
+            "(a pair separated is a false claim)."]
+
+
+def _task_section(analysis: dict, task: str, frame: pd.DataFrame, spec: dict, power_by_task: pd.DataFrame, *,
+                  scaling: bool) -> list[str]:
+    """One task's heading, what its numbers rest on, its table of variants, its tuning and its scaling fits."""
+    note = " (ranks nothing: saturated)" if frame["saturated"].iloc[0] else ""
+    curve_ok = bool(frame["curve_metrics"].iloc[0])
+    head = [f"Primary metric: {primary_name(spec['primary'])}."]
+    if task in power_by_task.index:
+        head.append(_power_text(power_by_task.loc[task], spec))
+    if curve_ok:
+        head.append(f"Threshold for *to threshold*: accuracy {analysis['thresholds'][task]:.3f}.")
+    else:
+        head.append("AUC and completions to a threshold are not shown: the curves have fewer than "
+                    f"{CURVE_EVALUATIONS} evaluations after the start (a before-and-after curve's AUC is "
+                    "(before + after) / 2).")
+    lines = ["", f"#### `{task}`{note}", "", " ".join(head), "", _variants_table(frame, curve_ok)]
+    lines += _tuning_lines(analysis, task)
+    if scaling and curve_ok:
+        lines += _scaling_lines(analysis, task, frame)
+    return lines
+
+
+def _variants_table(frame: pd.DataFrame, curve_ok: bool) -> str:
+    """A task's variants ranked by the primary metric: the gap to the best, the mark, the estimates and the costs
+    (AUC and completions to the threshold only where ``curve_ok``)."""
+    rows = []
+    for rank, r in enumerate(frame.sort_values("primary_mean", ascending=False, kind="stable").itertuples(index=False), 1):
+        r = r._asdict()
+        seeds = (f"{r['model_seeds']} (+{r['seeds'] - r['model_seeds']} left out)"
+                 if r["mark"] != inference.TOO_FEW and r["seeds"] > r["model_seeds"] else r["seeds"])
+        row = [rank, r["variant"], seeds, f"{r['primary_mean']:.3f}",
+               "-" if pd.isna(r["gap_low"]) else f"[{r['gap_low']:+.3f}, {r['gap_high']:+.3f}]", _mark_text(r),
+               "-" if pd.isna(r["p_best"]) else f"{r['p_best']:.2f}",
+               with_interval(r["final_mean"], r["final_mean_low"], r["final_mean_high"], seeds=r["seeds"]),
+               with_interval(r["final_iqm"], r["final_iqm_low"], r["final_iqm_high"], seeds=r["seeds"])]
+        if curve_ok:
+            row += [with_interval(r["auc_mean"], r["auc_mean_low"], r["auc_mean_high"], seeds=r["seeds"]),
+                    _threshold_text(r)]
+        row += [_collapse_text(r), f"{r['never_learned']}/{r['seeds']}",
+                "-" if pd.isna(r.get("wall_clock_s")) else f"{r['wall_clock_s']:.1f}",
+                "-" if pd.isna(r.get("peak_memory_bytes")) else f"{r['peak_memory_bytes'] / 2**20:.0f}"]
+        rows.append(row)
+    headers = ["rank", "variant", "seeds", "primary metric", "gap to best of others [simultaneous 95%]", "mark",
+               "P(best)", "final accuracy mean [95% CI]", "IQM [95% CI]"]
+    if curve_ok:
+        headers += ["AUC mean [95% CI]", "completions to threshold"]
+    headers += ["collapsed [95% CI]", "never learned", "training s", "peak MiB"]
+    return markdown_table(headers, rows)
+
+
+def _all_tasks_lines(analysis: dict) -> list[str]:
+    """Normalised scores over every task, described and not judged (only where more than one task pools)."""
+    overall = analysis["overall"]
+    if overall.empty or len(analysis["pooled_tasks"]) <= 1:
+        return []
+    return ["", f"#### All tasks ({', '.join(f'`{t}`' for t in analysis['pooled_tasks'])})", "",
+            "Described, not judged: scores normalised per task (0 is the starting policy's mean accuracy, 1 is "
+            "accuracy 1.0); runs are the seeds a variant completed on every task; saturated tasks included.",
+            "", markdown_table(
+                ["variant", "seeds", "normalised final IQM [95% CI]", "normalised final mean [95% CI]",
+                 "normalised AUC IQM [95% CI]", "normalised AUC mean [95% CI]"],
+                [[r.variant, r.seeds, with_interval(r.final_iqm, r.final_iqm_low, r.final_iqm_high, seeds=r.seeds),
+                  with_interval(r.final_mean, r.final_mean_low, r.final_mean_high, seeds=r.seeds),
+                  with_interval(r.auc_iqm, r.auc_iqm_low, r.auc_iqm_high, seeds=r.seeds),
+                  with_interval(r.auc_mean, r.auc_mean_low, r.auc_mean_high, seeds=r.seeds)] for r in overall.itertuples()])]
