@@ -116,8 +116,9 @@ class Transfer(Study):
 
 @dataclass
 class ClaimsSettings(StudySettings):
-    dirs: list[str] = field(metadata={"help": "matrix directories whose matrix files state [[analysis.claims]]",
-                                      "matrix": ""})
+    dirs: list[str] = field(metadata={"help": "matrix directories whose matrix files state [[analysis.claims]], or "
+                                              "reading files (.toml) stating [[cost_claims]] about stored matrices",
+                                      "matrix": "", "or_file": ".toml"})
     out: str = option("out", "results/claims.md", file="the markdown report to write")
     readme: str = option("readme", "", shown="none")
     section: str = option("section", "claims")

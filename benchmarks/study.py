@@ -238,12 +238,16 @@ def matrix_directory(directory, what: str = "") -> Path:
 def check_paths(settings) -> None:
     """The paths ``settings`` names, each checked before any work (one UsageError line, not a traceback at the end
     of a long computation): first the matrix folders it reads (fields whose metadata has ``matrix``, the folder's
-    label), then the files and folders it writes (``writes``); a path left empty or None is not checked."""
+    label; one ending in the field's ``or_file`` suffix is a file instead), then the files and folders it writes (``writes``); a path left empty or None is not checked."""
     fields = [f for f in dataclasses.fields(settings) if f.init]
     for f in fields:
         if "matrix" in f.metadata:
             value = getattr(settings, f.name)
             for directory in ([] if value is None else [value] if isinstance(value, str) else value):
+                if f.metadata.get("or_file") and str(directory).endswith(f.metadata["or_file"]):
+                    if not Path(directory).is_file():  # a file the study reads in a matrix folder's place
+                        raise UsageError(f"{directory}: no such file")
+                    continue
                 matrix_directory(directory, f.metadata["matrix"])
     for f in fields:
         path = getattr(settings, f.name)

@@ -179,9 +179,11 @@ def test_the_family_wise_error_over_the_toy_claims_is_at_most_5_percent():
     assert found["false_claim"] <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 200)
 
 
-def _write(out: Path, differences: dict[str, float], claims_toml: str, seeds: int = 4) -> Path:
-    """A finished matrix folder (store, matrix.json with its stated analysis) whose cells' evaluations end at
-    0.8 + the variant's difference, the same seed noise for every variant."""
+def _write(out: Path, differences: dict[str, float], claims_toml: str, seeds: int = 4,
+           costs: dict[str, tuple[float, int]] | None = None, stated: bool = True) -> Path:
+    """A finished matrix folder (store, matrix.json with its stated analysis, or none) whose cells' evaluations end
+    at 0.8 + the variant's difference, the same seed noise for every variant; ``costs``: a variant's training
+    seconds (times 1 + 1% per seed) and trained-state bytes."""
     out.mkdir(parents=True)
     store = ResultStore.open(out)
     cells = []
@@ -196,15 +198,17 @@ def _write(out: Path, differences: dict[str, float], claims_toml: str, seeds: in
             entropy = 1.0 + (0.2 if variant == "b" else 0.0) + 0.02 * seed  # b keeps its entropy up by 0.2
             rows = [{"step": 1, "completions": 32.0, "eval/accuracy": final - 0.001, "time/wall": 1.0, "entropy": 9.0},
                     {"step": 2, "completions": 32.0, "time/wall": 2.0, "entropy": entropy}]
+            seconds, state = (costs or {}).get(variant, (2.0, 1000))
             summary = {"status": "complete", "steps": 2, "accuracy_before": 0.2, "accuracy_after": final,
-                       "completions_generated": 64.0, "wall_clock_s": 2.0, "process_wall_clock_s": 3.0}
+                       "completions_generated": 64.0, "wall_clock_s": seconds * (1 + 0.01 * seed),
+                       "process_wall_clock_s": 3.0, "param_bytes": state, "peak_memory_bytes": 2**30}
             store.put(rel, spec, summary, rows)
             cells.append({"dir": rel, **spec})
     store.write()
     analysis = {"primary": "last_2", "margin": 0.02, "target_mdd": None, "stated_at": "2026-11-26T00:00:00Z",
                 "claims": [dict({"expects": "better", "task": None, "secondary": None}, **c) for c in claims_toml]}
-    (out / "matrix.json").write_text(json.dumps({"name": out.name, "cells": cells, "sessions": [],
-                                                 "analysis": analysis}))
+    meta = {"name": out.name, "cells": cells, "sessions": [], **({"analysis": analysis} if stated else {})}
+    (out / "matrix.json").write_text(json.dumps(meta))
     return out
 
 
@@ -233,3 +237,117 @@ def test_a_matrix_without_claims_is_one_line(run_cli, tmp_path):
     matrix = _write(tmp_path / "m", {"a": 0.0, "b": 0.0}, [])
     code, _, err = run_cli("claims", matrix, "--out", tmp_path / "claims.md")
     assert code == 2 and "states no claims" in err and "Traceback" not in err
+
+
+# ------------------------------------------------------------------------------------------------
+# Cost claims read from stored matrices (claim 9: GRPO costs less than PPO at equal accuracy)
+# ------------------------------------------------------------------------------------------------
+
+READING = """\
+name = "cost"
+stated = "2026-11-27"
+[[cost_claims]]
+id = "cheaper"
+source = "Paper C"
+claim = "G costs less than P at equal accuracy"
+store = "{store}"
+task = "pizza"
+treatment = "g"
+control = "p"
+{extra}"""
+
+
+def _reading(tmp_path, store: Path, extra: str = "") -> Path:
+    path = tmp_path / "reading.toml"
+    path.write_text(READING.format(store=store, extra=extra))
+    return path
+
+
+@pytest.mark.parametrize("accuracy, costs, mark, words", [
+    # equal accuracy, 3x faster, half the trained state: every part holds
+    ({"g": 0.0, "p": 0.0}, {"g": (10.0, 500), "p": (30.0, 1000)}, "supported", "supported"),
+    # slower: contradicted whatever the accuracy says
+    ({"g": 0.0, "p": 0.0}, {"g": (30.0, 500), "p": (10.0, 1000)}, "contradicted", "contradicted: slower"),
+    # the same trained state: "less memory" fails
+    ({"g": 0.0, "p": 0.0}, {"g": (10.0, 1000), "p": (30.0, 1000)}, "contradicted", "no smaller trained state"),
+    # less accurate by more than the margin (0.1 > 0.02): contradicted
+    ({"g": -0.1, "p": 0.0}, {"g": (10.0, 500), "p": (30.0, 1000)}, "contradicted", "less accurate by more than 0.02"),
+    # 0.02 below: the interval straddles -margin, so equal accuracy is open; cheaper is shown
+    ({"g": -0.02, "p": 0.0}, {"g": (10.0, 500), "p": (30.0, 1000)}, "not resolved",
+     "(faster and smaller trained state: shown)"),
+])
+def test_a_cost_claim_is_judged_by_its_three_parts(tmp_path, accuracy, costs, mark, words):
+    from benchmarks.report.cost_claims import cost_claims_of, cost_mark_text
+
+    store = _write(tmp_path / "m", accuracy, [], seeds=6, costs=costs)
+    (row,) = [r for _, r in cost_claims_of(_reading(tmp_path, store)).iterrows()]
+    assert row["mark"] == mark and words in cost_mark_text(row)
+    seconds = {v: [c[0] * (1 + 0.01 * s) for s in range(6)] for v, c in costs.items()}
+    assert row["time_ratio"] == pytest.approx(np.exp(np.mean(np.log(np.divide(seconds["g"], seconds["p"])))))
+    assert row["state_ratio"] == pytest.approx(costs["g"][1] / costs["p"][1])
+    assert row["difference"] == pytest.approx(accuracy["g"] - accuracy["p"], abs=0.012)
+    assert row["stated_at"] == "2026-11-26T00:00:00Z" and row["margin"] == 0.02  # the store's own analysis
+
+
+def test_the_accuracy_interval_is_the_97_5_percent_half_of_a_bonferroni_pair(tmp_path):
+    from benchmarks.report.cost_claims import cost_claims_of
+
+    store = _write(tmp_path / "m", {"g": 0.0, "p": 0.0}, [], seeds=6, costs={"g": (10.0, 500), "p": (30.0, 1000)})
+    row = cost_claims_of(_reading(tmp_path, store)).iloc[0]
+    narrow, _ = inference.contrasts(_scores_of(store), [{"id": "x", "treatment": "g", "control": "p",
+                                                         "expects": "equal"}], margin=0.02)
+    wide, _ = inference.contrasts(_scores_of(store), [{"id": "x", "treatment": "g", "control": "p",
+                                                       "expects": "equal"}], margin=0.02, alpha=0.025)
+    assert row["high"] - row["low"] == pytest.approx(wide["high"][0] - wide["low"][0])
+    assert wide["high"][0] - wide["low"][0] > narrow["high"][0] - narrow["low"][0]
+
+
+def _scores_of(store: Path) -> dict:
+    from benchmarks.report import curves
+    from benchmarks.report.matrix import collect
+
+    data = collect(store)
+    cells = curves.build(data["cells"], data["evals"], "last_2")["cells"]
+    return {v: dict(zip(g["seed"].astype(int), g["primary"].astype(float))) for v, g in cells.groupby("variant")}
+
+
+def test_a_reading_cannot_change_what_the_store_stated(tmp_path, run_cli):
+    store = _write(tmp_path / "m", {"g": 0.0, "p": 0.0}, [], costs={"g": (1.0, 5), "p": (2.0, 10)})
+    code, _, err = run_cli("claims", _reading(tmp_path, store, "margin = 0.05\n"), "--out", tmp_path / "c.md")
+    assert code == 2 and "stated margin 0.02 before its cells ran; a reading cannot use 0.05" in err
+    assert "Traceback" not in err
+
+
+def test_a_store_that_stated_nothing_needs_the_reading_to_state_it(tmp_path, run_cli):
+    store = _write(tmp_path / "m", {"g": 0.0, "p": 0.0}, [], costs={"g": (1.0, 5), "p": (2.0, 10)}, stated=False)
+    code, _, err = run_cli("claims", _reading(tmp_path, store), "--out", tmp_path / "c.md")
+    assert code == 2 and "states no analysis, so the reading must state primary and margin" in err
+    code, _, err = run_cli("claims", _reading(tmp_path, store, 'primary = "final"\nmargin = 0.05\n'),
+                           "--out", tmp_path / "c.md")
+    assert code == 0, err
+    text = (tmp_path / "c.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| G costs less"))
+    assert "(a reading: stored cells, no cell ran for it)" in row and "trained state x0.50" in row
+    assert "final accuracy, margin +-0.05, stated by the reading, after its cells ran" in text
+
+
+@pytest.mark.parametrize("text, message", [
+    (READING.replace('stated = "2026-11-27"\n', ""), 'needs stated = "YYYY-MM-DD"'),
+    (READING.replace("2026-11-27", "yesterday"), "is not a date"),
+    (READING + "alpha = 0.1\n", "unknown key 'alpha' of [[cost_claims]]"),
+    (READING.replace('control = "p"', 'control = "g"'), "the treatment and the control are one variant"),
+    (READING.replace('treatment = "g"', 'treatment = "x"'), "has no variant 'x' on task 'pizza'"),
+    ("name = [", "cannot read it as TOML"),
+])
+def test_a_bad_reading_is_one_line(tmp_path, run_cli, text, message):
+    store = _write(tmp_path / "m", {"g": 0.0, "p": 0.0}, [], costs={"g": (1.0, 5), "p": (2.0, 10)})
+    path = tmp_path / "reading.toml"
+    path.write_text(text.format(store=store, extra=""))
+    code, _, err = run_cli("claims", path, "--out", tmp_path / "c.md")
+    assert code == 2 and message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_matrix_command_refuses_a_reading(run_cli, tmp_path):
+    code, _, err = run_cli("matrix", ROOT / "benchmarks" / "matrices" / "claims_cost.toml", "--out", tmp_path / "o",
+                           "--dry-run")
+    assert code == 2 and "a reading of stored matrices ([[cost_claims]]), not a matrix" in err

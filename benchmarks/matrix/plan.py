@@ -341,6 +341,9 @@ def _run_settings(check: _Checker, data: dict) -> _RunSettings:
         check.fail(("racing",), None, "[racing] is no longer supported: more seeds for the variants whose mark was still "
                                  "open, with no correction for the repeated looks, raised the false-'worse' rate above "
                                  "5%; a matrix runs the fixed seeds it states (benchmarks/report/inference.py)")
+    if "cost_claims" in data:
+        check.fail(("cost_claims",), None, "a reading of stored matrices ([[cost_claims]]), not a matrix: no cell runs "
+                                           "for it; `grpo-bench claims` reads it")
     for key in data:
         if key not in RUN_KEYS:
             check.fail((), key, f"unknown key {key!r}; a matrix file has: {', '.join(RUN_KEYS)}")

@@ -28,13 +28,17 @@ from benchmarks.errors import UsageError
 from benchmarks.markdown import markdown_table, write_report
 from benchmarks.report import curves as learning_curves
 from benchmarks.report import inference
+from benchmarks.report.cost_claims import cost_claims_of, cost_mark_text
 from benchmarks.report.matrix import collect
 from benchmarks.report.verdicts import analysis_spec, primary_name
 
 COLUMNS = ["matrix", "task", "id", "source", "claim", "treatment", "control", "expects", "primary", "margin",
            "stated_at", "seeds", "cells_missing", "treatment_mean", "control_mean", "difference", "low", "high",
            "mdd", "mark", "seeds_for_margin", "secondary", "secondary_treatment", "secondary_control",
-           "secondary_difference", "secondary_low", "secondary_high", "report"]
+           "secondary_difference", "secondary_low", "secondary_high", "report",
+           # a cost claim read from a stored matrix (cost_claims.py)
+           "reading_stated", "reading_of", "time_ratio", "time_low", "time_high", "state_ratio", "rss_ratio", "rss_low",
+           "rss_high"]
 LAST_SHARE = 0.25  # a secondary metric is each cell's mean over this last share of its steps
 
 
@@ -112,7 +116,9 @@ def _number(value, fmt: str = "{:+.3f}") -> str:
 
 
 def _mark_text(r) -> str:
-    if r["mark"] == inference.SUPPORTED:
+    if r["expects"] == "cheaper":
+        text = cost_mark_text(r)
+    elif r["mark"] == inference.SUPPORTED:
         text = "supported"
     elif r["mark"] == inference.CONTRADICTED:
         text = "contradicted"
@@ -133,6 +139,17 @@ def _missing(value) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
+def _stated(r) -> str:
+    """When a row's primary metric and margin were stated: before its matrix's cells ran, or not."""
+    margin = f"margin +-{r['margin']:g}" if not _missing(r["margin"]) else "no margin"
+    if r["expects"] == "cheaper":
+        when = (f"the store's own, stated {r['stated_at']} before its cells ran" if r["stated_at"]
+                else "stated by the reading, after its cells ran")
+        return (f"{r['matrix']} (a reading of {r['reading_of']}'s stored cells, written {r['reading_stated']}, after "
+                f"they ran): {primary_name(r['primary'])}, {margin}, {when}")
+    return f"{r['matrix']}: {primary_name(r['primary'])}, {margin}, stated {r['stated_at'] or 'NOT before its cells ran'}"
+
+
 def render(table: pd.DataFrame, *, link_from: Path, command: str) -> str:
     """The claims table, then what each mark means and how the table was made."""
     rows = []
@@ -147,20 +164,22 @@ def render(table: pd.DataFrame, *, link_from: Path, command: str) -> str:
                   f"({_number(r['treatment_mean'], '{:.3f}')} vs {_number(r['control_mean'], '{:.3f}')}, "
                   f"{r['seeds']} seeds)") if not _missing(r["difference"]) else f"- ({r['seeds']} seeds)"
         beside = "-"
-        if r["secondary"] and not _missing(r["secondary_difference"]):
+        if r["expects"] == "cheaper":
+            setting += " (a reading: stored cells, no cell ran for it)"
+            result = (f"accuracy {result}; training time x{r['time_ratio']:.2f} [{r['time_low']:.2f}, "
+                      f"{r['time_high']:.2f}]; trained state x{r['state_ratio']:.2f}")
+            if not _missing(r["rss_ratio"]):
+                beside = f"peak RSS x{r['rss_ratio']:.2f} [{r['rss_low']:.2f}, {r['rss_high']:.2f}]"
+        elif r["secondary"] and not _missing(r["secondary_difference"]):
             beside = (f"{r['secondary']} {r['secondary_treatment']:.3g} vs {r['secondary_control']:.3g}: "
                       f"{r['secondary_difference']:+.3g} [{r['secondary_low']:+.3g}, {r['secondary_high']:+.3g}]")
         elif r["secondary"]:
             beside = f"{r['secondary']}: not logged"
-        expects = {"equal": " (expects: equal)",
-                   "differs": " (expects: a difference, either sign)"}.get(r["expects"], "")
+        expects = {"equal": " (expects: equal)", "differs": " (expects: a difference, either sign)",
+                   "cheaper": " (expects: cheaper, equally accurate)"}.get(r["expects"], "")
         rows.append([r["claim"] + expects, r["source"], setting,
                      result, _mark_text(r), beside, f"[{r['matrix']}]({link})"])
-    stated = sorted({f"{r['matrix']}: {primary_name(r['primary'])}, margin +-{r['margin']:g}, stated "
-                     f"{r['stated_at'] or 'NOT before its cells ran'}" for _, r in table.iterrows()
-                     if not _missing(r["margin"])} | {f"{r['matrix']}: {primary_name(r['primary'])}, no margin, stated "
-                                                      f"{r['stated_at'] or 'NOT before its cells ran'}"
-                                                      for _, r in table.iterrows() if _missing(r["margin"])})
+    stated = sorted({_stated(r) for _, r in table.iterrows()})
     lines = [markdown_table(["claim", "source", "setting here", "treatment - control [simultaneous 95%]", "mark",
                              "beside it (described, not judged)", "matrix"], rows), "",
              "How to read it: each matrix states its claims, primary metric and margin of equivalence in its file before "
@@ -175,14 +194,20 @@ def render(table: pd.DataFrame, *, link_from: Path, command: str) -> str:
              "the margin would need. Not resolved is not equivalent. *Beside it*: a training metric the claim speaks "
              "of (entropy, the length of incorrect completions), each cell's mean over the last quarter of its steps, "
              "treatment vs control and their per-seed difference with a one-at-a-time 95% t-interval: a description, "
-             "not part of the family the marks come from.", "",
+             "not part of the family the marks come from. *A reading* (expects: cheaper) reads a matrix that ran both "
+             "variants for another question: the treatment costs less at equal accuracy where its accuracy is not "
+             "below the control's by more than the margin, its training time's per-seed ratio lies below 1 and its "
+             "trained state (parameters, gradients, optimizer state, a critic included) is smaller; the accuracy and "
+             "time intervals are 97.5% each (Bonferroni), so the mark holds with probability >= 95% "
+             "(benchmarks/report/cost_claims.py). Peak RSS beside it counts the interpreter and libraries too.", "",
              "Stated analyses: " + "; ".join(stated) + ".", "", f"Regenerate: `{command}`"]
     return "\n".join(lines) + "\n"
 
 
 def write_claims(directories: Sequence[str], out: str, *, command: str, readme: str = "",
                  section: str = "claims") -> str:
-    table = pd.concat([claims_of(d) for d in directories], ignore_index=True)
+    table = pd.concat([cost_claims_of(d) if str(d).endswith(".toml") else claims_of(d) for d in directories],
+                      ignore_index=True).reindex(columns=COLUMNS)
     text = render(table, link_from=Path(out).parent, command=command)
     write_report(out, text, title="What the field claims, tested here", readme=readme, section=section,
                  section_body=render(table, link_from=Path(readme).parent, command=command) if readme else None)
