@@ -79,3 +79,24 @@ def test_misbehaving_reward_functions_are_named(run_cli, tmp_path, func, fragmen
     module.write_text(BAD_REWARDS)
     result = run_cli(*BASE, "--reward-fn", f"{module}:{func}", "--out", tmp_path / "run")
     assert_one_line_error(result, *fragments)
+
+
+def test_a_package_that_takes_one_of_our_import_names_is_one_line(tmp_path):
+    """grpo-bench installs algorithms, tasks and benchmarks as top-level names: a shadowing package is refused."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "shadow" / "tasks").mkdir(parents=True)
+    (tmp_path / "shadow" / "tasks" / "__init__.py").write_text("")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "shadow"), str(root)])}
+    shadowed = subprocess.run([sys.executable, "-m", "benchmarks.cli.main", "--help"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+    assert_one_line_error((shadowed.returncode, shadowed.stdout, shadowed.stderr),
+                          "the import name 'tasks' is not grpo-bench's", str(tmp_path / "shadow" / "tasks"))
+    env["PYTHONPATH"] = str(root)  # the same command without the shadow starts
+    clean = subprocess.run([sys.executable, "-m", "benchmarks.cli.main", "--help"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert clean.returncode == 0 and "usage: grpo-bench" in clean.stdout

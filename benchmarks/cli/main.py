@@ -12,8 +12,10 @@ transformers, and a subcommand's ``--help`` imports what its own flags need. Not
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import shlex
 import sys
+from pathlib import Path
 from typing import Optional
 
 from benchmarks.cli.options import PROG, LazySubcommands, OneLineParser
@@ -117,8 +119,24 @@ def one_line(exc: Exception) -> Optional[tuple[int, str]]:
     return None
 
 
+def check_import_names() -> None:
+    """grpo-bench installs three top-level import names, ``algorithms``, ``tasks`` and ``benchmarks`` (the folders as
+    the users laid them out; README "Import names"). Another installed package with one of those names would shadow
+    ours silently, so the command line refuses to start unless all three come from this checkout: one line, not an
+    ImportError deep in a run."""
+    home = Path(__file__).resolve().parents[2]
+    for name in ("algorithms", "tasks"):
+        spec = importlib.util.find_spec(name)
+        where = Path(spec.origin).resolve().parent.parent if spec is not None and spec.origin else None
+        if where != home:
+            found = spec.origin if spec is not None and spec.origin else "nothing"
+            raise UsageError(f"the import name {name!r} is not grpo-bench's ({found}, expected under {home}): another "
+                             f"installed package takes it; uninstall it or run from a clean environment")
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     try:
+        check_import_names()
         argv = sys.argv[1:] if argv is None else list(argv)
         args = build_parser().parse_args(argv)
         from benchmarks.plugins import load_plugins  # heavy: torch (algorithms, tasks); not for --help alone
