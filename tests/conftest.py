@@ -2,6 +2,7 @@ import json
 import os
 
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,6 +20,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # Subprocesses (cells, the command line) keep their own defaults.
 if "OMP_NUM_THREADS" not in os.environ:
     torch.set_num_threads(1)
+
+# The checkout's root, for the tests that read its files (README.md, pyproject.toml, benchmarks/matrices/, results/):
+# one place, whatever folder under tests/ a test file sits in.
+ROOT = Path(__file__).resolve().parents[1]
 
 TIME_KEYS = ("time/",)
 

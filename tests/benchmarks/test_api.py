@@ -8,9 +8,9 @@ from pathlib import Path
 
 from benchmarks.io import read_jsonl
 from tasks.pizza import PizzaTask
-from tests.conftest import strip_timing
+from tests.conftest import ROOT, strip_timing
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = ROOT / "README.md"
 
 
 def _readme_snippet(tmp_path: Path) -> Path:

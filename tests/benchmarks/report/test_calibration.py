@@ -4,7 +4,6 @@ the matrix file's ``equivalent`` groups, and the report-side statistics beside t
 with its Wilson interval, ScaleRL's scaling fit). Seeded and fast."""
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -12,6 +11,7 @@ import pytest
 from scipy import stats as st
 
 from benchmarks.report import calibration, fits, stats, verdicts
+from tests.conftest import ROOT
 
 
 # ------------------------------------------------------------------------------------------------
@@ -237,7 +237,7 @@ def test_calibration_report_judges_a_claims_matrix_at_its_design_and_on_the_aa_c
     from benchmarks.matrix import parse
     from benchmarks.report import calibration_report
 
-    design = calibration_report.claims_design(parse(Path(__file__).resolve().parents[1] / "benchmarks/matrices/claims_toy.toml"))
+    design = calibration_report.claims_design(parse(ROOT / "benchmarks/matrices/claims_toy.toml"))
     assert (design["k"], design["n"], len(design["pairs"]), design["margin"]) == (15, 8, 12, 0.02)
     assert design["pairs"][0] == (design["variants"].index("clip_higher_mu2"), design["variants"].index("grpo_mu2"))
     rates = calibration_report.claims_simulated(design, sims=100, reps=200)

@@ -18,8 +18,8 @@ from benchmarks.matrix.execute import _stated_analysis
 from benchmarks.matrix.plan import MatrixError
 from benchmarks.report import inference
 from benchmarks.store import ResultStore
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 CLAIMS_TOY = ROOT / "benchmarks" / "matrices" / "claims_toy.toml"
 
 MATRIX = """\

@@ -18,14 +18,15 @@ from benchmarks.errors import UsageError
 from benchmarks.io import atomic_write_json, atomic_write_text
 from benchmarks.markdown import update_section
 from benchmarks.store import FORMAT, STORE_FILE, ResultStore
-from tests.test_cli_errors import assert_one_line_error
-from tests.test_report import _curves, _write_cell
+from tests.benchmarks.cli.test_main import assert_one_line_error
+from tests.benchmarks.report.test_matrix import _curves, _write_cell
 
 MATRIX_TOML = 'seeds = [0]\nbudget = 64\n[tasks.pizza]\neval_samples = 8\n[algorithms.grpo]\n'
 
 
 def _matrix(out):
-    """A small matrix directory holding only its store and plan (no training), as tests/test_report.py builds."""
+    """A small matrix directory holding only its store and plan (no training), as
+    tests/benchmarks/report/test_matrix.py builds."""
     cells = [_write_cell(out, "hard", variant, seed, cps, _curves("hard", variant, seed), seconds, {"entropy": 1.0})
              for variant, cps, seconds in (("fast", 16, 1.0), ("slow", 8, 2.0)) for seed in range(2)]
     (out / "matrix.json").write_text(json.dumps({"name": "t", "cells": cells, "sessions": []}))

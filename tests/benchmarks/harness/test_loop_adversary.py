@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from benchmarks.io import read_jsonl
-from tests.test_cli_errors import assert_one_line_error
+from tests.benchmarks.cli.test_main import assert_one_line_error
 
 FAST = ("--eval-every", "0", "--checkpoint-every", "1", "--eval-samples", "8", "--device", "cpu")
 GRPO = ("run", "--task", "pizza", "--algo", "grpo", "--group-size", "2", "--prompts-per-step", "1")

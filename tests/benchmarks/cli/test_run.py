@@ -19,7 +19,7 @@ from algorithms.base import config_field_types
 from benchmarks.harness.config import RunConfig, field_type
 from benchmarks.io import read_jsonl
 from tasks import TASKS
-from tests.test_cli_errors import assert_one_line_error
+from tests.benchmarks.cli.test_main import assert_one_line_error
 
 FAST = ("--steps", "3", "--eval-every", "0", "--checkpoint-every", "1", "--eval-samples", "8", "--device", "cpu")
 GRPO = ("run", "--task", "pizza", "--algo", "grpo", "--group-size", "2", "--prompts-per-step", "1")
@@ -261,7 +261,8 @@ def test_matrix_exit_status_is_1_when_a_cell_failed(run_cli, tmp_path, fake_cell
     (MATRIX + 'level = "token\n', [": invalid TOML: ", "(at line 8, column"]),
 ])
 def test_bad_matrix_file_one_line_with_file_and_line(run_cli, tmp_path, text, fragments):
-    """Rows test_matrix.py does not cover yet: an empty seed list, a negative budget, the line of a TOML syntax error."""
+    """Rows tests/benchmarks/matrix/test_plan.py does not cover yet: an empty seed list, a negative budget, the line of
+    a TOML syntax error."""
     path = tmp_path / "m.toml"
     path.write_text(text)
     assert_one_line_error(run_cli("matrix", path, "--out", tmp_path / "out"), str(path), *fragments)
@@ -292,7 +293,7 @@ def test_the_report_reads_the_store_not_the_cells_files(run_cli, tmp_path, fake_
     assert code == 2 and "not a readable result store" in err and len(err.strip().splitlines()) == 1
 
 
-# --- reward functions: the row test_cli_errors.py lacks ----------------------------------------------
+# --- reward functions: the row tests/benchmarks/cli/test_main.py lacks -------------------------------
 
 
 @pytest.mark.parametrize("value", ["float('inf')", "-float('inf')"])

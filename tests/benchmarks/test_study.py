@@ -192,7 +192,8 @@ def test_the_shared_options_have_one_help_text():
 
 def test_every_top_level_study_is_a_listed_command_and_every_listed_study_is_registered():
     """main.COMMANDS lists the top-level commands without importing anything; the registry holds the same ones, each
-    with the same line of help (tests/test_adversary_cli.py holds the parsers' help to COMMANDS too)."""
+    with the same line of help (tests/benchmarks/cli/test_main_adversary.py holds the parsers' help to COMMANDS
+    too)."""
     load_studies()
     listed = {name for name, (_, function, _) in cli_main.COMMANDS.items() if function == "add_study_command"}
     assert listed == set(study.studies(TOP)) | set(GROUP_HELP)

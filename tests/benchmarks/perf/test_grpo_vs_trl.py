@@ -8,6 +8,7 @@ from algorithms import rollout as rollout_lib
 from algorithms.rollout import generate, per_token_logps
 from benchmarks.references.sides import WORKLOADS, Ours, Trl, same_batch_check, same_batch_check_rloo
 from tasks import make_task
+from tests.conftest import ROOT
 
 
 @pytest.fixture(scope="module")
@@ -296,7 +297,7 @@ def test_too_few_pairs_is_refused(run_cli):
 def test_rerender_writes_the_committed_report_from_its_json_and_refuses_a_missing_one(run_cli, tmp_path):
     from pathlib import Path
 
-    committed = Path(__file__).resolve().parents[1] / "results" / "gpu"
+    committed = ROOT / "results" / "gpu"
     (tmp_path / "perf.json").write_text((committed / "perf.json").read_text())
     code, _, err = run_cli("bench", "grpo-vs-trl", "--rerender", "--out", tmp_path, "--readme", "")
     assert code == 0, err
@@ -474,7 +475,7 @@ def test_reports_name_the_commit_of_the_code_they_measured(tmp_path):
     from benchmarks.harness import measure
     from benchmarks.perf.grpo_vs_trl import code_line
 
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     if not (root / ".git").exists():
         pytest.skip("not a git checkout")
     head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()

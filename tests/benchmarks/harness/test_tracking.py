@@ -6,14 +6,13 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from benchmarks.io import read_jsonl
-from tests.test_cli_errors import assert_one_line_error
+from tests.benchmarks.cli.test_main import assert_one_line_error
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 PIZZA = ("run", "--task", "pizza", "--algo", "grpo", "--steps", "3", "--eval-samples", "32", "--eval-every", "2")
 
 

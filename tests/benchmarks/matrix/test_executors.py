@@ -20,9 +20,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.io import read_jsonl
-from tests.conftest import strip_timing
+from tests.conftest import ROOT, strip_timing
 
-ROOT = Path(__file__).resolve().parents[1]
 
 # Two different cells on one thread each: a warm worker with --jobs 1 runs the second after the first.
 SMALL = """\

@@ -16,8 +16,8 @@ from benchmarks.cli.main import main
 from benchmarks.io import atomic_write, atomic_write_json, append_jsonl, read_jsonl
 from benchmarks.matrix import line_of, parse
 from benchmarks.store import ResultStore
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 
 GOOD = """\
 seeds = [0]

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT
+
 MATRICES = ROOT / "benchmarks" / "matrices"
 
 COMMON = [('device = "cuda"', 'device = "cpu"'), ('precision = "bf16"', 'precision = "fp32"'),

@@ -11,8 +11,7 @@ import pytest
 
 from benchmarks.errors import UsageError
 from benchmarks.perf.revisions import Worker
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT
 
 
 def _git_checkout() -> bool:

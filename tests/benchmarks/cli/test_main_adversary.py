@@ -25,8 +25,8 @@ import pytest
 from benchmarks.cli import main as cli_main
 from benchmarks.cli import options
 from benchmarks.errors import UsageError
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
 SMOKE = ROOT / "benchmarks" / "matrices" / "smoke.toml"
 BIG = "18446744073709551616"  # 2**64

@@ -11,13 +11,12 @@ import hashlib
 import json
 import shutil
 import tomllib
-from pathlib import Path
 
 import pytest
 
 from tasks import TaskError, addition, bandit, pizza, tiny_lm
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "tasks" / "models"
 DEFAULT_RECIPES = {"addition": addition.RECIPE, "pizza": pizza.RECIPE, "bandit": {**bandit.RECIPE, "seed": 0}}
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from algorithms.rollout import _lean_sampler, _prefill, shared_prefix_length
-from tests.test_fast_llama import _gqa_llama, needs_gguf
+from tests.algorithms.test_fast_llama import _gqa_llama, needs_gguf
 
 
 def _batch(prefix: int, own: list[int], vocab: int = 50):

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from benchmarks.harness.config import check_types, load_config_file
-from tests.test_cli_errors import assert_one_line_error
+from tests.benchmarks.cli.test_main import assert_one_line_error
 
 TOML = """\
 task = "pizza"
@@ -24,7 +24,7 @@ FLAGS = ("--task", "pizza", "--algo", "grpo", "--steps", "2", "--seed", "3", "--
 def _config(path):
     config = json.loads(path.read_text())
     config.pop("environment")
-    config["run"].pop("command")  # the command as typed differs; test_reproduce.py replays it
+    config["run"].pop("command")  # the command as typed differs; cli/test_main_reproduce.py replays it
     return config
 
 

@@ -9,12 +9,10 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT
 
 PLUGIN = '''
 """An example plug-in: REINFORCE without a baseline under its own name, and pizza with a reward bonus option."""

@@ -14,8 +14,8 @@ import pytest
 from benchmarks.report import verdicts
 from benchmarks.report.matrix import report
 from benchmarks.store import ResultStore
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 BUDGET, EVERY = 256, 64
 
 

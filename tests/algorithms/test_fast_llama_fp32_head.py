@@ -12,7 +12,7 @@ from algorithms import fast_llama
 from algorithms.rollout import _positions
 from benchmarks.harness import build, resolve
 from benchmarks.store import same_experiment_spec
-from tests.test_fast_llama import _gqa_llama, _padded_batch
+from tests.algorithms.test_fast_llama import _gqa_llama, _padded_batch
 
 
 def _head_input(model, ids, mask):

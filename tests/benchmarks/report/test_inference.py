@@ -5,15 +5,15 @@ blocking on the shared seed; marks that follow the means."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from benchmarks.report import inference
 from benchmarks.store import ResultStore
+from tests.conftest import ROOT
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+RESULTS = ROOT / "results"
 
 
 def _observed_sds(matrix: str, task_prefix: str = "") -> tuple[int, np.ndarray]:

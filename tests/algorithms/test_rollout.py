@@ -126,10 +126,10 @@ def test_think_prefill_flag_belongs_to_gsm8k(run_cli):
 # --- without GSM8K (no local copy, no hub) the GSM8K tests skip with the reason ---------------------------
 
 GSM8K_TESTS = [
-    "tests/test_fast_llama.py::test_few_row_decoding_on_smollm2_is_within_rounding_and_greedy_equal",
-    "tests/test_sampling.py::test_static_cache_fan_out_on_smollm2_gsm8k_prompts",
-    "tests/test_sampling.py::test_think_prefill_counts_toward_the_format_reward",
-    "tests/test_sampling.py::test_evaluation_through_the_rollout_sampler_is_seeded",
+    "tests/algorithms/test_fast_llama.py::test_few_row_decoding_on_smollm2_is_within_rounding_and_greedy_equal",
+    "tests/algorithms/test_rollout.py::test_static_cache_fan_out_on_smollm2_gsm8k_prompts",
+    "tests/algorithms/test_rollout.py::test_think_prefill_counts_toward_the_format_reward",
+    "tests/algorithms/test_rollout.py::test_evaluation_through_the_rollout_sampler_is_seeded",
 ]
 
 

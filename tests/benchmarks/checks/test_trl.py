@@ -13,6 +13,8 @@ import re
 import pytest
 import torch
 
+from tests.conftest import ROOT
+
 pytest.importorskip("trl")
 
 from algorithms import policy_losses  # noqa: E402
@@ -101,7 +103,7 @@ def test_the_trl_the_checks_map_is_the_one_pinned_and_installed():
     """pyproject.toml pins the TRL whose names the adapter maps (and the check records the one it ran against)."""
     from pathlib import Path
 
-    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    pyproject = (ROOT / "pyproject.toml").read_text()
     assert f'"trl=={trl_ref.VERSION}"' in pyproject
     assert trl_ref.version() == trl_ref.VERSION
 
@@ -204,7 +206,7 @@ def test_every_trl_side_scores_with_the_one_task_reward():
     (prompts, texts, completion_ids, scored), = seen
     assert texts == ["pizza", "pizzapizza", tokenizer.decode(pizza[:2])] and scored == rewards
     # and no TRL side builds a reward function of its own
-    root = Path(__file__).resolve().parents[1] / "benchmarks"
+    root = ROOT / "benchmarks"
     for module in ("references/sides.py", "checks/trl_train.py", "perf/lora.py"):
         tree = ast.parse((root / module).read_text())
         calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "trainer"]
