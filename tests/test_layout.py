@@ -2,11 +2,13 @@
 benchmarks/, nothing imports the command-line entry module, engines never import the command line nor
 argparse, the report reads run data and nothing below it imports the report, only the reference adapters
 (benchmarks/references/) import a reference framework, and the import graph (function-level imports included)
-has no cycle."""
+has no cycle. And the tests mirror the code: tests/benchmarks/report/test_claims.py tests benchmarks/report/claims.py,
+and only the few checks of the project as a whole sit at tests/ itself."""
 
 from __future__ import annotations
 
 import ast
+import shutil
 import sys
 from pathlib import Path
 
@@ -170,3 +172,99 @@ def test_a_planted_cycle_is_caught(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "import_graph", lambda: {"a": {"b"}, "b": {"a"}})
     with pytest.raises(AssertionError, match="import cycle"):
         test_no_import_cycles()
+
+
+# --- the tests mirror the code -------------------------------------------------------------------------------------
+# tests/<dirs>/test_<name>.py tests <dirs>/<name>.py or the folder <dirs>/<name>/
+# (tests/benchmarks/report/test_claims.py: benchmarks/report/claims.py). A second file on one module, or a file on one
+# feature of it, adds its topic after the module's name (tests/algorithms/test_rollout_shared_prefix.py:
+# algorithms/rollout.py). Every folder under tests/ mirrors a package and is one itself (tests/__init__.py says why),
+# so two files in different folders may share a name (checks/ and perf/test_precision.py).
+
+# The only test files at tests/ itself: each checks the project as a whole, not one module.
+CROSS_CUTTING = {
+    "test_layout.py",        # the packages' layering (above) and this layout of the tests
+    "test_readme.py",        # the README's set-up commands that CI runs, its links, benchmarks/README.md's Layout table
+    "test_dependencies.py",  # every package's imports against pyproject.toml's dependencies; every module imports
+}
+
+
+def _tested_module(test_file: Path, root: Path) -> Path | None:
+    """The module or package ``test_file`` (tests/<dirs>/test_<name>[_<topic>].py) tests, or None."""
+    folder = root / test_file.parent.relative_to(root / "tests")
+    words = test_file.stem.removeprefix("test_").split("_")
+    for n in range(len(words), 0, -1):  # the longest name first: test_trl_train.py is trl_train.py's, not trl.py's
+        name = "_".join(words[:n])
+        # a module, a package, or a folder of files (tests/benchmarks/test_matrices.py: benchmarks/matrices/)
+        if (folder / f"{name}.py").is_file() or (folder / name).is_dir():
+            return folder / name
+    return None
+
+
+def mirror_problems(root: Path = ROOT) -> list[str]:
+    """Every file or folder under ``root``/tests that breaks the mirror, with what is wrong, one line each."""
+    tests, problems = root / "tests", []
+    for path in sorted(tests.rglob("*")):
+        relative = path.relative_to(root).as_posix()
+        if "__pycache__" in path.parts:
+            continue
+        if path.is_dir():
+            mirrored = root / path.relative_to(tests)
+            if path.relative_to(tests).parts[0] not in PACKAGES or not (mirrored / "__init__.py").is_file():
+                problems.append(f"{relative}/: no package {mirrored.relative_to(root).as_posix()}/ to mirror")
+            if not (path / "__init__.py").is_file():
+                problems.append(f"{relative}/: no __init__.py (two test files of one name would collide)")
+        elif path.suffix != ".py" or path.name in ("__init__.py", "conftest.py"):
+            continue
+        elif path.parent == tests:
+            if path.name.startswith("test_") and path.name not in CROSS_CUTTING:
+                problems.append(f"{relative}: at tests/ itself but not cross-cutting: move it beside the module it "
+                                "tests, or add it to CROSS_CUTTING with why")
+        elif not path.name.startswith("test_"):
+            problems.append(f"{relative}: only test_*.py, __init__.py and conftest.py sit in the folders under tests/")
+        elif _tested_module(path, root) is None:
+            folder = path.parent.relative_to(tests).as_posix()
+            problems.append(f"{relative}: no {folder}/{path.stem.removeprefix('test_')}.py or {folder}/"
+                            f"{path.stem.removeprefix('test_')}/ (nor a module its name starts with) to test")
+    return problems
+
+
+def test_the_tests_mirror_the_modules_they_test():
+    assert not mirror_problems(), "\n".join(mirror_problems())
+    assert all((ROOT / "tests" / name).is_file() for name in CROSS_CUTTING)  # the allow-list names only what is there
+    assert _tested_module(ROOT / "tests/benchmarks/report/test_claims.py", ROOT) == ROOT / "benchmarks/report/claims"
+
+
+def test_a_test_file_of_no_module_is_caught(tmp_path):
+    """A tree of the project's shape: one file of each kind passes, and each break of the mirror is named."""
+    for module in ("benchmarks/__init__.py", "benchmarks/report/__init__.py", "benchmarks/report/claims.py",
+                   "benchmarks/harness/__init__.py", "algorithms/__init__.py", "algorithms/rollout.py"):
+        (tmp_path / module).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / module).write_text("")
+    for test in ("__init__.py", "conftest.py", "test_layout.py", "benchmarks/__init__.py", "benchmarks/test_harness.py",
+                 "benchmarks/report/__init__.py", "benchmarks/report/test_claims.py", "algorithms/__init__.py",
+                 "algorithms/test_rollout_shared_prefix.py"):
+        (tmp_path / "tests" / test).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "tests" / test).write_text("")
+    assert mirror_problems(tmp_path) == []
+    for planted, problem in [("benchmarks/report/test_nonexistent.py", "no benchmarks/report/nonexistent.py"),
+                             ("algorithms/test_rollouts.py", "no algorithms/rollouts.py"),
+                             ("test_claims.py", "at tests/ itself but not cross-cutting"),
+                             ("benchmarks/report/helpers.py", "only test_*.py"),
+                             ("benchmarks/reports/__init__.py", "no package benchmarks/reports/"),
+                             ("docs/__init__.py", "no package docs/")]:
+        path = tmp_path / "tests" / planted
+        new_folder = not path.parent.exists()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+        found = mirror_problems(tmp_path)
+        where = f"tests/{Path(planted).parent.as_posix()}/" if new_folder else f"tests/{planted}"
+        assert len(found) == 1 and found[0].startswith(where) and problem in found[0], (planted, found)
+        if new_folder:
+            shutil.rmtree(path.parent)
+        else:
+            path.unlink()
+    assert mirror_problems(tmp_path) == []
+    (tmp_path / "tests" / "benchmarks" / "report" / "__init__.py").unlink()
+    assert mirror_problems(tmp_path) == [
+        "tests/benchmarks/report/: no __init__.py (two test files of one name would collide)"]
