@@ -22,8 +22,9 @@ from benchmarks.cli.options import PROG, LazySubcommands, OneLineParser
 from benchmarks.errors import TrainingFailed, UsageError
 
 # Each subcommand: the module and function that add its parser (given the subparsers and the subcommand's name), and
-# its line in ``grpo-bench --help`` (the help that function passes, which tests/test_adversary_cli.py holds equal to
-# this one). The studies' (benchmarks/study.py) are built from the study registry by benchmarks.cli.studies.
+# its line in ``grpo-bench --help`` (the help that function passes, which tests/benchmarks/cli/test_main_adversary.py
+# holds equal to this one). The studies' (benchmarks/study.py) are built from the study registry by
+# benchmarks.cli.studies.
 STUDY = ("benchmarks.cli.studies", "add_study_command")
 COMMANDS = {
     "run": ("benchmarks.cli.run", "add_run_parser", "train one algorithm on one task, evaluate before and after"),

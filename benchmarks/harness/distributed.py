@@ -6,7 +6,7 @@ across ranks, so group statistics are the one-process ones), computes its loss o
 every rank takes the same optimizer step. Losses whose normaliser is a count over the whole batch (bnpo,
 dapo: active tokens) take that count over every rank (``DataParallel.sum``), divided by the world size
 because the gradients are averaged: the update is then the one-process update on the global batch
-(tests/test_distributed.py, to 1e-6). Rank 0 alone writes files and evaluates.
+(tests/benchmarks/harness/test_distributed.py, to 1e-6). Rank 0 alone writes files and evaluates.
 """
 
 from __future__ import annotations

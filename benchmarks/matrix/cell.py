@@ -11,7 +11,7 @@ output going to its own log.txt. Between cells it resets what a fresh process wo
 (``reset_process_state``): the thread count, grad mode and default dtype, the peak-memory high-water
 mark (VmHWM through /proc/self/clear_refs; CUDA's peak statistics), and it frees the previous cell's
 memory; the seeds are set by the harness's ``build`` as in a fresh process. A cell run this way writes
-the same metrics rows as in a fresh process at the same thread count (tests/test_executors.py).
+the same metrics rows as in a fresh process at the same thread count (tests/benchmarks/matrix/test_executors.py).
 
 Either way the cell writes CELL_DIR/timing.json: ``startup_s`` (process start and imports this cell
 paid for: 0 for a warm worker's later cells), ``reset_s``, ``build_s`` (task, policy, algorithm),

@@ -32,7 +32,8 @@ pooled sd errs: 20% family-wise at 15 variants x 5 seeds with log-sd spread 0.63
 calibrated by a parametric bootstrap of the max-t statistic max_{i,j} |(m_i - m_j) - (mu_i - mu_j)| / SE_ij: each
 simulated matrix draws every variant's sd from its own posterior (sum of squares / chi-square with its degrees of
 freedom: the spread it showed, with the uncertainty of 3-5 seeds), then its cells, then the statistic with that
-matrix's own pooled sd; c is the 1 - alpha quantile. Simulated (``family_error``; tests/test_inference.py), this keeps
+matrix's own pooled sd; c is the 1 - alpha quantile. Simulated (``family_error``;
+tests/benchmarks/report/test_inference.py), this keeps
 the family-wise error <= 5% at every design tried, equal spreads or not; with equal spreads it is conservative (c
 about 4.7 where Tukey's is 3.55 at 15 x 5), the price of not assuming them. Alternatives measured and rejected:
 Tukey with the pooled sd (20-26% under unequal spreads), c calibrated at the observed sds (7% at 6 x 3), and at
