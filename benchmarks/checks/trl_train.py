@@ -23,9 +23,11 @@ import time
 from pathlib import Path
 
 from benchmarks.errors import UsageError
+from benchmarks.harness import measure, resolve, run
 from benchmarks.io import atomic_write_json, atomic_write_text, read_jsonl
 from benchmarks.references import trl as trl_ref
 from benchmarks.study import StudySettings, option
+from tasks import make_task
 
 TASK = "pizza"
 # The settings both sides read (ours through ``resolve``, TRL's through its adapter): GRPO's, then the run's sampling.
@@ -44,8 +46,6 @@ class TrlTrainSettings(StudySettings):
 
 
 def run_ours(steps: int, seed: int, out: str) -> dict:
-    from benchmarks.harness import resolve, run
-
     rc, config, task_options = resolve({"task": TASK, "algo": "grpo", "steps": steps, "seed": seed, "out": out,
                                         "eval_every": 0, "checkpoint_every": 0, "precision": "fp32", **MATCHED})
     summary = run(rc, config, task_options, progress=False)
@@ -61,9 +61,6 @@ def run_trl(steps: int, seed: int, out: str) -> dict:
     import torch
     from datasets import Dataset
     from transformers.trainer_callback import PrinterCallback
-
-    from benchmarks.harness import measure
-    from tasks import make_task
 
     trl_ref.silence()
     device = measure.resolve_device("auto")

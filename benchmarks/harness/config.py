@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional
 from algorithms import ALGORITHMS
 from algorithms.base import config_field_types, config_fields
 from benchmarks.errors import UsageError
+from benchmarks.harness.tracking import parse_report_to
 from tasks import TASKS
 
 
@@ -95,8 +96,6 @@ class RunConfig:
         if self.lora_r < 0 or self.lora_alpha < 1 or not 0 <= self.lora_dropout < 1:
             raise UsageError(f"{name('lora_r')} must be >= 0, {name('lora_alpha')} >= 1 and {name('lora_dropout')} in "
                              f"[0, 1), got {self.lora_r}, {self.lora_alpha}, {self.lora_dropout}")
-        from benchmarks.harness.tracking import parse_report_to
-
         parse_report_to(self.report_to)
         if self.resume and self.overwrite:
             raise UsageError(f"{name('resume')} continues a run and {name('overwrite')} replaces it: give one of them")

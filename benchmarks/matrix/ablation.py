@@ -22,6 +22,7 @@ import pandas as pd
 from benchmarks.errors import UsageError
 from benchmarks.harness import resolve, run
 from benchmarks.io import atomic_write_text, read_jsonl
+from tasks import make_task
 
 METRICS = ("true_reward", "accuracy", "rm_reward")
 
@@ -121,8 +122,6 @@ def run_ablation(settings, command: str) -> int:
     """Every (G, seed) run of the grid ``settings`` names (``grpo-bench ablation``'s, benchmarks/studies.py: every G
     in ``group_sizes`` with every seed in ``seeds``), then OUT/curves.csv, group_size.md and group_size.png;
     group_size.md quotes ``command``, the command line that reproduces them."""
-    from tasks import make_task
-
     if any(g < 2 for g in settings.group_sizes):
         raise UsageError(f"--group-sizes must all be >= 2 (group-relative advantages), got {settings.group_sizes}")
     if settings.steps < 1 or settings.eval_every < 1:

@@ -23,6 +23,13 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from benchmarks.harness import lora as lora_lib
+from benchmarks.harness import measure
+from benchmarks.harness.config import RunConfig, resolve
+from benchmarks.harness.loop import build, train_steps
+from benchmarks.references import trl as trl_ref
+from tasks import make_task
+
 SIDES = ("ours-full", "ours-lora", "trl-full", "trl-lora")
 
 
@@ -64,9 +71,6 @@ def _state(model, optimizer, grads_measured: bool) -> dict:
 def _ours(s: Settings, lora: bool) -> dict:
     import random
 
-    from benchmarks.harness.config import resolve
-    from benchmarks.harness.loop import build, train_steps
-
     rc, config, task_options = resolve({
         "task": "gsm8k", "algo": "grpo", "steps": s.steps, "seed": s.seed, "device": s.device, "precision": "fp32",
         "max_new_tokens": s.max_new_tokens, "lora_r": s.lora_r if lora else 0, "lora_alpha": s.lora_alpha,
@@ -83,12 +87,6 @@ def _trl(s: Settings, lora: bool) -> dict:
     import torch
     from datasets import Dataset
     from transformers.trainer_callback import PrinterCallback
-
-    from benchmarks.harness import lora as lora_lib
-    from benchmarks.harness import measure
-    from benchmarks.harness.config import RunConfig
-    from benchmarks.references import trl as trl_ref
-    from tasks import make_task
 
     trl_ref.silence()
     device = measure.resolve_device(s.device)
@@ -120,8 +118,6 @@ def _trl(s: Settings, lora: bool) -> dict:
 
 
 def probe(side: str, s: Settings) -> dict:
-    from benchmarks.harness import measure
-
     device = measure.resolve_device(s.device)
     measure.reset_peak_memory(device)
     impl, mode = side.split("-")
@@ -181,8 +177,6 @@ def run_bench(s: Settings, out: Path, sides=SIDES, log=print) -> dict:
     import importlib.metadata
 
     import torch
-
-    from benchmarks.harness import measure
 
     report = {"settings": asdict(s), "sides": [],
               "environment": {**measure.environment(measure.resolve_device(s.device)),

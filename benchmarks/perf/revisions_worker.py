@@ -32,7 +32,7 @@ def main(argv: list[str]) -> None:
     if threads:
         torch.set_num_threads(threads)
     import benchmarks  # the revision's, from TREE
-    from benchmarks.perf.grpo_vs_trl import WORKLOADS, Ours
+    from benchmarks.perf.grpo_vs_trl import WORKLOADS, Ours  # the revision's too
 
     ours = Ours(WORKLOADS[workload], seed=seed, device=device)
     prompts = ours.task.train_prompts()

@@ -60,8 +60,8 @@ class ExecutorsBench(Study):
         return 0 if all(r["counts"]["failed"] == 0 for r in result["runs"].values()) else 1
 
 
-# Here rather than in benchmarks/perf/lora.py: that module is each side's probe process too, which imports what
-# its side needs and nothing else (its peak memory is the measurement).
+# Here rather than in benchmarks/perf/lora.py: that module is each side's probe process too, which imports
+# no library its side does not use (its peak memory is the measurement).
 @dataclass
 class LoraBenchSettings(StudySettings):
     """What ``grpo-bench bench lora`` asks for: the knobs of ``lora.Settings`` worth turning, the sides, the folder."""
