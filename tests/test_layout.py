@@ -146,6 +146,26 @@ def test_a_planted_report_import_is_caught(graph, monkeypatch):
         test_the_report_reads_run_data_and_sits_on_top()
 
 
+def test_the_checks_and_the_benches_sit_side_by_side():
+    """A correctness check never stands on a performance bench, nor a bench on a check: what both need (the
+    workloads, both sides, the same-batch engine) lives in benchmarks/references/sides.py, which both import."""
+    graph = import_graph()
+    for upper, other in (("benchmarks.checks", "benchmarks.perf"), ("benchmarks.perf", "benchmarks.checks")):
+        for name, edges in graph.items():
+            if _within(name, (upper,)):
+                assert not [e for e in edges if _within(e, (other,))], (name, edges)
+    assert "benchmarks.references.sides" in graph["benchmarks.checks.same_batch"]
+    assert "benchmarks.references.sides" in graph["benchmarks.perf.grpo_vs_trl"]
+
+
+def test_a_planted_check_on_a_bench_is_caught(monkeypatch):
+    graph = import_graph()
+    monkeypatch.setattr(sys.modules[__name__], "import_graph",
+                        lambda: {**graph, "benchmarks.checks.same_batch": {"benchmarks.perf.grpo_vs_trl"}})
+    with pytest.raises(AssertionError, match="benchmarks.checks.same_batch"):
+        test_the_checks_and_the_benches_sit_side_by_side()
+
+
 def test_no_import_cycles():
     graph = import_graph()
     state: dict[str, int] = {}
