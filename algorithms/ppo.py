@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from algorithms.base import Algorithm, AlgoConfig, register_algorithm
+from algorithms.kl import KL_PENALTIES
 from algorithms.losses import (
     carries_signal, gae, masked_mean, masked_whiten, ppo_clip_fraction, ppo_policy_loss, ppo_value_loss,
 )
@@ -132,7 +133,7 @@ class PPO(Algorithm):
         kl_coef x k1, the last also gets the score), whitened over the batch, or zeroed when its scores all tie and
         skip_tied_batches asks; with the advantages' std before whitening and whether the scores all tie."""
         c: PPOConfig = self.config
-        rewards = -c.kl_coef * ((old_logps - ref_logps) * mask)
+        rewards = -c.kl_coef * (KL_PENALTIES["k1"](old_logps, ref_logps) * mask)
         last = mask.sum(1).long() - 1  # (B,)
         rewards[torch.arange(rewards.size(0), device=self.device), last] += scores
         advantages, returns = gae(rewards, old_values, mask, c.gamma, c.lam)

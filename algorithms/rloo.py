@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from algorithms.base import Algorithm, AlgoConfig, register_algorithm
+from algorithms.kl import KL_PENALTIES
 from algorithms.losses import (
     carries_signal, masked_mean_per_sequence, rloo_advantages, rloo_clip_fraction, rloo_loss, sequence_logps,
 )
@@ -67,7 +68,7 @@ class RLOO(Algorithm):
                     logps, entropy = self.logps(self.policy, rollout, with_entropy=True)
                     first_logps = logps.detach()
                     # (B,): k1 summed over each completion's tokens
-                    kl = None if ref_logps is None else sequence_logps(first_logps - ref_logps, mask)
+                    kl = None if ref_logps is None else sequence_logps(KL_PENALTIES["k1"](first_logps, ref_logps), mask)
                     advantages = rloo_advantages(  # 4 advantages, from the batch as sampled
                         rewards, c.group_size, kl=kl, beta=c.beta, normalize=c.normalize_advantages,
                         reward_clip_min=c.reward_clip_min, reward_clip_max=c.reward_clip_max)
