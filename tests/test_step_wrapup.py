@@ -1,7 +1,7 @@
 """Issue #46's loose ends in algorithms/: one metrics wrap-up for every algorithm's step (the base's ``step`` adds the
 phase timings to ``train_step``'s metrics, ``advantage_metrics`` writes advantage/mean and advantage/std), one KL
 table (OpenRLHF's ``approx_kl`` is a view of ``KL_PENALTIES``, equal bit for bit, gradients included, to the
-if-branches it replaced)."""
+if-branches it replaced), and one PHASES."""
 
 from __future__ import annotations
 
@@ -116,3 +116,12 @@ def test_every_step_is_its_train_step_and_the_timings(pizza, name, options):
     if name != "dpo":
         assert {"advantage/mean", "advantage/std"} <= set(metrics)
 
+
+def test_phases_have_one_home():
+    from benchmarks import io
+    from benchmarks.perf import precision
+
+    assert precision.PHASES is io.PHASES  # imported, not restated
+    # the bench's own selection has a name of its own: every phase the precision can change, in io's order
+    assert precision.SHOWN_PHASES == ("generate", "logprobs", "update")
+    assert [p for p in io.PHASES if p in precision.SHOWN_PHASES] == list(precision.SHOWN_PHASES)
