@@ -1,7 +1,8 @@
 """The one interface every algorithm implements, and the pieces they all share.
 
 An algorithm is built from (policy, reference policy, task, config) and exposes ``step(prompts)``,
-one training step returning a flat dict of metrics in the shared vocabulary:
+one training step returning a flat dict of metrics in the shared vocabulary (an algorithm writes its
+``train_step``; ``step`` adds the phase timings, ``time/<phase>``, to what that returns):
 
     reward/mean reward/std loss clipfrac entropy grad_norm
     advantage/mean advantage/std tokens/generated completions truncated
@@ -35,7 +36,7 @@ import torch
 from algorithms import fast_llama, rollout as rollout_lib
 from algorithms.diagnostics import batch_diagnostics
 from algorithms.kl import kl_estimate
-from algorithms.losses import masked_mean_per_sequence
+from algorithms.losses import masked_mean, masked_mean_per_sequence
 from algorithms.registry import register_named
 
 
@@ -276,6 +277,13 @@ class Algorithm:
         return getattr(config, "beta", 0.0) > 0
 
     def step(self, prompts: list[str]) -> dict[str, float]:
+        """One training step: ``train_step``'s metrics, then the seconds each phase of it took (``time/<phase>``)."""
+        metrics = self.train_step(prompts)
+        metrics.update(self.timer.pop())
+        return metrics
+
+    def train_step(self, prompts: list[str]) -> dict[str, float]:
+        """Steps 1-6 of one training step (module docstring), returning its metrics without the timings."""
         raise NotImplementedError
 
     def trainable_modules(self) -> list[torch.nn.Module]:
@@ -377,6 +385,14 @@ class Algorithm:
             return masked_mean_per_sequence(kl_estimate(estimator, logps, ref_logps), mask).mean().item()
 
         return {"kl/k3": mean("k3"), **({f"kl/{used}": mean(used)} if used and used != "k3" else {})}
+
+    @staticmethod
+    def advantage_metrics(advantages: torch.Tensor, mask: Optional[torch.Tensor] = None) -> dict[str, float]:
+        """``advantage/mean`` and ``advantage/std`` over every entry of ``advantages`` or, given a token ``mask``
+        (advantages per token), over the active tokens; the std of a single value is 0."""
+        values = advantages if mask is None else advantages[mask.bool()]
+        mean = advantages.mean() if mask is None else masked_mean(advantages, mask)
+        return {"advantage/mean": mean.item(), "advantage/std": values.std().item() if values.numel() > 1 else 0.0}
 
     @staticmethod
     def mean_over_updates(metrics: dict[str, float], updates: int, names=("loss", "grad_norm", "clipfrac")) -> None:

@@ -53,7 +53,7 @@ class DPO(Algorithm):
     def needs_reference(cls, config) -> bool:
         return True
 
-    def step(self, prompts: list[str]) -> dict[str, float]:
+    def train_step(self, prompts: list[str]) -> dict[str, float]:
         c: DPOConfig = self.config
         if self.pairs is None:  # 1 generate: once, the task samples and labels the pairs
             with self.timer("generate"):
@@ -98,7 +98,6 @@ class DPO(Algorithm):
         if c.count_pair_samples and not self.pairs_counted:  # the pairs' samples are spent at the first step
             metrics["completions"] += float(self.pairs["samples"])
             self.pairs_counted = True
-        metrics.update(self.timer.pop())
         return metrics
 
     def _next_pairs(self, k: int) -> list[int]:

@@ -162,7 +162,7 @@ class GRPO(Algorithm):
         if self.config.sampling_precision == "int8":
             rollout_lib.check_int8_sampling(policy)  # now, not at the first rollout
 
-    def step(self, prompts: list[str]) -> dict[str, float]:
+    def train_step(self, prompts: list[str]) -> dict[str, float]:
         c: GRPOConfig = self.config
         rollout, rewards, metrics = self.collect(prompts)  # 1 generate, 2 score (several rounds with dynamic sampling)
         mask = rollout.loss_mask(c.mask_truncated)
@@ -171,12 +171,7 @@ class GRPO(Algorithm):
         # (the same numbers as a separate no-grad pass, bit for bit: tested).
         ref_logps = self.frozen_logps(self.ref_policy, rollout) if c.beta > 0 else None
         old_logps = None
-        estimator = c.estimator()  # 4 advantages, with what the estimator declares it reads
-        baseline_rewards = self.greedy_rewards(rollout) if estimator.needs_greedy_baseline else None
-        token_statistics = self.token_statistics(rollout) if estimator.needs_token_statistics else None
-        advantages = self.advantages(estimator, rewards, rollout.completion_mask.sum(1), baseline_rewards, token_statistics)
-        if c.advantage_clip is not None:
-            advantages = advantages.clamp(-c.advantage_clip, c.advantage_clip)
+        advantages = self.batch_advantages(rollout, rewards)  # 4 advantages
         # No signal (every advantage 0 and no KL or entropy term): no step, which AdamW's momentum would still take.
         # Under data parallelism: a step when any rank has a signal (the gradient all-reduce needs every rank).
         signal = self.any_rank(carries_signal(advantages, mask) or ((c.beta > 0 or c.entropy_coef != 0.0) and bool(mask.any())))
@@ -220,12 +215,22 @@ class GRPO(Algorithm):
         metrics["entropy"] = masked_mean_per_sequence(first_entropy, mask).mean().item()
         if rollout.sampling_logps is not None:
             metrics.update(self.mismatch_metrics(first_logps, rollout))
-        metrics["advantage/mean"] = advantages.mean().item()
-        metrics["advantage/std"] = advantages.std().item()
+        metrics.update(self.advantage_metrics(advantages))
         self.mean_over_updates(metrics, c.mu)
         metrics["skipped_update"] = float(not signal)
-        metrics.update(self.timer.pop())
         return metrics
+
+    def batch_advantages(self, rollout: rollout_lib.Rollout, rewards: torch.Tensor) -> torch.Tensor:
+        """Step 4: the batch's advantages by the configured estimator, given what it declares it reads (the greedy
+        completions' rewards, the sampling policy's token statistics), clipped to +/- advantage_clip where set."""
+        c: GRPOConfig = self.config
+        estimator = c.estimator()
+        baseline_rewards = self.greedy_rewards(rollout) if estimator.needs_greedy_baseline else None
+        token_statistics = self.token_statistics(rollout) if estimator.needs_token_statistics else None
+        advantages = self.advantages(estimator, rewards, rollout.completion_mask.sum(1), baseline_rewards, token_statistics)
+        if c.advantage_clip is not None:
+            advantages = advantages.clamp(-c.advantage_clip, c.advantage_clip)
+        return advantages
 
     def advantages(self, estimator: AdvantageEstimator, rewards: torch.Tensor, lengths: Optional[torch.Tensor] = None,
                    baseline_rewards: Optional[torch.Tensor] = None, token_statistics: Optional[dict] = None) -> torch.Tensor:

@@ -3,8 +3,9 @@
 ``KL_PENALTIES`` holds the estimators of Schulman (2020), "Approximating KL divergence", as verl's ``kl_penalty``
 names them, with log r = log pi - log pi_ref: k1, k2, k3 (DeepSeekMath's and TRL's, the GRPO default), verl's
 clamped k3 ("low_var_kl") and |log r| ("abs"), and each with a "+" suffix: its value with k2's gradient. GRPO
-puts one in the loss (``kl_loss_type``), ``kl_estimate`` logs any of them as ``kl/<name>``; ``approx_kl`` is
-OpenRLHF's clamped view of k1, k2 and k3, which RLOO, REINFORCE++ and PPO put in the reward.
+puts one in the loss (``kl_loss_type``), PPO and RLOO put k1 in the reward, ``kl_estimate`` logs any of them as
+``kl/<name>``, and ``approx_kl`` is OpenRLHF's view of the table (fp32, clamped to [-10, 10]), which REINFORCE++
+puts in its reward or loss.
 """
 
 from __future__ import annotations
@@ -75,25 +76,32 @@ def kl_estimate(name: str, logps: torch.Tensor, ref_logps: torch.Tensor) -> torc
     return lookup_named(KL_PENALTIES, "KL estimator", name)(logps, ref_logps)
 
 
+# OpenRLHF's compute_approx_kl: every estimate clamped to [-KL_CLAMP, KL_CLAMP] (``approx_kl``).
+KL_CLAMP = 10.0
+
+
+def k3_kl_bounded(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
+    """k3 as OpenRLHF writes it, exp(-log r) - 1 + log r, with log r bounded below at -KL_CLAMP first: log r < -10
+    already gives k3 > 10, the clamp, and bounding it keeps exp from overflowing into a 0 * inf = NaN gradient
+    (OpenRLHF does the same). Not ``k3_kl`` bit for bit: the terms are added in another order."""
+    bounded = (logps - ref_logps).clamp(min=-KL_CLAMP)
+    return torch.exp(-bounded) - 1 + bounded
+
+
+# The table's k3 in OpenRLHF's form: what ``approx_kl`` computes for "k3" (an estimator without ``bounded``: itself).
+k3_kl.bounded = k3_kl_bounded
+
+# The table's names OpenRLHF's compute_approx_kl has (its kl_estimator): REINFORCE++'s choices.
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
 
 def approx_kl(logps: torch.Tensor, ref_logps: torch.Tensor, estimator: str = "k1") -> torch.Tensor:
-    """Per-token estimates of KL[pi || pi_ref] (Schulman 2020), clamped to [-10, 10] as OpenRLHF's
-    ``compute_approx_kl``; with log r = log pi - log pi_ref:
+    """Per-token estimates of KL[pi || pi_ref] as OpenRLHF's ``compute_approx_kl`` gives them, a view of the table:
+    the ``KL_PENALTIES`` estimator ``estimator`` (its ``bounded`` form where it has one: k3's) on fp32 log-probs,
+    clamped to [-KL_CLAMP, KL_CLAMP]; with log r = log pi - log pi_ref:
 
-        k1 = log r        k2 = (log r)^2 / 2        k3 = exp(-log r) - 1 + log r   (= ``k3_kl``)
+        k1 = log r        k2 = (log r)^2 / 2        k3 = exp(-log r) - 1 + log r   (``k3_kl_bounded``)
     """
-    log_ratio = logps.float() - ref_logps.float()
-    if estimator == "k1":
-        kl = log_ratio
-    elif estimator == "k2":
-        kl = log_ratio ** 2 / 2.0
-    elif estimator == "k3":
-        # log r < -10 already gives k3 > 10, the cap: bounding it first keeps exp from overflowing into a
-        # 0 * inf = NaN gradient (OpenRLHF does the same).
-        bounded = log_ratio.clamp(min=-10.0)
-        kl = torch.exp(-bounded) - 1 + bounded
-    else:
-        raise ValueError(f"unknown KL estimator {estimator!r}; expected one of {KL_ESTIMATORS}")
-    return kl.clamp(min=-10.0, max=10.0)
+    kl = lookup_named(KL_PENALTIES, "KL estimator", estimator)
+    kl = getattr(kl, "bounded", kl)
+    return kl(logps.float(), ref_logps.float()).clamp(min=-KL_CLAMP, max=KL_CLAMP)

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from algorithms.base import Algorithm, AlgoConfig, register_algorithm
+from algorithms.kl import KL_PENALTIES
 from algorithms.losses import (
     carries_signal, gae, masked_mean, masked_whiten, ppo_clip_fraction, ppo_policy_loss, ppo_value_loss,
 )
@@ -126,18 +127,13 @@ class PPO(Algorithm):
         everything = scores if self.data_parallel is None else self.data_parallel.gather(scores)
         return bool((everything == everything[0]).all())
 
-    def step(self, prompts: list[str]) -> dict[str, float]:
+    def gae_advantages(self, scores: torch.Tensor, mask: torch.Tensor, old_logps: torch.Tensor, ref_logps: torch.Tensor,
+                       old_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float, bool]:
+        """Step 4: GAE(gamma, lambda) advantages and returns (B, T) of the KL-penalised token rewards (every token pays
+        kl_coef x k1, the last also gets the score), whitened over the batch, or zeroed when its scores all tie and
+        skip_tied_batches asks; with the advantages' std before whitening and whether the scores all tie."""
         c: PPOConfig = self.config
-        rollout = self.generate(prompts, c.samples_per_prompt)  # 1 generate
-        scores = self.score(rollout)  # 2 score
-        mask = rollout.completion_mask.float()
-        old_logps = self.frozen_logps(self.policy, rollout)  # 3 old/ref log-probs and old values
-        ref_logps = self.frozen_logps(self.ref_policy, rollout) if c.kl_coef > 0 else old_logps
-        with torch.no_grad(), self.timer("logprobs"), self.autocast():
-            old_values = self.critic(rollout) * mask
-
-        kl = (old_logps - ref_logps) * mask  # 4 advantages: KL-penalised token rewards, the score on the last token
-        rewards = -c.kl_coef * kl
+        rewards = -c.kl_coef * (KL_PENALTIES["k1"](old_logps, ref_logps) * mask)
         last = mask.sum(1).long() - 1  # (B,)
         rewards[torch.arange(rewards.size(0), device=self.device), last] += scores
         advantages, returns = gae(rewards, old_values, mask, c.gamma, c.lam)
@@ -147,6 +143,19 @@ class PPO(Algorithm):
             advantages = torch.zeros_like(advantages)
         elif c.whiten_advantages:
             advantages = self.whiten(advantages, mask)
+        return advantages, returns, raw_std, tied
+
+    def train_step(self, prompts: list[str]) -> dict[str, float]:
+        c: PPOConfig = self.config
+        rollout = self.generate(prompts, c.samples_per_prompt)  # 1 generate
+        scores = self.score(rollout)  # 2 score
+        mask = rollout.completion_mask.float()
+        old_logps = self.frozen_logps(self.policy, rollout)  # 3 old/ref log-probs and old values
+        ref_logps = self.frozen_logps(self.ref_policy, rollout) if c.kl_coef > 0 else old_logps
+        with torch.no_grad(), self.timer("logprobs"), self.autocast():
+            old_values = self.critic(rollout) * mask
+
+        advantages, returns, raw_std, tied = self.gae_advantages(scores, mask, old_logps, ref_logps, old_values)  # 4
 
         batch, size = mask.size(0), mask.size(0) // c.minibatches
         sums = dict.fromkeys(("loss/policy", "loss/value", "clipfrac", "grad_norm", "entropy", "skipped_update"), 0.0)
@@ -180,10 +189,8 @@ class PPO(Algorithm):
         metrics["loss"] = metrics["loss/policy"] + metrics["loss/value"]
         metrics.update(self.kl_metrics(old_logps, ref_logps if c.kl_coef > 0 else None, mask, "k1"))  # k1 in its reward
         metrics.update(self.rollout_metrics(rollout, scores))
-        metrics["advantage/mean"] = masked_mean(advantages, mask).item()
-        metrics["advantage/std"] = advantages[mask.bool()].std().item()
+        metrics.update(self.advantage_metrics(advantages, mask))
         metrics["advantage/raw_std"] = raw_std  # before whitening: the signal whitening scales up
         metrics["tied_batch"] = float(tied)
         metrics["value/mean"] = masked_mean(old_values, mask).item()
-        metrics.update(self.timer.pop())
         return metrics

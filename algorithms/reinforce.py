@@ -49,7 +49,7 @@ class REINFORCE(Algorithm):
         super().__init__(*args, **kwargs)
         self.baseline: Optional[float] = None  # set from the first batch, so its advantages are centred
 
-    def step(self, prompts: list[str]) -> dict[str, float]:
+    def train_step(self, prompts: list[str]) -> dict[str, float]:
         c: REINFORCEConfig = self.config
         rollout = self.generate(prompts, c.samples_per_prompt)  # 1 generate
         rewards = self.score(rollout)  # 2 score
@@ -64,7 +64,7 @@ class REINFORCE(Algorithm):
             loss, parts = reinforce_loss(logps, advantages, mask, ref_logps, beta=c.beta, return_parts=True)
             grad_norm = self.update(loss) if signal else 0.0
 
-        metrics = {  # 6 metrics
+        return {  # 6 metrics
             "loss": loss.item(),
             **{f"loss/{part}": value for part, value in parts.items()},
             "grad_norm": grad_norm,
@@ -73,11 +73,8 @@ class REINFORCE(Algorithm):
             "entropy": masked_mean_per_sequence(entropy, mask).mean().item(),
             "baseline": self.baseline if self.baseline is not None else 0.0,
             **self.rollout_metrics(rollout, rewards),
-            "advantage/mean": advantages.mean().item(),
-            "advantage/std": advantages.std().item() if advantages.numel() > 1 else 0.0,
+            **self.advantage_metrics(advantages),
         }
-        metrics.update(self.timer.pop())
-        return metrics
 
     def _baseline(self, rewards: torch.Tensor) -> float:
         """The baseline for this batch (from earlier batches only, except the first), then fold this batch in."""

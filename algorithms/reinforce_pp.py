@@ -73,7 +73,7 @@ class REINFORCEPP(Algorithm):
     def needs_reference(cls, config) -> bool:
         return config.kl_coef > 0
 
-    def step(self, prompts: list[str]) -> dict[str, float]:
+    def train_step(self, prompts: list[str]) -> dict[str, float]:
         c: REINFORCEPPConfig = self.config
         rollout = self.generate(prompts, c.samples_per_prompt)  # 1 generate
         scores = self.score(rollout)  # 2 score
@@ -115,9 +115,6 @@ class REINFORCEPP(Algorithm):
         metrics.update(self.kl_metrics(old_logps, ref_logps, mask, c.kl_estimator))
         metrics["entropy"] = masked_mean_per_sequence(entropy, mask).mean().item()
         metrics.update(self.rollout_metrics(rollout, scores))
-        metrics["advantage/mean"] = masked_mean(advantages, mask).item()
-        active = advantages[mask.bool()]
-        metrics["advantage/std"] = active.std().item() if active.numel() > 1 else 0.0
+        metrics.update(self.advantage_metrics(advantages, mask))
         metrics["return/mean"] = masked_mean(returns, mask).item()
-        metrics.update(self.timer.pop())
         return metrics

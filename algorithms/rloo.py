@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from algorithms.base import Algorithm, AlgoConfig, register_algorithm
+from algorithms.kl import KL_PENALTIES
 from algorithms.losses import (
     carries_signal, masked_mean_per_sequence, rloo_advantages, rloo_clip_fraction, rloo_loss, sequence_logps,
 )
@@ -53,7 +54,7 @@ class RLOO(Algorithm):
     name = "rloo"
     Config = RLOOConfig
 
-    def step(self, prompts: list[str]) -> dict[str, float]:
+    def train_step(self, prompts: list[str]) -> dict[str, float]:
         c: RLOOConfig = self.config
         rollout = self.generate(prompts, c.group_size)  # 1 generate
         rewards = self.score(rollout)  # 2 score
@@ -66,7 +67,8 @@ class RLOO(Algorithm):
                 if iteration == 1:
                     logps, entropy = self.logps(self.policy, rollout, with_entropy=True)
                     first_logps = logps.detach()
-                    kl = sequence_logps(first_logps - ref_logps, mask) if ref_logps is not None else None  # (B,) k1
+                    # (B,): k1 summed over each completion's tokens
+                    kl = None if ref_logps is None else sequence_logps(KL_PENALTIES["k1"](first_logps, ref_logps), mask)
                     advantages = rloo_advantages(  # 4 advantages, from the batch as sampled
                         rewards, c.group_size, kl=kl, beta=c.beta, normalize=c.normalize_advantages,
                         reward_clip_min=c.reward_clip_min, reward_clip_max=c.reward_clip_max)
@@ -86,10 +88,8 @@ class RLOO(Algorithm):
         metrics.update(self.kl_metrics(first_logps, ref_logps, mask, "k1"))  # 6 metrics; k1 sits in its reward
         metrics["entropy"] = masked_mean_per_sequence(entropy, mask).mean().item()
         metrics.update(self.rollout_metrics(rollout, rewards))
-        metrics["advantage/mean"] = advantages.mean().item()
-        metrics["advantage/std"] = advantages.std().item()
+        metrics.update(self.advantage_metrics(advantages))
         self.mean_over_updates(metrics, c.mu)
         metrics["loss/policy"] = metrics["loss"]  # the KL is in the advantages: the loss is all policy
         metrics["skipped_update"] = float(not signal)
-        metrics.update(self.timer.pop())
         return metrics
