@@ -258,7 +258,7 @@ class AblationSettings(StudySettings):
     eval_every: int = field(default=10, metadata={"help": "exact evaluation every N steps"})
     reward_mode: str = field(default="rm", metadata={
         "help": "the bandit's reward: a learned reward model, or the verifiable one", "choices": ("rm", "verifiable")})
-    device: str = option("device", "auto")
+    device: str = option("device")
 
 
 @register_study

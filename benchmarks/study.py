@@ -49,7 +49,7 @@ PLUGIN_GROUPS = ("check", "bench")  # the groups an installed package may add a 
 SHARED_OPTIONS = {
     "out": ("folder for the report and its data", "results"),
     "seed": ("seed of every random draw (weights, sampling, prompts)", 0),
-    "device": ("cpu, cuda or auto", "cpu"),
+    "device": ("auto, cpu or cuda", "auto"),
     "threads": ("torch threads", 0),
     "readme": ("README (or results page) whose section of this study is regenerated ('': none)", None),
     "section": ("name of the README section to regenerate", None),

@@ -546,7 +546,8 @@ def rerender(settings: PerfSettings) -> dict:
     """A finished (or stopped) run's STEM.md and README section written again from its STEM.json, as the current
     report code renders them: for a change of the report's wording, where measuring again would cost hours."""
     stem = OUTPUTS[settings.algo][0]
-    out = Path(settings.out or ("results/gpu" if settings.device == "cuda" else "results/perf"))
+    on_cuda = settings.device.startswith("cuda") or (settings.device == "auto" and torch.cuda.is_available())
+    out = Path(settings.out or ("results/gpu" if on_cuda else "results/perf"))
     report = rerender_source(out / f"{stem}.json")
     try:
         _write(report, out, settings)

@@ -46,7 +46,7 @@ class Settings:
     lora_dropout: float = 0.05
     lora_target_modules: str = "all-linear"
     seed: int = 0
-    device: str = "cpu"
+    device: str = "auto"
 
 
 def _bytes(tensors) -> int:
@@ -181,7 +181,7 @@ def run_bench(s: Settings, out: Path, sides=SIDES, log=print) -> dict:
     report = {"settings": asdict(s), "sides": [],
               "environment": {**measure.environment(measure.resolve_device(s.device)),
                               "peft": importlib.metadata.version("peft"), "threads": torch.get_num_threads()},
-              "command": "grpo-bench bench lora" + ("" if s.device == "cpu" else f" --device {s.device}")}
+              "command": "grpo-bench bench lora" + ("" if s.device == "auto" else f" --device {s.device}")}
     out.mkdir(parents=True, exist_ok=True)
     for side in sides:  # the files are rewritten after each side: a long run cut short keeps what it measured
         log(f"lora bench: {side} ...")

@@ -221,10 +221,10 @@ INTERFACE = {
                  ("--reward-mode", False, None, "rm"), ("--device", False, None, "auto")],
     "readme": [("--readme", False, None, "results/checks.md")],
     "survey": [("--task", False, None, "reasoning_gym"), ("--candidate", True, None, None), ("--set", False, "*", None),
-               ("--band", False, None, "0.10:0.60"), ("--seed", False, None, 0), ("--device", False, None, "cpu"),
+               ("--band", False, None, "0.10:0.60"), ("--seed", False, None, 0), ("--device", False, None, "auto"),
                ("--out", True, None, None), ("--resume", False, 0, False)],
     "paired eval": [("--task", True, None, None), ("--set", False, "*", None), ("--seed", False, None, 0),
-                    ("--device", False, None, "cpu"), ("--label", False, None, None), ("--questions", False, None, None),
+                    ("--device", False, None, "auto"), ("--label", False, None, None), ("--questions", False, None, None),
                     ("--out", True, None, None)],
     "paired compare": [("--before", True, "+", None), ("--after", True, "+", None), ("--out", False, None, None),
                        ("--readme", False, None, None), ("--section", False, None, "gsm8k-paired")],
@@ -417,3 +417,23 @@ def test_bad_input_to_a_top_level_study_is_one_line_and_exit_2(argv, line, matri
     assert main([str(matrix) if word == "M" else word for word in argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("grpo-bench: error: ") and line in err and len(err.splitlines()) == 1
+
+
+def test_every_device_flag_has_one_default_and_one_help():
+    """``--device`` means one thing with one default wherever it appears: the studies' shared option, ``run`` and
+    ``eval`` (auto: CUDA when present, else the CPU)."""
+    load_studies()
+    seen = []
+    for group in GROUPS:
+        for name, cls in study.studies(group).items():
+            fields = {f.name: f for f in dataclasses.fields(cls.Settings)}
+            if "device" in fields:
+                seen.append(name)
+                assert fields["device"].default == "auto", name
+                assert fields["device"].metadata["help"] == "auto, cpu or cuda", name
+    assert {"survey", "eval", "grpo-vs-trl", "rloo-vs-trl", "lora", "revisions", "ablation"} <= set(seen)
+    for command in ("run", "eval"):
+        (device,) = [a for a in cli_main.build_parser()._subparsers._group_actions[0].parser_of(command)._actions
+                     if "--device" in a.option_strings]
+        # run's flags default to None and take their defaults from the settings resolver, which says auto
+        assert device.default in ("auto", None) and device.help == "auto, cpu or cuda (default: auto)", command

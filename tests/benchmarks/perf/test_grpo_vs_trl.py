@@ -179,7 +179,7 @@ def test_bench_refuses_to_replace_a_report_and_resumes_the_workloads_it_lacks(tm
     monkeypatch.setattr(bench, "_sample_machine", lambda load: load["load_1min"].append(0.5))
     monkeypatch.setattr(bench, "matmul_gflops", lambda dtype, device: 1.0)
     settings = bench.PerfSettings(workloads=["pizza-mu1", "pizza-mu2"], pairs=5, memory=False, readme="",
-                                  out=str(tmp_path))
+                                  out=str(tmp_path), device="cpu")
     with pytest.raises(KeyboardInterrupt):
         bench.run_bench(settings, command="first")
     first = json.loads((tmp_path / "perf.json").read_text())
