@@ -99,7 +99,10 @@ def cost_mark(low: float, high: float, margin: float, time_high: float, time_low
 
 
 def _per_seed(frame: pd.DataFrame, variant: str, column: str) -> dict[int, float]:
-    rows = frame[(frame["variant"] == variant) & (frame["status"] == "complete")]
+    """{seed: value of ``column``} of ``variant``'s rows (its complete cells where the frame has a status)."""
+    rows = frame[frame["variant"] == variant]
+    if "status" in rows:
+        rows = rows[rows["status"] == "complete"]
     return {int(s): float(v) for s, v in zip(rows["seed"], rows[column]) if pd.notna(v)}
 
 
@@ -127,7 +130,7 @@ def _judge(claim: dict, stated: str, name: str, path: Path) -> dict:
             raise _bad(path, f"claim {claim['id']!r}: {store} has no variant {variant!r} on task {claim['task']!r}")
     per_cell = learning_curves.build(data["cells"], data["evals"], primary).get("cells", pd.DataFrame())
     per_cell = per_cell[per_cell["task"] == claim["task"]] if not per_cell.empty else per_cell
-    scores = {v: _per_seed(per_cell.assign(status="complete"), v, "primary") if not per_cell.empty else {}
+    scores = {v: _per_seed(per_cell, v, "primary") if not per_cell.empty else {}
               for v in (claim["treatment"], claim["control"])}
     contrast = {"id": claim["id"], "treatment": claim["treatment"], "control": claim["control"], "expects": "equal"}
     table, _ = inference.contrasts(scores, [contrast], margin=margin, alpha=ALPHA_PART)
