@@ -26,7 +26,7 @@ from pathlib import Path
 from benchmarks.harness import lora as lora_lib
 from benchmarks.harness import measure
 from benchmarks.harness.config import flat_settings, resolve
-from benchmarks.harness.loop import build, train_steps
+from benchmarks.harness.loop import build, run_sampling, train_steps
 from benchmarks.references import trl as trl_ref
 from tasks import make_task
 
@@ -101,8 +101,9 @@ def _trl(s: Settings, lora: bool) -> dict:
     tokenizer = task.tokenizer
 
     reward = trl_ref.task_reward(task, model, tokenizer)
-    # TRL samples at temperature 1.0, as this bench has always run it (ours at the task's, gsm8k: 0.7).
-    resolved = {**flat_settings(rc, config, task_options), "temperature": 1.0}
+    # Both sides sample as the run says (the task's cap and temperature where it leaves them unset, gsm8k: 0.7); the
+    # committed results/lora was measured when TRL's side sampled at 1.0.
+    resolved = {**flat_settings(rc, config, task_options), **asdict(run_sampling(rc, task))}
     ours = {name: resolved[name] for name in ("group_size", "prompts_per_step", "max_new_tokens", "temperature", "seed",
                                               "steps", "learning_rate", "beta")}
     args = trl_ref.config(str(Path(os.environ.get("TMPDIR", "/tmp")) / "grpo-bench-lora-trl"), ours,
