@@ -31,17 +31,11 @@ from algorithms.estimators import ADVANTAGE_ESTIMATORS, AdvantageEstimator, Esti
 from algorithms.kl import KL_PENALTIES
 from algorithms.losses import ADVANTAGE_SCALES, carries_signal, masked_mean_per_sequence, overlong_penalty
 from algorithms.policy_losses import (
-    GRPO_LEVELS, IMPORTANCE_SAMPLING_MODES, LOSS_AGGREGATIONS, POLICY_LOSSES, TOKEN_MEAN_AGGREGATIONS, grpo_loss,
-    policy_loss, sampling_importance_ratio,
+    GRPO_LEVELS, IMPORTANCE_SAMPLING_MODES, LOSS_AGGREGATIONS, POLICY_LOSSES, grpo_loss, policy_loss,
+    sampling_importance_ratio,
 )
 
 SAMPLING_PRECISIONS = ("same", "fp32", "bf16", "int8")
-# Config fields passed to grpo_loss under the same name (with the chosen loss's own options).
-LOSS_OPTIONS = (
-    "level", "loss_type", "epsilon", "epsilon_high", "delta", "beta", "kl_bias_correction", "top_entropy_quantile",
-    "off_policy_mask_threshold", "importance_sampling_correction", "importance_sampling_mode",
-    "importance_sampling_clip_min", "importance_sampling_clip_max", "loss_aggregation", "kl_loss_type", "entropy_coef",
-)
 # Every registered policy loss's own options (algorithms/policy_losses.py): settings of GRPO like its fields.
 POLICY_LOSS_OPTIONS = OptionGroup("loss_type", lambda: {name: cls.Options for name, cls in POLICY_LOSSES.items()})
 # Every registered advantage estimator's own options (algorithms/estimators.py), likewise.
@@ -49,32 +43,34 @@ ESTIMATOR_OPTIONS = OptionGroup("advantage_estimator",
                                 lambda: {name: cls.Options for name, cls in ADVANTAGE_ESTIMATORS.items()})
 
 
+# A field whose metadata says ``loss_option`` is an argument of ``grpo_loss`` under the same name (LOSS_OPTIONS): a
+# knob every policy loss shares is one field. A loss's own knobs are its ``Options`` (POLICY_LOSS_OPTIONS).
 @dataclass(init=False)
 class GRPOConfig(AlgoConfig):
     group_size: int = field(default=8, metadata={"help": "G, completions per prompt (>= 2; the paper uses 64)"})
     mu: int = field(default=1, metadata={"help": "policy updates per generation batch (TRL's num_iterations)"})
-    level: str = field(default="token", metadata={"help": "importance ratio per token, or per sequence (GSPO; TRL's importance_sampling_level)", "choices": GRPO_LEVELS})
+    level: str = field(default="token", metadata={"loss_option": True, "help": "importance ratio per token, or per sequence (GSPO; TRL's importance_sampling_level)", "choices": GRPO_LEVELS})
     # The two registries' choices are live views: a plug-in registered before the parser is built is a choice.
     advantage_estimator: str = field(default="grpo", metadata={"help": "advantage estimator, by its registered name (algorithms/estimators.py): grpo (paper: group-standardised), rloo, reinforce_plus_plus(_baseline), remax (greedy-completion baseline), gpg, opo, grpo_passk, optimal_token_baseline (verl's per-token baseline; an extra no-grad forward per step); plug-ins. scale_rewards applies to grpo and grpo_passk", "choices": ADVANTAGE_ESTIMATORS.keys()})
-    loss_type: str = field(default="grpo", metadata={"help": "policy loss, by its registered name: grpo (paper), bnpo, dr_grpo, dapo, cispo (MiniMax-M1), sapo (Qwen SAPO), luspo (LUSPO; use level sequence), vespo (VESPO): TRL 1.16's loss types; dual_clip, gmpo (epsilon is a log-ratio bound; paper: 0.4), clip_cov, kl_cov, dppo_tv, dppo_kl (epsilon, epsilon_high are divergence bounds; clip_ratio_c truncates the IS weight): verl's; plug-ins", "choices": POLICY_LOSSES.keys()})
-    loss_aggregation: Optional[str] = field(default=None, metadata={"help": "replace the loss type's aggregation: grpo, bnpo, dr_grpo, dapo, luspo, or verl's token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm (default: the loss type's own)", "choices": tuple(LOSS_AGGREGATIONS)})
-    kl_loss_type: str = field(default="k3", metadata={"help": "KL term's estimator (verl's kl_loss_type): k1, k2, k3 (paper), low_var_kl (verl's clamped k3), abs; a '+' suffix keeps the value with k2's gradient", "choices": tuple(KL_PENALTIES)})
-    entropy_coef: float = field(default=0.0, metadata={"help": "entropy bonus: loss -= coef * mean entropy of the trained tokens (TRL's entropy_coef, verl's entropy_coeff; off in the paper; typical 1e-3)"})
-    epsilon: float = field(default=0.2, metadata={"help": "lower clip range 1 - epsilon (PPO/GRPO: 0.2)"})
-    epsilon_high: Optional[float] = field(default=None, metadata={"help": "upper clip range 1 + epsilon_high (default epsilon; DAPO: 0.28); cispo: the IS-weight cap itself (ScaleRL: 5.0)"})
-    delta: Optional[float] = field(default=None, metadata={"help": "two-sided clipping: also cap the unclipped ratio at delta (INTELLECT-2; TRL default off; > 1 + epsilon_high)"})
-    beta: float = field(default=0.04, metadata={"help": "k3 KL penalty weight to the reference (paper: 0.04; 0 skips the reference)"})
+    loss_type: str = field(default="grpo", metadata={"loss_option": True, "help": "policy loss, by its registered name: grpo (paper), bnpo, dr_grpo, dapo, cispo (MiniMax-M1), sapo (Qwen SAPO), luspo (LUSPO; use level sequence), vespo (VESPO): TRL 1.16's loss types; dual_clip, gmpo (epsilon is a log-ratio bound; paper: 0.4), clip_cov, kl_cov, dppo_tv, dppo_kl (epsilon, epsilon_high are divergence bounds; clip_ratio_c truncates the IS weight): verl's; plug-ins", "choices": POLICY_LOSSES.keys()})
+    loss_aggregation: Optional[str] = field(default=None, metadata={"loss_option": True, "help": "replace the loss type's aggregation: grpo, bnpo, dr_grpo, dapo, luspo, or verl's token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm (default: the loss type's own)", "choices": tuple(LOSS_AGGREGATIONS)})
+    kl_loss_type: str = field(default="k3", metadata={"loss_option": True, "help": "KL term's estimator (verl's kl_loss_type): k1, k2, k3 (paper), low_var_kl (verl's clamped k3), abs; a '+' suffix keeps the value with k2's gradient", "choices": tuple(KL_PENALTIES)})
+    entropy_coef: float = field(default=0.0, metadata={"loss_option": True, "help": "entropy bonus: loss -= coef * mean entropy of the trained tokens (TRL's entropy_coef, verl's entropy_coeff; off in the paper; typical 1e-3)"})
+    epsilon: float = field(default=0.2, metadata={"loss_option": True, "help": "lower clip range 1 - epsilon (PPO/GRPO: 0.2)"})
+    epsilon_high: Optional[float] = field(default=None, metadata={"loss_option": True, "help": "upper clip range 1 + epsilon_high (default epsilon; DAPO: 0.28); cispo: the IS-weight cap itself (ScaleRL: 5.0)"})
+    delta: Optional[float] = field(default=None, metadata={"loss_option": True, "help": "two-sided clipping: also cap the unclipped ratio at delta (INTELLECT-2; TRL default off; > 1 + epsilon_high)"})
+    beta: float = field(default=0.04, metadata={"loss_option": True, "help": "k3 KL penalty weight to the reference (paper: 0.04; 0 skips the reference)"})
     scale_rewards: str = field(default="group", metadata={"help": "advantage scale: group std (paper), batch std, none (Dr. GRPO)", "choices": ADVANTAGE_SCALES})
     advantage_clip: Optional[float] = field(default=None, metadata={"help": "clip advantages to +/- this (the seed notebook: 2.0)"})
-    kl_bias_correction: bool = field(default=False, metadata={"help": "weight the KL term by the importance ratio (TRL's use_bias_correction_kl; off in the paper)"})
+    kl_bias_correction: bool = field(default=False, metadata={"loss_option": True, "help": "weight the KL term by the importance ratio (TRL's use_bias_correction_kl; off in the paper)"})
     mask_truncated: bool = field(default=False, metadata={"help": "drop completions without EOS from the loss (DAPO overlong filtering)"})
-    top_entropy_quantile: float = field(default=1.0, metadata={"help": "train on the top rho share of tokens by entropy (Beyond the 80/20 rule: 0.2; TRL default 1.0: all)"})
-    off_policy_mask_threshold: Optional[float] = field(default=None, metadata={"help": "drop A < 0 completions whose mean sampler-to-policy KL exceeds this (DeepSeek-V3.2 Eq. 9; TRL default off)"})
+    top_entropy_quantile: float = field(default=1.0, metadata={"loss_option": True, "help": "train on the top rho share of tokens by entropy (Beyond the 80/20 rule: 0.2; TRL default 1.0: all)"})
+    off_policy_mask_threshold: Optional[float] = field(default=None, metadata={"loss_option": True, "help": "drop A < 0 completions whose mean sampler-to-policy KL exceeds this (DeepSeek-V3.2 Eq. 9; TRL default off)"})
     sampling_precision: str = field(default="same", metadata={"help": "precision of sampling; fp32, bf16 or int8 (W8A8, CPU, Llama policies) also records the sampler's log-probs for mismatch metrics and IS correction", "choices": SAMPLING_PRECISIONS})
-    importance_sampling_correction: bool = field(default=True, metadata={"help": "weight the loss by the trainer/sampler IS ratio when the sampler's log-probs are recorded (TRL's vllm_importance_sampling_correction: on)"})
-    importance_sampling_mode: str = field(default="sequence_mask", metadata={"help": "token/sequence ratio, truncated or masked outside the bounds (TRL's vllm_importance_sampling_mode: sequence_mask)", "choices": IMPORTANCE_SAMPLING_MODES})
-    importance_sampling_clip_min: Optional[float] = field(default=None, metadata={"help": "IS ratio lower bound C_min (TRL's vllm_importance_sampling_clip_min: none)"})
-    importance_sampling_clip_max: Optional[float] = field(default=3.0, metadata={"help": "IS ratio upper bound C_max (TRL's vllm_importance_sampling_clip_max: 3.0)"})
+    importance_sampling_correction: bool = field(default=True, metadata={"loss_option": True, "help": "weight the loss by the trainer/sampler IS ratio when the sampler's log-probs are recorded (TRL's vllm_importance_sampling_correction: on)"})
+    importance_sampling_mode: str = field(default="sequence_mask", metadata={"loss_option": True, "help": "token/sequence ratio, truncated or masked outside the bounds (TRL's vllm_importance_sampling_mode: sequence_mask)", "choices": IMPORTANCE_SAMPLING_MODES})
+    importance_sampling_clip_min: Optional[float] = field(default=None, metadata={"loss_option": True, "help": "IS ratio lower bound C_min (TRL's vllm_importance_sampling_clip_min: none)"})
+    importance_sampling_clip_max: Optional[float] = field(default=3.0, metadata={"loss_option": True, "help": "IS ratio upper bound C_max (TRL's vllm_importance_sampling_clip_max: 3.0)"})
     dynamic_sampling: bool = field(default=False, metadata={"help": "DAPO dynamic sampling: drop groups whose rewards all tie, sample more until prompts_per_step groups remain"})
     dynamic_sampling_max_rounds: int = field(default=10, metadata={"help": "generation rounds per step before training on what is kept (verl's DAPO recipe max_num_gen_batches: 10)"})
     overlong_buffer_len: int = field(default=0, metadata={"help": "DAPO overlong reward shaping: linear penalty over the last L_cache tokens before the limit (0: off; DAPO: 4096 of 20480)"})
@@ -152,6 +148,10 @@ class GRPOConfig(AlgoConfig):
         return self.dynamic_sampling
 
 
+# The config fields passed to grpo_loss under their own names: those declared ``loss_option``.
+LOSS_OPTIONS = tuple(f.name for f in dataclasses.fields(GRPOConfig) if f.metadata.get("loss_option"))
+
+
 @register_algorithm
 class GRPO(Algorithm):
     name = "grpo"
@@ -175,10 +175,10 @@ class GRPO(Algorithm):
         # No signal (every advantage 0 and no KL or entropy term): no step, which AdamW's momentum would still take.
         # Under data parallelism: a step when any rank has a signal (the gradient all-reduce needs every rank).
         signal = self.any_rank(carries_signal(advantages, mask) or ((c.beta > 0 or c.entropy_coef != 0.0) and bool(mask.any())))
-        # Token-mean aggregations over the global batch (every rank's tokens).
+        # An aggregation declared token_mean divides by the global batch's token count (every rank's tokens).
         loss = c.policy_loss()
-        aggregation = c.loss_aggregation or loss.aggregation
-        num_items = self.data_parallel_token_count(mask) if aggregation in TOKEN_MEAN_AGGREGATIONS else None
+        aggregation = LOSS_AGGREGATIONS[c.loss_aggregation or loss.aggregation]
+        num_items = self.data_parallel_token_count(mask) if aggregation.token_mean else None
 
         options = {**{name: getattr(c, name) for name in LOSS_OPTIONS}, **dataclasses.asdict(loss.options)}
         # Every iteration needs the current policy's entropies for the entropy mask, and with their graph for the bonus.

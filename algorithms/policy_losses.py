@@ -9,7 +9,9 @@ A policy loss (verl's word; GRPO's ``loss_type``) is a small class: its name, it
 what it needs declared as properties, an ``Options`` dataclass of its own knobs, and ``objective``, a few lines
 over one ``LossInputs``. ``grpo_loss`` has no loss names inside: it reads the properties. A loss registers with
 ``@register_policy_loss`` at its definition; an installed package adds one the same way (entry-point group
-``grpo_bench.policy_losses``), and its options become GRPO settings (flags, config and matrix keys).
+``grpo_bench.policy_losses``), and its options become GRPO settings (flags, config and matrix keys). An aggregation is
+a function registered by name with ``@register_aggregation``, which declares whether it is a token mean (GRPO then
+hands it the batch's token count over every data-parallel rank).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Callable, ClassVar, Optional
 import torch
 
 from algorithms.kl import KL_PENALTIES
-from algorithms.registry import Configurable, lookup_named, register_function, register_member
+from algorithms.registry import Configurable, lookup_named, register_function, register_member, register_named
 
 GRPO_LEVELS = ("token", "sequence")
 
@@ -36,15 +38,41 @@ def entropy_bonus_loss(entropies: torch.Tensor, mask: torch.Tensor, coef: float,
     ``LOSS_AGGREGATIONS`` name (verl aggregates it as the policy loss). Added to the policy loss."""
     return -coef * LOSS_AGGREGATIONS[aggregation](entropies, mask.to(entropies.dtype), max_completion_length, None)
 
+
+# The aggregations: name -> fn(per_token (B, T), mask (B, T), max_completion_length, num_items_in_batch) -> the loss.
+LOSS_AGGREGATIONS: dict[str, Callable] = {}
+
+
+def register_aggregation(*names: str, token_mean: bool = False) -> Callable:
+    """``@register_aggregation(name, ...)``: register the function as the loss aggregation ``names`` (GRPO's
+    ``loss_aggregation``, a policy loss's ``aggregation``). ``token_mean`` declares that it divides by the batch's
+    active-token count, which on one data-parallel rank's share is ``num_items_in_batch``: GRPO counts it over every
+    rank for such an aggregation. A taken name is refused, the same function again is a no-op unless it declares
+    another ``token_mean``."""
+
+    def register(fn: Callable) -> Callable:
+        if getattr(fn, "token_mean", token_mean) != token_mean:
+            raise ValueError(f"loss aggregation {fn.__module__}.{fn.__qualname__} is registered with token_mean "
+                             f"{fn.token_mean}; another token_mean needs another function")
+        fn.token_mean = token_mean
+        for name in names:
+            register_named(LOSS_AGGREGATIONS, "loss aggregation", name, fn)
+        return fn
+
+    return register
+
+
 def _masked_sum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum()
 
 
+@register_aggregation("grpo")
 def _aggregate_grpo(per_token: torch.Tensor, mask: torch.Tensor, max_len: Optional[int], n_items) -> torch.Tensor:
     """Mean over each completion's own tokens, then over completions (DeepSeekMath Eq. 21's 1/|o_i|)."""
     return ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
 
 
+@register_aggregation("bnpo", token_mean=True)
 def aggregate_token_mean(per_token: torch.Tensor, mask: torch.Tensor, max_len: Optional[int], n_items) -> torch.Tensor:
     """Mean over all active tokens of the batch: long completions weigh more (batch-normalised PO).
 
@@ -54,6 +82,7 @@ def aggregate_token_mean(per_token: torch.Tensor, mask: torch.Tensor, max_len: O
     return _masked_sum(per_token, mask) / normaliser.clamp(min=1.0)
 
 
+@register_aggregation("dr_grpo")
 def _aggregate_dr_grpo(per_token: torch.Tensor, mask: torch.Tensor, max_len: Optional[int], n_items) -> torch.Tensor:
     """Dr. GRPO (Liu et al. 2025): a constant normaliser B * max_completion_length removes length bias."""
     if max_len is None:
@@ -61,6 +90,7 @@ def _aggregate_dr_grpo(per_token: torch.Tensor, mask: torch.Tensor, max_len: Opt
     return _masked_sum(per_token, mask) / (per_token.size(0) * max_len)
 
 
+@register_aggregation("dapo", token_mean=True)
 def _aggregate_dapo(per_token: torch.Tensor, mask: torch.Tensor, max_len: Optional[int], n_items) -> torch.Tensor:
     """DAPO (Yu et al. 2025) token-level mean over the *whole generation batch*.
 
@@ -71,6 +101,7 @@ def _aggregate_dapo(per_token: torch.Tensor, mask: torch.Tensor, max_len: Option
     return _masked_sum(per_token, mask) / normaliser.clamp(min=1.0)
 
 
+@register_aggregation("luspo")
 def _aggregate_luspo(per_token: torch.Tensor, mask: torch.Tensor, max_len: Optional[int], n_items) -> torch.Tensor:
     """LUSPO (length-unbiased sequence policy optimisation, arXiv 2602.05261): GSPO's per-sequence term
     weighted by the completion's length -- the sum over each completion's tokens, then the mean over completions."""
@@ -80,8 +111,10 @@ def _aggregate_luspo(per_token: torch.Tensor, mask: torch.Tensor, max_len: Optio
 # verl's loss_agg_mode values (``core_algos.agg_loss``). "token-mean" is bnpo's function itself; the two
 # seq-mean modes leave sequences without an active token out of the mean, which is where they part from
 # grpo (seq-mean-token-mean) and luspo (seq-mean-token-sum): equal whenever every row has a token.
+register_aggregation("token-mean", token_mean=True)(aggregate_token_mean)
 
 
+@register_aggregation("seq-mean-token-mean")
 def _aggregate_seq_mean_token_mean(per_token: torch.Tensor, mask: torch.Tensor, max_len: Optional[int], n_items) -> torch.Tensor:
     """verl's "seq-mean-token-mean":  1/|S| sum_{i in S} 1/|o_i| sum_t l_{i,t},  S = rows with an active token."""
     lengths = mask.sum(-1)
@@ -90,32 +123,20 @@ def _aggregate_seq_mean_token_mean(per_token: torch.Tensor, mask: torch.Tensor, 
     return (per_sequence * nonempty).sum() / nonempty.sum().clamp(min=1.0)
 
 
+@register_aggregation("seq-mean-token-sum")
 def _aggregate_seq_mean_token_sum(per_token: torch.Tensor, mask: torch.Tensor, max_len: Optional[int], n_items) -> torch.Tensor:
     """verl's "seq-mean-token-sum":  1/|S| sum_{i in S} sum_t l_{i,t},  S = rows with an active token."""
     nonempty = (mask.sum(-1) > 0).to(per_token.dtype)
     return ((per_token * mask).sum(-1) * nonempty).sum() / nonempty.sum().clamp(min=1.0)
 
 
+@register_aggregation("seq-mean-token-sum-norm")
 def _aggregate_seq_mean_token_sum_norm(per_token: torch.Tensor, mask: torch.Tensor, max_len: Optional[int], n_items) -> torch.Tensor:
     """verl's "seq-mean-token-sum-norm" (its Dr. GRPO recipe):  1/(|S| L) sum_{i in S} sum_t l_{i,t},  S = rows with an
     active token, L = max_completion_length (verl's loss_scale_factor; without it, the padded width T, verl's default).
     It is dr_grpo's B x L normaliser with the all-masked rows left out of B: equal to dr_grpo when every row has a token."""
     return _aggregate_seq_mean_token_sum(per_token, mask, max_len, n_items) / (mask.size(-1) if max_len is None else max_len)
 
-
-LOSS_AGGREGATIONS: dict[str, Callable] = {
-    "grpo": _aggregate_grpo,
-    "bnpo": aggregate_token_mean,
-    "dr_grpo": _aggregate_dr_grpo,
-    "dapo": _aggregate_dapo,
-    "luspo": _aggregate_luspo,
-    "token-mean": aggregate_token_mean,
-    "seq-mean-token-mean": _aggregate_seq_mean_token_mean,
-    "seq-mean-token-sum": _aggregate_seq_mean_token_sum,
-    "seq-mean-token-sum-norm": _aggregate_seq_mean_token_sum_norm,
-}
-# Aggregations whose normaliser is the batch's active-token count (``num_items_in_batch`` under data parallelism).
-TOKEN_MEAN_AGGREGATIONS = ("bnpo", "dapo", "token-mean")
 
 def per_token_advantages(advantages: torch.Tensor) -> torch.Tensor:
     """(B,) one advantage per completion -> (B, 1); (B, T) per-token advantages (an estimator such as

@@ -132,6 +132,12 @@ def make_evaluated_task(name: str, **options) -> Task:
     return task
 
 
+def run_sampling(rc: RunConfig, task: Task) -> Sampling:
+    """How a run samples: its completion cap and temperature, the task's where it leaves them unset."""
+    return Sampling(max_new_tokens=rc.max_new_tokens or task.generation.max_new_tokens,
+                    temperature=task.generation.temperature if rc.temperature is None else rc.temperature)
+
+
 def build(rc: RunConfig, algo_config, task_options: dict, task: Optional[Task] = None):
     """Resolve the device and precision and build (task, policy, algorithm, resolved config dict).
 
@@ -153,10 +159,7 @@ def build(rc: RunConfig, algo_config, task_options: dict, task: Optional[Task] =
     ref = None
     if algo_cls.needs_reference(algo_config):
         ref = lora.AdapterDisabledReference(policy) if lora.is_adapted(policy) else frozen_copy(policy)
-    sampling = Sampling(
-        max_new_tokens=rc.max_new_tokens or task.generation.max_new_tokens,
-        temperature=task.generation.temperature if rc.temperature is None else rc.temperature,
-    )
+    sampling = run_sampling(rc, task)
     _check_context(task, policy, sampling.max_new_tokens)
     data_parallel = distributed.from_env(device)  # None in one process
     rank = data_parallel.rank if data_parallel else 0

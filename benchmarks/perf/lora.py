@@ -25,8 +25,8 @@ from pathlib import Path
 
 from benchmarks.harness import lora as lora_lib
 from benchmarks.harness import measure
-from benchmarks.harness.config import RunConfig, resolve
-from benchmarks.harness.loop import build, train_steps
+from benchmarks.harness.config import flat_settings, resolve
+from benchmarks.harness.loop import build, run_sampling, train_steps
 from benchmarks.references import trl as trl_ref
 from tasks import make_task
 
@@ -68,14 +68,18 @@ def _state(model, optimizer, grads_measured: bool) -> dict:
     }
 
 
+def _run_settings(s: Settings, lora: bool) -> dict:
+    """A side's run as flat settings, a matrix cell's names: ours and TRL's ``resolve`` the same."""
+    return {"task": "gsm8k", "algo": "grpo", "steps": s.steps, "seed": s.seed, "device": s.device, "precision": "fp32",
+            "max_new_tokens": s.max_new_tokens, "lora_r": s.lora_r if lora else 0, "lora_alpha": s.lora_alpha,
+            "lora_dropout": s.lora_dropout, "lora_target_modules": s.lora_target_modules, "group_size": s.group_size,
+            "prompts_per_step": s.prompts_per_step, "learning_rate": s.learning_rate, "beta": s.beta, "eval_questions": 1}
+
+
 def _ours(s: Settings, lora: bool) -> dict:
     import random
 
-    rc, config, task_options = resolve({
-        "task": "gsm8k", "algo": "grpo", "steps": s.steps, "seed": s.seed, "device": s.device, "precision": "fp32",
-        "max_new_tokens": s.max_new_tokens, "lora_r": s.lora_r if lora else 0, "lora_alpha": s.lora_alpha,
-        "lora_dropout": s.lora_dropout, "lora_target_modules": s.lora_target_modules, "group_size": s.group_size,
-        "prompts_per_step": s.prompts_per_step, "learning_rate": s.learning_rate, "beta": s.beta, "eval_questions": 1})
+    rc, config, task_options = resolve(_run_settings(s, lora))
     task, policy, algo, _ = build(rc, config, task_options)
     start = time.perf_counter()
     for _ in train_steps(algo, task, random.Random(s.seed), range(1, s.steps + 1)):
@@ -89,24 +93,26 @@ def _trl(s: Settings, lora: bool) -> dict:
     from transformers.trainer_callback import PrinterCallback
 
     trl_ref.silence()
-    device = measure.resolve_device(s.device)
-    task = make_task("gsm8k", eval_questions=1)
-    torch.manual_seed(s.seed)
+    rc, config, task_options = resolve(_run_settings(s, lora))
+    device = measure.resolve_device(rc.device)
+    task = make_task(rc.task, **task_options)
+    torch.manual_seed(rc.seed)
     model = task.load_policy(device)
     tokenizer = task.tokenizer
-    rc = RunConfig(lora_r=s.lora_r, lora_alpha=s.lora_alpha, lora_dropout=s.lora_dropout,
-                   lora_target_modules=s.lora_target_modules)
 
     reward = trl_ref.task_reward(task, model, tokenizer)
-    ours = {"group_size": s.group_size, "prompts_per_step": s.prompts_per_step, "max_new_tokens": s.max_new_tokens,
-            "temperature": 1.0, "seed": s.seed, "steps": s.steps, "learning_rate": s.learning_rate, "beta": s.beta}
+    # Both sides sample as the run says (the task's cap and temperature where it leaves them unset, gsm8k: 0.7); the
+    # committed results/lora was measured when TRL's side sampled at 1.0.
+    resolved = {**flat_settings(rc, config, task_options), **asdict(run_sampling(rc, task))}
+    ours = {name: resolved[name] for name in ("group_size", "prompts_per_step", "max_new_tokens", "temperature", "seed",
+                                              "steps", "learning_rate", "beta")}
     args = trl_ref.config(str(Path(os.environ.get("TMPDIR", "/tmp")) / "grpo-bench-lora-trl"), ours,
                           device=device.type, disable_tqdm=True, optim="adamw_torch_fused")
     prompts = task.train_prompts()
     dataset = Dataset.from_dict({"prompt": [prompts[i % len(prompts)]
                                             for i in range(s.steps * s.group_size * s.prompts_per_step)]})
     trainer = trl_ref.trainer(args, model=model, reward_funcs=reward, train_dataset=dataset, processing_class=tokenizer,
-                              peft_config=lora_lib.lora_config(rc) if lora else None)
+                              peft_config=lora_lib.lora_config(rc) if rc.lora_r else None)
     trainer.remove_callback(PrinterCallback)
     start = time.perf_counter()
     trainer.train()

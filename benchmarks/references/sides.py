@@ -9,6 +9,7 @@ Neither perf/ nor checks/ imports the other; both import this.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 from collections import defaultdict
@@ -21,8 +22,10 @@ import torch
 from algorithms.losses import group_advantages, rloo_advantages, rloo_loss, sequence_logps
 from algorithms.policy_losses import grpo_loss
 from algorithms.rollout import Rollout, rollout_logps
-from benchmarks.harness import RunConfig, build, measure, resolve
+from benchmarks.harness import build, measure, resolve
+from benchmarks.harness.config import flat_settings
 from benchmarks.harness.lora import lora_config
+from benchmarks.harness.loop import run_sampling
 from benchmarks.io import PHASES
 from benchmarks.references import trl as trl_ref
 from tasks import make_task
@@ -59,6 +62,12 @@ class Workload:
         if self.algo == "grpo":  # TRL 1.16's KL bias correction defaults to on; the paper (and ours) has no ratio on KL
             fields.update(loss_type=self.loss_type, scale_rewards="group", kl_bias_correction=False)
         return fields
+
+    def run_settings(self, *, seed: int, device: str, precision: str = "fp32") -> dict:
+        """The workload as one run's flat settings, a matrix cell's names: both sides ``resolve`` them."""
+        return {"task": self.task, "algo": self.algo, "seed": seed, "device": device, "precision": precision,
+                "max_new_tokens": self.max_new_tokens, "temperature": self.temperature, "lora_r": self.lora_r,
+                "lora_dropout": self.lora_dropout, **self.settings(), **dict(self.task_options)}
 
 
 CHAIN_SUM = (("dataset", 'chain_sum:{"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}'),)
@@ -114,11 +123,7 @@ class Ours:
     """This suite's GRPO or RLOO, built by the harness as ``grpo-bench run`` builds it."""
 
     def __init__(self, w: Workload, *, seed: int, device: str, precision: str = "fp32", task=None):
-
-        rc, config, task_options = resolve({
-            "task": w.task, "algo": w.algo, "seed": seed, "device": device, "precision": precision,
-            "max_new_tokens": w.max_new_tokens, "temperature": w.temperature, "lora_r": w.lora_r,
-            "lora_dropout": w.lora_dropout, **w.settings(), **dict(w.task_options)})
+        rc, config, task_options = resolve(w.run_settings(seed=seed, device=device, precision=precision))
         self.task, self.policy, self.algo, _ = build(rc, config, task_options, task)
         self.workload = w
 
@@ -139,23 +144,22 @@ class Trl:
     def __init__(self, w: Workload, *, seed: int, device: str, task=None, setting: str = "default"):
         from datasets import Dataset
 
-
+        rc, config, task_options = resolve(w.run_settings(seed=seed, device=device))  # as our side's
         self.workload = w
-        self.task = task or make_task(w.task, **dict(w.task_options))
-        dev = measure.resolve_device(device)
+        self.task = task or make_task(rc.task, **task_options)
+        dev = measure.resolve_device(rc.device)
         policy = self.task.load_policy(dev)
         self.tokenizer = self.task.tokenizer
-        lr = w.learning_rate or self.task.recommended_learning_rate
-        temperature = self.task.generation.temperature if w.temperature is None else w.temperature
         self.setting = setting
-        ours = {**w.settings(), "learning_rate": lr, "max_new_tokens": w.max_new_tokens, "temperature": temperature,
-                "seed": seed}
-        args = trl_ref.config(str(Path(os.environ.get("TMPDIR", "/tmp")) / "grpo-bench-trl"), ours, trainer=w.algo,
+        # The workload's settings, its sampling and seed, in our names with our side's values (the task's rate and
+        # temperature where the workload leaves them unset); TRL's adapter renames them.
+        resolved = {**flat_settings(rc, config, task_options), **dataclasses.asdict(run_sampling(rc, self.task))}
+        ours = {name: resolved[name] for name in (*w.settings(), "max_new_tokens", "temperature", "seed")}
+        args = trl_ref.config(str(Path(os.environ.get("TMPDIR", "/tmp")) / "grpo-bench-trl"), ours, trainer=rc.algo,
                               device=dev.type, logging_steps=10**9, optim="adamw_torch_fused", disable_dropout=True,
                               pad_to_multiple_of=None, **TRL_SETTINGS[setting])
         dataset = Dataset.from_dict({"prompt": self.task.train_prompts()[:1]})
-        peft = (lora_config(RunConfig(task=w.task, lora_r=w.lora_r, lora_dropout=w.lora_dropout))  # the harness's adapter
-                if w.lora_r else None)
+        peft = lora_config(rc) if rc.lora_r else None  # the harness's adapter
         reward = trl_ref.task_reward(self.task, policy, self.tokenizer, on_score=self._scored)
         self.trainer = trl_ref.trainer(args, model=policy, reward_funcs=[reward], train_dataset=dataset,
                                        processing_class=self.tokenizer, peft_config=peft)

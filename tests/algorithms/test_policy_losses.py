@@ -1,14 +1,20 @@
 """The policy losses' shape (algorithms/policy_losses.py): a plug-in loss with an option of its own is a GRPO setting
 like any other, as a flag under the loss in --help, a key of a matrix cell, a field of the recorded config, and the
-value its objective reads; and the loss's parts and KL column name what the loss used."""
+value its objective reads; and the loss's parts and KL column name what the loss used. What the pipeline passes is
+declared, not named: a config field declared ``loss_option`` reaches ``grpo_loss``, and an aggregation declared
+``token_mean`` gets the data-parallel token count."""
 
-from dataclasses import dataclass, field
+import inspect
+from dataclasses import dataclass, field, fields
 
 import pytest
 import torch
 
 from algorithms import GRPO, GRPOConfig, Sampling
-from algorithms.policy_losses import POLICY_LOSSES, LossInputs, PolicyLoss, grpo_loss, register_policy_loss
+from algorithms import grpo as grpo_module
+from algorithms.policy_losses import (
+    LOSS_AGGREGATIONS, POLICY_LOSSES, LossInputs, PolicyLoss, grpo_loss, register_aggregation, register_policy_loss,
+)
 
 SEEN: list[float] = []
 
@@ -93,3 +99,75 @@ def test_what_a_loss_needs_is_declared_not_named_in_the_pipeline():
     config = GRPOConfig(learning_rate=1e-3, loss_type="gmpo", advantage_estimator="optimal_token_baseline")
     with pytest.raises(ValueError, match="needs one advantage per completion"):
         config.validate()
+    assert [n for n, aggregate in LOSS_AGGREGATIONS.items() if aggregate.token_mean] == ["bnpo", "dapo", "token-mean"]
+
+
+def _grpo_step(monkeypatch, **options) -> list[dict]:
+    """One GRPO step on pizza at ``options``, with a data-parallel token count of 123: the keyword arguments of each
+    ``grpo_loss`` call it made."""
+    from benchmarks.harness.loop import make_evaluated_task
+
+    torch.manual_seed(0)
+    task = make_evaluated_task("pizza", eval_samples=16)
+    config = GRPOConfig(learning_rate=1e-3, prompts_per_step=2, group_size=4, **options)
+    config.validate()
+    sampling = Sampling(max_new_tokens=task.generation.max_new_tokens, temperature=task.generation.temperature)
+    ref = task.load_policy(torch.device("cpu")) if config.beta > 0 else None
+    algo = GRPO(task.load_policy(torch.device("cpu")), ref, task, config, sampling, seed=0)
+    algo.data_parallel_token_count = lambda mask: 123.0
+    calls = []
+    monkeypatch.setattr(grpo_module, "grpo_loss", lambda *args, **kwargs: calls.append(kwargs) or grpo_loss(*args, **kwargs))
+    algo.step(["ravin likes "] * 2)
+    return calls
+
+
+def test_every_field_declared_a_loss_option_reaches_grpo_loss(monkeypatch):
+    """The config fields grpo_loss takes under their own names are those declared ``loss_option``, and a step passes
+    each with the config's value (each set here to another value than its default)."""
+    takes = inspect.signature(grpo_loss).parameters
+    assert {f.name for f in fields(GRPOConfig) if f.name in takes} == set(grpo_module.LOSS_OPTIONS)
+    assert all(f.metadata.get("loss_option") for f in fields(GRPOConfig) if f.name in takes)
+    values = dict(level="sequence", loss_type="bnpo", epsilon=0.3, epsilon_high=0.31, delta=2.0, beta=0.0,
+                  kl_bias_correction=True, top_entropy_quantile=0.9, off_policy_mask_threshold=0.5,
+                  importance_sampling_correction=False, importance_sampling_mode="token_mask",
+                  importance_sampling_clip_min=0.1, importance_sampling_clip_max=4.0,
+                  loss_aggregation="seq-mean-token-sum", kl_loss_type="k2", entropy_coef=0.01)
+    assert set(values) == set(grpo_module.LOSS_OPTIONS)
+    defaults = {f.name: f.default for f in fields(GRPOConfig)}
+    assert all(value != defaults[name] for name, value in values.items())
+    (kwargs,) = _grpo_step(monkeypatch, **values)
+    assert {name: kwargs[name] for name in values} == values
+
+
+@pytest.fixture
+def plugin_aggregations():
+    seen = {}
+
+    @register_aggregation("token_mean_test", token_mean=True)
+    def token_mean(per_token, mask, max_len, n_items):
+        seen["token_mean_test"] = n_items
+        return (per_token * mask).sum() / mask.sum().clamp(min=1.0)
+
+    @register_aggregation("sum_test")
+    def summed(per_token, mask, max_len, n_items):
+        seen["sum_test"] = n_items
+        return (per_token * mask).sum()
+
+    yield seen
+    del LOSS_AGGREGATIONS["token_mean_test"], LOSS_AGGREGATIONS["sum_test"]
+
+
+@pytest.mark.parametrize("aggregation, count", [("token_mean_test", 123.0), ("sum_test", None)])
+def test_an_aggregation_declared_token_mean_gets_the_data_parallel_token_count(monkeypatch, plugin_aggregations,
+                                                                               aggregation, count):
+    (kwargs,) = _grpo_step(monkeypatch, beta=0.0, loss_aggregation=aggregation)
+    assert kwargs["num_items_in_batch"] == count and plugin_aggregations[aggregation] == count
+
+
+def test_an_aggregation_name_and_its_declaration_are_kept(plugin_aggregations):
+    with pytest.raises(ValueError, match="loss aggregation name 'dapo' is taken by algorithms.policy_losses._aggregate_dapo"):
+        register_aggregation("dapo")(LOSS_AGGREGATIONS["sum_test"])
+    register_aggregation("token-mean", token_mean=True)(LOSS_AGGREGATIONS["bnpo"])  # the same again: a no-op
+    with pytest.raises(ValueError, match="another token_mean needs another function"):
+        register_aggregation("bnpo_summed")(LOSS_AGGREGATIONS["bnpo"])
+    assert "bnpo_summed" not in LOSS_AGGREGATIONS

@@ -72,3 +72,19 @@ def test_missing_task_and_unknown_suffix(run_cli, tmp_path):
     assert_one_line_error(run_cli("run", "--algo", "grpo", "--out", tmp_path / "r"), "--task is required")
     (tmp_path / "run.ini").write_text("")
     assert_one_line_error(run_cli("run", "--config", tmp_path / "run.ini"), ".toml, .yaml")
+
+
+def test_a_run_config_is_built_by_resolve_alone():
+    """Every run's settings go through ``resolve`` (the command line, a config file, a matrix cell, a bench's workload,
+    both sides of a comparison with TRL): no module but the harness's config builds a RunConfig by hand."""
+    import ast
+
+    from tests.conftest import ROOT
+
+    builders = set()
+    for package in ("algorithms", "tasks", "benchmarks"):
+        for path in (ROOT / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Call) and "RunConfig" in (getattr(node.func, "id", None), getattr(node.func, "attr", None)):
+                    builders.add(str(path.relative_to(ROOT)))
+    assert builders == {"benchmarks/harness/config.py"}
