@@ -11,8 +11,8 @@ from pathlib import Path
 from benchmarks.errors import UsageError
 from benchmarks.perf import executors, lora
 from benchmarks.perf.executors import ExecutorsSettings
-from benchmarks.perf.grpo_vs_trl import (GrpoVsTrlSettings, PerfSettings, RlooVsTrlSettings, out_folder, render_markdown,
-                                         run_bench)
+from benchmarks.perf.grpo_vs_trl import GrpoVsTrlSettings, PerfSettings, RlooVsTrlSettings, out_folder, run_bench
+from benchmarks.perf.grpo_vs_trl_report import render_markdown
 from benchmarks.perf.precision import PrecisionBenchSettings, run_precision_bench
 from benchmarks.perf.revisions import RevisionSettings, run_revisions
 from benchmarks.perf.roof import RoofSettings, run_roof
