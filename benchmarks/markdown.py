@@ -114,7 +114,8 @@ def write_report(path: Path | str, body: str, *, title: str = "", readme: Option
                  section: Optional[str] = None, section_body: Optional[str] = None) -> None:
     """A study's report: ``path`` gets ``# TITLE`` (when given) and ``body``; with ``readme`` (the ``--readme``
     page; None or '' for none) its section ``section`` gets ``section_body``, else the body without the title.
-    Every study writes its report and README section through this."""
+    Every study writes its report and README section through this, most of them by the lifecycle's ``Study.write``
+    (benchmarks/study.py)."""
     atomic_write_text(Path(path), (f"# {title}\n\n" if title else "") + body)
     write_section(readme, section, body if section_body is None else section_body)
 

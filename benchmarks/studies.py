@@ -1,6 +1,8 @@
 """The studies that are top-level commands (``grpo-bench NAME``: agreement, transfer, claims, variance, calibration,
 ablation, readme, survey) and ``grpo-bench paired eval|compare``, each registered as a study (benchmarks/study.py):
-its settings, whose fields are its flags, and its run.
+its settings, whose fields are its flags, and its run. Those that write a report (agreement, transfer, claims,
+variance, calibration) declare it and render it, and the lifecycle writes it with its README section; the report's
+modules compute what it shows and render it, and write nothing.
 
 Light at import, so that each command's ``--help`` starts in about 0.1 s: a run imports its engine where it runs, each
 such import marked "heavy" (the report's modules: pandas and scipy; the harness and the ablation: torch), and the
@@ -73,12 +75,17 @@ class Agreement(Study):
 
     def run(self, s: AgreementSettings, command: str) -> int:
         shared_variants(s.first, s.second)  # the inputs first: a typo is one line before pandas loads
-        from benchmarks.report.agreement import write_agreement  # heavy: pandas, scipy
+        from benchmarks.report.agreement import agreement  # heavy: pandas, scipy
 
-        _, text = write_agreement(s.first, s.second, s.out)
+        text = self.write(agreement(s.first, s.second), s, command)
         print(text.splitlines()[2] if len(text.splitlines()) > 2 else text)
         print(_wrote(s))
         return 0
+
+    def render(self, table, s: AgreementSettings, command: str) -> str:
+        from benchmarks.report.agreement import render  # heavy: pandas, scipy
+
+        return render(table, str(s.first), str(s.second))  # its title names the two folders
 
 
 @dataclass
@@ -98,6 +105,7 @@ class Transfer(Study):
     name, group = "transfer", TOP
     help = "does a toy matrix's ranking of the algorithms carry over to a real task's matrix?"
     Settings = TransferSettings
+    title = "Does the toy ranking carry over?"
 
     def run(self, s: TransferSettings, command: str) -> int:
         # after the folders (the lifecycle checks them first): a typo in one is not "too few algorithms"
@@ -106,12 +114,17 @@ class Transfer(Study):
             raise UsageError("--pair: each variant at most once on each side")
         if len(pairs) < 3:
             raise UsageError(f"--pair: a ranking needs at least 3 algorithms, got {len(pairs)}")
-        from benchmarks.report.transfer import write_transfer  # heavy: pandas, scipy
+        from benchmarks.report.transfer import transfer  # heavy: pandas, scipy
 
-        text = write_transfer(s.toy, s.real, pairs, s.out, command=command, readme=s.readme, section=s.section)
+        text = self.write(transfer(s.toy, s.real, pairs), s, command)
         print(text.splitlines()[0])
         print(_wrote(s))
         return 0
+
+    def render(self, result: dict, s: TransferSettings, command: str) -> str:
+        from benchmarks.report.transfer import render  # heavy: pandas, scipy
+
+        return render(result, command)
 
 
 @dataclass
@@ -130,13 +143,25 @@ class Claims(Study):
     help = ("published claims about RL for LLMs, each tested by a matrix that stated it before its cells ran: the "
             "table of marks")
     Settings = ClaimsSettings
+    title = "What the field claims, tested here"
 
     def run(self, s: ClaimsSettings, command: str) -> int:
-        from benchmarks.report.claims import write_claims  # heavy: pandas, scipy
+        from benchmarks.report.claims import claims_table  # heavy: pandas, scipy
 
-        write_claims(s.dirs, s.out, command=command, readme=s.readme, section=s.section)
+        self.write(claims_table(s.dirs), s, command)
         print(_wrote(s))
         return 0
+
+    def render(self, table, s: ClaimsSettings, command: str) -> str:
+        from benchmarks.report.claims import render  # heavy: pandas, scipy
+
+        return render(table, link_from=Path(s.out).parent, command=command)
+
+    def render_section(self, table, s: ClaimsSettings, command: str, body: str) -> str:
+        """The same table, its links to the matrices made from the README's folder."""
+        from benchmarks.report.claims import render  # heavy: pandas, scipy
+
+        return render(table, link_from=Path(s.readme).parent, command=command)
 
 
 @dataclass
@@ -160,6 +185,7 @@ class Variance(Study):
     help = ("where a primary metric's seed-to-seed spread comes from (policy vs evaluation), and the design that "
             "reaches a target MDD in the fewest core-seconds")
     Settings = VarianceSettings
+    title = "Where the spread of a primary metric comes from"
 
     def check(self, s: VarianceSettings) -> None:
         from benchmarks.curve import parse_primary  # heavy: numpy
@@ -175,13 +201,21 @@ class Variance(Study):
                 raise UsageError(f"--metrics: {exc}") from None
 
     def run(self, s: VarianceSettings, command: str) -> int:
-        from benchmarks.report.variance import write_variance  # heavy: pandas, scipy
+        from benchmarks.io import atomic_write_json  # start-up: hashlib, random (module docstring)
+        from benchmarks.report.variance import analyse, records  # heavy: pandas, scipy
 
-        text = write_variance(s.dirs, s.out, command=command, readme=s.readme, section=s.section, metrics=s.metrics,
-                              questions=s.questions, target=s.target_mdd, variants=s.variants)
+        results = [analyse(d, metrics=s.metrics, questions=s.questions, target=s.target_mdd, variants=s.variants)
+                   for d in s.dirs]
+        text = self.write(results, s, command)
+        atomic_write_json(Path(s.out).with_suffix(".json"), records(results))
         print(text.splitlines()[0].strip("*"))
         print(_wrote(s))
         return 0
+
+    def render(self, results: list, s: VarianceSettings, command: str) -> str:
+        from benchmarks.report.variance import render  # heavy: pandas, scipy
+
+        return "\n".join(render(r, command) for r in results)  # one part per matrix
 
 
 @dataclass
@@ -204,23 +238,31 @@ class Calibration(Study):
     help = ("the verdict procedure's family-wise error: simulated at matrices' own designs, measured on real A/A "
             "replicates and declared-equivalent pairs")
     Settings = CalibrationSettings
+    report_file, title = "report.md", "Calibration of the verdicts"
 
     def check(self, s: CalibrationSettings) -> None:
         if s.sims < 100:
             raise UsageError(f"--sims must be at least 100, got {s.sims}")
 
     def run(self, s: CalibrationSettings, command: str) -> int:
+        from benchmarks.io import atomic_write_json  # start-up: hashlib, random (module docstring)
         from benchmarks.matrix import parse  # heavy: torch
-        from benchmarks.report.calibration_report import write_calibration  # heavy: pandas, scipy
+        from benchmarks.report.calibration_report import calibration, records  # heavy: pandas, scipy
 
         try:
-            text = write_calibration(s.dirs, s.out, aa=s.aa, sims=s.sims, command=command,
-                                     claims=[parse(path) for path in s.claims])
+            result = calibration(s.dirs, aa=s.aa, sims=s.sims, claims=[parse(path) for path in s.claims])
         except ValueError as exc:  # an --aa matrix of more than one variant, a claims file that states none
             raise UsageError(str(exc)) from None
-        print(text.splitlines()[2])
+        text = self.write(result, s, command)
+        atomic_write_json(Path(s.out) / "calibration.json", records(result))
+        print(text.splitlines()[0])
         print(f"wrote {s.out}/report.md, calibration.json")
         return 0
+
+    def render(self, result: dict, s: CalibrationSettings, command: str) -> str:
+        from benchmarks.report.calibration_report import render_calibration  # heavy: pandas, scipy
+
+        return render_calibration(result, command)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -421,6 +463,8 @@ class PairedCompare(Study):
     name, group = "compare", "paired"
     help = "McNemar's exact test between two `paired eval` files"
     Settings = PairedCompareSettings
+    # Not on the shared report lifecycle (``write``): it writes a README section and no report (--out is the tests'
+    # json, and optional), so there is no report file to declare.
 
     def run(self, s: PairedCompareSettings, command: str) -> int:
         from benchmarks.io import atomic_write_json  # start-up: hashlib, random (module docstring)

@@ -23,10 +23,17 @@ argument; a field that ``__init__`` does not take (``init=False``) is no flag. T
 The options several studies share (out, seed, device, threads, readme, section, resume, overwrite, rerender) are
 declared with ``option(name)``: each has one help text, here, and one usual default that a study may replace.
 
+A study that writes a report declares it on its class: ``report_file`` (its name in the ``--out`` folder; none
+where ``--out`` names the report itself), ``title``, ``section`` (its README section, where the settings have no
+``--section``) and ``source_file`` (the json in the folder that ``run`` writes and ``--rerender`` reads), and renders
+it: ``render(result, settings, command) -> markdown`` (and ``render_section`` where the README's section is not the
+report's body). ``run`` measures or computes the result and hands it to ``write``.
+
 The lifecycle every study goes through is written once, here: ``Study.start`` checks the paths its settings name
-before any work and, with ``--rerender``, writes the report again from its json without measuring; ``earlier_report``
-is ``--resume`` and ``--overwrite`` (an existing report is never replaced unless asked, where the study has
-``--overwrite``); ``benchmarks.markdown.write_report`` writes a report and, with ``--readme``, its README section.
+before any work and, with ``--rerender``, writes the report again from its json without measuring (``rerender``);
+``write`` writes the report and, with ``--readme``, its README section (through ``benchmarks.markdown.write_report``,
+the one writer of both); ``earlier_report`` is ``--resume`` and ``--overwrite`` (an existing report is never
+replaced unless asked, where the study has ``--overwrite``).
 """
 
 from __future__ import annotations
@@ -104,6 +111,11 @@ class Study:
     group: str  # one of GROUPS
     help: str  # its line in ``grpo-bench --help`` or its group's ``--help``
     Settings: type = StudySettings
+    # The report, for a study that writes one (``write``); see the module docstring.
+    report_file: str = ""  # its name in the --out folder ("": --out names the report itself)
+    title: str = ""  # its "# TITLE" line ("": none)
+    section: str = ""  # its README section, where the settings have no --section
+    source_file: str = ""  # the json in the --out folder that ``run`` writes and --rerender renders the report from
 
     def run(self, settings, command: str) -> int:
         """Run with ``settings`` (an instance of ``Settings``); ``command`` is the command line that reproduces the
@@ -114,9 +126,59 @@ class Study:
         """What ``settings``' values must be beyond their types, checked first: one UsageError line, before any path
         is checked or anything is measured. Nothing, unless a study says."""
 
+    def render(self, result, settings, command: str) -> str:
+        """The report's markdown below its title, from ``result``: what ``run`` measured or computed, or with
+        --rerender the ``source_file`` it wrote."""
+        raise NotImplementedError(f"{type(self).__qualname__} writes a report but has no render method")
+
+    def render_section(self, result, settings, command: str, body: str) -> str:
+        """The README section's markdown: the report's ``body`` (without its title) unless a study says."""
+        return body
+
+    def folder(self, settings) -> Path:
+        """The folder of the report and its ``source_file``: --out, unless a study says."""
+        return Path(settings.out)
+
+    def readme_section(self, settings) -> tuple[Optional[str], str]:
+        """The page the README section goes to (--readme; None or '' for none) and the section's name (--section,
+        else the study's ``section``)."""
+        return getattr(settings, "readme", None), getattr(settings, "section", self.section)
+
+    def report_path(self, settings) -> Path:
+        """The report's file: ``report_file`` in the folder, or --out itself."""
+        return self.folder(settings) / self.report_file if self.report_file else Path(settings.out)
+
+    def write(self, result, settings, command: str, *, readme: bool = True) -> str:
+        """The report rendered from ``result`` and, with --readme, its README section (``readme=False``: the report
+        alone, one still being measured, whose section is written at the end). Returns the report's body."""
+        from benchmarks.markdown import write_report  # start-up: hashlib, random (benchmarks/studies.py's docstring)
+
+        body = self.render(result, settings, command)
+        page, section = self.readme_section(settings) if readme else (None, "")
+        write_report(self.report_path(settings), body, title=self.title, readme=page, section=section,
+                     section_body=self.render_section(result, settings, command, body) if page else None)
+        return body
+
+    def stored(self, path: Path):
+        """The result ``run`` stored at ``path``, its ``source_file``, as --rerender reads it: one UsageError line
+        when there is none."""
+        return rerender_source(path)
+
+    def status(self, result) -> int:
+        """The exit status of a report written again from ``result`` (--rerender): 0 unless a study says."""
+        return 0
+
     def rerender(self, settings, command: str) -> int:
-        """A study with the ``rerender`` option: write the report (and its README section) again from its json."""
-        raise NotImplementedError(f"{type(self).__qualname__} has --rerender but no rerender method")
+        """--rerender: the report and its README section written again from ``source_file``, as the current code
+        renders them; nothing is measured (for a change of a report's wording, where measuring again costs hours)."""
+        path = self.folder(settings) / self.source_file
+        result = self.stored(path)
+        try:
+            self.write(result, settings, command)
+        except (KeyError, TypeError) as e:  # a json without a part the report shows: a stopped or an older run's
+            raise UsageError(f"--rerender needs a finished report in {path}: {e!r}") from None
+        print(f"rewrote {self.report_path(settings)} from {path.name}")
+        return self.status(result)
 
     def start(self, settings, command: str) -> int:
         """The lifecycle of every study, which the command line calls: its values (``check``), then the paths
@@ -146,6 +208,9 @@ def register_study(cls=None, *, name: Optional[str] = None):
                 and issubclass(settings, StudySettings)):
             raise TypeError(f"{cls!r} is not a subclass of benchmarks.study.Study with a Settings dataclass "
                             "derived from StudySettings")
+        if (any(f.name == "rerender" for f in dataclasses.fields(settings)) and not cls.source_file
+                and cls.rerender is Study.rerender):
+            raise TypeError(f"study {cls.__qualname__} has --rerender but no source_file to render its report from")
         if getattr(cls, "group", None) not in GROUPS:
             raise ValueError(f"study {cls.__qualname__}: group {getattr(cls, 'group', None)!r} is none of "
                              f"{', '.join(GROUPS)}")

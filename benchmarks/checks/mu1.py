@@ -19,7 +19,7 @@ import random
 from collections import defaultdict
 from dataclasses import field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -30,7 +30,6 @@ from algorithms.rollout import Rollout, rollout_logps
 from benchmarks.errors import UsageError
 from benchmarks.harness import build, resolve, train_steps
 from benchmarks.io import atomic_write_json
-from benchmarks.markdown import write_report
 from benchmarks.study import StudySettings, option
 
 ZERO_TOL = 1e-6
@@ -434,9 +433,23 @@ def setup_of(settings: Mu1Settings) -> tuple[Setup, dict]:
     return setup, given
 
 
-def run_mu1_check(settings: Mu1Settings, command: str) -> int:
-    """The checks, then OUT/results.json, report.md (quoting ``command``, the command line that reproduces them),
-    mu1.png and the README section; 1 when a check fails."""
+def out_folder(settings: Mu1Settings) -> Path:
+    """--out, else results/mu1 on pizza and results/mu1-TASK on another task."""
+    task = settings.task
+    return Path(settings.out if settings.out else ("results/mu1" if task == "pizza" else f"results/mu1-{task}"))
+
+
+def readme_section(settings: Mu1Settings) -> tuple[str, str]:
+    """The README page (--readme, else results/checks.md with the default --out and none with another) and the
+    section: the plain-words section "mu1" is the pizza run's; another task adds its verdict table as a section of
+    its own, "mu1-TASK"."""
+    readme = settings.readme if settings.readme is not None else ("" if settings.out else "results/checks.md")
+    return readme, "mu1" if settings.task == "pizza" else f"mu1-{settings.task}"
+
+
+def run_mu1_check(settings: Mu1Settings, command: str, write: Callable[[dict], None]) -> int:
+    """The checks, then OUT/results.json, the report (``write``: report.md quoting ``command``, the command line that
+    reproduces them, and the README section), mu1.png; 1 when a check fails."""
     if settings.steps < 1:
         raise UsageError(f"--steps must be >= 1, got {settings.steps}")
     setup, given = setup_of(settings)
@@ -445,15 +458,11 @@ def run_mu1_check(settings: Mu1Settings, command: str) -> int:
                      eval_every=given.get("eval_every"))
     result["settings"]["given"] = {k: v for k, v in given.items()}
     result["command"] = command
-    task = settings.task
-    out = Path(settings.out if settings.out else ("results/mu1" if task == "pizza" else f"results/mu1-{task}"))
-    readme = settings.readme if settings.readme is not None else ("" if settings.out else "results/checks.md")
+    out = out_folder(settings)
+    readme, section = readme_section(settings)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "results.json", result)
-    # The plain-words section is the pizza run's; another task adds its verdict table as a section of its own.
-    section = "mu1" if task == "pizza" else f"mu1-{task}"
-    write_report(out / "report.md", report(result, out), readme=readme, section=section,
-                 section_body=(explanation if section == "mu1" else task_section)(result, out) if readme else None)
+    write(result)
     plot(result, out / "mu1.png")
     rows = verdicts(result)
     for check, measured, ok in rows:

@@ -26,7 +26,7 @@ from benchmarks.io import atomic_write_json, read_jsonl
 from benchmarks.matrix import parse, run_matrix
 from benchmarks.matrix.executors import make_executor
 from benchmarks.matrix.timing import wallclock_breakdown
-from benchmarks.markdown import markdown_table, write_report
+from benchmarks.markdown import markdown_table
 from benchmarks.study import StudySettings, option, rerender_source
 
 # The report's columns of a session's time (benchmarks.matrix.timing), in order.
@@ -218,19 +218,20 @@ def render(result: dict, command: str) -> str:
     return "\n\n".join(p for p in paragraphs if p) + "\n"
 
 
-def _command(result: dict, out: str, readme: Optional[str], section: str, spread_from: Optional[str]) -> str:
-    """The command that runs this comparison again (paths as they were typed)."""
-    return (f"grpo-bench bench executors {result['matrix']} --out {out}"
+def report_command(result: dict, settings: ExecutorsSettings) -> str:
+    """The command that runs this comparison again, as the report quotes it (paths as they were typed)."""
+    s = settings
+    return (f"grpo-bench bench executors {result['matrix']} --out {s.out}"
             + (f" --jobs {result['jobs']}" if result["jobs"] != DEFAULT_JOBS else "")
             + (f" --arms {' '.join(result['arms'])}" if result["arms"] != list(ARMS) else "")
             + (f" --seeds {' '.join(map(str, result['selected_seeds']))}" if result["selected_seeds"] else "")
-            + (f" --spread-from {spread_from}" if spread_from else "")
-            + (f" --readme {readme}" if readme else "") + (f" --section {section}" if section != "executors" else ""))
+            + (f" --spread-from {s.spread_from}" if s.spread_from else "")
+            + (f" --readme {s.readme}" if s.readme else "") + (f" --section {s.section}" if s.section != "executors" else ""))
 
 
 @dataclasses.dataclass
 class ExecutorsSettings(StudySettings):
-    """What ``grpo-bench bench executors`` asks for (``run_bench_executors`` takes them one by one)."""
+    """What ``grpo-bench bench executors`` asks for."""
 
     file: str = dataclasses.field(metadata={"help": "matrix file (TOML), e.g. benchmarks/matrices/scaleout.toml"})
     out: str = option("out", "results/executors")  # executors.md/json and every arm's run
@@ -249,35 +250,22 @@ class ExecutorsSettings(StudySettings):
     section: str = option("section", "executors")
 
 
-def run_bench_executors(settings: ExecutorsSettings) -> dict:
-    """Run the comparison and write its report."""
-    s = settings
-    result = compare_executors(s.file, Path(s.out) / "runs", jobs=s.jobs, arms=s.arms, seeds=s.seeds)
-    return _write(result, settings)
-
-
-def rerender_executors(settings: ExecutorsSettings) -> dict:
-    """Re-read a finished comparison's executors.json and runs, and write its report again."""
-    path = Path(settings.out) / "executors.json"
+def stored_comparison(path: Path) -> dict:
+    """A finished comparison's json, as --rerender reads it (one UsageError line for none, or for one from before
+    the fresh-N arm)."""
     result = rerender_source(path, "comparison")
     if "arms" not in result:
         raise UsageError(f"--rerender: {path} is from before the comparison had its fresh-N arm; run it again")
-    return _write(result, settings)
+    return result
 
 
-def _write(result: dict, settings: ExecutorsSettings) -> dict:
-    """The accuracy under each arm (judged against ``spread_from``'s seed spread, a finished run of the same matrix),
-    then executors.json, executors.md and, with --readme, the README section."""
-    s, out_dir = settings, Path(settings.out)
+def judge_accuracy(result: dict, settings: ExecutorsSettings, path: Path) -> None:
+    """The accuracy under each arm, read from OUT/runs and judged against ``spread_from``'s seed spread (a finished
+    run of the same matrix), added to ``result``, which is then written to ``path`` (executors.json)."""
+    s = settings
     try:
         spread = seed_spread(Path(s.spread_from)) if s.spread_from else None
     except OSError as e:
         raise UsageError(f"--spread-from {s.spread_from}: {e}") from None
-    result["accuracy"] = {**compare_accuracy(out_dir / "runs", result["arms"], spread), "spread_from": s.spread_from}
-    body = render(result, _command(result, s.out, s.readme, s.section, s.spread_from))
-    atomic_write_json(out_dir / "executors.json", result)
-    title = "Executors: warm workers against fresh processes, at equal parallelism"
-    write_report(out_dir / "executors.md", body, title=title, readme=s.readme, section=s.section,
-                 section_body=f"### {title}\n\n" + body)
-    print(body)
-    return result
+    result["accuracy"] = {**compare_accuracy(Path(s.out) / "runs", result["arms"], spread), "spread_from": s.spread_from}
+    atomic_write_json(path, result)

@@ -29,8 +29,9 @@ Headroom. The update's FLOP rate (6 x parameters x token positions each side's f
 TRL every prompt + completion row; ours each prompt once plus the completions, the step's ``tokens/processed``)
 and generation's tokens/s are put beside this machine's measured 2048x2048 matmul throughput in fp32 and bf16.
 
-This module measures and writes; the report's markdown, its target verdict and the scaling plot are rendered by
-``grpo_vs_trl_report`` from the report dict alone.
+This module measures and writes the report's json; the report's markdown, its target verdict and the scaling plot
+are rendered by ``grpo_vs_trl_report`` from the report dict alone, and written by the study's lifecycle
+(benchmarks/perf/studies.py: its file, title and README section).
 """
 
 from __future__ import annotations
@@ -45,22 +46,21 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
 from benchmarks.harness import measure
 from benchmarks.errors import UsageError
 from benchmarks.io import atomic_write_json
-from benchmarks.markdown import write_report
-from benchmarks.perf.grpo_vs_trl_report import plot_scaling, render_markdown
-from benchmarks.perf.grpo_vs_trl_report import code_line, target_verdict  # noqa: F401  re-exported: callers import them here
+from benchmarks.perf.grpo_vs_trl_report import plot_scaling
+from benchmarks.perf.grpo_vs_trl_report import code_line, render_markdown, target_verdict  # noqa: F401  re-exported: callers import them here
 from benchmarks.perf.roof import memory_bandwidth
 from benchmarks.references.sides import (
     SIDES, TRL_SETTINGS, WORKLOADS, Ours, Trl, Workload, default_workloads, rss_bytes, same_batch_check,
     same_batch_check_rloo, workloads_of,
 )
-from benchmarks.study import StudySettings, earlier_report, option, rerender_source
+from benchmarks.study import StudySettings, earlier_report, option
 from tasks import TASKS
 
 
@@ -280,11 +280,6 @@ MEMORY_METHOD = ("each side alone in a fresh subprocess, run for two optimizer u
                  "libraries.")
 
 
-# Per algorithm: its output files (stem), its README section and the report's title.
-OUTPUTS = {"grpo": ("perf", "perf", "GRPO step: this suite vs TRL"),
-           "rloo": ("rloo", "perf-rloo", "RLOO step: this suite vs TRL")}
-
-
 @dataclass
 class PerfSettings(StudySettings):
     """What ``grpo-bench bench grpo-vs-trl`` / ``rloo-vs-trl`` runs; each command's settings are a subclass
@@ -384,14 +379,21 @@ def _sample_machine(load: dict) -> None:
         load["bandwidth_gbs"].append(memory_bandwidth(256, 5) / 1e9)
 
 
-def run_bench(settings: PerfSettings, command: str) -> dict:
-    """Every workload's comparison (plus bf16 and scaling when their steps are > 0), written to OUT as STEM.md and
-    STEM.json and into the README section; ``command`` is the command line that reproduces them."""
-    stem = OUTPUTS[settings.algo][0]
+def out_folder(settings: PerfSettings) -> Path:
+    """--out, else results/gpu on CUDA (asked for, or auto where it is present) and results/perf on the CPU."""
+    on_cuda = settings.device.startswith("cuda") or (settings.device == "auto" and torch.cuda.is_available())
+    return Path(settings.out or ("results/gpu" if on_cuda else "results/perf"))
+
+
+def run_bench(settings: PerfSettings, command: str, path: Path, write: Callable[[dict, bool], None]) -> dict:
+    """Every workload's comparison (plus bf16 and scaling when their steps are > 0), written to ``path`` (the
+    report's json, OUT/STEM.json: what --resume continues; STEM.md and scaling.png go beside it) as each part is
+    measured; ``command`` is the command line that reproduces them. ``write(report, readme)`` writes the report
+    rendered from it: after each workload without its README section, at the end with it (``readme``)."""
     choices = workloads_of(settings.algo)
     names, device = _checked(settings, choices)
-    out = Path(settings.out or ("results/gpu" if device.type == "cuda" else "results/perf"))
-    earlier = _resumed(out / f"{stem}.json", settings, device)
+    out = path.parent
+    earlier = _resumed(path, settings, device)
     out.mkdir(parents=True, exist_ok=True)
     log = print
     started = time.perf_counter()
@@ -402,10 +404,10 @@ def run_bench(settings: PerfSettings, command: str) -> dict:
     measured = {r["workload"]["name"]: r for r in report["comparisons"]}
     for w in workloads:
         if w.name in measured:
-            _check_kept(w, measured[w.name], settings, out / f"{stem}.json")
+            _check_kept(w, measured[w.name], settings, path)
             log(f"{w.name}: measured in the report being resumed, kept")
             continue
-        _measure(w, report, settings, str(device), out, log)
+        _measure(w, report, settings, str(device), path, write, log)
     if settings.bf16_steps > 0:
         report["bf16"] = [bf16_speed(w, steps=settings.bf16_steps, seed=settings.seed, device=str(device))
                           for w in workloads if w.mu == 1]
@@ -414,9 +416,9 @@ def run_bench(settings: PerfSettings, command: str) -> dict:
         report["scaling"] = scaling(tasks, steps=settings.scaling_steps, seed=settings.seed, device=str(device), log=log)
         plot_scaling(report["scaling"], out / "scaling.png")
     report["wall_clock_s"] = time.perf_counter() - started
-    atomic_write_json(out / f"{stem}.json", report)
-    _write(report, out, settings)
-    log(f"wrote {out}/{stem}.md, {stem}.json" + (", scaling.png" if report.get("scaling") else "")
+    atomic_write_json(path, report)
+    write(report, True)
+    log(f"wrote {out}/{path.stem}.md, {path.name}" + (", scaling.png" if report.get("scaling") else "")
         + f" in {report['wall_clock_s']:.0f} s")
     return report
 
@@ -487,9 +489,9 @@ def _check_kept(w: Workload, measured: dict, settings: PerfSettings, path: Path)
                          "(workload or --pairs); --overwrite to measure everything again")
 
 
-def _measure(w: Workload, report: dict, settings: PerfSettings, device: str, out: Path, log) -> None:
-    """One workload's comparison (and each side's peak memory) added to ``report``, which is written at once."""
-    stem, _, title = OUTPUTS[settings.algo]
+def _measure(w: Workload, report: dict, settings: PerfSettings, device: str, path: Path, write, log) -> None:
+    """One workload's comparison (and each side's peak memory) added to ``report``, which is written at once (to
+    ``path``, and its report by ``write``)."""
     result = compare(w, pairs=settings.pairs, seed=settings.seed, device=device, log=log)
     if report.get("resumed"):
         report["resumed"][-1]["workloads"].append(w.name)
@@ -501,8 +503,8 @@ def _measure(w: Workload, report: dict, settings: PerfSettings, device: str, out
     report["comparisons"].append(result)
     _sample_machine(report["load"])
     # What is finished is on disk: a 135M comparison is tens of minutes, and a later part may fail.
-    atomic_write_json(out / f"{stem}.json", report)
-    write_report(out / f"{stem}.md", render_markdown(report) + "\n", title=title)  # the README section at the end
+    atomic_write_json(path, report)
+    write(report, False)  # the README section at the end
     log(f"{w.name}: TRL/ours median {result['ratios']['default']['median']:.2f} (TRL default), "
         f"{result['ratios']['fastest']['median']:.2f} (TRL fastest); against the faster "
         f"({result['faster_trl']}): min {result['ratio']['min']:.2f}, max {result['ratio']['max']:.2f}; "
@@ -533,28 +535,6 @@ def _resumed(path: Path, settings: PerfSettings, device: torch.device) -> Option
         raise UsageError(f"--resume: {path} was measured with another --model / --random-weights; --overwrite to "
                          "replace it")
     return earlier
-
-
-def _write(report: dict, out: Path, settings: PerfSettings) -> None:
-    """OUT/STEM.md and, with --readme, the README section, rendered from ``report``."""
-    stem, section, title = OUTPUTS[settings.algo]
-    write_report(out / f"{stem}.md", render_markdown(report) + "\n", title=title, readme=settings.readme,
-                 section=section)
-
-
-def rerender(settings: PerfSettings) -> dict:
-    """A finished (or stopped) run's STEM.md and README section written again from its STEM.json, as the current
-    report code renders them: for a change of the report's wording, where measuring again would cost hours."""
-    stem = OUTPUTS[settings.algo][0]
-    on_cuda = settings.device.startswith("cuda") or (settings.device == "auto" and torch.cuda.is_available())
-    out = Path(settings.out or ("results/gpu" if on_cuda else "results/perf"))
-    report = rerender_source(out / f"{stem}.json")
-    try:
-        _write(report, out, settings)
-    except (KeyError, TypeError) as e:
-        raise UsageError(f"--rerender needs a finished report in {out / (stem + '.json')}: {e!r}") from None
-    print(f"rewrote {out}/{stem}.md from {stem}.json")
-    return report
 
 
 if __name__ == "__main__":

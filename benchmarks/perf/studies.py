@@ -1,5 +1,7 @@
 """The benchmarks of ``grpo-bench bench``, each registered as a study (benchmarks/study.py): its name, its line in
-``bench --help``, its settings (a dataclass whose fields are its flags) and how it runs."""
+``bench --help``, its settings (a dataclass whose fields are its flags) and how it runs; those whose report has a README
+section and --rerender (grpo-vs-trl, rloo-vs-trl, executors) declare the report and render it, and the lifecycle
+writes it."""
 
 from __future__ import annotations
 
@@ -7,9 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.errors import UsageError
-from benchmarks.perf import lora
-from benchmarks.perf.executors import ExecutorsSettings, rerender_executors, run_bench_executors
-from benchmarks.perf.grpo_vs_trl import GrpoVsTrlSettings, PerfSettings, RlooVsTrlSettings, rerender, run_bench
+from benchmarks.perf import executors, lora
+from benchmarks.perf.executors import ExecutorsSettings
+from benchmarks.perf.grpo_vs_trl import GrpoVsTrlSettings, PerfSettings, RlooVsTrlSettings, out_folder, run_bench
+from benchmarks.perf.grpo_vs_trl_report import render_markdown
 from benchmarks.perf.precision import PrecisionBenchSettings, run_precision_bench
 from benchmarks.perf.revisions import RevisionSettings, run_revisions
 from benchmarks.perf.roof import RoofSettings, run_roof
@@ -17,15 +20,19 @@ from benchmarks.study import Study, StudySettings, option, register_study
 
 
 class VsTrl(Study):
-    """A step of ours timed against TRL's trainer; its report is written again from its json with --rerender."""
+    """A step of ours timed against TRL's trainer: OUT/STEM.json, written as each workload is measured, and the report
+    rendered from it (again with --rerender). OUT defaults by the device."""
 
     def run(self, settings: PerfSettings, command: str) -> int:
-        run_bench(settings, command=command)
+        run_bench(settings, command, self.folder(settings) / self.source_file,
+                  lambda report, readme: self.write(report, settings, command, readme=readme))
         return 0
 
-    def rerender(self, settings: PerfSettings, command: str) -> int:
-        rerender(settings)
-        return 0
+    def folder(self, settings: PerfSettings) -> Path:
+        return out_folder(settings)
+
+    def render(self, report: dict, settings: PerfSettings, command: str) -> str:
+        return render_markdown(report) + "\n"  # the command the report quotes is the json's
 
 
 @register_study
@@ -33,6 +40,7 @@ class GrpoVsTrl(VsTrl):
     name, group = "grpo-vs-trl", "bench"
     help = "time one GRPO step of this suite against TRL's GRPOTrainer"
     Settings = GrpoVsTrlSettings
+    report_file, source_file, title, section = "perf.md", "perf.json", "GRPO step: this suite vs TRL", "perf"
 
 
 @register_study
@@ -40,6 +48,7 @@ class RlooVsTrl(VsTrl):
     name, group = "rloo-vs-trl", "bench"
     help = "time one RLOO step of this suite against TRL's RLOOTrainer"
     Settings = RlooVsTrlSettings
+    report_file, source_file, title, section = "rloo.md", "rloo.json", "RLOO step: this suite vs TRL", "perf-rloo"
 
 
 @register_study
@@ -48,15 +57,32 @@ class ExecutorsBench(Study):
     help = ("a matrix in fresh processes one at a time and N at once, then in N warm workers: the warm start and the "
             "parallelism, each on its own")
     Settings = ExecutorsSettings
+    report_file, source_file = "executors.md", "executors.json"
+    title = "Executors: warm workers against fresh processes, at equal parallelism"
 
-    def run(self, settings: ExecutorsSettings, command: str) -> int:
-        return self.status(run_bench_executors(settings))
+    def run(self, s: ExecutorsSettings, command: str) -> int:
+        result = executors.compare_executors(s.file, Path(s.out) / "runs", jobs=s.jobs, arms=s.arms, seeds=s.seeds)
+        self.write(result, s, command)
+        return self.status(result)
 
-    def rerender(self, settings: ExecutorsSettings, command: str) -> int:
-        return self.status(rerender_executors(settings))
+    def stored(self, path: Path) -> dict:
+        return executors.stored_comparison(path)
 
-    @staticmethod
-    def status(result: dict) -> int:
+    def write(self, result: dict, settings: ExecutorsSettings, command: str, *, readme: bool = True) -> str:
+        """Each arm's accuracy is read from its runs and kept in the json first (a --rerender reads them again:
+        --spread-from may be new); the report is printed too."""
+        executors.judge_accuracy(result, settings, self.folder(settings) / self.source_file)
+        body = super().write(result, settings, command, readme=readme)
+        print(body)
+        return body
+
+    def render(self, result: dict, settings: ExecutorsSettings, command: str) -> str:
+        return executors.render(result, executors.report_command(result, settings))  # the command with the paths as typed
+
+    def render_section(self, result: dict, settings: ExecutorsSettings, command: str, body: str) -> str:
+        return f"### {self.title}\n\n{body}"
+
+    def status(self, result: dict) -> int:
         return 0 if all(r["counts"]["failed"] == 0 for r in result["runs"].values()) else 1
 
 

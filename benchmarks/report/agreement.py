@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks.io import atomic_write_text
 from benchmarks.markdown import markdown_table, with_interval
 from benchmarks.report.matrix import matrix_verdicts
 
@@ -58,10 +57,3 @@ def render(table: pd.DataFrame, first: str, second: str) -> str:
     lines.append(markdown_table(["task", "variant", "seeds", "first: mean [95% CI]", "rerun: mean [95% CI]",
                                  "first: mark", "rerun: mark", "same mark", "rerun mean in first's CI"], rows))
     return "\n".join(lines) + "\n"
-
-
-def write_agreement(first: Path | str, second: Path | str, out: Path | str) -> tuple[pd.DataFrame, str]:
-    table = agreement(first, second)
-    text = render(table, str(first), str(second))
-    atomic_write_text(out, text)
-    return table, text

@@ -23,7 +23,8 @@ the best left out of the could-be-best set) is <= 5%. Three measurements:
     global null with equal and unequal spreads, and on the real A/A cells cut into null matrices with the same
     variants and contrasts (as many seeds as the cells allow).
 
-It reads the result stores and matrix.json files it is given, and writes OUT/report.md and OUT/calibration.json.
+It reads the result stores and matrix.json files it is given; the study (benchmarks/studies.py) writes OUT/report.md
+and OUT/calibration.json.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from benchmarks.io import atomic_write_json, atomic_write_text
 from benchmarks.markdown import markdown_table
 from benchmarks.report import inference, stats
 from benchmarks.report.curves import build
@@ -206,10 +206,9 @@ def declared_pairs(directories: Sequence[Path | str]) -> pd.DataFrame:
 
 def render(sim: pd.DataFrame, aa: Optional[tuple[dict, pd.DataFrame]], pairs: pd.DataFrame, command: str,
            claims: Sequence[tuple[dict, pd.DataFrame, Optional[dict]]] = ()) -> str:
-    """The report: the headline of every measurement, then a section each (simulated, real A/A, declared pairs, and
-    each claims matrix)."""
-    lines = ["# Calibration of the verdicts", "",
-             f"**The verdict procedure (benchmarks/report/inference.py, 95% simultaneous): "
+    """The report below its title: the headline of every measurement, then a section each (simulated, real A/A,
+    declared pairs, and each claims matrix)."""
+    lines = [f"**The verdict procedure (benchmarks/report/inference.py, 95% simultaneous): "
              + "; ".join(_headline(sim, aa, pairs, claims)) + ".**", "",
              f"Written by `{command}`.", ""]
     lines += _simulated_section(sim)
@@ -314,9 +313,10 @@ def _claims_section(design: dict, rates: pd.DataFrame, real: Optional[dict]) -> 
     return lines
 
 
-def write_calibration(directories: Sequence[Path | str], out: Path | str, *, aa: Optional[Path | str] = None,
-                      sims: int = 2000, command: str = "grpo-bench calibration",
-                      claims: Sequence = ()) -> str:
+def calibration(directories: Sequence[Path | str], *, aa: Optional[Path | str] = None, sims: int = 2000,
+                claims: Sequence = ()) -> dict:
+    """Every measurement of the report: the matrices' designs simulated, the A/A cells (``aa``) cut into null
+    matrices, the declared pairs, and each parsed claims matrix of ``claims`` simulated and on the A/A cells."""
     designs = matrix_designs(directories)
     sim = simulated(designs, sims=sims)
     measured = real_aa(aa) if aa else None
@@ -325,13 +325,21 @@ def write_calibration(directories: Sequence[Path | str], out: Path | str, *, aa:
     for plan in claims:  # parsed claims matrices
         design = claims_design(plan)
         judged.append((design, claims_simulated(design, sims=sims), claims_real_aa(design, aa) if aa else None))
-    text = render(sim, measured, pairs, command, judged)
-    out = Path(out)
-    atomic_write_text(out / "report.md", text)
-    atomic_write_json(out / "calibration.json", {
-        "designs": designs, "simulated": sim.to_dict(orient="records"),
-        "real_aa": None if measured is None else {"summary": measured[0], "rates": measured[1].to_dict(orient="records")},
-        "declared_pairs": pairs.to_dict(orient="records"), "matrices": [str(d) for d in directories],
-        "claims": [{"design": d, "simulated": r.to_dict(orient="records"), "real_aa": a} for d, r, a in judged],
-        "sims": sims, "alpha": inference.ALPHA, "seed": stats.SEED})
-    return text
+    return {"designs": designs, "simulated": sim, "real_aa": measured, "declared_pairs": pairs, "claims": judged,
+            "matrices": [str(d) for d in directories], "sims": sims}
+
+
+def render_calibration(result: dict, command: str) -> str:
+    """``calibration``'s result rendered: the report below its title."""
+    return render(result["simulated"], result["real_aa"], result["declared_pairs"], command, result["claims"])
+
+
+def records(result: dict) -> dict:
+    """``calibration``'s result as OUT/calibration.json keeps it."""
+    measured = result["real_aa"]
+    return {"designs": result["designs"], "simulated": result["simulated"].to_dict(orient="records"),
+            "real_aa": None if measured is None else {"summary": measured[0], "rates": measured[1].to_dict(orient="records")},
+            "declared_pairs": result["declared_pairs"].to_dict(orient="records"), "matrices": result["matrices"],
+            "claims": [{"design": d, "simulated": r.to_dict(orient="records"), "real_aa": a}
+                       for d, r, a in result["claims"]],
+            "sims": result["sims"], "alpha": inference.ALPHA, "seed": stats.SEED}

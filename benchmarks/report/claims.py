@@ -25,7 +25,7 @@ import pandas as pd
 from scipy import stats
 
 from benchmarks.errors import UsageError
-from benchmarks.markdown import markdown_table, write_report
+from benchmarks.markdown import markdown_table
 from benchmarks.report import curves as learning_curves
 from benchmarks.report import inference
 from benchmarks.report.cost_claims import cost_claims_of, cost_mark_text
@@ -204,11 +204,7 @@ def render(table: pd.DataFrame, *, link_from: Path, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_claims(directories: Sequence[str], out: str, *, command: str, readme: str = "",
-                 section: str = "claims") -> str:
-    table = pd.concat([cost_claims_of(d) if str(d).endswith(".toml") else claims_of(d) for d in directories],
-                      ignore_index=True).reindex(columns=COLUMNS)
-    text = render(table, link_from=Path(out).parent, command=command)
-    write_report(out, text, title="What the field claims, tested here", readme=readme, section=section,
-                 section_body=render(table, link_from=Path(readme).parent, command=command) if readme else None)
-    return text
+def claims_table(directories: Sequence[str]) -> pd.DataFrame:
+    """Every claim of the matrix directories and reading files (.toml) given, one row each, in their order."""
+    return pd.concat([cost_claims_of(d) if str(d).endswith(".toml") else claims_of(d) for d in directories],
+                     ignore_index=True).reindex(columns=COLUMNS)

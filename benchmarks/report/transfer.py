@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 import pandas as pd
 
 from benchmarks.errors import UsageError
-from benchmarks.markdown import markdown_table, with_interval, write_report
+from benchmarks.markdown import markdown_table, with_interval
 from benchmarks.report.matrix import matrix_verdicts
 from benchmarks.report.inference import TOO_FEW
 
@@ -111,9 +111,3 @@ def render(result: dict, command: str) -> str:
              "", f"Regenerate: `{command}`"]
     return "\n".join(lines) + "\n"
 
-
-def write_transfer(toy, real, pairs, out, *, command: str, readme: str = "", section: str = "transfer") -> str:
-    result = transfer(toy, real, pairs)
-    text = render(result, command)
-    write_report(out, text, title="Does the toy ranking carry over?", readme=readme, section=section)
-    return text

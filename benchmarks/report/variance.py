@@ -31,8 +31,8 @@ import pandas as pd
 
 from benchmarks.curve import evaluations_needed, parse_primary, primary_value
 from benchmarks.errors import UsageError
-from benchmarks.io import atomic_write_json, decode_correct
-from benchmarks.markdown import markdown_table, write_report
+from benchmarks.io import decode_correct
+from benchmarks.markdown import markdown_table
 from benchmarks.report.inference import seeds_for_mdd
 from benchmarks.report.matrix import collect
 
@@ -205,12 +205,7 @@ def _sd(var: float) -> str:
     return "-" if not np.isfinite(var) else f"{math.sqrt(max(var, 0.0)):.4f}"
 
 
-def write_variance(directories: Sequence[str], out: str, *, command: str, readme: str = "", section: str = "variance",
-                   **options) -> str:
-    results = [analyse(d, **options) for d in directories]
-    text = "\n".join(render(r, command) for r in results)
-    write_report(out, text, title="Where the spread of a primary metric comes from", readme=readme, section=section)
-    atomic_write_json(Path(out).with_suffix(".json"), [
-        {"directory": r["directory"], "target": r["target"], "variants": r["variants"], "notes": r["notes"],
-         "parts": r["parts"].to_dict("records"), "plans": r["plans"].to_dict("records")} for r in results])
-    return text
+def records(results: Sequence[dict]) -> list[dict]:
+    """``analyse``'s results as the json beside the report keeps them."""
+    return [{"directory": r["directory"], "target": r["target"], "variants": r["variants"], "notes": r["notes"],
+             "parts": r["parts"].to_dict("records"), "plans": r["plans"].to_dict("records")} for r in results]

@@ -4,7 +4,8 @@ process or through the entry-point group ``grpo_bench.studies``, shows its optio
 value when it runs; a second, different class under a taken name is refused; each built-in study given only what it
 requires gets its Settings' own defaults; a study's flags are its fields, and the top-level commands keep the flags
 users type. The lifecycle is written once and no study goes around it: the paths a study reads and writes are checked
-before it runs, --rerender never measures, an existing report is replaced only with --overwrite; bad input is one
+before it runs, a study that declares its report and renders it gets the report, its README section and --rerender
+written for it, --rerender never measures, an existing report is replaced only with --overwrite; bad input is one
 line and exit status 2."""
 
 import dataclasses
@@ -21,9 +22,8 @@ from benchmarks.cli.main import main
 from benchmarks.cli.options import flag, settings_types
 from benchmarks.cli.studies import GROUP_HELP, load_studies
 from benchmarks.io import atomic_write_json
-from benchmarks.markdown import write_report
 from benchmarks.study import (GROUPS, PLUGIN_GROUPS, SHARED_OPTIONS, TOP, Study, StudySettings, kept_parts, option,
-                              register_study, rerender_source)
+                              register_study)
 
 
 @dataclasses.dataclass
@@ -321,10 +321,23 @@ def test_rerender_writes_the_report_again_and_measures_nothing(registry, matrix,
     assert rerendered == list(with_rerender)
 
 
+def test_no_built_in_study_writes_its_report_again_around_the_shared_lifecycle():
+    """Every built-in study with --rerender takes the shared one (its json read, rendered, written), declaring the
+    json it renders from; each one that declares a report file renders it."""
+    load_studies()
+    for key, cls in study.STUDIES.items():
+        if "rerender" in {f.name for f in dataclasses.fields(cls.Settings)}:
+            assert cls.rerender is Study.rerender and cls.source_file.endswith(".json"), key
+        if cls.report_file or cls.title:
+            assert cls.render is not Study.render, key
+
+
 @dataclasses.dataclass
 class LedgerSettings(StudySettings):
     parts: list[str] = dataclasses.field(default_factory=lambda: ["a", "b"], metadata={"help": "parts to measure"})
     out: str = option("out", "ledger")
+    readme: str = option("readme", "")
+    section: str = option("section", "ledger")
     resume: bool = option("resume", one_of="again")
     overwrite: bool = option("overwrite", one_of="again")
     rerender: bool = option("rerender")
@@ -334,24 +347,26 @@ MEASURED = []
 
 
 class Ledger(Study):
-    """A plug-in study that measures parts, written with the shared lifecycle: --resume measures what the report
-    lacks, --overwrite replaces it, --rerender writes report.md again from ledger.json."""
+    """A plug-in study that measures parts and declares its report: it has a Settings, run and render, and nothing of
+    --resume, --overwrite, --rerender or --readme beyond what it declares: --resume measures what the report lacks,
+    --overwrite replaces it, --rerender writes report.md (and the README section) again from ledger.json."""
 
     name, group = "ledger", "bench"
     help = "measures its parts into OUT/ledger.json"
     Settings = LedgerSettings
+    report_file, source_file, title = "report.md", "ledger.json", "Ledger"
 
     def run(self, s: LedgerSettings, command: str) -> int:
         path = Path(s.out) / "ledger.json"
         earlier, kept = kept_parts(s, path, {"command": command.split(" --")[0]}, key="parts")
         parts = {**kept, **{p: MEASURED.append(p) or len(p) for p in s.parts if p not in kept}}
-        atomic_write_json(path, {"command": command.split(" --")[0], "parts": parts})
-        return self.rerender(s, command)
-
-    def rerender(self, s: LedgerSettings, command: str) -> int:
-        report = rerender_source(Path(s.out) / "ledger.json")
-        write_report(Path(s.out) / "report.md", ", ".join(report["parts"]) + "\n", title="Ledger")
+        result = {"command": command.split(" --")[0], "parts": parts}
+        atomic_write_json(path, result)
+        self.write(result, s, command)
         return 0
+
+    def render(self, result: dict, s: LedgerSettings, command: str) -> str:
+        return ", ".join(f"{part} {size}" for part, size in result["parts"].items()) + "\n"
 
 
 def test_an_existing_report_is_replaced_only_with_overwrite_and_resume_measures_what_it_lacks(registry, tmp_path,
@@ -367,15 +382,79 @@ def test_an_existing_report_is_replaced_only_with_overwrite_and_resume_measures_
                    "measure the parts it lacks, or --overwrite to replace it")
     assert (tmp_path / "ledger" / "ledger.json").read_text() == first and MEASURED == ["a", "b"]
     assert main(["bench", "ledger", "--parts", "a", "c", "--resume"]) == 0 and MEASURED == ["a", "b", "c"]
-    assert (tmp_path / "ledger" / "report.md").read_text() == "# Ledger\n\na, b, c\n"
+    assert (tmp_path / "ledger" / "report.md").read_text() == "# Ledger\n\na 1, b 1, c 1\n"
     assert main(["bench", "ledger", "--parts", "a", "--overwrite"]) == 0 and MEASURED == ["a", "b", "c", "a"]
-    assert (tmp_path / "ledger" / "report.md").read_text() == "# Ledger\n\na\n"
+    assert (tmp_path / "ledger" / "report.md").read_text() == "# Ledger\n\na 1\n"
     (tmp_path / "ledger" / "report.md").unlink()
     assert main(["bench", "ledger", "--rerender"]) == 0 and MEASURED == ["a", "b", "c", "a"]
-    assert (tmp_path / "ledger" / "report.md").read_text() == "# Ledger\n\na\n"
+    assert (tmp_path / "ledger" / "report.md").read_text() == "# Ledger\n\na 1\n"
     assert main(["bench", "ledger", "--rerender", "--out", "elsewhere"]) == 2
     assert capsys.readouterr().err.startswith("grpo-bench: error: --rerender needs a finished report in elsewhere")
     assert main(["bench", "ledger", "--resume", "--overwrite"]) == 2  # one or the other
+
+
+def test_a_study_that_declares_its_report_gets_rerender_and_its_readme_section_written_once(registry, tmp_path,
+                                                                                          monkeypatch, capsys):
+    """The report and its README section are written by the lifecycle from the study's render: the same bytes from
+    run and from --rerender (which reads the json and measures nothing), the section in place between its markers
+    and nothing else of the page touched; --rerender without the json is one line and exit status 2."""
+    monkeypatch.chdir(tmp_path)
+    register_study(Ledger)
+    MEASURED.clear()
+    page = tmp_path / "README.md"
+    page.write_text("# Page\n\n<!-- grpo-bench:ledger -->\nold\n<!-- /grpo-bench:ledger -->\n\nkept\n")
+    assert main(["bench", "ledger", "--parts", "a", "bb", "--readme", "README.md"]) == 0 and MEASURED == ["a", "bb"]
+    report = tmp_path / "ledger" / "report.md"
+    written = report.read_bytes()
+    assert written == b"# Ledger\n\na 1, bb 2\n"
+    section = "# Page\n\n<!-- grpo-bench:ledger -->\na 1, bb 2\n<!-- /grpo-bench:ledger -->\n\nkept\n"
+    assert page.read_text() == section
+    report.unlink()
+    page.write_text("# Page\n")
+    capsys.readouterr()
+    assert main(["bench", "ledger", "--rerender", "--readme", "README.md", "--section", "other"]) == 0
+    assert MEASURED == ["a", "bb"] and report.read_bytes() == written  # nothing measured, the same bytes
+    assert page.read_text() == "# Page\n\n<!-- grpo-bench:other -->\na 1, bb 2\n<!-- /grpo-bench:other -->\n"
+    assert capsys.readouterr().out == f"rewrote {Path('ledger') / 'report.md'} from ledger.json\n"
+    assert main(["bench", "ledger", "--rerender"]) == 0 and page.read_text().count("grpo-bench:") == 2  # no --readme
+    (tmp_path / "ledger" / "ledger.json").write_text('{"command": "x"}')  # a json without the parts its report shows
+    assert main(["bench", "ledger", "--rerender"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"grpo-bench: error: --rerender needs a finished report in {Path('ledger') / 'ledger.json'}: "
+                   "KeyError('parts')")
+    assert main(["bench", "ledger", "--rerender", "--out", "none"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"grpo-bench: error: --rerender needs a finished report in {Path('none') / 'ledger.json'}: ")
+    assert len(err.splitlines()) == 1
+
+
+class Sectioned(Ledger):
+    """Its README section is not its report's body; its --out names the report itself."""
+
+    name, report_file, title = "sectioned", "", ""
+    Settings = dataclasses.make_dataclass("SectionedSettings", [
+        ("out", str, option("out", "s.md", file="the report")), ("readme", str, option("readme", "")),
+        ("section", str, option("section", "sectioned"))], bases=(StudySettings,))
+
+    def run(self, s, command: str) -> int:
+        self.write({"parts": {"x": 1}}, s, command)
+        return 0
+
+    def render_section(self, result: dict, s, command: str, body: str) -> str:
+        return f"see {s.out}: {body}"
+
+
+def test_a_studys_readme_section_is_its_render_section_and_out_may_name_the_report(registry, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    register_study(Sectioned)
+    assert main(["bench", "sectioned", "--readme", "R.md"]) == 0
+    assert (tmp_path / "s.md").read_text() == "x 1\n"
+    assert (tmp_path / "R.md").read_text() == "\n\n<!-- grpo-bench:sectioned -->\nsee s.md: x 1\n<!-- /grpo-bench:sectioned -->\n"
+
+
+def test_a_study_with_rerender_but_no_json_to_render_from_is_refused(registry):
+    with pytest.raises(TypeError, match="study NoSource has --rerender but no source_file"):
+        register_study(type("NoSource", (Ledger,), {"name": "no-source", "source_file": ""}))
 
 
 def test_the_studies_with_overwrite_refuse_through_the_shared_lifecycle():

@@ -104,7 +104,7 @@ def test_the_command_line_hands_the_check_typed_settings_and_the_command_as_type
     from benchmarks.checks import studies
 
     seen = []
-    monkeypatch.setattr(studies, "run_mu1_check", lambda settings, command: seen.append((settings, command)) or 0)
+    monkeypatch.setattr(studies, "run_mu1_check", lambda settings, command, write: seen.append((settings, command)) or 0)
     assert main(["check", "mu1", "--task", "gsm8k", "--eval-k", "2", "--readme", ""]) == 0
     assert seen == [(mu1_check.Mu1Settings(task="gsm8k", eval_k=2, readme=""),
                      "grpo-bench check mu1 --task gsm8k --eval-k 2 --readme ''")]

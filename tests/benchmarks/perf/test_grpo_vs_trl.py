@@ -159,8 +159,13 @@ def test_bench_refuses_to_replace_a_report_and_resumes_the_workloads_it_lacks(tm
 
     from benchmarks.errors import UsageError
     from benchmarks.perf import grpo_vs_trl as bench
+    from benchmarks.perf.studies import GrpoVsTrl
 
     measured, stopped = [], []
+
+    def run_bench(settings, command):  # as the study runs it: OUT/perf.json, its report written by the lifecycle
+        assert GrpoVsTrl().run(settings, command) == 0
+        return json.loads((tmp_path / "perf.json").read_text())
 
     def fake_compare(w, *, pairs, seed, device, log):
         if w.name == "pizza-mu2" and not stopped:  # the first run stops here
@@ -181,24 +186,24 @@ def test_bench_refuses_to_replace_a_report_and_resumes_the_workloads_it_lacks(tm
     settings = bench.PerfSettings(workloads=["pizza-mu1", "pizza-mu2"], pairs=5, memory=False, readme="",
                                   out=str(tmp_path), device="cpu")
     with pytest.raises(KeyboardInterrupt):
-        bench.run_bench(settings, command="first")
+        run_bench(settings, command="first")
     first = json.loads((tmp_path / "perf.json").read_text())
     assert [r["workload"]["name"] for r in first["comparisons"]] == ["pizza-mu1"]
     with pytest.raises(UsageError, match="--resume to measure the workloads it lacks, or --overwrite"):
-        bench.run_bench(settings, command="again")
+        run_bench(settings, command="again")
     monkeypatch.setattr(bench.measure, "requested_device", torch.device)  # as if CUDA were there
     with pytest.raises(UsageError, match="measured on cpu, this run is on cuda"):
-        bench.run_bench(dataclasses.replace(settings, resume=True, device="cuda"), command="again")
+        run_bench(dataclasses.replace(settings, resume=True, device="cuda"), command="again")
     with pytest.raises(UsageError, match="pizza-mu1 .* was measured with other settings"):
-        bench.run_bench(dataclasses.replace(settings, resume=True, pairs=6), command="again")
-    report = bench.run_bench(dataclasses.replace(settings, resume=True), command="resumed")
+        run_bench(dataclasses.replace(settings, resume=True, pairs=6), command="again")
+    report = run_bench(dataclasses.replace(settings, resume=True), command="resumed")
     assert measured == ["pizza-mu1", "pizza-mu2"]  # pizza-mu1 kept, not measured twice
     assert [r["workload"]["name"] for r in report["comparisons"]] == ["pizza-mu1", "pizza-mu2"]
     assert report["command"] == "first" and [r["workloads"] for r in report["resumed"]] == [["pizza-mu2"]]
     text = (tmp_path / "perf.md").read_text()
     assert "Resumed in a later session on" in text and "It measured: pizza-mu2;" in text
     assert "Stopped before the end" not in text and "not measured:" not in text
-    bench.run_bench(dataclasses.replace(settings, overwrite=True), command="over")
+    run_bench(dataclasses.replace(settings, overwrite=True), command="over")
     assert json.loads((tmp_path / "perf.json").read_text())["command"] == "over"
     assert measured[-2:] == ["pizza-mu1", "pizza-mu2"]
 
@@ -295,8 +300,6 @@ def test_too_few_pairs_is_refused(run_cli):
 
 
 def test_rerender_writes_the_committed_report_from_its_json_and_refuses_a_missing_one(run_cli, tmp_path):
-    from pathlib import Path
-
     committed = ROOT / "results" / "gpu"
     (tmp_path / "perf.json").write_text((committed / "perf.json").read_text())
     code, _, err = run_cli("bench", "grpo-vs-trl", "--rerender", "--out", tmp_path, "--readme", "")
@@ -304,6 +307,27 @@ def test_rerender_writes_the_committed_report_from_its_json_and_refuses_a_missin
     assert (tmp_path / "perf.md").read_text() == (committed / "perf.md").read_text()
     code, _, err = run_cli("bench", "grpo-vs-trl", "--rerender", "--out", tmp_path / "empty", "--readme", "")
     assert code == 2 and "--rerender needs a finished report" in err and len(err.strip().splitlines()) == 1
+
+
+def test_rerender_writes_the_committed_cpu_reports_and_their_readme_sections_byte_for_byte(run_cli, tmp_path):
+    """Each bench's report and its section of results/checks.md, written again from its committed json by the shared
+    lifecycle: the same bytes, the page otherwise untouched."""
+    committed = ROOT / "results" / "perf"
+    page = tmp_path / "checks.md"
+    page.write_text((ROOT / "results" / "checks.md").read_text())
+    for command, stem in (("grpo-vs-trl", "perf"), ("rloo-vs-trl", "rloo")):
+        (tmp_path / f"{stem}.json").write_text((committed / f"{stem}.json").read_text())
+        code, out, err = run_cli("bench", command, "--rerender", "--out", tmp_path, "--readme", page)
+        assert code == 0, err
+        assert out == f"rewrote {tmp_path / stem}.md from {stem}.json\n"
+        assert (tmp_path / f"{stem}.md").read_bytes() == (committed / f"{stem}.md").read_bytes()
+    title = "# GRPO step: this suite vs TRL\n\n"
+    body = (committed / "perf.md").read_text().removeprefix(title)
+    text = page.read_text()
+    assert f"<!-- grpo-bench:perf -->\n{body.rstrip()}\n<!-- /grpo-bench:perf -->" in text
+    # The RLOO section is new on the copy (results/checks.md keeps none); everything else is the page as committed.
+    start, end = text.index("\n\n<!-- grpo-bench:perf-rloo -->"), text.index("<!-- /grpo-bench:perf-rloo -->\n")
+    assert text[:start] + text[end + len("<!-- /grpo-bench:perf-rloo -->"):] == (ROOT / "results" / "checks.md").read_text()
 
 
 @pytest.mark.parametrize("shared", [False, True], ids=["packed", "cached-prompt"])
@@ -430,7 +454,7 @@ def test_the_command_line_hands_the_bench_typed_settings_and_the_command_as_type
     from benchmarks.perf.grpo_vs_trl import GrpoVsTrlSettings, RlooVsTrlSettings
 
     seen = []
-    monkeypatch.setattr(studies, "run_bench", lambda settings, command: seen.append((settings, command)))
+    monkeypatch.setattr(studies, "run_bench", lambda settings, command, path, write: seen.append((settings, command)))
     assert run_cli("bench", "rloo-vs-trl", "--pairs", "7", "--no-memory")[0] == 0
     assert seen == [(RlooVsTrlSettings(pairs=7, memory=False), "grpo-bench bench rloo-vs-trl --pairs 7 --no-memory")]
     rloo = seen[0][0]
