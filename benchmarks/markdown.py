@@ -176,6 +176,8 @@ REPORTS = (
     ("results/reasoning-gym/paired/README.md", "Reasoning Gym: GRPO before and after on 500 held-out questions (McNemar)",
      "grpo-bench paired eval, grpo-bench paired compare"),
     ("results/gsm8k/README.md", "GSM8K with SmolLM2-135M-Instruct: evaluations and paired tests", "grpo-bench eval, grpo-bench paired"),
+    ("results/shape/report.md", "The code's shape before and after issue #46: import cycles, arrows that break the "
+     "layering, the longest functions and largest modules", "grpo-bench check shape"),
 )
 
 

@@ -7,74 +7,34 @@ and only the few checks of the project as a whole sit at tests/ itself."""
 
 from __future__ import annotations
 
-import ast
 import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
+from benchmarks.checks import shape
+from benchmarks.checks.shape import PACKAGES, RULES, broken_rules, find_cycles, imported_names, within
+
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("algorithms", "tasks", "benchmarks")
-# What the report may read: its own modules, run files (io, the store) and the markdown writer beside io.
-REPORT_READS = ("benchmarks.report", "benchmarks.io", "benchmarks.markdown", "benchmarks.errors", "benchmarks.store",
-                "benchmarks.curve")
-# The layers the report sits on, beside the command line: none of them imports it.
-BELOW_THE_REPORT = ("benchmarks.harness", "benchmarks.matrix", "benchmarks.checks", "benchmarks.perf", "algorithms", "tasks")
 # The reference frameworks' packages: their configs, trainers and functions are reached through the adapters.
 REFERENCE_FRAMEWORKS = ("trl", "verl", "openrlhf")
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def _modules() -> dict[str, Path]:
-    return {_module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
-
-
-def _resolve(name: str, modules: dict) -> str | None:
-    """The project module an import statement names (the longest known prefix), or None for a library."""
-    parts = name.split(".")
-    for n in range(len(parts), 0, -1):
-        candidate = ".".join(parts[:n])
-        if candidate in modules:
-            return candidate
-    return None
-
-
-def _within(name: str, packages: tuple[str, ...]) -> bool:
-    return any(name == p or name.startswith(p + ".") for p in packages)
-
-
-def _imported_names(path: Path) -> set[str]:
-    """Every module an import statement of ``path`` names, libraries included."""
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-    return names
+# The graph and the rules are benchmarks/checks/shape.py's, which ``grpo-bench check shape`` reports at any two
+# revisions: what these tests refuse on the working tree is what that report counts.
+def _sources() -> dict[str, str]:
+    """Every module of the working tree: its name -> its source."""
+    return shape.modules(shape.working_tree_files(ROOT))
 
 
 def import_graph() -> dict[str, set[str]]:
-    modules = _modules()
-    graph: dict[str, set[str]] = {}
-    for name, path in modules.items():
-        edges = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                # `from pkg import sub` names the submodule when there is one, else the package
-                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module for a in node.names]
-            else:
-                continue
-            edges |= {t for t in (_resolve(x, modules) for x in targets) if t and t != name}
-        graph[name] = edges
-    return graph
+    return shape.import_graph(_sources())
+
+
+def _broken(rule: str) -> list[tuple[str, str]]:
+    """The arrows of the working tree's graph that break ``rule`` (one of shape.RULES)."""
+    return broken_rules(import_graph())[rule]
 
 
 def test_the_graph_sees_the_layout():
@@ -84,31 +44,42 @@ def test_the_graph_sees_the_layout():
 
 
 def test_algorithms_and_tasks_stand_alone():
-    for name, edges in import_graph().items():
-        if name.startswith("algorithms"):
-            assert not [e for e in edges if not e.startswith("algorithms")], (name, edges)
-        if name.startswith("tasks"):
-            assert not [e for e in edges if not e.startswith("tasks")], (name, edges)
+    broken = _broken("algorithms/ and tasks/ stand alone")
+    assert not broken, broken
 
 
 def test_nothing_imports_the_command_line():
-    for name, edges in import_graph().items():
-        assert "benchmarks.cli.main" not in edges, name
-        if not name.startswith("benchmarks.cli"):
-            assert not [e for e in edges if e.startswith("benchmarks.cli")], (name, edges)
+    broken = _broken("nothing imports the command line")
+    assert not broken, broken
+
+
+@pytest.mark.parametrize("rule, arrow", [
+    ("algorithms/ and tasks/ stand alone", ("algorithms.grpo", "tasks.base")),
+    ("algorithms/ and tasks/ stand alone", ("tasks.pizza", "benchmarks.io")),
+    ("nothing imports the command line", ("benchmarks.harness.loop", "benchmarks.cli.options")),
+    ("nothing imports the command line", ("benchmarks.cli.run", "benchmarks.cli.main")),
+], ids=["algorithms-import-tasks", "tasks-import-benchmarks", "harness-imports-cli", "cli-imports-its-entry"])
+def test_a_planted_arrow_that_breaks_a_rule_is_caught(rule, arrow, monkeypatch):
+    graph = import_graph()
+    planted = {**graph, arrow[0]: graph.get(arrow[0], set()) | {arrow[1]}}
+    monkeypatch.setattr(sys.modules[__name__], "import_graph", lambda: planted)
+    test = {"algorithms/ and tasks/ stand alone": test_algorithms_and_tasks_stand_alone,
+            "nothing imports the command line": test_nothing_imports_the_command_line}[rule]
+    with pytest.raises(AssertionError, match=arrow[0]):
+        test()
+    assert RULES[rule](*arrow) and not any(other(*arrow) for name, other in RULES.items() if name != rule)
 
 
 def test_only_the_command_line_sees_argparse():
     """Flags become typed settings in benchmarks/cli; an engine takes those settings, never a Namespace."""
-    for name, path in _modules().items():
-        if not _within(name, ("benchmarks.cli",)):
-            assert not [n for n in _imported_names(path) if _within(n, ("argparse",))], name
+    for name, source in _sources().items():
+        if not within(name, ("benchmarks.cli",)):
+            assert not [n for n in imported_names(source) if within(n, ("argparse",))], name
 
 
-def test_a_planted_argparse_import_is_caught(tmp_path, monkeypatch):
-    planted = tmp_path / "engine.py"
-    planted.write_text("def settings():\n    import argparse\n")
-    monkeypatch.setattr(sys.modules[__name__], "_modules", lambda: {"benchmarks.harness.engine": planted})
+def test_a_planted_argparse_import_is_caught(monkeypatch):
+    planted = "def settings():\n    import argparse\n"
+    monkeypatch.setattr(sys.modules[__name__], "_sources", lambda: {"benchmarks.harness.engine": planted})
     with pytest.raises(AssertionError, match="benchmarks.harness.engine"):
         test_only_the_command_line_sees_argparse()
 
@@ -116,25 +87,22 @@ def test_a_planted_argparse_import_is_caught(tmp_path, monkeypatch):
 def test_only_the_reference_adapters_import_the_frameworks():
     """A check or a bench builds TRL's config and trainer through benchmarks/references/trl.py (one mapping of our
     names to TRL's), never with ``from trl import GRPOConfig`` of its own."""
-    for name, path in _modules().items():
-        if not _within(name, ("benchmarks.references",)):
-            assert not [n for n in _imported_names(path) if _within(n, REFERENCE_FRAMEWORKS)], name
+    for name, source in _sources().items():
+        if not within(name, ("benchmarks.references",)):
+            assert not [n for n in imported_names(source) if within(n, REFERENCE_FRAMEWORKS)], name
 
 
-def test_a_planted_framework_import_is_caught(tmp_path, monkeypatch):
-    planted = tmp_path / "bench.py"
-    planted.write_text("def args():\n    from trl import GRPOConfig\n    return GRPOConfig(output_dir='x')\n")
-    monkeypatch.setattr(sys.modules[__name__], "_modules", lambda: {"benchmarks.perf.bench": planted})
+def test_a_planted_framework_import_is_caught(monkeypatch):
+    planted = "def args():\n    from trl import GRPOConfig\n    return GRPOConfig(output_dir='x')\n"
+    monkeypatch.setattr(sys.modules[__name__], "_sources", lambda: {"benchmarks.perf.bench": planted})
     with pytest.raises(AssertionError, match="benchmarks.perf.bench"):
         test_only_the_reference_adapters_import_the_frameworks()
 
 
 def test_the_report_reads_run_data_and_sits_on_top():
-    for name, edges in import_graph().items():
-        if _within(name, ("benchmarks.report",)):
-            assert not [e for e in edges if not _within(e, REPORT_READS)], (name, edges)
-        if _within(name, BELOW_THE_REPORT):
-            assert not [e for e in edges if _within(e, ("benchmarks.report",))], (name, edges)
+    for rule in ("the report reads run data only", "nothing below the report imports it"):
+        broken = _broken(rule)
+        assert not broken, (rule, broken)
 
 
 @pytest.mark.parametrize("graph", [{"benchmarks.report.matrix": {"benchmarks.harness.loop"}},
@@ -150,10 +118,8 @@ def test_the_checks_and_the_benches_sit_side_by_side():
     """A correctness check never stands on a performance bench, nor a bench on a check: what both need (the
     workloads, both sides, the same-batch engine) lives in benchmarks/references/sides.py, which both import."""
     graph = import_graph()
-    for upper, other in (("benchmarks.checks", "benchmarks.perf"), ("benchmarks.perf", "benchmarks.checks")):
-        for name, edges in graph.items():
-            if _within(name, (upper,)):
-                assert not [e for e in edges if _within(e, (other,))], (name, edges)
+    broken = broken_rules(graph)["checks/ and perf/ side by side"]
+    assert not broken, broken
     assert "benchmarks.references.sides" in graph["benchmarks.checks.same_batch"]
     assert "benchmarks.references.sides" in graph["benchmarks.perf.grpo_vs_trl"]
 
@@ -167,30 +133,20 @@ def test_a_planted_check_on_a_bench_is_caught(monkeypatch):
 
 
 def test_no_import_cycles():
-    graph = import_graph()
-    state: dict[str, int] = {}
-    stack: list[str] = []
-
-    def visit(node: str) -> None:
-        state[node] = 1
-        stack.append(node)
-        for nxt in sorted(graph.get(node, ())):
-            if state.get(nxt) == 1:
-                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(nxt):] + [nxt]))
-            if nxt not in state:
-                visit(nxt)
-        stack.pop()
-        state[node] = 2
-
-    for module in sorted(graph):
-        if module not in state:
-            visit(module)
+    cycles = find_cycles(import_graph())
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(cycle) for cycle in cycles)
 
 
-def test_a_planted_cycle_is_caught(tmp_path, monkeypatch):
-    """The cycle check can fail: a graph with a -> b -> a is refused."""
+def test_a_planted_cycle_is_caught(monkeypatch):
+    """The cycle check can fail: a graph with a -> b -> a is refused, and so is one through a function-local import
+    in real source."""
     monkeypatch.setattr(sys.modules[__name__], "import_graph", lambda: {"a": {"b"}, "b": {"a"}})
-    with pytest.raises(AssertionError, match="import cycle"):
+    with pytest.raises(AssertionError, match="import cycles: a -> b -> a"):
+        test_no_import_cycles()
+    sources = {"benchmarks.io": "from benchmarks.store import x\n",
+               "benchmarks.store": "def f():\n    import benchmarks.io\n"}
+    monkeypatch.setattr(sys.modules[__name__], "import_graph", lambda: shape.import_graph(sources))
+    with pytest.raises(AssertionError, match="import cycles: benchmarks.io -> benchmarks.store -> benchmarks.io"):
         test_no_import_cycles()
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Optional
 
 from benchmarks.errors import UsageError
+from benchmarks.git import git, resolve
 from benchmarks.harness import measure
 from benchmarks.io import atomic_write_json, atomic_write_text
 from benchmarks.markdown import markdown_table
@@ -59,28 +60,10 @@ class RevisionSettings(StudySettings):
     out: str = option("out", "results/perf")  # revisions.md and revisions.json
 
 
-def _git(repo: str, *args: str) -> bytes:
-    result = subprocess.run(["git", "-C", repo, *args], capture_output=True)
-    if result.returncode:
-        raise UsageError(f"git {' '.join(args)}: {result.stderr.decode().strip().splitlines()[-1] if result.stderr else 'failed'}")
-    return result.stdout
-
-
-def resolve(repo: str, revision: str) -> dict:
-    """A revision's full commit id and subject line; an unknown one is a UsageError."""
-    found = subprocess.run(["git", "-C", repo, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}"],
-                           capture_output=True, text=True)
-    if found.returncode:
-        raise UsageError(f"unknown revision {revision!r} in {repo} (a commit, tag or branch of its git history)")
-    commit = found.stdout.strip()
-    subject = _git(repo, "log", "-1", "--format=%s", commit).decode().strip()
-    return {"revision": revision, "commit": commit, "subject": subject}
-
-
 def extract(repo: str, commit: str, into: Path) -> Path:
     """The tree of ``commit`` written under ``into`` (git archive), its folder returned."""
     tree = into / commit[:12]
-    with tarfile.open(fileobj=io.BytesIO(_git(repo, "archive", "--format=tar", commit))) as archive:
+    with tarfile.open(fileobj=io.BytesIO(git(repo, "archive", "--format=tar", commit))) as archive:
         archive.extractall(tree, filter="data")
     return tree
 
