@@ -189,6 +189,12 @@ class KVCache:
         self.values = [v.repeat_interleave(repeats, dim=0) for v in self.values]
         return self
 
+    def keep_rows(self, rows: torch.Tensor) -> "KVCache":
+        """Only the rows ``rows`` (R,) from now on, in that order (decoding drops the rows that finished)."""
+        self.keys = [k.index_select(0, rows) for k in self.keys]
+        self.values = [v.index_select(0, rows) for v in self.values]
+        return self
+
     def append(self, layer: int, keys: torch.Tensor, values: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self.write_at is not None:
             self.keys[layer].index_copy_(2, self.write_at, keys)

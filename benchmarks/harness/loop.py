@@ -111,15 +111,16 @@ def _newest_resumable_checkpoint(out: Path, device, rows: list[dict]) -> Optiona
 
 
 def rollout_sampler(model, tokenizer, prompts, *, k: int, max_new_tokens: int, temperature: float, seed: int,
-                    share_prefix: bool = False) -> Samples:
+                    share_prefix: bool = False, drop_finished: bool = False) -> Samples:
     """Evaluation sampling through the training rollout (``algorithms.rollout.generate``): one prefill per
     prompt shared by its k samples, a static KV cache and early stopping; 2-3x transformers' generate
     on CPU. Installed as ``Task.eval_sampler``, since tasks never import algorithms. ``share_prefix``: the
-    prompts' common leading tokens encoded once (``generate``'s)."""
+    prompts' common leading tokens encoded once (``generate``'s); ``drop_finished``: greedy decoding goes on over the
+    rows still decoding only (``generate``'s)."""
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed)
     rollout = generate(model, tokenizer, prompts, k, max_new_tokens=max_new_tokens, temperature=temperature,
-                       generator=generator, share_prefix=share_prefix)
+                       generator=generator, share_prefix=share_prefix, drop_finished=drop_finished)
     texts = [rollout.completions[i:i + k] for i in range(0, rollout.num_completions, k)]
     truncated = rollout.truncated.view(-1, k).tolist()
     return Samples(texts, truncated, rollout.tokens_generated)

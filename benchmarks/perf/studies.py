@@ -13,6 +13,7 @@ from benchmarks.perf import executors, lora
 from benchmarks.perf.executors import ExecutorsSettings
 from benchmarks.perf.grpo_vs_trl import GrpoVsTrlSettings, PerfSettings, RlooVsTrlSettings, out_folder, run_bench
 from benchmarks.perf.grpo_vs_trl_report import render_markdown
+from benchmarks.perf.evaluation import EvalBenchSettings, run_eval_bench
 from benchmarks.perf.precision import PrecisionBenchSettings, run_precision_bench
 from benchmarks.perf.revisions import RevisionSettings, run_revisions
 from benchmarks.perf.roof import RoofSettings, run_roof
@@ -152,4 +153,15 @@ class PrecisionBench(Study):
 
     def run(self, settings: PrecisionBenchSettings, command: str) -> int:
         run_precision_bench(settings, command=command)
+        return 0
+
+
+@register_study
+class EvalBench(Study):
+    name, group = "eval", "bench"
+    help = "one held-out evaluation of a matrix's task with each way of decoding it, side by side: core-seconds and answers"
+    Settings = EvalBenchSettings
+
+    def run(self, settings: EvalBenchSettings, command: str) -> int:
+        run_eval_bench(settings, command=command)
         return 0
