@@ -5,7 +5,6 @@ dependency that only the developer's machine has (scipy once) fails here first."
 
 from __future__ import annotations
 
-import ast
 import importlib
 import re
 import subprocess
@@ -14,6 +13,8 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+
+from benchmarks.checks.shape import imported_names
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("algorithms", "tasks", "benchmarks")
@@ -25,18 +26,12 @@ def _source_files():
 
 
 def _imported_top_level_names() -> dict[str, set[str]]:
+    """Each library's top-level import name -> the files importing it (read with the shape check's reader)."""
     names: dict[str, set[str]] = {}
     for path in _source_files():
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                tops = [a.name.split(".")[0] for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                tops = [node.module.split(".")[0]]
-            else:
-                continue
-            for top in tops:
-                if top not in sys.stdlib_module_names and top not in OWN and top != "__future__":
-                    names.setdefault(top, set()).add(str(path.relative_to(ROOT)))
+        for top in {name.split(".")[0] for name in imported_names(path.read_text())}:
+            if top not in sys.stdlib_module_names and top not in OWN and top != "__future__":
+                names.setdefault(top, set()).add(str(path.relative_to(ROOT)))
     return names
 
 
