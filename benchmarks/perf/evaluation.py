@@ -59,21 +59,23 @@ class EvalBenchSettings(StudySettings):
     resume: bool = option("resume")  # the policies OUT's eval.json measured with the same settings
 
 
-def _policy(task, name: str):
+def _policy(task, name: str) -> tuple:
+    """(the policy, what it is: the task's starting policy, or a run's checkpoint and its step)."""
     model = task.load_policy(torch.device("cpu"))
-    if name != BASE:
-        try:
-            state = torch.load(name, map_location="cpu", weights_only=False)
-            model.load_state_dict(state["policy"])
-        except (OSError, KeyError, RuntimeError, ValueError) as e:
-            raise UsageError(f"--policies: {name} is not a checkpoint of this task's policy: {e!r}") from None
-    return model.eval()
+    if name == BASE:
+        return model.eval(), "the task's starting policy"
+    try:
+        state = torch.load(name, map_location="cpu", weights_only=False)
+        model.load_state_dict(state["policy"])
+    except (OSError, KeyError, RuntimeError, ValueError) as e:
+        raise UsageError(f"--policies: {name} is not a checkpoint of this task's policy: {e!r}") from None
+    return model.eval(), f"run {Path(name).parent.parent} at step {state.get('step', '?')} (its config.json says how it trained)"
 
 
 def time_policy(name: str, tasks: dict, *, rounds: int, seed: int, log=print) -> dict:
     """Every setup's evaluations of one policy in interleaved rounds, and what they say."""
     labels = list(tasks)
-    model = _policy(tasks[labels[0]], name)
+    model, what = _policy(tasks[labels[0]], name)
     runs: dict[str, list[dict]] = {label: [] for label in labels}
     for r in range(rounds):
         for i in range(len(labels)):
@@ -85,7 +87,7 @@ def time_policy(name: str, tasks: dict, *, rounds: int, seed: int, log=print) ->
                                 "completions": tasks[label].last_evaluation["completions"]})
         log(f"  round {r + 1}/{rounds}: " + ", ".join(f"{label} {runs[label][-1]['core_s']:.1f} core-s" for label in labels))
     reference = runs[labels[0]]
-    out = {}
+    out = {"policy": what}
     for label in labels:
         mine = runs[label]
         ratios = [a["core_s"] / b["core_s"] for a, b in zip(reference, mine)]
@@ -128,14 +130,16 @@ def render(report: dict) -> str:
              + ".", ""]
     rows = []
     for policy, by_setup in report["policies"].items():
-        for label, r in by_setup.items():
+        for label, r in ((label, by_setup[label]) for label in report["setups"]):
             low, high = r["speedup_ci95"]
-            rows.append([policy, label, f"{r['core_s']:.1f}", f"{r['wall_s']:.1f}",
+            rows.append([Path(policy).name, label, f"{r['core_s']:.1f}", f"{r['wall_s']:.1f}",
                          f"{r['speedup']:.2f}x [{low:.2f}, {high:.2f}]", f"{r['accuracy']:.3f}",
                          f"{r['completion_tokens']:.1f}", f"{r['differ_from_reference']} of {r['questions']}",
                          "yes" if r["same_every_round"] else "no"])
     lines.append(markdown_table(["policy", "setup", "core-s", "wall s", "speed-up", "accuracy", "tokens per answer",
                                  "differ", "same every round"], rows))
+    lines += ["", "Policies: " + "; ".join(f"`{Path(policy).name}`, {by_setup.get('policy', policy)}"
+                                      for policy, by_setup in report["policies"].items()) + "."]
     return "\n".join(lines) + "\n"
 
 

@@ -41,6 +41,7 @@ def test_ratios_and_agreement_come_from_the_same_rounds():
     tasks = {"slow": _Task(3_000_000, [answers]), "fast": _Task(600_000, [changed]),
              "flaky": _Task(600_000, [answers, changed, answers])}
     out = time_policy("base", tasks, rounds=3, seed=0, log=lambda line: None)
+    assert out.pop("policy") == "the task's starting policy"
     for label, r in out.items():
         ratios = [a["core_s"] / b["core_s"] for a, b in zip(out["slow"]["rounds"], r["rounds"])]
         assert r["speedup"] == pytest.approx(statistics.median(ratios))
@@ -51,11 +52,12 @@ def test_ratios_and_agreement_come_from_the_same_rounds():
     assert out["fast"]["differ_from_reference"] == 1 and out["slow"]["differ_from_reference"] == 0
     assert out["fast"]["same_every_round"] and not out["flaky"]["same_every_round"]
     assert [t.calls for t in tasks.values()] == [3, 3, 3]
-    table = render({"command": "c", "matrix": "m", "task": "t", "threads": 1, "seed": 0, "rounds": 3, "setups": ["slow", "fast"],
+    table = render({"command": "c", "matrix": "m", "task": "t", "threads": 1, "seed": 0, "rounds": 3, "setups": ["slow", "fast", "flaky"],
                     "environment": {"device_name": "cpu", "versions": {}}, "load": {"start": 0.0, "end": 0.0},
-                    "policies": {"base": out}})
+                    "policies": {"base": {"policy": "the task's starting policy", **out}}})
     assert "| base | fast |" in table and "1 of 4" in table
-    assert "**One evaluation, `fast` against `slow`: base" in table
+    assert "**One evaluation, `flaky` against `slow`: base" in table and "| base | flaky |" in table
+    assert "Policies: `base`, the task's starting policy." in table
 
 
 def test_bad_input_is_one_line(tmp_path):
