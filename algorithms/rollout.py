@@ -348,6 +348,8 @@ def generate(
     if drop_finished and temperature != 0:
         raise ValueError("drop_finished is for greedy decoding (temperature 0): dropping rows would change which "
                          "random numbers the rows still sampling draw")
+    if drop_finished and record_logps:
+        raise ValueError("drop_finished does not record the sampler's log-probs: a dropped row has no logits to read")
     # inference_mode skips autograd's bookkeeping per op (13% of a pizza decoding step); its tensors
     # cannot enter a graph later (the update's embedding saves its indices), so they leave as copies.
     with torch.inference_mode():

@@ -51,11 +51,13 @@ def test_dropping_finished_rows_decodes_the_same_tokens(group_size, share_prefix
     assert dropped.completions == every.completions
 
 
-def test_sampling_cannot_drop_rows():
+def test_sampling_and_recorded_log_probs_cannot_drop_rows():
     model, tokenizer = _model_that_stops_at_different_lengths()
     with pytest.raises(ValueError, match="greedy"):
         generate(model, tokenizer, PROMPTS, 2, max_new_tokens=8, temperature=1.0, drop_finished=True,
                  generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match="log-probs"):
+        generate(model, tokenizer, PROMPTS, 2, max_new_tokens=8, temperature=0.0, drop_finished=True, record_logps=True)
 
 
 def test_the_task_asks_for_it_only_when_greedy():
