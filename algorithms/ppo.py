@@ -60,6 +60,11 @@ class PPOConfig(AlgoConfig):
         return self.prompts_per_step * self.samples_per_prompt
 
 
+# ``time/critic``: the critic's forward, value loss and step inside the update (``time/update`` includes it); its
+# forward for the old values is in ``time/logprobs``.
+CRITIC_PHASE = "critic"
+
+
 class ValueModel(nn.Module):
     """The critic: a copy of the policy's transformer body (initialised from the policy's weights) and a
     fresh scalar head, zero-initialised so that the first values are 0 rather than noise."""
@@ -174,11 +179,12 @@ class PPO(Algorithm):
                         sums["grad_norm"] += self.update(policy_loss)
                     else:
                         sums["skipped_update"] += 1.0
-                    with self.autocast():
-                        values = self.critic(mb)
-                    value_loss = ppo_value_loss(values, old_values[idx], returns[idx], mb_mask, c.value_clip,
-                                                num_tokens=num_tokens)
-                    self.update(value_loss, self.critic_optimizer, self.critic.parameters())
+                    with self.timer(CRITIC_PHASE):  # a part of the update: what the separate critic costs
+                        with self.autocast():
+                            values = self.critic(mb)
+                        value_loss = ppo_value_loss(values, old_values[idx], returns[idx], mb_mask, c.value_clip,
+                                                    num_tokens=num_tokens)
+                        self.update(value_loss, self.critic_optimizer, self.critic.parameters())
                 sums["loss/policy"] += policy_loss.item()
                 sums["loss/value"] += value_loss.item()
                 sums["clipfrac"] += ppo_clip_fraction(logps, old_logps[idx], advantages[idx], mb_mask, c.epsilon).item()

@@ -4,7 +4,7 @@ Each variant of a matrix (default: the real-LM verdict matrix's, at its first gr
 precision (``TRAINING_PRECISIONS``: fp32, bf16 autocast, bf16 with fp32 logits) in one process, on the same seed and
 the same prompts, and its full training steps (sampling, reference and old log-probs, the update) are timed in
 interleaved rounds after one warm-up step each (DPO builds its preference pairs there), each precision leading a
-round in turn. A step's phases come from the algorithm's own timer. Seconds are per 1,280 generated completions (the
+round in turn. A step's phases come from the algorithm's own timer (PPO's also times its critic inside the update). Seconds are per 1,280 generated completions (the
 real-LM cells' budget): a step's time over the completions it generated, times 1,280, median over rounds; the speed-up
 is the median over rounds of fp32's per-completion time over the other's in the same round, with a percentile-
 bootstrap 95% interval. Evaluation runs in fp32 at every precision (outside autocast) and is not part of this."""
@@ -20,6 +20,7 @@ from typing import Optional
 
 import torch
 
+from algorithms.ppo import CRITIC_PHASE
 from benchmarks.errors import UsageError
 from benchmarks.harness import build, resolve
 from benchmarks.harness.measure import TRAINING_PRECISIONS, environment
@@ -85,6 +86,7 @@ def time_variant(settings: dict, *, rounds: int, seed: int, log=print) -> dict:
         ratios = [a / b for a, b in zip(reference, mine)]
         out[label] = {"cell_s": statistics.median(mine),
                       "phases_cell_s": {p: _median_phase(steps[label], p) for p in SHOWN_PHASES},
+                      "critic_cell_s": _median_phase(steps[label], CRITIC_PHASE),  # of the update, where one is
                       "speedup": statistics.median(ratios), "speedup_ci95": list(median_interval(ratios, seed=seed)),
                       "steps": steps[label]}
     return out
@@ -119,11 +121,12 @@ def render(report: dict) -> str:
     for variant, by_precision in report["variants"].items():
         for label, r in ((label, by_precision[label]) for label, _, _ in TRAINING_PRECISIONS if label in by_precision):
             phases = [f"{r['phases_cell_s'][p]:.0f}" if r["phases_cell_s"].get(p) is not None else "-" for p in SHOWN_PHASES]
+            phases.append("-" if r.get("critic_cell_s") is None else f"{r['critic_cell_s']:.0f}")
             low, high = r["speedup_ci95"]
             rows.append([variant, label, f"{r['cell_s']:.0f}", *phases,
                          "1.00x" if label == TRAINING_PRECISIONS[0][0] else f"{r['speedup']:.2f}x [{low:.2f}, {high:.2f}]"])
     lines.append(markdown_table(["variant", "precision", "training s per 1,280", "generate", "log-probs", "update",
-                                 "speed-up"], rows))
+                                 "of it the critic", "speed-up"], rows))
     varying = [v for v, by_precision in report["variants"].items()
                if len({s["completions"] for r in by_precision.values() for s in r["steps"]}) > 1]
     if varying:

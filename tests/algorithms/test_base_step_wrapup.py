@@ -112,6 +112,10 @@ def test_every_step_is_its_train_step_and_the_timings(pizza, name, options):
     timings = {k: v for k, v in metrics.items() if k.startswith("time/")}
     assert metrics == {**inner, **timings} and list(metrics) == [*inner, *timings]
     assert {"time/update"} <= set(timings) and all(v >= 0 for v in timings.values())
+    if name == "ppo":  # the critic's share of the update, timed inside it
+        assert 0 < timings["time/critic"] < timings["time/update"]
+    else:
+        assert "time/critic" not in timings
     assert algo.timer.pop() == {}  # popped by the step
     if name != "dpo":
         assert {"advantage/mean", "advantage/std"} <= set(metrics)

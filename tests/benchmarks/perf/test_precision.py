@@ -39,6 +39,11 @@ def test_steps_summary_and_resume(tmp_path):
                         log=lambda line: None)
     again = json.loads((out / "precision.json").read_text())
     assert again["variants"]["grpo"] == grpo and set(again["variants"]) == {"grpo", "ppo"}
+    # PPO's separate critic is timed inside its update; GRPO has none
+    for label, r in again["variants"]["ppo"].items():
+        assert 0 < r["critic_cell_s"] < r["phases_cell_s"]["update"]
+        assert grpo[label]["critic_cell_s"] is None
+    assert "| ppo | fp32 |" in (out / "precision.md").read_text() and "of it the critic" in (out / "precision.md").read_text()
 
 
 def test_bad_input_is_one_line(tmp_path):
