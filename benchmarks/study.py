@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Optional
 
 from benchmarks.errors import UsageError
+from benchmarks.io import atomic_write_json
 
 TOP = "top"  # the group of the studies that are top-level commands: ``grpo-bench NAME``
 GROUPS = ("check", "bench", "paired", TOP)
@@ -345,6 +346,45 @@ def kept_parts(settings, path: Path, same: dict, key: str = "variants") -> tuple
     earlier = earlier_report(settings, path, f"the {key}")
     same_settings = isinstance(earlier, dict) and all(earlier.get(k) == v for k, v in same.items())
     return earlier, (earlier.get(key, {}) if same_settings else {})
+
+
+def at_least(**bounds: tuple[int, int]) -> None:
+    """One UsageError line for the first count option below its least value: ``at_least(rounds=(settings.rounds,
+    2))``."""
+    for name, (value, least) in bounds.items():
+        if value < least:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= {least}, got {value}")
+
+
+def measure_parts(settings, path: Path, same: dict, header: dict, parts, measure, *, key: str = "variants",
+                  log=print) -> dict:
+    """A report measured one part at a time, ``--resume``-able: ``parts`` are (name, argument) pairs and
+    ``measure(argument)`` is one part's result. The report is ``header`` (it holds ``same``, the settings a kept
+    part must share) and ``report[key]``: name -> result, written to ``path`` after each part, so a finished part
+    is kept if the rest is cut off. A header's "load" gets the 1-minute load average at the "end" after each part.
+    When every part was kept nothing was measured now, and the measuring run's own record (the header's keys that
+    are not settings: command, environment, load, ...) stands."""
+    earlier, kept = kept_parts(settings, path, same, key)
+    report = {**header, key: {}}
+
+    def mark_load():
+        if isinstance(report.get("load"), dict):
+            report["load"]["end"] = os.getloadavg()[0]
+
+    for name, argument in parts:
+        if name in kept:
+            report[key][name] = kept[name]
+            continue
+        log(f"{name}:")
+        report[key][name] = measure(argument)
+        mark_load()
+        atomic_write_json(path, report)
+    if earlier and all(name in kept for name in report[key]):
+        report.update({k: earlier[k] for k in header if k not in same and k in earlier})
+    else:
+        mark_load()
+    atomic_write_json(path, report)
+    return report
 
 
 def rerender_source(path: Path, what: str = "report") -> dict:

@@ -24,13 +24,12 @@ from typing import Callable, Optional
 
 import torch
 
-from benchmarks.errors import UsageError
 from benchmarks.harness import build, resolve
 from benchmarks.harness.measure import TRAINING_PRECISIONS, environment
-from benchmarks.io import atomic_write_json, atomic_write_text
+from benchmarks.io import atomic_write_text
 from benchmarks.markdown import markdown_table
 from benchmarks.matrix.plan import variant_settings
-from benchmarks.study import MatrixVariantsSettings, kept_parts, option
+from benchmarks.study import MatrixVariantsSettings, at_least, measure_parts, option
 
 
 @dataclasses.dataclass
@@ -204,24 +203,15 @@ def render(results: dict) -> str:
 
 
 def run_precision_check(settings: PrecisionSettings, *, command: str = "grpo-bench check precision") -> int:
-    if settings.batches < 1:
-        raise UsageError(f"--batches must be >= 1, got {settings.batches}")
+    at_least(batches=(settings.batches, 1))
     task, variants = variant_settings(settings.matrix, settings.task, settings.variants)
     same = {"matrix": settings.matrix, "task": task, "seed": settings.seed, "batches": settings.batches,
             "precisions": [list(p) for p in TRAINING_PRECISIONS]}
     out = Path(settings.out)
-    earlier, kept = kept_parts(settings, out / "gradients.json", same)
-    results = {"command": command, **same, "environment": environment(torch.device("cpu")), "variants": {}}
-    for variant, options in variants:
-        if variant in kept:
-            results["variants"][variant] = kept[variant]
-            continue
-        print(f"{variant}:", flush=True)
-        results["variants"][variant] = measure_variant(options, batches=settings.batches, seed=settings.seed)
-        atomic_write_json(out / "gradients.json", results)  # a measured variant is kept if the rest is cut off
-    if all(v in kept for v in results["variants"]):  # nothing measured now: the measuring run's record stands
-        results["environment"], results["command"] = earlier["environment"], earlier["command"]
-    atomic_write_json(out / "gradients.json", results)
+    header = {"command": command, **same, "environment": environment(torch.device("cpu"))}
+    results = measure_parts(settings, out / "gradients.json", same, header, variants,
+                            log=lambda line: print(line, flush=True),
+                            measure=lambda options: measure_variant(options, batches=settings.batches, seed=settings.seed))
     atomic_write_text(out / "gradients.md", render(results))
     print(f"-> {out / 'gradients.md'}")
     bad = [v for v, rows in results["variants"].items() for r in rows

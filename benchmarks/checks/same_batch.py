@@ -22,7 +22,7 @@ from benchmarks.markdown import markdown_table
 from benchmarks.references.sides import (
     SAME_LOGPS_ATOL, SAME_LOSS_ATOL, Trl, same_batch_check, same_loss_misses, workloads_of,
 )
-from benchmarks.study import StudySettings, option
+from benchmarks.study import StudySettings, at_least, option
 
 
 @dataclass
@@ -45,8 +45,7 @@ def run_same_batch_check(settings: SameBatchSettings, command: str, log=print) -
     unknown = [name for name in settings.workloads if name not in choices]
     if unknown:
         raise UsageError(f"unknown workload {unknown[0]!r}; choose from {', '.join(choices)}")
-    if settings.batches < 1:
-        raise UsageError(f"--batches must be >= 1, got {settings.batches}")
+    at_least(batches=(settings.batches, 1))
     out = Path(settings.out)
     rows = []
     for name in settings.workloads:

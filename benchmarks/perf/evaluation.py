@@ -25,11 +25,11 @@ from benchmarks.errors import UsageError
 from benchmarks.harness import resolve
 from benchmarks.harness.loop import make_evaluated_task
 from benchmarks.harness.measure import environment
-from benchmarks.io import atomic_write_json, atomic_write_text
+from benchmarks.io import atomic_write_text
 from benchmarks.markdown import markdown_table
 from benchmarks.matrix.plan import variant_settings
 from benchmarks.perf.grpo_vs_trl import median_interval
-from benchmarks.study import StudySettings, kept_parts, option
+from benchmarks.study import StudySettings, at_least, measure_parts, option
 from tasks import TASKS
 
 # name -> the task's decoding options; each is one way to evaluate the same questions with the same greedy answers.
@@ -144,10 +144,7 @@ def render(report: dict) -> str:
 
 
 def run_eval_bench(settings: EvalBenchSettings, *, command: str = "grpo-bench bench eval", log=print) -> dict:
-    if settings.rounds < 2:
-        raise UsageError(f"--rounds must be >= 2, got {settings.rounds}")
-    if settings.threads < 1:
-        raise UsageError(f"--threads must be >= 1, got {settings.threads}")
+    at_least(rounds=(settings.rounds, 2), threads=(settings.threads, 1))
     unknown = [name for name in settings.setups if name not in SETUPS]
     if unknown or len(set(settings.setups)) < 2:
         raise UsageError(f"--setups takes two or more of {', '.join(SETUPS)}; got {', '.join(settings.setups)}")
@@ -163,23 +160,13 @@ def run_eval_bench(settings: EvalBenchSettings, *, command: str = "grpo-bench be
     out = Path(settings.out)
     same = {"matrix": settings.matrix, "task": task_label, "seed": settings.seed, "rounds": settings.rounds,
             "threads": settings.threads, "setups": list(settings.setups)}
-    earlier, kept = kept_parts(settings, out / "eval.json", same, key="policies")
-    report = {"command": command, **same, "task_options": task_options, "environment": environment(torch.device("cpu")),
-              "load": {"start": os.getloadavg()[0], "end": None}, "policies": {}}
+    header = {"command": command, **same, "task_options": task_options, "environment": environment(torch.device("cpu")),
+              "load": {"start": os.getloadavg()[0], "end": None}}
     tasks = {name: make_evaluated_task(rc.task, **{**task_options, **SETUPS[name]}) for name in settings.setups}
-    for policy in settings.policies:
-        if policy in kept:
-            report["policies"][policy] = kept[policy]
-            continue
-        log(f"{policy}:")
-        report["policies"][policy] = time_policy(policy, tasks, rounds=settings.rounds, seed=settings.seed, log=log)
-        report["load"]["end"] = os.getloadavg()[0]
-        atomic_write_json(out / "eval.json", report)  # a finished policy is kept if the rest is cut off
-    if all(p in kept for p in report["policies"]) and earlier:  # nothing measured now: the measuring run's record stands
-        report.update({k: earlier[k] for k in ("command", "environment", "load")})
-    else:
-        report["load"]["end"] = os.getloadavg()[0]
-    atomic_write_json(out / "eval.json", report)
+    report = measure_parts(settings, out / "eval.json", same, header, [(p, p) for p in settings.policies],
+                           key="policies", log=log,
+                           measure=lambda policy: time_policy(policy, tasks, rounds=settings.rounds, seed=settings.seed,
+                                                              log=log))
     atomic_write_text(out / "eval.md", render(report))
     log(f"-> {out / 'eval.md'}")
     return report

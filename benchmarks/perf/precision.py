@@ -21,14 +21,13 @@ from typing import Optional
 import torch
 
 from algorithms.ppo import CRITIC_PHASE
-from benchmarks.errors import UsageError
 from benchmarks.harness import build, resolve
 from benchmarks.harness.measure import TRAINING_PRECISIONS, environment
-from benchmarks.io import PHASES, atomic_write_json, atomic_write_text
+from benchmarks.io import PHASES, atomic_write_text
 from benchmarks.markdown import markdown_table
 from benchmarks.matrix.plan import variant_settings
 from benchmarks.perf.grpo_vs_trl import matmul_gflops, median_interval
-from benchmarks.study import MatrixVariantsSettings, kept_parts, option
+from benchmarks.study import MatrixVariantsSettings, at_least, measure_parts, option
 
 CELL_COMPLETIONS = 1280  # the real-LM matrices' budget per cell
 # The step's phases (benchmarks.io.PHASES) this bench reports: all but "score", the task's reward function, which
@@ -137,32 +136,18 @@ def render(report: dict) -> str:
 
 
 def run_precision_bench(settings: PrecisionBenchSettings, *, command: str = "grpo-bench bench precision", log=print) -> dict:
-    if settings.rounds < 2:
-        raise UsageError(f"--rounds must be >= 2, got {settings.rounds}")
-    if settings.threads < 1:
-        raise UsageError(f"--threads must be >= 1, got {settings.threads}")
+    at_least(rounds=(settings.rounds, 2), threads=(settings.threads, 1))
     task, variants = variant_settings(settings.matrix, settings.task, settings.variants)
     torch.set_num_threads(settings.threads)
     out = Path(settings.out)
     same = {"matrix": settings.matrix, "task": task, "seed": settings.seed, "rounds": settings.rounds,
             "threads": settings.threads}
-    earlier, kept = kept_parts(settings, out / "precision.json", same)
-    report = {"command": command, **same, "environment": environment(torch.device("cpu")),
+    header = {"command": command, **same, "environment": environment(torch.device("cpu")),
               "gflops": {"fp32": matmul_gflops(torch.float32), "bf16": matmul_gflops(torch.bfloat16)},
-              "load": {"start": os.getloadavg()[0], "end": None}, "variants": {}}
-    for variant, options in variants:
-        if variant in kept:
-            report["variants"][variant] = kept[variant]
-            continue
-        log(f"{variant}:")
-        report["variants"][variant] = time_variant(options, rounds=settings.rounds, seed=settings.seed, log=log)
-        report["load"]["end"] = os.getloadavg()[0]
-        atomic_write_json(out / "precision.json", report)  # a finished variant is kept if the rest is cut off
-    if all(v in kept for v in report["variants"]):  # nothing measured now: the measuring run's record stands
-        report.update({k: earlier[k] for k in ("command", "environment", "gflops", "load")})
-    else:
-        report["load"]["end"] = os.getloadavg()[0]
-    atomic_write_json(out / "precision.json", report)
+              "load": {"start": os.getloadavg()[0], "end": None}}
+    report = measure_parts(settings, out / "precision.json", same, header, variants, log=log,
+                           measure=lambda options: time_variant(options, rounds=settings.rounds, seed=settings.seed,
+                                                                log=log))
     atomic_write_text(out / "precision.md", render(report))
     log(f"-> {out / 'precision.md'}")
     return report

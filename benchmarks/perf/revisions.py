@@ -37,7 +37,7 @@ from benchmarks.markdown import markdown_table
 from benchmarks.perf import revisions_worker
 from benchmarks.perf.grpo_vs_trl import median_interval
 from benchmarks.references.sides import WORKLOADS
-from benchmarks.study import StudySettings, option
+from benchmarks.study import StudySettings, at_least, option
 
 # The phases this report shows, of the step's (benchmarks.io.PHASES): written out rather than taken from there, since
 # every measured revision's step, however old, must report each of them.
@@ -193,8 +193,7 @@ def run_revisions(settings: RevisionSettings, command: str, log=print) -> dict:
         raise UsageError(f"unknown workload {unknown[0]!r}; choose from {', '.join(WORKLOADS)}")
     if len(settings.revisions) < 2:
         raise UsageError("bench revisions needs at least two revisions: a baseline, then each change")
-    if settings.rounds < 2:
-        raise UsageError(f"--rounds must be >= 2, got {settings.rounds}")
+    at_least(rounds=(settings.rounds, 2))
     device = measure.requested_device(settings.device)
     revisions = [resolve(settings.repo, r) for r in settings.revisions]
     out = Path(settings.out)

@@ -516,3 +516,53 @@ def test_every_device_flag_has_one_default_and_one_help():
                      if "--device" in a.option_strings]
         # run's flags default to None and take their defaults from the settings resolver, which says auto
         assert device.default in ("auto", None) and device.help == "auto, cpu or cuda (default: auto)", command
+
+
+def test_measure_parts_keeps_what_a_resume_finds_and_measures_the_rest(tmp_path, monkeypatch):
+    """The per-part loop of the benches that resume (bench precision, bench eval, check precision): each finished
+    part is on disk before the next starts, --resume measures only what the report lacks under the same settings
+    and everything again when a setting differs, and a resume that measured nothing keeps the measuring run's own
+    record (command, environment, load) instead of its own."""
+    from types import SimpleNamespace
+    path = tmp_path / "r.json"
+    loads = iter([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0])
+    monkeypatch.setattr(study.os, "getloadavg", lambda: (next(loads), 0.0, 0.0))
+    measured, on_disk = [], []
+
+    def measure(argument):
+        measured.append(argument)
+        on_disk.append(json.loads(path.read_text())["variants"] if path.exists() else None)
+        if argument == "boom":
+            raise KeyboardInterrupt
+        return {"value": argument * 2}
+
+    fresh = SimpleNamespace(resume=False)
+    same = {"rounds": 3}
+    header = lambda cmd: {"command": cmd, **same, "environment": {"cpu": cmd}, "load": {"start": 0.5, "end": None}}
+    with pytest.raises(KeyboardInterrupt):
+        study.measure_parts(fresh, path, same, header("first"), [("a", "x"), ("b", "boom")], measure, log=lambda _: None)
+    assert measured == ["x", "boom"] and on_disk == [None, {"a": {"value": "xx"}}]  # a is kept although b failed
+    resume = SimpleNamespace(resume=True)
+    measured.clear()
+    report = study.measure_parts(resume, path, same, header("second"), [("a", "x"), ("b", "y")], measure,
+                                 log=lambda _: None)
+    assert measured == ["y"] and report["variants"] == {"a": {"value": "xx"}, "b": {"value": "yy"}}
+    assert report["command"] == "second" and report["load"]["end"] == 3.0  # measured now: this run's record
+    assert json.loads(path.read_text()) == report
+    measured.clear()
+    again = study.measure_parts(resume, path, same, header("third"), [("a", "x"), ("b", "y")], measure,
+                                log=lambda _: None)
+    assert measured == [] and again["command"] == "second" and again["environment"] == {"cpu": "second"}
+    assert again["load"] == {"start": 0.5, "end": 3.0}  # nothing measured: the measuring run's record stands
+    other = study.measure_parts(resume, path, {"rounds": 5}, {**header("fourth"), "rounds": 5}, [("a", "x")],
+                                measure, log=lambda _: None)
+    assert measured == ["x"] and other["variants"] == {"a": {"value": "xx"}} and other["command"] == "fourth"
+
+
+@pytest.mark.parametrize("bounds, line", [({"rounds": (1, 2)}, "--rounds must be >= 2, got 1"),
+                                          ({"rounds": (2, 2), "max_threads": (0, 1)}, "--max-threads must be >= 1, got 0")])
+def test_at_least_names_the_first_count_below_its_least_value(bounds, line):
+    with pytest.raises(study.UsageError) as e:
+        study.at_least(**bounds)
+    assert str(e.value) == line
+    study.at_least(rounds=(2, 2), threads=(1, 1))  # at the bound: accepted
