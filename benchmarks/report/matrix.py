@@ -171,7 +171,8 @@ def phase_markdown(cells: pd.DataFrame) -> str:
     evaluation (before, during and after), and start-up and the rest (process start, imports, building the task and
     model, writing the store; also the work of killed attempts lost after their last checkpoint), over the cells
     where every attempt's time is known; then the cell in all (the sum of those three means), its threads, and its
-    ratio to the task's first variant."""
+    ratio to the task's first variant. Where a cell timed its critic inside the update (PPO's ``time/critic``), a
+    column after the update shows that part of it ("-" for a variant without one)."""
     done = cells[cells["status"] == "complete"].copy()
     if done.empty:
         return ""
@@ -185,7 +186,9 @@ def phase_markdown(cells: pd.DataFrame) -> str:
     # processes' time: what they spent besides training is unknown, not negative.
     done.loc[done["other"] < 0, "other"] = math.nan
     done["threads"] = done["threads"] if "threads" in done else math.nan
-    columns = [f"time_{p}_s" for p in PHASES] + ["wall_clock_s", "evaluation", "other"]
+    critic = "time_critic_s" in done and done["time_critic_s"].notna().any()
+    parts = [f"time_{p}_s" for p in PHASES] + (["time_critic_s"] if critic else [])
+    columns = parts + ["wall_clock_s", "evaluation", "other"]
     means = done.groupby(["task", "variant"], sort=False)[columns + ["threads"]].mean()
     means.insert(len(columns), "total", means["wall_clock_s"] + means["evaluation"].fillna(0.0) + means["other"])
     first = {}  # each task's first variant: the unit of the last column
@@ -195,8 +198,9 @@ def phase_markdown(cells: pd.DataFrame) -> str:
         ratio = r[-2] / first[task] if first[task] and not math.isnan(r[-2]) else math.nan
         rows.append([task, variant] + ["-" if math.isnan(v) else f"{v:.2f}" for v in r[:-1]]
                     + ["-" if math.isnan(r[-1]) else f"{r[-1]:g}", "-" if math.isnan(ratio) else f"{ratio:.2f}"])
-    return markdown_table(["task", "variant", *PHASES, "training total", "evaluation", "start-up and other", "cell",
-                           "threads", "cell / first variant's"], rows)
+    phase_headers = [*PHASES] + (["of the update, the critic"] if critic else [])
+    return markdown_table(["task", "variant", *phase_headers, "training total", "evaluation", "start-up and other",
+                           "cell", "threads", "cell / first variant's"], rows)
 
 
 def summary_markdown(summary: pd.DataFrame) -> str:

@@ -445,6 +445,13 @@ def test_a_resumed_cell_counts_the_process_time_of_every_attempt(tmp_path, capsy
     table = phase_markdown(cells)
     assert "| t | grpo | 40.00 | 0.00 | 0.00 | 60.00 | 100.00 | 20.00 | 5.00 | 125.00 | 1 | 1.00 |" in table
     assert "| t | ppo | 65.00 | 0.00 | 0.00 | 240.00 | 305.00 | 25.00 | 5.00 | 335.00 | 1 | 2.68 |" in table
+    assert "critic" not in table  # no cell timed a critic: no column for one
+    # PPO's critic, timed inside its update, is shown as the update's part; the variant without one reads "-"
+    cells.loc[cells["variant"] == "ppo", "time_critic_s"] = [100.0, 120.0]
+    table = phase_markdown(cells)
+    assert "| update | of the update, the critic | training total |" in table
+    assert "| t | grpo | 40.00 | 0.00 | 0.00 | 60.00 | - | 100.00 | 20.00 | 5.00 | 125.00 | 1 | 1.00 |" in table
+    assert "| t | ppo | 65.00 | 0.00 | 0.00 | 240.00 | 110.00 | 305.00 | 25.00 | 5.00 | 335.00 | 1 | 2.68 |" in table
 
 
 def test_the_report_says_when_dpo_built_its_pairs_outside_the_budget():
