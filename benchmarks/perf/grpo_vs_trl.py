@@ -139,8 +139,11 @@ def compare(w: Workload, *, pairs: int, seed: int, device: str, log=print) -> di
                         "median_ci95": [low, high]}
     # The faster TRL setting by the paired estimate (median per-round ratio), robust to a noisy round.
     faster = min(TRL_SETTINGS, key=lambda name: ratios[name]["median"])
-    check = (same_batch_check if w.algo == "grpo" else same_batch_check_rloo)(
-        runners["trl_default"], prompt_rng.choices(prompts, k=1))
+    # The same loss on the same batch is a check of the functions, in fp32 (a bf16 run's two sides round apart):
+    # at another precision TRL's default trainer is built again in fp32 for it.
+    checked = runners["trl_default"] if w.precision == "fp32" else Trl(
+        dataclasses.replace(w, precision="fp32"), seed=seed, device=device, task=ours.task)
+    check = (same_batch_check if w.algo == "grpo" else same_batch_check_rloo)(checked, prompt_rng.choices(prompts, k=1))
     result = {
         "workload": dataclasses.asdict(w),
         "parameters": params,
@@ -297,7 +300,10 @@ class PerfSettings(StudySettings):
         "help": "override every workload's completion cap, for quick runs (default: the workload's)"})
     seed: int = option("seed")
     device: str = option("device")
-    out: Optional[str] = option("out", None, shown="results/perf, or results/gpu on CUDA")
+    precision: str = field(default="fp32", metadata={
+        "help": "both sides' training precision: fp32, or bf16 (ours --precision bf16; TRL bf16=True); the same-batch "
+                "loss check stays fp32", "choices": ("fp32", "bf16")})
+    out: Optional[str] = option("out", None, shown="results/perf, or results/gpu on CUDA; at bf16 their bf16/ folder")
     bf16_steps: int = 0  # GRPO only: timed steps of our bf16-autocast step (0: none)
     scaling_steps: int = 0  # GRPO only: timed steps of our step per scaling point, after one warm-up (0: none)
     readme: str = option("readme", "results/checks.md")  # section perf or perf-rloo
@@ -380,9 +386,13 @@ def _sample_machine(load: dict) -> None:
 
 
 def out_folder(settings: PerfSettings) -> Path:
-    """--out, else results/gpu on CUDA (asked for, or auto where it is present) and results/perf on the CPU."""
+    """--out, else results/gpu on CUDA (asked for, or auto where it is present) and results/perf on the CPU; a
+    precision other than fp32 in its own folder below that (results/perf/bf16), beside the fp32 report."""
+    if settings.out:
+        return Path(settings.out)
     on_cuda = settings.device.startswith("cuda") or (settings.device == "auto" and torch.cuda.is_available())
-    return Path(settings.out or ("results/gpu" if on_cuda else "results/perf"))
+    folder = Path("results/gpu" if on_cuda else "results/perf")
+    return folder if settings.precision == "fp32" else folder / settings.precision
 
 
 def run_bench(settings: PerfSettings, command: str, path: Path, write: Callable[[dict, bool], None]) -> dict:
@@ -462,6 +472,7 @@ def _new_report(command: str, settings: PerfSettings, device: torch.device, name
         # not see (the same workloads' ratios moved by about a tenth between runs on these machines).
         "load": {"cpus": os.cpu_count(), "load_1min": [], **({"bandwidth_gbs": []} if device.type == "cpu" else {})},
         "seed": settings.seed,
+        "precision": settings.precision,
     }
     if not earlier:
         return report
@@ -473,8 +484,8 @@ def _new_report(command: str, settings: PerfSettings, device: torch.device, name
 
 def _planned(settings: PerfSettings, choices: dict[str, Workload], names: list[str], report: dict) -> list[Workload]:
     """The named workloads with --max-new-tokens and --model applied (--model is recorded in ``report``)."""
-    workloads = [dataclasses.replace(choices[n], max_new_tokens=settings.max_new_tokens or choices[n].max_new_tokens)
-                 for n in names]
+    workloads = [dataclasses.replace(choices[n], max_new_tokens=settings.max_new_tokens or choices[n].max_new_tokens,
+                                     precision=settings.precision) for n in names]
     if settings.model:
         model = str(random_weight_checkpoint(settings.model, settings.seed)) if settings.random_weights else settings.model
         workloads = with_model(workloads, model)
@@ -484,7 +495,8 @@ def _planned(settings: PerfSettings, choices: dict[str, Workload], names: list[s
 
 def _check_kept(w: Workload, measured: dict, settings: PerfSettings, path: Path) -> None:
     """A workload the resumed report measured is kept only if it was measured with these settings."""
-    if _as_json(dataclasses.asdict(w)) != measured["workload"] or measured["pairs"] != settings.pairs:
+    stored = {"precision": "fp32", **measured["workload"]}  # reports from before the precision setting: fp32
+    if _as_json(dataclasses.asdict(w)) != stored or measured["pairs"] != settings.pairs:
         raise UsageError(f"--resume: {w.name} in {path} was measured with other settings "
                          "(workload or --pairs); --overwrite to measure everything again")
 

@@ -102,12 +102,24 @@ def _intro_lines(report: dict) -> list[str]:
         f"{report['matmul_gflops']['fp32']:.0f} GFLOP/s fp32, {report['matmul_gflops']['bf16']:.0f} GFLOP/s bf16."
         + code_line(env),
         "",
+        *_precision_lines(report),
         f"TRL runs twice, side by side in the same rounds: its default settings, and its fastest on this device "
         f"({settings}; TRL's configs turn gradient checkpointing on by default). TRL/ours is min / median "
         "[95% percentile-bootstrap interval of the median] / max over the rounds; the headline ratio (bold) is "
         "against the faster of the two.",
         "",
     ]
+
+
+def _precision_lines(report: dict) -> list[str]:
+    """At bf16: how each side trains in it, and that the same-batch check stays fp32."""
+    if report.get("precision", "fp32") == "fp32":
+        return []
+    return [f"Precision: both sides train in {report['precision']}. Ours with `--precision {report['precision']}` "
+            "(autocast for sampling, the reference and old log-probs and the update; the weights and AdamW's state "
+            "stay fp32); TRL with `bf16=True` (accelerate's autocast around the model's forward, generation "
+            "included; the weights stay fp32). The same-loss-on-the-same-batch check compares the functions, so it "
+            "runs in fp32, on a TRL trainer built again in fp32.", ""]
 
 
 def _resumed_lines(report: dict) -> list[str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 from benchmarks.errors import UsageError
 from benchmarks.perf import executors, lora
@@ -34,6 +35,11 @@ class VsTrl(Study):
 
     def render(self, report: dict, settings: PerfSettings, command: str) -> str:
         return render_markdown(report) + "\n"  # the command the report quotes is the json's
+
+    def readme_section(self, settings: PerfSettings) -> tuple[Optional[str], str]:
+        """The README section, at a precision other than fp32 its own (perf-bf16), beside the fp32 one."""
+        page, section = super().readme_section(settings)
+        return page, section if settings.precision == "fp32" else f"{section}-{settings.precision}"
 
 
 @register_study

@@ -53,6 +53,9 @@ class Workload:
     # TRL's side runs with disable_dropout (so that it samples without dropout, as ours does), which also zeroes its
     # PEFT adapters' dropout: ours takes no LoRA dropout either, so both sides compute one function.
     lora_dropout: float = 0.0
+    # Both sides' training precision: "fp32", or "bf16" (ours: --precision bf16, autocast for sampling, log-probs and
+    # the update; TRL: bf16=True, accelerate's autocast around the model's forward, generation included).
+    precision: str = "fp32"
 
     def settings(self) -> dict:
         """Our GRPOConfig (or RLOOConfig) fields, which both sides train with: ours as its config, TRL's through
@@ -63,9 +66,11 @@ class Workload:
             fields.update(loss_type=self.loss_type, scale_rewards="group", kl_bias_correction=False)
         return fields
 
-    def run_settings(self, *, seed: int, device: str, precision: str = "fp32") -> dict:
-        """The workload as one run's flat settings, a matrix cell's names: both sides ``resolve`` them."""
-        return {"task": self.task, "algo": self.algo, "seed": seed, "device": device, "precision": precision,
+    def run_settings(self, *, seed: int, device: str, precision: Optional[str] = None) -> dict:
+        """The workload as one run's flat settings, a matrix cell's names: both sides ``resolve`` them (at
+        ``precision``, else the workload's)."""
+        return {"task": self.task, "algo": self.algo, "seed": seed, "device": device,
+                "precision": precision or self.precision,
                 "max_new_tokens": self.max_new_tokens, "temperature": self.temperature, "lora_r": self.lora_r,
                 "lora_dropout": self.lora_dropout, **self.settings(), **dict(self.task_options)}
 
@@ -122,7 +127,7 @@ def rss_bytes() -> int:
 class Ours:
     """This suite's GRPO or RLOO, built by the harness as ``grpo-bench run`` builds it."""
 
-    def __init__(self, w: Workload, *, seed: int, device: str, precision: str = "fp32", task=None):
+    def __init__(self, w: Workload, *, seed: int, device: str, precision: Optional[str] = None, task=None):
         rc, config, task_options = resolve(w.run_settings(seed=seed, device=device, precision=precision))
         self.task, self.policy, self.algo, _ = build(rc, config, task_options, task)
         self.workload = w
@@ -157,13 +162,15 @@ class Trl:
         ours = {name: resolved[name] for name in (*w.settings(), "max_new_tokens", "temperature", "seed")}
         args = trl_ref.config(str(Path(os.environ.get("TMPDIR", "/tmp")) / "grpo-bench-trl"), ours, trainer=rc.algo,
                               device=dev.type, logging_steps=10**9, optim="adamw_torch_fused", disable_dropout=True,
-                              pad_to_multiple_of=None, **TRL_SETTINGS[setting])
+                              pad_to_multiple_of=None, bf16=w.precision == "bf16", **TRL_SETTINGS[setting])
         dataset = Dataset.from_dict({"prompt": self.task.train_prompts()[:1]})
         peft = lora_config(rc) if rc.lora_r else None  # the harness's adapter
         reward = trl_ref.task_reward(self.task, policy, self.tokenizer, on_score=self._scored)
         self.trainer = trl_ref.trainer(args, model=policy, reward_funcs=[reward], train_dataset=dataset,
                                        processing_class=self.tokenizer, peft_config=peft)
         self.trainer.create_optimizer_and_scheduler(num_training_steps=10**6)
+        if w.precision == "bf16":  # as Trainer.train's accelerator.prepare does: autocast around the model's forward,
+            self.trainer.accelerator.prepare_model(self.trainer.model)  # so its generation runs in bf16 too
         self.model = self.trainer.model
         self.times: dict[str, float] = defaultdict(float)
         self.last_rewards: list[float] = []

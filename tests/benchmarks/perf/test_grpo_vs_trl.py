@@ -605,3 +605,64 @@ def test_the_bench_runs_the_model_given_with_random_weights(run_cli, tmp_path, m
     assert model.startswith(str(tmp_path / "tmp" / "grpo-bench-random-weights"))
     assert (f"Model: `{tmp_path / 'model'}`, in place of each task's default model, with random weights"
             in (tmp_path / "out" / "perf.md").read_text())
+
+
+def test_at_bf16_both_sides_train_in_bf16_and_the_same_batch_check_stays_fp32(pizza, monkeypatch, tmp_path):
+    """--precision bf16: our step under bf16 autocast and TRL's with bf16=True (accelerate's autocast around the
+    model's forward, generation included), the same prompts, and the same-loss check on a TRL trainer built again in
+    fp32, so its tolerance of 1e-6 still reads the functions, not the rounding. The report says so, goes to its
+    own folder and README section, and a resume at another precision is refused."""
+    import dataclasses
+
+    from benchmarks.perf import grpo_vs_trl
+    from benchmarks.perf.grpo_vs_trl import GrpoVsTrlSettings, _planned, compare, out_folder
+    from benchmarks.perf.grpo_vs_trl_report import render_markdown
+    from benchmarks.perf.studies import GrpoVsTrl
+
+    w = dataclasses.replace(WORKLOADS["pizza-mu1"], precision="bf16")
+    dtypes = {}
+    real_trl = grpo_vs_trl.Trl
+
+    def watched_trl(workload, **kwargs):
+        side = real_trl(workload, **kwargs)
+        linear = next(m for m in side.trainer.model.modules() if isinstance(m, torch.nn.Linear))
+        linear.register_forward_hook(lambda m, a, out: dtypes.setdefault(  # the first product TRL's step runs
+            (workload.precision, kwargs.get("setting", "default")), out.dtype) and None)  # its output kept
+        return side
+
+    monkeypatch.setattr(grpo_vs_trl, "Trl", watched_trl)
+    real_ours = grpo_vs_trl.Ours
+
+    def watched_ours(workload, **kwargs):
+        side = real_ours(workload, **kwargs)
+        dtypes[("ours", workload.precision)] = side.algo.precision  # its forward passes' autocast (algorithms/base)
+        return side
+
+    monkeypatch.setattr(grpo_vs_trl, "Ours", watched_ours)
+    result = compare(w, pairs=1, seed=0, device="cpu", log=lambda _: None)
+    assert dtypes[("ours", "bf16")] == "bf16"
+    assert dtypes[("bf16", "default")] == torch.bfloat16 and dtypes[("bf16", "fastest")] == torch.bfloat16
+    assert dtypes[("fp32", "default")] == torch.float32  # the check's own trainer
+    assert result["same_batch"]["max_abs_diff"] < 1e-6 and result["workload"]["precision"] == "bf16"
+    # The settings carry it to every workload, its folder and section are its own, the report says how
+    settings = GrpoVsTrlSettings(workloads=["pizza-mu1"], precision="bf16", device="cpu")
+    assert [x.precision for x in _planned(settings, {"pizza-mu1": WORKLOADS["pizza-mu1"]}, ["pizza-mu1"], {})] == ["bf16"]
+    assert out_folder(settings) == grpo_vs_trl.Path("results/perf/bf16")
+    assert out_folder(dataclasses.replace(settings, precision="fp32")) == grpo_vs_trl.Path("results/perf")
+    assert GrpoVsTrl().readme_section(settings)[1] == "perf-bf16"
+    assert GrpoVsTrl().readme_section(dataclasses.replace(settings, precision="fp32"))[1] == "perf"
+    # A kept workload measured at fp32 (a report from before the setting has no precision) is not a bf16 one
+    fp32_kept = {"workload": dataclasses.asdict(WORKLOADS["pizza-mu1"]), "pairs": 5}
+    fp32_kept["workload"].pop("precision")
+    grpo_vs_trl._check_kept(WORKLOADS["pizza-mu1"], grpo_vs_trl._as_json(fp32_kept), dataclasses.replace(
+        settings, precision="fp32", pairs=5), tmp_path / "perf.json")
+    with pytest.raises(grpo_vs_trl.UsageError, match="measured with other settings"):
+        grpo_vs_trl._check_kept(w, grpo_vs_trl._as_json(fp32_kept), dataclasses.replace(settings, pairs=5),
+                                tmp_path / "perf.json")
+    report = {"precision": "bf16", "environment": {"versions": {"trl": "1", "torch": "2"}, "device_name": "cpu"},
+              "threads": 1, "matmul_gflops": {"fp32": 1.0, "bf16": 2.0}}
+    from benchmarks.perf.grpo_vs_trl_report import _intro_lines
+    intro = "\n".join(_intro_lines(report))
+    assert "both sides train in bf16" in intro and "`bf16=True`" in intro and "runs in fp32" in intro
+    assert "Precision:" not in "\n".join(_intro_lines({**report, "precision": "fp32"}))
+    assert render_markdown  # the renderer reads the report's precision through _intro_lines
