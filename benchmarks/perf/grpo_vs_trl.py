@@ -37,6 +37,7 @@ are rendered by ``grpo_vs_trl_report`` from the report dict alone, and written b
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import os
 import random
@@ -140,9 +141,14 @@ def compare(w: Workload, *, pairs: int, seed: int, device: str, log=print) -> di
     # The faster TRL setting by the paired estimate (median per-round ratio), robust to a noisy round.
     faster = min(TRL_SETTINGS, key=lambda name: ratios[name]["median"])
     # The same loss on the same batch is a check of the functions, in fp32 (a bf16 run's two sides round apart):
-    # at another precision TRL's default trainer is built again in fp32 for it.
-    checked = runners["trl_default"] if w.precision == "fp32" else Trl(
-        dataclasses.replace(w, precision="fp32"), seed=seed, device=device, task=ours.task)
+    # at another precision TRL's default trainer is built again in fp32 for it, once the timed trainers are freed (a
+    # fourth 135M trainer beside them was killed for memory on a 24 GiB box).
+    if w.precision == "fp32":
+        checked = runners["trl_default"]
+    else:
+        runners.clear()
+        gc.collect()
+        checked = Trl(dataclasses.replace(w, precision="fp32"), seed=seed, device=device, task=ours.task)
     check = (same_batch_check if w.algo == "grpo" else same_batch_check_rloo)(checked, prompt_rng.choices(prompts, k=1))
     result = {
         "workload": dataclasses.asdict(w),
@@ -154,7 +160,7 @@ def compare(w: Workload, *, pairs: int, seed: int, device: str, log=print) -> di
         "ratio": ratios[faster],  # the headline: against TRL's faster setting
         "same_batch": check,
     }
-    for side in runners:
+    for side in rows:
         med = _median_phases(rows[side])
         result[side] = {"median": med, "rates": _rates(med, params, w.mu), "steps": rows[side]}
     return result

@@ -639,7 +639,22 @@ def test_at_bf16_both_sides_train_in_bf16_and_the_same_batch_check_stays_fp32(pi
         return side
 
     monkeypatch.setattr(grpo_vs_trl, "Ours", watched_ours)
+    import gc
+    import weakref
+    alive = []  # the timed bf16 trainers, freed before the fp32 one is built (memory: one more 135M trainer at most)
+    real_watched = watched_trl
+
+    def counted_trl(workload, **kwargs):
+        if workload.precision == "fp32":
+            gc.collect()
+            assert all(ref() is None for ref in alive), "a timed trainer is still held when the check's is built"
+        side = real_watched(workload, **kwargs)
+        alive.append(weakref.ref(side))
+        return side
+
+    monkeypatch.setattr(grpo_vs_trl, "Trl", counted_trl)
     result = compare(w, pairs=1, seed=0, device="cpu", log=lambda _: None)
+    assert len(alive) == 3 and set(result) >= {"ours", "trl_default", "trl_fastest"}
     assert dtypes[("ours", "bf16")] == "bf16"
     assert dtypes[("bf16", "default")] == torch.bfloat16 and dtypes[("bf16", "fastest")] == torch.bfloat16
     assert dtypes[("fp32", "default")] == torch.float32  # the check's own trainer
