@@ -139,6 +139,8 @@ REPORTS = (
      "grpo-bench check references"),
     ("results/trl_train/report.md", "TRL's GRPOTrainer and ours, trained side by side on pizza", "grpo-bench check trl-train"),
     ("results/perf/perf.md", "One GRPO step against TRL's GRPOTrainer", "grpo-bench bench grpo-vs-trl"),
+    ("results/perf/bf16/perf.md", "One GRPO step against TRL's GRPOTrainer, both sides in bf16 (TRL bf16=True)",
+     "grpo-bench bench grpo-vs-trl --precision bf16"),
     ("results/same_batch/report.md", "The GRPO step's loss against TRL's on the same sampled batches, part by part "
      "(loss function, advantages, log-probs; transformers against itself for scale)", "grpo-bench check same-batch"),
     ("results/gpu/perf.md", "One GRPO step against TRL's GRPOTrainer on an NVIDIA H200 (SmolLM2-135M's architecture "
