@@ -245,6 +245,10 @@ class Algorithm:
         # Data parallelism (benchmarks/harness/distributed.py): None in one process. Anything with
         # average_gradients(params), sum(tensor), any(flag) and world_size; set through set_data_parallel.
         self.data_parallel = None
+        # Completions the next step may generate in all, as the caller's sample budget leaves (None: no cap). A
+        # step always generates its first round; only the extra rounds of a varying step (dynamic sampling) obey
+        # it, so that no algorithm passes an equal-samples budget by more than one ordinary step.
+        self.completions_allowed: Optional[int] = None
 
     def set_data_parallel(self, data_parallel) -> None:
         """Train as one rank of ``data_parallel``: update() averages the gradients over the ranks before

@@ -289,8 +289,9 @@ class GRPO(Algorithm):
         Dynamic sampling (DAPO, Yu et al. 2025, Sec. 3.2, Algorithm 1): a group whose rewards all tie has
         advantage 0 and no gradient, so it is dropped and fresh prompts (drawn from the task's training
         prompts with the algorithm's seeded generator) are sampled until ``prompts_per_step`` informative
-        groups are kept, or ``dynamic_sampling_max_rounds`` rounds have run; then it trains on the groups it
-        kept (if none, on the last round's, whose advantages are 0). ``completions``, ``tokens/generated``,
+        groups are kept, ``dynamic_sampling_max_rounds`` rounds have run, or the refills would pass the sample
+        budget (``completions_allowed``: a last round of fewer prompts fills it exactly); then it trains on the
+        groups it kept (if none, on the last round's, whose advantages are 0). ``completions``, ``tokens/generated``,
         ``reward/*`` and ``truncated`` count every completion generated, the discarded ones included.
         """
         c: GRPOConfig = self.config
@@ -302,7 +303,10 @@ class GRPO(Algorithm):
             kept += [(len(rounds) - 1, g) for g in informative]
             if len(kept) >= c.prompts_per_step or len(rounds) == c.dynamic_sampling_max_rounds:
                 break
-            rounds.append(self.generate_and_score(self.fresh_prompts(c.prompts_per_step)))
+            refill = self.refill_prompts(sum(r.num_completions for r, _, _ in rounds))
+            if refill == 0:
+                break  # the sample budget is spent: train on what is kept
+            rounds.append(self.generate_and_score(self.fresh_prompts(refill)))
 
         everything = [r for r, _, _ in rounds]
         scores = torch.cat([s for _, s, _ in rounds])
@@ -338,6 +342,14 @@ class GRPO(Algorithm):
         lengths = rollout.completion_mask.sum(1)
         return rollout, scores, scores + overlong_penalty(lengths, self.sampling.max_new_tokens, c.overlong_buffer_len,
                                                           c.overlong_penalty_factor)
+
+    def refill_prompts(self, generated: int) -> int:
+        """Prompts for the next dynamic-sampling round after ``generated`` completions this step: a full round,
+        or as many whole groups as ``completions_allowed`` leaves (0: none), so refills never pass the budget."""
+        c: GRPOConfig = self.config
+        if self.completions_allowed is None:
+            return c.prompts_per_step
+        return max(0, min(c.prompts_per_step, (self.completions_allowed - generated) // c.group_size))
 
     def fresh_prompts(self, n: int) -> list[str]:
         pool = self.task.train_prompts()

@@ -31,6 +31,9 @@ def add_matrix_parser(sub, name: str) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar (the per-cell lines remain)")
     p.add_argument("--tasks", default=None, help="comma-separated task labels (as in the cell paths): run only their "
                                                  "cells now; the others stay planned and a later --resume runs them")
+    p.add_argument("--rerun", default=None, help="with --resume: comma-separated cell paths or shell patterns (as "
+                                                 "tune/chain_sum/dapo/*): run those cells again from step 0, "
+                                                 "replacing them, and resume the rest")
     add_executor_options(p)
     p.set_defaults(handler=cmd_matrix)
 
@@ -94,7 +97,7 @@ def cmd_matrix(args) -> int:
         return 0
     tasks = None if args.tasks is None else comma_list(args.tasks)
     counts = run_matrix(plan, out, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress,
-                        executor=executor, tasks=tasks)
+                        executor=executor, tasks=tasks, rerun=None if args.rerun is None else comma_list(args.rerun))
     sessions = (read_json(out / "matrix.json") or {}).get("sessions", [])
     print(f"matrix {plan.name}: {counts['complete']} run and complete, {counts['skipped']} already complete, "
           f"{counts['failed']} failed; {sessions[-1]['elapsed_s']:.0f} s this session, "

@@ -36,7 +36,7 @@ class RunConfig:
     task: str = field(default="pizza", metadata={"help": "task name"})
     algo: str = field(default="grpo", metadata={"help": "algorithm name"})
     steps: int = field(default=200, metadata={"help": "training steps (with --budget: at most this many)"})
-    budget: Optional[int] = field(default=None, metadata={"help": "stop once this many completions were generated, discarded ones included (the matrix's unit)"})
+    budget: Optional[int] = field(default=None, metadata={"help": "stop once this many completions were generated, discarded ones included (the matrix's unit); DAPO's dynamic-sampling refills stop at it"})
     seed: int = field(default=0, metadata={"help": "seed for sampling, prompts and evaluation"})
     replicate: int = field(default=0, metadata={"help": "an independent replicate of the same run: its training randomness (initialisation, sampling, prompt order) is drawn from seed + REPLICATE_STRIDE x replicate while its evaluation keeps --seed, the block it shares with other variants of a matrix (an A/A twin)"})
     device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})

@@ -238,8 +238,11 @@ def _describe_reward(identity: Optional[dict]) -> str:
     return f"{identity.get('module')}:{identity.get('name')} ({kind} sha256 {sha[:12] if sha else 'unknown'})"
 
 
-def train_steps(algo: Algorithm, task: Task, prompt_rng: random.Random, steps: range) -> Iterator[tuple[int, dict, float]]:
+def train_steps(algo: Algorithm, task: Task, prompt_rng: random.Random, steps: range,
+                completions_left: Optional[Callable[[], int]] = None) -> Iterator[tuple[int, dict, float]]:
     """The training loop proper: (step, metrics, seconds) for each step, prompts drawn from ``prompt_rng``.
+    ``completions_left`` (the sample budget's remainder, asked before each step) caps a varying step's extra
+    rounds (``Algorithm.completions_allowed``).
 
     A non-finite loss stops the loop with TrainingFailed; everything else (evaluation, files,
     checkpoints) is the caller's, so the checks can drive the very loop that ``run`` drives."""
@@ -248,6 +251,7 @@ def train_steps(algo: Algorithm, task: Task, prompt_rng: random.Random, steps: r
         prompts = prompt_rng.choices(train_prompts, k=algo.config.prompts_per_step)  # the same on every rank
         if algo.data_parallel is not None:
             prompts = algo.data_parallel.shard(prompts)  # whole prompts: each rank samples whole groups
+        algo.completions_allowed = completions_left() if completions_left is not None else None
         start = time.perf_counter()
         metrics = algo.step(prompts)
         seconds = time.perf_counter() - start
@@ -384,7 +388,8 @@ def _train_and_record(out: Path, rc: RunConfig, task: Task, policy, algo: Algori
     trackers = tracking.start(rc, out, resolved)
     bar = progress_bar(rc.steps, initial=at.step, desc=f"{rc.task}/{rc.algo} seed {rc.seed}", unit="step",
                        enabled=progress)
-    steps = train_steps(algo, task, prompt_rng, range(at.step + 1, rc.steps + 1))
+    left = (lambda: rc.budget - int(at.generated)) if rc.budget is not None else None
+    steps = train_steps(algo, task, prompt_rng, range(at.step + 1, rc.steps + 1), left)
     try:
         for step, metrics, seconds in steps:
             row = _advance(at, rc, task, policy, step, metrics, seconds)

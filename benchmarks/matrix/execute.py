@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import fnmatch
 import os
 import shutil
 import signal
@@ -268,14 +269,18 @@ def _refuse_overwrite(out: Path, cells: list[Cell], store: ResultStore) -> None:
 
 
 def run_matrix(plan: Plan, out: Path, *, resume: bool = False, overwrite: bool = False, progress: bool = True,
-               executor: Optional[Executor] = None, tasks: Optional[Sequence[str]] = None) -> dict[str, int]:
+               executor: Optional[Executor] = None, tasks: Optional[Sequence[str]] = None,
+               rerun: Optional[Sequence[str]] = None) -> dict[str, int]:
     """Run (or resume) every cell through ``executor``; returns counts of complete, failed and skipped cells.
 
     With ``[tuning]``: the tuning cells first, then each variant's evaluation cells at its chosen grid point
     (benchmarks/matrix/tuning.py). ``tasks`` (task labels) runs only those tasks' cells now: the others
-    stay planned, their finished cells stay in the store, and a later ``resume`` runs them."""
+    stay planned, their finished cells stay in the store, and a later ``resume`` runs them. ``rerun`` (with
+    ``resume``: shell patterns of cell paths, as ``tune/chain_sum/dapo/*``) runs the matching cells again from
+    step 0, finished or not, replacing them: a cell that ran under a fixed fault, asked for by name."""
     if resume and overwrite:
         raise UsageError("--resume keeps finished cells and --overwrite runs them again: give one of them")
+    again = _rerun_cells(plan, rerun, resume) if rerun is not None else set()
     if tasks is not None:
         known = sorted({c.task_label for c in plan.cells + plan.tuning_cells()})
         unknown = [t for t in tasks if t not in known]
@@ -293,8 +298,10 @@ def run_matrix(plan: Plan, out: Path, *, resume: bool = False, overwrite: bool =
             _refuse_overwrite(out, every_cell, store)
         if resume or (overwrite and tasks is not None):
             # --overwrite --tasks runs those tasks' cells again and keeps the other tasks' finished cells.
-            planned = {c.relpath: c for c in every_cell if resume or c.task_label not in tasks}
+            planned = {c.relpath: c for c in every_cell if (resume or c.task_label not in tasks) and c.relpath not in again}
             store.keep_only(lambda relpath, spec: relpath in planned and same_experiment(spec, planned[relpath]))
+            for relpath in sorted(again):  # gone from disk as from the store now: an interrupted rerun resumes
+                shutil.rmtree(out / relpath, ignore_errors=True)  # the new run, never brings the old one back
         else:
             store = ResultStore(store.path, {}, {})
             store.write()  # --overwrite: the previous cells are gone from the store now, not when a cell ends
@@ -307,7 +314,7 @@ def run_matrix(plan: Plan, out: Path, *, resume: bool = False, overwrite: bool =
             if tasks is not None:
                 cells = [c for c in cells if c.task_label in tasks]
             more = _run_locked(plan, cells, out, store, resume=resume, progress=progress, executor=executor,
-                               stage=stage, tuned=tuned, staged=staged, same_invocation=stages_run > 0)
+                               stage=stage, tuned=tuned, staged=staged, same_invocation=stages_run > 0, again=again)
             stages_run += 1
             for key in counts:
                 counts[key] += more[key]
@@ -324,6 +331,23 @@ def run_matrix(plan: Plan, out: Path, *, resume: bool = False, overwrite: bool =
                            f"{point['primary']:.3f} over {point['seeds']} tuning seed(s), on validation problems)")
         run_stage(plan.cells, "evaluation")
         return counts
+
+
+def _rerun_cells(plan: Plan, patterns: Sequence[str], resume: bool) -> set[str]:
+    """The paths of the cells ``patterns`` (shell patterns of cell paths) name, each pattern naming at least one."""
+    if not resume:
+        raise UsageError("--rerun goes with --resume: it runs the named cells again and keeps the others")
+    if not patterns:
+        raise UsageError("--rerun names no cell (give cell paths or patterns, as tune/TASK/VARIANT/*)")
+    paths = [c.relpath for c in plan.cells + plan.tuning_cells()]
+    again = set()
+    for pattern in patterns:
+        matched = {p for p in paths if fnmatch.fnmatchcase(p, pattern)}
+        if not matched:
+            raise UsageError(f"--rerun {pattern!r} matches no cell of {plan.name} (its cells' paths are like "
+                             f"{paths[0]})")
+        again |= matched
+    return again
 
 
 def _stated_analysis(plan: Plan, previous: dict, sessions: list[dict]) -> Optional[dict]:
@@ -350,7 +374,7 @@ def _stated_analysis(plan: Plan, previous: dict, sessions: list[dict]) -> Option
 
 def _run_locked(plan: Plan, cells: list[Cell], out: Path, store: ResultStore, *, resume: bool, progress: bool,
                 executor: Executor, stage: str = "evaluation", tuned: Optional[dict] = None, staged: bool = False,
-                same_invocation: bool = False) -> dict[str, int]:
+                same_invocation: bool = False, again: frozenset = frozenset()) -> dict[str, int]:
     """One session of ``cells`` (one stage: tuning or evaluation) in the locked matrix directory: matrix.json opened
     with the session, the finished cells skipped with --resume, the rest run through ``executor``, each recorded in
     the store and matrix.json as it ends. Returns the session's counts of complete, failed and skipped cells."""
@@ -363,6 +387,9 @@ def _run_locked(plan: Plan, cells: list[Cell], out: Path, store: ResultStore, *,
     jobs = []
     for cell in cells:
         cell_dir = out / cell.relpath
+        if cell.relpath in again:  # asked to run again: from step 0, its directory cleared (prepare_cell_dir)
+            jobs.append(CellJob(cell, cell_dir, False, plan.timeout_s, queued_at=session.start, out_dir=out))
+            continue
         if resume and not stored_complete(store, cell) and is_complete(cell_dir, cell):
             store_cell(store, cell, cell_dir, read_json(cell_dir / "summary.json"))  # finished before the store knew
         if resume and stored_complete(store, cell):

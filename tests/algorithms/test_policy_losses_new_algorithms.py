@@ -304,6 +304,23 @@ def test_dynamic_sampling_gives_up_after_max_rounds(pizza):
     assert metrics["advantage/std"] == 0 and math.isfinite(metrics["loss"])  # trained on the last round: only the KL term
 
 
+def test_dynamic_sampling_refills_stop_at_the_sample_budget(pizza):
+    # Every group ties, so uncapped it would run all 5 rounds (40 completions). With 20 allowed: the first
+    # round (8), one full refill (8), then a last round of the one whole group the budget leaves (4): exactly 20.
+    task = TwoPromptTask(pizza, mixed_share=0)
+    algo = build(GRPO, task, group_size=4, prompts_per_step=2, dynamic_sampling=True, dynamic_sampling_max_rounds=5)
+    algo.completions_allowed = 20
+    metrics = algo.step([task.TIED, task.TIED])
+    assert [len(call) for call in task.calls] == [8, 8, 4]
+    assert metrics["completions"] == 20 and metrics["dynamic_sampling/rounds"] == 3
+    task.calls.clear()
+    algo.completions_allowed = 3  # less than the first round: the step's first round still runs, no refill
+    assert algo.step([task.TIED, task.TIED])["completions"] == 8 and [len(c) for c in task.calls] == [8]
+    task.calls.clear()
+    algo.completions_allowed = None  # no budget: every round runs in full
+    assert algo.step([task.TIED, task.TIED])["completions"] == 40
+
+
 def test_concat_rollouts_repads_and_keeps_sampler_logps():
     a = Rollout(["p"] * 2, ["x", "y"], torch.tensor([[5], [5]]), torch.ones(2, 1, dtype=torch.long),
                 torch.tensor([[1, 2], [3, 0]]), torch.tensor([[1, 1], [1, 0]]), torch.tensor([True, False]), 2,

@@ -98,6 +98,18 @@ def test_a_resampling_variant_is_evaluated_where_its_completions_cross_the_grid(
     assert [("eval/accuracy" in r) for r in rows] == crossed and any(crossed)  # eval_every=1 is overridden
 
 
+def test_a_resampling_variant_generates_exactly_the_budget(tmp_path):
+    # DAPO's refills stop at the budget, so a budget that is a multiple of a group is met exactly: the equal
+    # samples the matrix compares at. Before the cap its last step's refills ran on (1,440 of 1,280 seen).
+    rc = RunConfig(task="pizza", algo="grpo", steps=50, seed=0, out=str(tmp_path), budget=60, eval_every=0,
+                   checkpoint_every=0, device="cpu")
+    run(rc, GRPOConfig(dynamic_sampling=True, prompts_per_step=2, group_size=4, dynamic_sampling_max_rounds=10),
+        {"eval_samples": 8}, progress=False)
+    rows = read_jsonl(tmp_path / "metrics.jsonl")
+    assert any(r["completions"] > 8 for r in rows), "no step re-sampled: the test would not reach the cap"
+    assert sum(r["completions"] for r in rows) == 60
+
+
 def test_the_matrix_evaluates_only_resampling_variants_by_completion_count():
     from benchmarks.matrix import parse
 

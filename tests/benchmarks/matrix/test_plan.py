@@ -350,6 +350,32 @@ def test_tasks_runs_a_subset_now_and_resume_the_rest_later(tmp_path, monkeypatch
     assert sorted(ResultStore.open(out).cells) == ["bandit/grpo/seed0", "pizza/grpo/seed0"]
 
 
+def test_rerun_runs_the_named_cells_again_and_keeps_the_rest(tmp_path, monkeypatch, capsys):
+    from benchmarks.matrix import execute
+
+    path = tmp_path / "m.toml"
+    path.write_text(TWO_TASKS)
+    plan = parse(path)
+    ran = tmp_path / "ran.txt"  # each cell process appends its directory: who actually ran
+    child = FAKE_CELLS[2] + f"; open({str(ran)!r}, 'a').write(sys.argv[1] + chr(10))"
+    monkeypatch.setattr(execute, "cell_command", lambda cell_dir, resume: [sys.executable, "-c", child, str(cell_dir)])
+    out = tmp_path / "out"
+    assert execute.run_matrix(plan, out, progress=False)["complete"] == 2
+    (out / "pizza/grpo/seed0/stale.txt").write_text("from the first run")
+    ran.write_text("")
+    counts = execute.run_matrix(plan, out, resume=True, progress=False, rerun=["pizza/*"])
+    assert counts == {"complete": 1, "failed": 0, "skipped": 1}
+    assert [Path(p).relative_to(out).as_posix() for p in ran.read_text().split()] == ["pizza/grpo/seed0"]
+    assert not (out / "pizza/grpo/seed0/stale.txt").exists()  # run from step 0 in a cleared directory
+    assert sorted(ResultStore.open(out).cells) == ["bandit/grpo/seed0", "pizza/grpo/seed0"]
+    # asked wrongly: one line, exit status 2
+    assert main(["matrix", str(path), "--out", str(out), "--rerun", "pizza/*"]) == 2
+    assert "--rerun goes with --resume" in capsys.readouterr().err
+    assert main(["matrix", str(path), "--out", str(out), "--resume", "--rerun", "tune/*"]) == 2
+    err = capsys.readouterr().err
+    assert "--rerun 'tune/*' matches no cell of m" in err and len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("tasks, message", [
     ("addition", "--tasks: addition is not a task of m (its tasks: bandit, pizza)"),
     (",", "--tasks names no task (the tasks of m: bandit, pizza)"),
