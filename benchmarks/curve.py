@@ -85,3 +85,10 @@ def primary_value(name: str, x: Sequence[float], y: Sequence[float], budget: flo
     if kind == "last":
         return float(np.mean(y[-k:]))
     return normalised_auc(x, y, budget)
+
+
+def cell_scores(summary: dict, metrics: list[dict], primary: str, budget: float) -> tuple[float, float, float]:
+    """A finished cell's (primary metric, AUC, final accuracy), from its stored summary and metrics rows: what a
+    tuning choice ranks grid points by, and what the report of a tuning stage shows."""
+    x, y = accuracy_curve(summary, metrics)
+    return primary_value(primary, x, y, budget), normalised_auc(x, y, budget), float(summary["accuracy_after"])

@@ -170,6 +170,11 @@ def cmd_report(args) -> int:
         writable(args.readme, "--readme")
     data = report(args.dir, readme=args.readme, section=args.section, plot=not args.no_plots,
                   verdicts_section=not args.no_verdicts_section)
+    if "tuning_stage" in data:  # no evaluation cell yet: the grid so far
+        rows = data["tuning_stage"]
+        print(f"tuning stage: {sum(r['seeds'] for r in rows)} of {sum(r['planned'] for r in rows)} tuning cells "
+              f"finished; wrote " + ", ".join(data["written"]))
+        return 0
     cells = data["cells"]
     counts = cells["status"].value_counts()
     print(f"{len(cells)} cells: " + ", ".join(f"{n} {s}" for s, n in counts.items()))

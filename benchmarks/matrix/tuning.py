@@ -23,7 +23,7 @@ from typing import Optional
 
 import numpy as np
 
-from benchmarks.curve import PRIMARY_DEFAULT, accuracy_curve, normalised_auc, primary_value
+from benchmarks.curve import PRIMARY_DEFAULT, cell_scores
 from benchmarks.matrix.plan import Plan, TuningGroup
 from benchmarks.store import ResultStore
 
@@ -33,8 +33,7 @@ def _score(store: ResultStore, cell, primary: str) -> Optional[tuple[float, floa
     summary = store.summary(cell.relpath)
     if not summary or summary.get("status") != "complete":
         return None
-    x, y = accuracy_curve(summary, store.metrics(cell.relpath))
-    return primary_value(primary, x, y, cell.budget), normalised_auc(x, y, cell.budget), float(summary["accuracy_after"])
+    return cell_scores(summary, store.metrics(cell.relpath), primary, cell.budget)
 
 
 def choose(plan: Plan, store: ResultStore) -> tuple[list[int], list[dict]]:

@@ -31,7 +31,7 @@ from benchmarks.errors import UsageError
 from benchmarks.io import PHASES, QUESTIONS_CORRECT, QUESTIONS_SAMPLES, atomic_write_text, read_json
 from benchmarks.markdown import markdown_table, plus_minus, update_section
 from benchmarks.report import curves as learning_curves
-from benchmarks.report import verdicts
+from benchmarks.report import tuning_stage, verdicts
 from benchmarks.report.curves import CELL_KEYS
 from benchmarks.report.plots import plots
 from benchmarks.report.stats import t_interval
@@ -394,6 +394,9 @@ def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[s
     """Tables, statistics, plots and README.md of DIR; with ``readme`` (and always for results/README.md when DIR
     is under results/) two sections of that README: SECTION (the header lines and a link) and SECTION-verdicts."""
     out = Path(out)
+    meta = read_json(out / "matrix.json")
+    if tuning_stage.in_tuning_stage(meta):
+        return _tuning_stage_report(out, meta, readme, section)
     data = analyse(collect(out))
     summary = summarize(data["cells"])
     curves, analysis = data["curves"], data["analysis"]
@@ -415,7 +418,21 @@ def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[s
     source = str(out)
     atomic_write_text(out / "README.md", "# grpo-bench results\n\n" + render(data, summary, images, "", source))
     section_name = section or f"matrix-{out.name}"
-    targets = []  # (README, whether it also gets the verdicts): results/README.md is an index of the matrices
+    targets = _readme_targets(out, readme, verdicts_section)
+    for target, with_verdicts in targets:
+        prefix = Path(os.path.relpath(out.resolve(), target.resolve().parent)).as_posix() + "/"
+        update_section(target, section_name, render(data, summary, images, prefix, source, brief=True))
+        if with_verdicts:
+            update_section(target, f"{section_name}-verdicts", verdicts.render(analysis, scaling=False))
+    data["summary"] = summary
+    data["written"] = [str(out / "README.md")] + [str(t) for t, _ in targets]
+    return data
+
+
+def _readme_targets(out: Path, readme: Optional[str], verdicts_section: bool) -> list[tuple[Path, bool]]:
+    """The READMEs that get a section on DIR, each with whether it also gets the verdicts: results/README.md (an
+    index of the matrices, without them) when DIR is under results/, and ``readme``."""
+    targets = []
     root = _results_root(out.resolve())
     if root is not None and root != out.resolve():
         targets.append((root / "README.md", False))
@@ -425,11 +442,16 @@ def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[s
             targets[same[0]] = (targets[same[0]][0], verdicts_section)
         else:
             targets.append((Path(readme), verdicts_section))
-    for target, with_verdicts in targets:
+    return targets
+
+
+def _tuning_stage_report(out: Path, meta: dict, readme: Optional[str], section: Optional[str]) -> dict:
+    """DIR/README.md (and the READMEs' sections) of a matrix still in its tuning stage: the grid so far."""
+    store = ResultStore.read(out) or ResultStore(out / STORE_FILE, {}, {})
+    atomic_write_text(out / "README.md", "# grpo-bench results\n\n" + tuning_stage.render(meta, store))
+    targets = _readme_targets(out, readme, False)
+    for target, _ in targets:
         prefix = Path(os.path.relpath(out.resolve(), target.resolve().parent)).as_posix() + "/"
-        update_section(target, section_name, render(data, summary, images, prefix, source, brief=True))
-        if with_verdicts:
-            update_section(target, f"{section_name}-verdicts", verdicts.render(analysis, scaling=False))
-    data["summary"] = summary
-    data["written"] = [str(out / "README.md")] + [str(t) for t, _ in targets]
-    return data
+        update_section(target, section or f"matrix-{out.name}", tuning_stage.render(meta, store, prefix, brief=True))
+    return {"meta": meta, "tuning_stage": tuning_stage.progress_rows(meta, store), "analysis": {},
+            "written": [str(out / "README.md")] + [str(t) for t, _ in targets]}

@@ -1,0 +1,81 @@
+"""The report of a matrix in its tuning stage: the grid so far, scored as the choice will score it."""
+
+import json
+
+import pytest
+
+from benchmarks.cli.main import main
+from benchmarks.matrix import parse
+from benchmarks.report.matrix import report
+from benchmarks.store import ResultStore
+
+MATRIX = """\
+seeds = [0]
+budget = 64
+eval_every = 32
+device = "cpu"
+
+[tuning]
+seeds = [10, 11]
+learning_rate = [1e-5, 1e-3]
+
+[analysis]
+primary = "last_2"
+margin = 0.05
+
+[tasks.pizza]
+eval_samples = 8
+
+[algorithms.grpo]
+[algorithms.dpo]
+"""
+
+
+def _summary(after, completions=64, status="complete"):
+    return {"status": status, "steps": 2, "accuracy_before": 0.1, "accuracy_after": after,
+            "completions_generated": completions, "wall_clock_s": 12.0}
+
+
+@pytest.fixture
+def tuning_dir(tmp_path):
+    path = tmp_path / "m.toml"
+    path.write_text(MATRIX)
+    plan = parse(path)
+    out = tmp_path / "out"
+    out.mkdir()
+    specs = {c.relpath: c.spec() for c in plan.tuning_cells()}
+    meta = {"name": "m", "description": "a tuning test", "cells": [], "analysis": {"primary": "last_2", "margin": 0.05},
+            "tuning": {"seeds": [10, 11], "cells": [{"dir": k, **v} for k, v in specs.items()], "table": None}}
+    (out / "matrix.json").write_text(json.dumps(meta))
+    store = ResultStore.open(out)
+    grpo = "tune/pizza/grpo/learning_rate=1e-05/seed{}"
+    rows = lambda mid: [{"step": 1, "completions": 32.0, "eval/accuracy": mid}, {"step": 2, "completions": 32.0}]
+    store.put(grpo.format(10), specs[grpo.format(10)], _summary(0.5), rows(0.3))  # last_2 = (0.3 + 0.5) / 2 = 0.4
+    store.put(grpo.format(11), specs[grpo.format(11)], _summary(0.7, completions=96), rows(0.5))  # 0.6, over budget
+    failed = "tune/pizza/grpo/learning_rate=0.001/seed10"
+    store.put(failed, specs[failed], {"status": "failed", "error": "diverged"}, [])
+    stale = "tune/pizza/grpo/learning_rate=0.001/seed11"  # ran under other settings: not this matrix's cell
+    store.put(stale, {**specs[stale], "budget": 32}, _summary(0.9), rows(0.9))
+    store.write()
+    return out
+
+
+def test_the_grid_so_far_is_scored_as_the_choice_scores_it(tuning_dir):
+    data = report(tuning_dir, plot=False)
+    rows = {(r["variant"], r["point"]): r for r in data["tuning_stage"]}
+    assert len(rows) == 2 + 2 and sum(r["planned"] for r in rows.values()) == 8
+    first = rows[("grpo", "learning_rate=1e-05")]
+    assert first["seeds"] == 2 and first["primary"] == pytest.approx((0.4 + 0.6) / 2)
+    assert first["final_accuracy"] == pytest.approx(0.6) and first["completions"] == [64, 96]
+    second = rows[("grpo", "learning_rate=0.001")]
+    assert second["seeds"] == 0 and second["failed"] == 1  # the stale cell is not counted
+    page = (tuning_dir / "README.md").read_text()
+    assert "Tuning stage: 2 of 8 tuning cells finished, 1 failed; no evaluation cell has run." in page
+    assert "| pizza | grpo | learning_rate=1e-05 | 2 of 2 | 0.500 | 0.600 | 64, 96 | 12, 12 |" in page
+    assert "Over the budget: grpo learning_rate=1e-05." in page
+    assert "chosen" not in page.split("Per grid point")[1]  # no choice is named on a partial grid
+
+
+def test_the_report_command_on_a_tuning_stage_says_how_far(tuning_dir, capsys):
+    assert main(["report", str(tuning_dir), "--no-plots"]) == 0
+    assert "tuning stage: 2 of 8 tuning cells finished" in capsys.readouterr().out
