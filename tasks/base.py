@@ -40,6 +40,19 @@ RewardFn = Callable[[Sequence[str], Sequence[str]], Sequence[float]]
 # sampler, which tasks may not import), else with ``sample_batched`` (transformers' generate).
 Sampler = Callable[..., "Samples"]
 
+# Help for the evaluation's decoding options that a task may take (``eval_share_prefix``, ``eval_drop_finished``:
+# Reasoning Gym's and GSM8K's); ``Task.eval_sampler_options`` turns them into the sampler's keyword arguments.
+EVAL_DECODING_HELP = {
+    "eval_share_prefix": "encode the leading tokens all evaluation prompts of a batch share (the chat template's "
+                         "system turn) once for the batch (the harness's sampler): the same greedy answers to rounding, "
+                         "faster where the prompts are long beside the completions (chain_sum's: about 2x on CPU) "
+                         "(off, the default: every prompt whole, as every committed run evaluated)",
+    "eval_drop_finished": "greedy evaluation stops computing a batch's rows once they end (the harness's sampler): "
+                          "the same answers to rounding, fewer rows decoded where a few long completions would keep "
+                          "the batch going (off, the default: every row decodes to the batch's end, as every "
+                          "committed run evaluated)",
+}
+
 
 class EvalMetrics(dict):
     """``evaluate()``'s metrics (name -> float, as every caller expects) with the per-question detail
@@ -74,6 +87,9 @@ class Task:
     tokenizer = None
     preference_labelling = "completions of the starting policy paired at random; the higher task reward is chosen; ties dropped"
     eval_sampler: Optional[Sampler] = None
+    # The evaluation's decoding options (``EVAL_DECODING_HELP``), off unless a task's constructor takes and sets them.
+    eval_share_prefix = False
+    eval_drop_finished = False
     # Help for each constructor argument, shown by --help; a subclass adds its own arguments' entries.
     option_help: dict[str, str] = {"reward_mode": "the task's reward mode"}
     # The evaluation questions in order, for a task that evaluates a list of prompts (None: its evaluation
@@ -126,6 +142,15 @@ class Task:
     def evaluate(self, model, *, seed: int = 0) -> dict[str, float]:
         """Named metrics of ``model``; at least ``reward`` and ``accuracy``."""
         raise NotImplementedError
+
+    def eval_sampler_options(self, temperature: float) -> dict:
+        """The keyword arguments the evaluation's sampler gets from ``eval_share_prefix`` and ``eval_drop_finished``:
+        only an installed ``eval_sampler`` (the harness's shared rollout) takes them, transformers' ``sample_batched``
+        neither; ``drop_finished`` only when decoding at ``temperature`` 0 (greedy)."""
+        if self.eval_sampler is None:
+            return {}
+        return ({"share_prefix": True} if self.eval_share_prefix else {}) | \
+               ({"drop_finished": True} if self.eval_drop_finished and temperature == 0 else {})
 
     def describe(self) -> dict:
         """Every setting that defines the task, for config.json."""

@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
-from tasks.base import EvalMetrics, GenerationDefaults, Samples, Task, TaskError, register_task, sample_batched
+from tasks.base import (EVAL_DECODING_HELP, EvalMetrics, GenerationDefaults, Samples, Task, TaskError, register_task,
+                        sample_batched)
 from tasks.smollm import cached_causal_lm, cached_dir, load_causal_lm, load_tokenizer
 
 HUB_NAME, HUB_CONFIG = "openai/gsm8k", "main"
@@ -441,6 +442,7 @@ class GSM8KTask(Task):
         "eval_temperature": "sampling temperature of evaluation (0: greedy)",
         "eval_max_new_tokens": "completion length cap in evaluation",
         "eval_batch": "evaluation prompts per generate call",
+        **EVAL_DECODING_HELP,
         "eval_max_steps": "evaluate only test questions whose reference solution takes at most N calculator steps "
                           "(<<a*b=c>> annotations): a stated easier subset; 0: every question",
         "think_prefill": "start the assistant's turn with '<think>' (R1-Zero's template), counted as part of the completion",
@@ -457,7 +459,8 @@ class GSM8KTask(Task):
 
     def __init__(self, reward_mode: Optional[str] = None, reward_fn=None, data: Optional[str] = None,
                  model: Optional[str] = None, eval_questions: int = 50, eval_k: int = 1, eval_temperature: float = 0.7,
-                 eval_max_new_tokens: int = 256, eval_batch: int = 32, eval_max_steps: int = 0, think_prefill: bool = True,
+                 eval_max_new_tokens: int = 256, eval_batch: int = 32, eval_share_prefix: bool = False,
+                 eval_drop_finished: bool = False, eval_max_steps: int = 0, think_prefill: bool = True,
                  starting_policy: str = "base", sft_examples: int = 512, sft_steps: int = 0, sft_batch: int = 8,
                  sft_learning_rate: float = 5e-5, sft_seed: int = 0, eval_set: str = "test"):
         super().__init__(reward_mode, reward_fn)
@@ -485,6 +488,7 @@ class GSM8KTask(Task):
         self.data, self.model_path, self.think_prefill = data, model, think_prefill
         self.eval_questions, self.eval_k, self.eval_temperature = eval_questions, eval_k, eval_temperature
         self.eval_max_new_tokens, self.eval_batch = eval_max_new_tokens, eval_batch
+        self.eval_share_prefix, self.eval_drop_finished = eval_share_prefix, eval_drop_finished
         self.train, self.test = load_split(data, "train"), load_split(data, "test")
         for report in (self.train, self.test):
             if report.skipped:
@@ -587,12 +591,13 @@ class GSM8KTask(Task):
         """``k`` samples per prompt, ``eval_batch`` prompts at a time; batch i is seeded with seed + i so that
         its samples depend on the seed and the prompts only, not on what was sampled before."""
         sampler = self.eval_sampler or sample_batched
+        shared = self.eval_sampler_options(self.eval_temperature)
         texts, truncated, tokens = [], [], 0
         start_time = time.perf_counter()
         for start in range(0, len(prompts), self.eval_batch):
             chunk = list(prompts[start:start + self.eval_batch])
             part = sampler(model, self.tokenizer, chunk, k=k, max_new_tokens=self.eval_max_new_tokens,
-                           temperature=self.eval_temperature, seed=seed + start // self.eval_batch)
+                           temperature=self.eval_temperature, seed=seed + start // self.eval_batch, **shared)
             texts += part.texts
             truncated += part.truncated
             tokens += part.tokens
@@ -680,7 +685,8 @@ class GSM8KTask(Task):
             "prompt_format": ("the tokenizer's chat template" if getattr(self.tokenizer, "chat_template", None)
                               else "plain text (the tokenizer has no chat template)"),
             "system_prompt": SYSTEM_PROMPT, "eval_questions": self.eval_questions, "eval_k": self.eval_k,
-            "eval_temperature": self.eval_temperature, "eval_max_new_tokens": self.eval_max_new_tokens,
+            "eval_temperature": self.eval_temperature, "eval_share_prefix": self.eval_share_prefix,
+            "eval_drop_finished": self.eval_drop_finished, "eval_max_new_tokens": self.eval_max_new_tokens,
             "eval_max_steps": self.eval_max_steps, "format_reward_per_group": FORMAT_REWARD_PER_GROUP, "think_prefill": self.think_prefill,
             "eval_sampler": getattr(self.eval_sampler, "__qualname__", "transformers generate (sample_batched)"),
             "accuracy": "number inside the last <answer>...</answer> group equals the reference (as numbers)",

@@ -50,8 +50,8 @@ import re
 import time
 from typing import Optional, Sequence
 
-from tasks.base import (EvalMetrics, GenerationDefaults, Samples, Task, TaskError, register_task, reward_ranked_pairs,
-                        sample_batched)
+from tasks.base import (EVAL_DECODING_HELP, EvalMetrics, GenerationDefaults, Samples, Task, TaskError, register_task,
+                        reward_ranked_pairs, sample_batched)
 from tasks.smollm import load_causal_lm, load_tokenizer
 
 INSTALL_HINT = "pip install -e '.[reasoning]'"
@@ -230,13 +230,7 @@ class ReasoningGymTask(Task):
         "eval_k": "completions sampled per held-out problem",
         "eval_temperature": "sampling temperature of the held-out evaluation (0: greedy)",
         "eval_batch": "evaluation prompts per generate call",
-        "eval_share_prefix": "encode the leading tokens all evaluation prompts of a batch share (the chat template's "
-                             "system turn) once for the batch: the same greedy answers to rounding, about 2x faster "
-                             "on CPU (off, the default: every prompt whole, as every committed run evaluated)",
-        "eval_drop_finished": "greedy evaluation stops computing a batch's rows once they end (the harness's sampler): "
-                              "the same answers to rounding, fewer rows decoded where a few long completions would keep "
-                              "the batch going (off, the default: every row decodes to the batch's end, as every "
-                              "committed run evaluated)",
+        **EVAL_DECODING_HELP,
         "completion_tokens": "completion length cap of rollouts (unless --max-new-tokens) and of evaluation",
         "system_prompt": "the system message (default: reasoning-gym's 'direct' prompt: answer inside <answer> tags)",
         "extract": "the answer without an <answer>...</answer> group: last_number (the completion's last number) or tags (none)",
@@ -348,11 +342,7 @@ class ReasoningGymTask(Task):
     def sample(self, model, prompts: Sequence[str], *, k: int, temperature: float, seed: int) -> Samples:
         """``k`` samples per prompt, ``eval_batch`` prompts at a time; batch i seeded with seed + i."""
         sampler = self.eval_sampler or sample_batched
-        # The shared rollout's sampler (the harness's) can encode the prompts' common prefix once; transformers' cannot.
-        shared = {}
-        if self.eval_sampler is not None:
-            shared = {"share_prefix": True} if self.eval_share_prefix else {}
-            shared |= {"drop_finished": True} if self.eval_drop_finished and temperature == 0 else {}
+        shared = self.eval_sampler_options(temperature)
         texts, truncated, tokens = [], [], 0
         for start in range(0, len(prompts), self.eval_batch):
             part = sampler(model, self.tokenizer, list(prompts[start:start + self.eval_batch]), k=k,
