@@ -100,6 +100,15 @@ class TransferSettings(StudySettings):
     section: str = option("section", "transfer")
 
 
+def algorithm_settings() -> dict[str, list[str]]:
+    """Each registered algorithm's setting names (its config's fields, option groups flattened): what ``transfer``
+    compares two matrices' cells on; the report reads run data only and cannot import the registry itself."""
+    from algorithms import ALGORITHMS  # heavy: torch
+    from algorithms.base import config_fields
+
+    return {name: list(config_fields(cls.Config)) for name, cls in ALGORITHMS.items()}
+
+
 @register_study
 class Transfer(Study):
     name, group = "transfer", TOP
@@ -116,7 +125,7 @@ class Transfer(Study):
             raise UsageError(f"--pair: a ranking needs at least 3 algorithms, got {len(pairs)}")
         from benchmarks.report.transfer import transfer  # heavy: pandas, scipy
 
-        text = self.write(transfer(s.toy, s.real, pairs), s, command)
+        text = self.write(transfer(s.toy, s.real, pairs, algorithm_settings()), s, command)
         print(text.splitlines()[0])
         print(_wrote(s))
         return 0

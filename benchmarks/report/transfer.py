@@ -2,11 +2,21 @@
 
 Two matrices rank algorithms on different tasks (the toy addition task, a real LM on Reasoning Gym). For the
 algorithms both ran (``pairs``: the toy's variant name and the real one's, which may differ, e.g. a tuned
-variant on the toy), the report puts side by side each matrix's own verdict (mean with its 95% interval and
-its mark against that matrix's best) and the two rankings of the common algorithms, and measures their
-agreement with Kendall's tau-b (scipy), whose p-value tests "no association". With a handful of algorithms
-that test has little power (with 6 only a near-perfect agreement reaches p < 0.05): the report says so and
-gives the smallest tau that would.
+variant on the toy), the report puts side by side each matrix's mean of its own primary metric (what its verdicts
+rank by: benchmarks/report/curves.py's per-cell ``primary``) with a 95% interval, its mark against that matrix's
+best, and the two rankings of the common algorithms, and measures their agreement with Kendall's tau-b (scipy),
+whose p-value tests "no association". With a handful of algorithms that test has little power (with 6 only a
+near-perfect agreement reaches p < 0.05): the report says so and gives the smallest tau that would.
+
+Tau's interval is a bootstrap over both matrices' seed noise (``resampled_means``): each resample draws each
+matrix's seeds with replacement, recomputes every variant's mean and tau-b; the table's intervals are the same
+resamples' percentiles. A matrix is blocked by seed (every variant ran the same seeds, which share their random
+numbers, and the verdicts pair the cells by seed), so one draw of seed indices serves every variant of that matrix.
+
+Like for like: per pairing, the algorithm settings the two matrices' cells ran with (matrix.json's resolved
+``settings``) that differ, and the precision they ran at. Which keys are algorithm settings is the algorithm
+registry's (passed in by benchmarks/studies.py: the report does not import ``algorithms``), less learning_rate and
+the keys the matrices' [tuning] grids varied for the variant, which are expected to differ.
 
 It reads the two result stores and matrix.json files only.
 """
@@ -14,18 +24,30 @@ It reads the two result stores and matrix.json files only.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
+import numpy as np
 import pandas as pd
 
 from benchmarks.errors import UsageError
 from benchmarks.markdown import markdown_table, with_interval
-from benchmarks.report.matrix import matrix_verdicts
 from benchmarks.report.inference import TOO_FEW
+from benchmarks.report.matrix import analyse, collect
+from benchmarks.report.stats import REPS, SEED
+from benchmarks.report.verdicts import primary_name
+
+ALWAYS_EXCLUDED = "learning_rate"  # each matrix sets or tunes its own, for its task and model
+NOT_RECORDED = "not recorded"
+
+
+def read_matrix(directory: Path) -> dict:
+    """A matrix directory as its report reads it (benchmarks/report/matrix.py's ``collect`` and ``analyse``): its
+    plan (``meta``), its cells, each cell's primary metric (``curves["cells"]["primary"]``) and its verdicts."""
+    return analyse(collect(directory))
 
 
 def _ranking_task(verdicts: pd.DataFrame, directory: Path) -> pd.DataFrame:
-    tasks = sorted(set(verdicts["task"]))
+    tasks = sorted(set(verdicts["task"])) if "task" in verdicts else []
     if len(tasks) != 1:
         raise UsageError(f"{directory}: transfer compares one task per matrix, found {', '.join(tasks) or 'none'}")
     return verdicts.set_index("variant")
@@ -50,32 +72,147 @@ def smallest_significant_tau(n: int, alpha: float = 0.05) -> Optional[float]:
     return None
 
 
-def transfer(toy: Path | str, real: Path | str, pairs: Sequence[tuple[str, str]]) -> dict:
-    """Per common algorithm: both matrices' verdicts and ranks; Kendall's tau-b of the two rankings."""
+def primary_scores(per_cell: pd.DataFrame, variants: Sequence[str], directory: Path) -> dict[str, dict[int, float]]:
+    """{variant: {seed: its cell's primary metric}} for ``variants``, the cells with a value (a curve with fewer
+    evaluations than the metric needs has none)."""
+    scores = {}
+    for variant in variants:
+        mine = per_cell[per_cell["variant"] == variant].sort_values("seed")
+        scores[variant] = {int(s): float(x) for s, x in zip(mine["seed"], mine["primary"]) if np.isfinite(x)}
+        if not scores[variant]:
+            raise UsageError(f"{directory}: {variant} has no cell with a value of the primary metric")
+    return scores
+
+
+def resampled_means(scores: Mapping[str, Mapping[int, float]], rng: np.random.Generator,
+                    reps: int) -> tuple[np.ndarray, bool]:
+    """Each variant's mean over ``reps`` resamples of its seeds, (reps, variants) in ``scores``' order, and whether
+    the seeds were resampled as blocks: when every variant has the same seeds, each resample draws one set of seed
+    indices and applies it to every variant (a seed's cells share its random numbers, and the verdicts pair them);
+    otherwise each variant's seeds are resampled on their own."""
+    seeds = [sorted(by_seed) for by_seed in scores.values()]
+    if all(s == seeds[0] for s in seeds):
+        y = np.array([[by_seed[s] for s in seeds[0]] for by_seed in scores.values()])  # (variants, seeds)
+        index = rng.integers(0, y.shape[1], size=(reps, y.shape[1]))
+        return y[:, index].mean(-1).T, True
+    columns = []
+    for by_seed in scores.values():
+        values = np.array([by_seed[s] for s in sorted(by_seed)])
+        columns.append(values[rng.integers(0, len(values), size=(reps, len(values)))].mean(-1))
+    return np.column_stack(columns), False
+
+
+def tau_interval(toy: Mapping[str, Mapping[int, float]], real: Mapping[str, Mapping[int, float]], *,
+                 reps: int = REPS, seed: int = SEED) -> dict:
+    """Kendall's tau-b of the toy's and the real matrix's variant means (``toy`` and ``real`` in the pairs' order)
+    in ``reps`` seeded resamples of both matrices' seeds (``resampled_means``): its 95% percentile interval
+    (``low``, ``high``: values tau can take), each matrix's resampled means and whether it was resampled in blocks.
+    ``undefined``: resamples where one side's means all tie (no tau), left out."""
+    from scipy.stats import kendalltau
+
+    rng = np.random.default_rng(seed)
+    toy_means, toy_blocked = resampled_means(toy, rng, reps)
+    real_means, real_blocked = resampled_means(real, rng, reps)
+    taus = np.array([kendalltau(x, y).statistic for x, y in zip(toy_means, real_means)])
+    taus = taus[np.isfinite(taus)]
+    low, high = ((float(np.percentile(taus, 2.5, method="lower")), float(np.percentile(taus, 97.5, method="higher")))
+                 if len(taus) else (np.nan, np.nan))
+    return {"low": low, "high": high, "reps": reps, "seed": seed, "undefined": reps - len(taus),
+            "toy_means": toy_means, "real_means": real_means, "toy_blocked": toy_blocked, "real_blocked": real_blocked}
+
+
+def variant_settings(data: dict, variant: str) -> dict:
+    """What a variant's cells ran with: its algorithm, its first planned cell's resolved settings (the cells of a
+    variant differ in the seed alone), the precision its complete cells recorded, and the settings the matrix's
+    [tuning] grid varied for it (the algo_options that differ among its tuning cells)."""
+    planned = [c for c in (data.get("meta") or {}).get("cells", []) if c.get("variant") == variant]
+    first = planned[0] if planned else {}
+    cells = data.get("cells", pd.DataFrame())
+    mine = cells[(cells["variant"] == variant) & (cells["status"] == "complete")] if "status" in cells else cells.iloc[:0]
+    precision = sorted(mine["precision"].dropna().astype(str).unique()) if "precision" in mine else []
+    grid: dict[str, set] = {}
+    for cell in ((data.get("meta") or {}).get("tuning") or {}).get("cells", []):
+        if cell.get("variant") == variant:
+            for key, value in (cell.get("algo_options") or {}).items():
+                grid.setdefault(key, set()).add(repr(value))
+    return {"algo": first.get("algo"), "settings": first.get("settings") or {},
+            "precision": "/".join(precision) or NOT_RECORDED, "tuned": {k for k, v in grid.items() if len(v) > 1}}
+
+
+_ABSENT = object()  # a setting a cell's recorded settings lack
+
+
+def _shown(value) -> str:
+    return NOT_RECORDED if value is _ABSENT else str(value)
+
+
+def setting_differences(toy: dict, real: dict, fields: Mapping[str, Sequence[str]], excluded: set[str]) -> list[str]:
+    """The algorithm settings (``fields``: each algorithm's setting names) and the precision in which two variants'
+    cells (``variant_settings``) differ, each "key toy vs real", leaving out ``excluded``; a setting one side did
+    not record (an older run) reads "not recorded" there."""
+    out = [] if toy["algo"] == real["algo"] else [f"algo {toy['algo']} vs {real['algo']}"]
+    out += [f"{algo}: not in the algorithm registry, its settings not compared"
+            for algo in dict.fromkeys((toy["algo"], real["algo"])) if algo not in fields]
+    keys = set(fields.get(toy["algo"], ())) | set(fields.get(real["algo"], ()))
+    for key in sorted(keys - excluded):
+        a, b = toy["settings"].get(key, _ABSENT), real["settings"].get(key, _ABSENT)
+        if a != b:
+            out.append(f"{key} {_shown(a)} vs {_shown(b)}")
+    if toy["precision"] != real["precision"]:
+        out.append(f"precision {toy['precision']} vs {real['precision']}")
+    return out
+
+
+def transfer(toy: Path | str, real: Path | str, pairs: Sequence[tuple[str, str]],
+             algorithm_settings: Mapping[str, Sequence[str]], *, reps: int = REPS, seed: int = SEED) -> dict:
+    """Per common algorithm: both matrices' mean primary metric with its interval, mark and rank, and the algorithm
+    settings that differ; Kendall's tau-b of the two rankings with its p-value and a bootstrap interval over both
+    matrices' seeds. ``algorithm_settings``: each algorithm's setting names (the registry's configs)."""
     from scipy.stats import kendalltau
 
     toy, real = Path(toy), Path(real)
-    toy_verdicts, real_verdicts = (_ranking_task(matrix_verdicts(d), d) for d in (toy, real))
+    toy_data, real_data = read_matrix(toy), read_matrix(real)
+    toy_verdicts, real_verdicts = (_ranking_task(d["analysis"]["tasks"], p) for d, p in ((toy_data, toy), (real_data, real)))
     missing = [f"{toy}: {a}" for a, _ in pairs if a not in toy_verdicts.index]
     missing += [f"{real}: {b}" for _, b in pairs if b not in real_verdicts.index]
     if missing:
         raise UsageError(f"no finished cells for {missing[0]}")
-    rows = []
-    for toy_name, real_name in pairs:
+    toy_scores = primary_scores(toy_data["curves"]["cells"], [a for a, _ in pairs], toy)
+    real_scores = primary_scores(real_data["curves"]["cells"], [b for _, b in pairs], real)
+    boot = tau_interval(toy_scores, real_scores, reps=reps, seed=seed)
+    toy_task, real_task = str(toy_verdicts["task"].iloc[0]), str(real_verdicts["task"].iloc[0])
+    rows, tuned_keys = [], {}
+    for i, (toy_name, real_name) in enumerate(pairs):
         a, b = toy_verdicts.loc[toy_name], real_verdicts.loc[real_name]
-        rows.append({"algorithm": real_name, "toy_variant": toy_name, "toy_seeds": int(a["seeds"]),
-                     "toy_mean": a["final_mean"], "toy_low": a["final_mean_low"], "toy_high": a["final_mean_high"],
-                     "toy_mark": a["mark"], "toy_in_set": bool(a["in_best_set"]), "real_seeds": int(b["seeds"]),
-                     "real_mean": b["final_mean"], "real_low": b["final_mean_low"], "real_high": b["final_mean_high"],
-                     "real_mark": b["mark"], "real_in_set": bool(b["in_best_set"])})
+        sides = variant_settings(toy_data, toy_name), variant_settings(real_data, real_name)
+        for task, side in zip((toy_task, real_task), sides):
+            for key in side["tuned"] - {ALWAYS_EXCLUDED}:
+                tuned_keys.setdefault(key, []).append(f"{real_name} on {task}")
+        excluded = {ALWAYS_EXCLUDED} | sides[0]["tuned"] | sides[1]["tuned"]
+        row = {"algorithm": real_name, "toy_variant": toy_name,
+               "differs": setting_differences(*sides, algorithm_settings, excluded)}
+        for side, name, verdict, scores, means in (("toy", toy_name, a, toy_scores, boot["toy_means"]),
+                                                   ("real", real_name, b, real_scores, boot["real_means"])):
+            row.update({f"{side}_seeds": len(scores[name]), f"{side}_mean": float(np.mean(list(scores[name].values()))),
+                        f"{side}_low": float(np.percentile(means[:, i], 2.5)),
+                        f"{side}_high": float(np.percentile(means[:, i], 97.5)),
+                        f"{side}_mark": verdict["mark"], f"{side}_in_set": bool(verdict["in_best_set"])})
+        rows.append(row)
     table = pd.DataFrame(rows)
     table["toy_rank"] = table["toy_mean"].rank(ascending=False, method="min").astype(int)
     table["real_rank"] = table["real_mean"].rank(ascending=False, method="min").astype(int)
     tau = kendalltau(table["toy_mean"], table["real_mean"])
-    return {"toy": str(toy), "real": str(real), "toy_task": str(toy_verdicts["task"].iloc[0]),
-            "real_task": str(real_verdicts["task"].iloc[0]), "table": table.sort_values("real_rank"),
-            "tau": float(tau.statistic), "p_value": float(tau.pvalue), "n": len(table),
-            "tau_needed": smallest_significant_tau(len(table))}
+    return {"toy": str(toy), "real": str(real), "toy_task": toy_task, "real_task": real_task,
+            "toy_primary": toy_data["analysis"]["spec"]["primary"], "real_primary": real_data["analysis"]["spec"]["primary"],
+            "table": table.sort_values("real_rank"), "tau": float(tau.statistic), "p_value": float(tau.pvalue),
+            "n": len(table), "tau_needed": smallest_significant_tau(len(table)),
+            "tau_low": boot["low"], "tau_high": boot["high"],
+            "bootstrap": {k: boot[k] for k in ("reps", "seed", "undefined", "toy_blocked", "real_blocked")},
+            "like_for_like": int((table["differs"].str.len() == 0).sum()), "tuned_keys": tuned_keys}
+
+
+def _signed(value: float) -> str:
+    return "n/a" if value != value else f"{value:+.2f}"
 
 
 def headline(result: dict) -> str:
@@ -92,22 +229,64 @@ def headline(result: dict) -> str:
                  f"{'also' if toy_first['algorithm'] in real_best else 'not'} in {result['real_task']}'s could-be-best set")
     else:
         first = f"{result['real_task']} has too few seeds for marks yet"
-    return (f"**The toy ranking {carried}: Kendall's tau-b {result['tau']:+.2f} (p {result['p_value']:.2f}; {power}); "
+    return (f"**The toy ranking {carried}: Kendall's tau-b {result['tau']:+.2f} [{_signed(result['tau_low'])}, "
+            f"{_signed(result['tau_high'])} over the seeds] (p {result['p_value']:.2f}; {power}); "
+            f"{result['like_for_like']} of {result['n']} pairings like for like in their algorithm settings; "
             f"{first}; first on {result['real_task']}: {real_first['algorithm']}.**")
+
+
+def _bootstrap_text(result: dict) -> str:
+    boot = result["bootstrap"]
+    text = (f"Tau's interval resamples both matrices' seeds: each of {boot['reps']} resamples (seeded, {boot['seed']}) "
+            "draws each matrix's seeds with replacement and recomputes every variant's mean primary metric and tau-b; "
+            "the interval is the 2.5th to 97.5th percentile (values tau can take), the table's intervals the same "
+            "resamples' percentiles of each mean. It holds the algorithms, the tasks and the tuning fixed: how far tau "
+            "moves with the seeds alone.")
+    blocked = [result[f"{side}_task"] for side in ("toy", "real") if boot[f"{side}_blocked"]]
+    apart = [result[f"{side}_task"] for side in ("toy", "real") if not boot[f"{side}_blocked"]]
+    if blocked:
+        text += (f" On {' and '.join(blocked)} every variant ran the same seeds, so each resample draws one set of "
+                 "seed indices for all its variants (the seeds are blocks: their cells share random numbers, and the "
+                 "verdicts pair them).")
+    if apart:
+        text += (f" On {' and '.join(apart)} the variants ran different seeds, so each variant's seeds were resampled "
+                 "on their own.")
+    few = [f"{int(result['table'][f'{side}_seeds'].min())} seeds on {result[f'{side}_task']}" for side in ("toy", "real")
+           if result["table"][f"{side}_seeds"].min() <= 5]
+    if few:
+        text += (f" With {' and '.join(few)} the interval is coarse and likely too narrow (a percentile "
+                 "bootstrap of a difference of means covered it 81% of the time at 3 seeds, 88% at 5: "
+                 "benchmarks/report/stats.py).")
+    if boot["undefined"]:
+        text += f" {boot['undefined']} resamples tied every mean on one side (no tau) and are left out."
+    return text
+
+
+def _settings_text(result: dict) -> str:
+    tuned = "; ".join(f"{key} ({', '.join(where)})" for key, where in sorted(result["tuned_keys"].items()))
+    return ("Like for like: per pairing, the algorithm settings (each algorithm's config fields, from the algorithm "
+            "registry) that the two matrices' cells ran with (matrix.json's resolved settings) and differ, and the "
+            "precision the cells recorded; \"not recorded\" where one side's cells predate the setting. Left out, as "
+            f"tuned to differ: {ALWAYS_EXCLUDED} (each matrix sets or tunes its own for its task and model)"
+            + (f" and what a matrix's [tuning] grid varied for a variant: {tuned}" if tuned else "") + ".")
 
 
 def render(result: dict, command: str) -> str:
     rows = [[r.algorithm, r.toy_variant,
-             with_interval(r.toy_mean, r.toy_low, r.toy_high), r.toy_mark, r.toy_rank,
-             with_interval(r.real_mean, r.real_low, r.real_high), r.real_mark, r.real_rank]
+             with_interval(r.toy_mean, r.toy_low, r.toy_high, seeds=r.toy_seeds), r.toy_mark, r.toy_rank,
+             with_interval(r.real_mean, r.real_low, r.real_high, seeds=r.real_seeds), r.real_mark, r.real_rank,
+             "; ".join(r.differs) or "none"]
             for r in result["table"].itertuples()]
     lines = [headline(result), "",
              f"The algorithms both matrices ran: on the toy task ({result['toy_task']}, `{result['toy']}`) and on "
-             f"the real one ({result['real_task']}, `{result['real']}`), each matrix's own verdict (final mean with its "
-             "95% interval, its mark from that matrix's simultaneous comparison with the best: "
-             "benchmarks/report/inference.py) and the rank among these algorithms.", "",
+             f"the real one ({result['real_task']}, `{result['real']}`), each matrix's mean of its own primary metric "
+             f"({result['toy_task']}: {primary_name(result['toy_primary'])}; {result['real_task']}: "
+             f"{primary_name(result['real_primary'])}) over its seeds with a 95% bootstrap interval, its mark from that "
+             "matrix's simultaneous comparison with the best on that metric (benchmarks/report/inference.py), the rank "
+             "among these algorithms, and the algorithm settings in which the pairing differs (toy vs real).", "",
+             _bootstrap_text(result), "", _settings_text(result), "",
              markdown_table(["algorithm", "toy variant", f"{result['toy_task']}: mean [95% CI]", "toy mark", "toy rank",
-                             f"{result['real_task']}: mean [95% CI]", "real mark", "real rank"], rows),
+                             f"{result['real_task']}: mean [95% CI]", "real mark", "real rank",
+                             "settings that differ (toy vs real)"], rows),
              "", f"Regenerate: `{command}`"]
     return "\n".join(lines) + "\n"
-
