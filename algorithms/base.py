@@ -250,6 +250,11 @@ class Algorithm:
         # it, so that no algorithm passes an equal-samples budget by more than one ordinary step.
         self.completions_allowed: Optional[int] = None
 
+    def generates_more(self) -> bool:
+        """Whether the next step samples completions: a sample budget that is spent ends the run only then (DPO
+        that built its pairs up front from the budget's samples takes its planned steps over them)."""
+        return True
+
     def set_data_parallel(self, data_parallel) -> None:
         """Train as one rank of ``data_parallel``: update() averages the gradients over the ranks before
         clipping, and global counts (``global_token_count``) span every rank's batch."""

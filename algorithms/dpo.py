@@ -4,7 +4,8 @@ No sampling during training and no reward calls: the task labels a fixed set of 
 rejected) pairs once, from completions of the starting policy (``task.preference_pairs``), and each
 step takes the next minibatch of pairs. Building the pairs samples completions (many more than the pairs where
 rewards tie: 8192 for 256 pairs on chain_sum at a 15% start); with ``count_pair_samples`` they count against the
-budget at the first step, as every other algorithm's generated completions do. The loss is the sigmoid loss of
+budget, as every other algorithm's generated completions do: the pairs come from at most the budget's samples
+(``completions_allowed``), drawn at the first step, and the run then takes its planned steps over them. The loss is the sigmoid loss of
 the policy's log-ratio margin against the frozen reference, scaled by beta. The prompts the harness passes to ``step`` are unused.
 """
 
@@ -58,7 +59,11 @@ class DPO(Algorithm):
         if self.pairs is None:  # 1 generate: once, the task samples and labels the pairs
             with self.timer("generate"):
                 seed = int(torch.randint(0, 2**31 - 1, (1,), generator=self.generator, device=self.device))
-                self.pairs = self.task.preference_pairs(self.policy, c.pairs, seed=seed)
+                # With count_pair_samples the pairs come from at most the samples the budget leaves: the
+                # completions every other algorithm samples over its run, sampled here up front.
+                cap = self.completions_allowed if c.count_pair_samples else None
+                self.pairs = self.task.preference_pairs(self.policy, c.pairs, seed=seed,
+                                                        **({"max_samples": cap} if cap is not None else {}))
         idx = self._next_pairs(c.pairs_per_step)  # 2 score: the pairs came labelled
         n = len(idx)
         batch = rollout_from_text(
@@ -95,10 +100,15 @@ class DPO(Algorithm):
             "pairs/ties_dropped": float(self.pairs["ties_dropped"]),
             "completions": float(2 * n),
         }
-        if c.count_pair_samples and not self.pairs_counted:  # the pairs' samples are spent at the first step
-            metrics["completions"] += float(self.pairs["samples"])
+        if c.count_pair_samples:  # what was generated: the pairs' samples, at the first step; no step after it samples
+            metrics["completions"] = 0.0 if self.pairs_counted else float(self.pairs["samples"])
             self.pairs_counted = True
         return metrics
+
+    def generates_more(self) -> bool:
+        """With count_pair_samples, once the pairs are built no step samples again: the budget they spent does not
+        end the run, which takes its planned steps over them."""
+        return not (self.config.count_pair_samples and self.pairs is not None)
 
     def _next_pairs(self, k: int) -> list[int]:
         """The next k pair indices, reshuffling (seeded) after every pass over the pairs."""

@@ -344,13 +344,15 @@ class AdditionTask(Task):
             "truncated": sum(map(sum, samples.truncated)) / n,
         }
 
-    def preference_pairs(self, policy, n_pairs: int, *, seed: int = 0, k: int = 4) -> dict:
+    def preference_pairs(self, policy, n_pairs: int, *, seed: int = 0, k: int = 4,
+                         max_samples: Optional[int] = None) -> dict:
         """Up to ``n_pairs`` DPO pairs, one per train problem drawn (seeded): ``k`` samples of ``policy``
-        each, labelled by the reward (``reward_ranked_pairs``)."""
+        each, labelled by the reward (``reward_ranked_pairs``). ``max_samples``: at most max_samples sampled
+        completions in all (DPO's count_pair_samples: the budget every algorithm samples)."""
         sampler = self.eval_sampler or sample_batched
         return reward_ranked_pairs(self, self.train_prompts(), n_pairs, rng=random.Random(seed), sample=lambda chunk, round_: sampler(
             policy, self.tokenizer, chunk, k=k, max_new_tokens=self.generation.max_new_tokens,
-            temperature=self.generation.temperature, seed=seed + round_))
+            temperature=self.generation.temperature, seed=seed + round_), per_prompt=k, max_samples=max_samples)
 
     def describe(self) -> dict:
         return {**super().describe(), "problem_seed": self.problem_seed, "train_problems": len(self.train),

@@ -22,7 +22,8 @@ from typing import Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from tasks.base import GenerationDefaults, Task, TaskError, load_pretrained, register_task
+from tasks.base import (GenerationDefaults, Task, TaskError, load_pretrained, prompts_that_fit, register_task,
+                        sample_cap_note)
 from tasks.tiny_lm import cached_model, char_tokenizer, model_source, pretrain, tiny_llama
 
 CONTEXTS = tuple("abcde")
@@ -184,20 +185,28 @@ class BanditTask(Task):
     def evaluate(self, model, *, seed: int = 0) -> dict[str, float]:
         return self.expected(self.action_probs(model))
 
-    def preference_pairs(self, policy, n_pairs: int, *, seed: int = 0, max_rounds: int = 16) -> dict:
+    def preference_pairs(self, policy, n_pairs: int, *, seed: int = 0, max_rounds: int = 16,
+                         max_samples: Optional[int] = None) -> dict:
         """DPO's pairs: two actions sampled from ``policy`` for a context, the winner drawn Bradley-Terry
-        from the hidden true preferences (not from the training reward), identical actions dropped."""
+        from the hidden true preferences (not from the training reward), identical actions dropped.
+
+        ``max_samples``: at most max_samples sampled completions in all (DPO's count_pair_samples: the budget every
+        algorithm samples); a round that would pass it keeps the first contexts of its seeded draw whose two actions
+        fit, and building stops when not one context's do; one TaskError line if the cap leaves no pair."""
         probs = self.action_probs(policy).clamp(min=0)
         g = torch.Generator().manual_seed(seed)
         out: dict = {"prompts": [], "chosen": [], "rejected": [], "samples": 0, "ties_dropped": 0,
                      "labelled_by": self.preference_labelling}
         for _ in range(max_rounds):
+            fit = prompts_that_fit(n_pairs, 2, out["samples"], max_samples)
+            if not fit:
+                break
             ctx = torch.arange(n_pairs) % len(CONTEXTS)
             a, b = torch.multinomial(probs[ctx], 2, replacement=True, generator=g).unbind(1)
             pa, pb = self.prefs[ctx, a], self.prefs[ctx, b]
             a_wins = torch.rand(n_pairs, generator=g) < pa / (pa + pb)
-            out["samples"] += 2 * n_pairs
-            for c, x, y, w in zip(ctx.tolist(), a.tolist(), b.tolist(), a_wins.tolist()):
+            out["samples"] += 2 * fit
+            for c, x, y, w in zip(ctx.tolist()[:fit], a.tolist(), b.tolist(), a_wins.tolist()):
                 if x == y:
                     out["ties_dropped"] += 1
                     continue
@@ -206,6 +215,9 @@ class BanditTask(Task):
                 out["rejected"].append(ACTIONS[y if w else x])
             if len(out["chosen"]) >= n_pairs:
                 break
+        if not out["chosen"] and max_samples is not None:  # uncapped, no pairs is returned as it always was
+            raise TaskError(f"task {self.name!r}: no preference pairs: all {out['samples']} sampled actions tied"
+                            f"{sample_cap_note(max_samples, 2)}")
         for key in ("prompts", "chosen", "rejected"):
             del out[key][n_pairs:]
         return out

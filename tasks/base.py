@@ -163,25 +163,39 @@ class Task:
             "preference_pairs": self.preference_labelling,
         }
 
-    def preference_pairs(self, policy, n_pairs: int, *, seed: int = 0, max_rounds: int = 16) -> dict:
+    def preference_pairs(self, policy, n_pairs: int, *, seed: int = 0, max_rounds: int = 16,
+                         max_samples: Optional[int] = None) -> dict:
         """Up to ``n_pairs`` (prompt, chosen, rejected) triples for DPO, from ``policy``'s own completions.
 
         Each round samples an even number of completions per training prompt, shuffles them, pairs
         neighbours and keeps the pairs whose rewards (``score``) differ, the higher one chosen. Returns
         {"prompts", "chosen", "rejected": lists, "samples": completions drawn, "ties_dropped": int,
         "labelled_by": str}.
+
+        ``max_samples``: at most max_samples sampled completions in all (DPO's count_pair_samples: the budget every
+        algorithm samples); a round that would pass it samples only its first prompts whose samples all fit, and
+        building stops when not one prompt's do (``prompts_that_fit``). The samples a prompt gets follow from
+        ``n_pairs``, not from a fixed k: under a cap, at most as many (and at least 2) as let one round of every
+        prompt fit it, so that a cap below n_pairs' one round (pizza's one prompt: 512 samples for 256 pairs) still
+        samples.
         """
         prompts = self.train_prompts()
         per_prompt = 2 * max(1, math.ceil(n_pairs / len(prompts)))
+        if max_samples is not None:
+            per_prompt = min(per_prompt, max(2, 2 * (max_samples // (2 * len(prompts)))))
         rng = random.Random(seed)
         out: dict = {"prompts": [], "chosen": [], "rejected": [], "samples": 0, "ties_dropped": 0,
                      "labelled_by": self.preference_labelling}
         for round_ in range(max_rounds):
+            fit = prompts_that_fit(len(prompts), per_prompt, out["samples"], max_samples)
+            if not fit:
+                break
+            chunk = prompts[:fit]  # sample_completions samples prompt by prompt: these samples are the whole round's
             groups = sample_completions(
-                policy, self.tokenizer, prompts, num_samples=per_prompt, max_new_tokens=self.generation.max_new_tokens,
+                policy, self.tokenizer, chunk, num_samples=per_prompt, max_new_tokens=self.generation.max_new_tokens,
                 temperature=self.generation.temperature, seed=seed + round_,
             )
-            for prompt, texts in zip(prompts, groups):
+            for prompt, texts in zip(chunk, groups):
                 rng.shuffle(texts)
                 rewards = self.score([prompt] * len(texts), texts)
                 out["samples"] += len(texts)
@@ -196,7 +210,8 @@ class Task:
             if len(out["chosen"]) >= n_pairs:
                 break
         if not out["chosen"]:
-            raise TaskError(f"task {self.name!r}: no preference pairs: all {out['samples']} sampled completions tied in reward")
+            raise TaskError(f"task {self.name!r}: no preference pairs: all {out['samples']} sampled completions tied in reward"
+                            f"{sample_cap_note(max_samples, per_prompt)}")
         for key in ("prompts", "chosen", "rejected"):
             del out[key][n_pairs:]
         return out
@@ -327,16 +342,37 @@ def make_task(name: str, **options) -> Task:
     return TASKS[name](**options)
 
 
+def prompts_that_fit(prompts: int, per_prompt: int, spent: int, max_samples: Optional[int]) -> int:
+    """How many of a round's ``prompts`` (``per_prompt`` samples each) a preference-pair builder may sample when
+    ``spent`` samples are drawn already and at most ``max_samples`` may be in all: the most whose samples all fit,
+    0 when not one prompt's do (building stops), every one without a cap (None)."""
+    if max_samples is None:
+        return prompts
+    return max(0, min(prompts, (max_samples - spent) // per_prompt))
+
+
+def sample_cap_note(max_samples: Optional[int], per_prompt: int) -> str:
+    """What a "no preference pairs" TaskError line adds about a cap of ``max_samples`` samples (nothing without one)."""
+    return "" if max_samples is None else f" (max_samples {max_samples}, {per_prompt} samples a prompt)"
+
+
 def reward_ranked_pairs(task: "Task", prompts: Sequence[str], n_pairs: int, *, rng: random.Random,
-                        sample: Callable[[list[str], int], "Samples"]) -> dict:
+                        sample: Callable[[list[str], int], "Samples"], per_prompt: int,
+                        max_samples: Optional[int] = None) -> dict:
     """Up to ``n_pairs`` DPO pairs labelled by ``task``'s own reward: in rounds (at most 16), ``n_pairs`` prompts
-    drawn by ``rng`` and sampled by ``sample(chunk, round)``; chosen a highest-reward and rejected a lowest-reward
-    completion among those that ended with EOS (DPO closes every completion with EOS); a prompt whose ended samples
-    all tie is dropped and counted. One TaskError line when no pair could be made."""
+    drawn by ``rng`` and sampled by ``sample(chunk, round)``, ``per_prompt`` samples each; chosen a highest-reward
+    and rejected a lowest-reward completion among those that ended with EOS (DPO closes every completion with EOS);
+    a prompt whose ended samples all tie is dropped and counted. ``max_samples``: at most max_samples sampled
+    completions in all (DPO's count_pair_samples: the budget every algorithm samples); a round that would pass it
+    samples only the first of its drawn prompts whose samples all fit, and building stops when not one prompt's do.
+    One TaskError line when no pair could be made."""
     out: dict = {"prompts": [], "chosen": [], "rejected": [], "samples": 0, "ties_dropped": 0,
                  "labelled_by": task.preference_labelling}
     for round_ in range(16):
-        chunk = rng.sample(list(prompts), min(len(prompts), n_pairs))
+        fit = prompts_that_fit(min(len(prompts), n_pairs), per_prompt, out["samples"], max_samples)
+        if not fit:
+            break
+        chunk = rng.sample(list(prompts), min(len(prompts), n_pairs))[:fit]
         samples = sample(chunk, round_)
         for prompt, texts, cut in zip(chunk, samples.texts, samples.truncated):
             out["samples"] += len(texts)
@@ -351,7 +387,8 @@ def reward_ranked_pairs(task: "Task", prompts: Sequence[str], n_pairs: int, *, r
         if len(out["chosen"]) >= n_pairs:
             break
     if not out["chosen"]:
-        raise TaskError(f"{task.name}: no preference pairs: all {out['samples']} samples tied or were truncated")
+        raise TaskError(f"{task.name}: no preference pairs: all {out['samples']} samples tied or were truncated"
+                        f"{sample_cap_note(max_samples, per_prompt)}")
     for key in ("prompts", "chosen", "rejected"):
         del out[key][n_pairs:]
     return out

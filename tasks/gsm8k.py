@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
-from tasks.base import (EVAL_DECODING_HELP, EvalMetrics, GenerationDefaults, Samples, Task, TaskError, register_task,
-                        sample_batched)
+from tasks.base import (EVAL_DECODING_HELP, EvalMetrics, GenerationDefaults, Samples, Task, TaskError, prompts_that_fit,
+                        register_task, sample_batched, sample_cap_note)
 from tasks.smollm import cached_causal_lm, cached_dir, load_causal_lm, load_tokenizer
 
 HUB_NAME, HUB_CONFIG = "openai/gsm8k", "main"
@@ -642,9 +642,12 @@ class GSM8KTask(Task):
         metrics.per_question = self.last_evaluation = detail
         return metrics
 
-    def preference_pairs(self, policy, n_pairs: int, *, seed: int = 0, k: int = 4) -> dict:
+    def preference_pairs(self, policy, n_pairs: int, *, seed: int = 0, k: int = 4,
+                         max_samples: Optional[int] = None) -> dict:
         """Up to ``n_pairs`` DPO pairs, one per train question: ``k`` samples each, best vs worst by
-        (correctness, format), untruncated completions only (DPO closes each completion with EOS)."""
+        (correctness, format), untruncated completions only (DPO closes each completion with EOS).
+        ``max_samples``: at most max_samples sampled completions in all (DPO's count_pair_samples: the budget every
+        algorithm samples); a round that would pass it samples only its first questions whose samples all fit."""
         import random
 
         rng = random.Random(seed)
@@ -653,7 +656,11 @@ class GSM8KTask(Task):
         out: dict = {"prompts": [], "chosen": [], "rejected": [], "samples": 0, "ties_dropped": 0,
                      "labelled_by": self.preference_labelling}
         for start in range(0, len(order), max(n_pairs, 1)):
-            prompts = [self._train_prompts[i] for i in order[start:start + n_pairs]]
+            batch = order[start:start + n_pairs]
+            fit = prompts_that_fit(len(batch), k, out["samples"], max_samples)
+            if not fit:
+                break
+            prompts = [self._train_prompts[i] for i in batch[:fit]]
             samples = self.sample(policy, prompts, k=k, seed=seed + start, progress=False)
             for prompt, texts, cut in zip(prompts, samples.texts, samples.truncated):
                 out["samples"] += len(texts)
@@ -669,7 +676,8 @@ class GSM8KTask(Task):
             if len(out["chosen"]) >= n_pairs:
                 break
         if not out["chosen"]:
-            raise TaskError(f"gsm8k: no preference pairs: all {out['samples']} samples tied or were truncated")
+            raise TaskError(f"gsm8k: no preference pairs: all {out['samples']} samples tied or were truncated"
+                            f"{sample_cap_note(max_samples, k)}")
         for key in ("prompts", "chosen", "rejected"):
             del out[key][n_pairs:]
         return out

@@ -382,11 +382,14 @@ class ReasoningGymTask(Task):
         metrics.per_question = self.last_evaluation = detail
         return metrics
 
-    def preference_pairs(self, policy, n_pairs: int, *, seed: int = 0, k: int = 4) -> dict:
+    def preference_pairs(self, policy, n_pairs: int, *, seed: int = 0, k: int = 4,
+                         max_samples: Optional[int] = None) -> dict:
         """Up to ``n_pairs`` DPO pairs, one per train problem drawn (seeded): ``k`` samples of ``policy`` at the
-        training temperature, labelled by the reward (``reward_ranked_pairs``)."""
+        training temperature, labelled by the reward (``reward_ranked_pairs``). ``max_samples``: at most max_samples
+        sampled completions in all (DPO's count_pair_samples: the budget every algorithm samples)."""
         return reward_ranked_pairs(self, self._train_prompts, n_pairs, rng=random.Random(seed), sample=lambda chunk, round_: self.sample(
-            policy, chunk, k=k, temperature=self.generation.temperature, seed=seed + 1000 * round_))
+            policy, chunk, k=k, temperature=self.generation.temperature, seed=seed + 1000 * round_),
+            per_prompt=k, max_samples=max_samples)
 
     def describe(self) -> dict:
         return {

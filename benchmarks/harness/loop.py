@@ -392,7 +392,8 @@ def _train_and_record(out: Path, rc: RunConfig, task: Task, policy, algo: Algori
     steps = train_steps(algo, task, prompt_rng, range(at.step + 1, rc.steps + 1), left)
     try:
         for step, metrics, seconds in steps:
-            row = _advance(at, rc, task, policy, step, metrics, seconds)
+            spent = rc.budget is not None and at.generated + metrics.get("completions", 0.0) >= rc.budget and algo.generates_more()
+            row = _advance(at, rc, task, policy, step, metrics, seconds, spent)
             with _writing(out / "metrics.jsonl", "step's metrics"):
                 append_jsonl(out / "metrics.jsonl", row)
             trackers.log(row)
@@ -400,7 +401,7 @@ def _train_and_record(out: Path, rc: RunConfig, task: Task, policy, algo: Algori
             bar.set_postfix({"reward": f"{metrics.get('reward/mean', float('nan')):.3f}", "loss": f"{metrics.get('loss', 0.0):.4f}"})
             if on_step:
                 on_step(row)
-            if rc.budget is not None and at.generated >= rc.budget:
+            if spent:
                 break  # every generated completion counts, discarded ones included: equal samples
             if rc.checkpoint_every and step % rc.checkpoint_every == 0 and step != rc.steps:
                 _save_checkpoint(out, step, _checkpoint(at, policy, algo, prompt_rng))
@@ -449,14 +450,16 @@ def _starting_point(out: Path, rc: RunConfig, task: Task, policy, algo: Algorith
     return at
 
 
-def _advance(at: _Progress, rc: RunConfig, task: Task, policy, step: int, metrics: dict, seconds: float) -> dict:
+def _advance(at: _Progress, rc: RunConfig, task: Task, policy, step: int, metrics: dict, seconds: float,
+             spent: bool) -> dict:
     """``at`` moved past ``step``, and the step's metrics row (with the evaluation's, when one is due before the
-    last step: the evaluation after training is the last one)."""
+    last step: the evaluation after training is the last one). ``spent``: the sample budget ends the run here (it
+    is spent and the next step would sample)."""
     at.step = step
     generated_before, at.generated = at.generated, at.generated + metrics.get("completions", 0.0)
     at.elapsed += seconds
     row = {"step": step, **metrics, "time/step": seconds, "time/wall": at.elapsed}
-    last = step == rc.steps or (rc.budget is not None and at.generated >= rc.budget)
+    last = step == rc.steps or spent
     if _evaluation_due(rc, step, generated_before, at.generated) and not last:
         during, record = _evaluate(task, policy, rc.seed)
         row.update({f"eval/{k}": v for k, v in during.items()}, **record)

@@ -290,7 +290,8 @@ def pair_sample_lines(steps: pd.DataFrame, budgets: pd.DataFrame) -> list[str]:
         budget = budget_of.get(task)
         if counted:
             out.append(f"`{variant}` on {task} built its preference pairs from {samples:.0f} samples of the starting "
-                       "policy per cell, counted against the budget (count_pair_samples).")
+                       "policy per cell, counted against the budget (count_pair_samples): drawn up front, then its "
+                       "planned steps over the pairs.")
         else:
             extra = f", {samples / budget:.0%} more generated completions than the budget of {budget:.0f}" if budget else ""
             out.append(f"`{variant}` on {task} built its preference pairs from {samples:.0f} samples of the starting "

@@ -12,6 +12,7 @@ from algorithms import ALGORITHMS
 from algorithms.losses import dpo_loss, gae, masked_whiten, ppo_policy_loss, ppo_value_loss, reinforce_loss
 from benchmarks.harness import RunConfig, build, run
 from benchmarks.io import read_jsonl
+from tasks.base import Task
 
 MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
 LOGPS = torch.tensor([[-1.0, -2.0, -0.5], [-1.5, -0.3, -7.0]])
@@ -230,18 +231,30 @@ def test_reinforce_moving_average_baseline():
 
 
 def test_dpo_counts_the_pair_samples_against_the_budget_when_asked(tmp_path):
-    """Building the pairs samples completions of the starting policy; with count_pair_samples they are generated
-    completions like any other algorithm's, so the budget stops DPO once they and its pairs' completions reach it."""
-    summaries = {}
+    """Building the pairs samples completions of the starting policy. Uncounted, DPO takes budget // (2 x pairs per
+    step) steps and its pairs' samples come on top. With count_pair_samples they are its generated completions, like
+    any other algorithm's: drawn up front from at most the budget (the cap reaches the task's pair builder), then
+    the planned steps over the pairs, which sample nothing more. Before the cap, the pairs' samples (more than the
+    budget) spent it at the first step and DPO trained one step."""
+    summaries, calls = {}, []
+    real = Task.preference_pairs
+    spy = lambda self, policy, n_pairs, **kw: (calls.append(kw.get("max_samples")), real(self, policy, n_pairs, **kw))[1]
     for count in (False, True):
         rc = RunConfig(task="pizza", algo="dpo", steps=40, budget=320, seed=3, device="cpu", precision="fp32",
                        out=str(tmp_path / str(count)), eval_every=0, checkpoint_every=0)
-        config = ALGORITHMS["dpo"].Config(pairs=32, pairs_per_step=4, count_pair_samples=count)
-        summaries[count] = run(rc, config, {"eval_samples": 16}, progress=False)
+        config = ALGORITHMS["dpo"].Config(pairs=256, pairs_per_step=4, count_pair_samples=count)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(Task, "preference_pairs", spy)
+            summaries[count] = run(rc, config, {"eval_samples": 16}, progress=False)
         rows = read_jsonl(tmp_path / str(count) / "metrics.jsonl")
         samples = rows[0]["pairs/samples"]
-        assert samples >= 64  # at least two completions a pair
-        assert rows[0]["completions"] == (8 + samples if count else 8) and all(r["completions"] == 8 for r in rows[1:])
+        if count:
+            assert 64 <= samples <= 320 and rows[0]["completions"] == samples
+            assert all(r["completions"] == 0 for r in rows[1:])
+        else:
+            assert samples > 320  # 256 pairs need more samples than the budget: uncounted, they come on top
+            assert all(r["completions"] == 8 for r in rows)
+    assert calls == [None, 320]  # the cap is the budget, asked only when the samples count
     assert summaries[False]["steps"] == 40 and summaries[False]["completions_generated"] == 320
-    samples = read_jsonl(tmp_path / "True" / "metrics.jsonl")[0]["pairs/samples"]
-    assert summaries[True]["completions_generated"] >= 320 and summaries[True]["steps"] == 1 + max(0, -(-int(320 - 8 - samples) // 8))
+    assert summaries[True]["steps"] == 40  # the planned steps, not one
+    assert summaries[True]["completions_generated"] == read_jsonl(tmp_path / "True" / "metrics.jsonl")[0]["pairs/samples"] <= 320
