@@ -113,6 +113,9 @@ class DPO(Algorithm):
     def _next_pairs(self, k: int) -> list[int]:
         """The next k pair indices, reshuffling (seeded) after every pass over the pairs."""
         out: list[int] = []
+        if not self.pairs["chosen"]:  # a task that returned no pair (its samples all tied) has nothing to train on
+            raise ValueError(f"DPO: the task built no preference pairs from {self.pairs['samples']} samples "
+                             f"({self.pairs['ties_dropped']} tied)")
         while len(out) < k:
             if not self.order:
                 n = len(self.pairs["chosen"])

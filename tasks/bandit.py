@@ -215,7 +215,7 @@ class BanditTask(Task):
                 out["rejected"].append(ACTIONS[y if w else x])
             if len(out["chosen"]) >= n_pairs:
                 break
-        if not out["chosen"] and max_samples is not None:  # uncapped, no pairs is returned as it always was
+        if not out["chosen"]:  # nothing DPO could train on: one line, as every task's builder says it
             raise TaskError(f"task {self.name!r}: no preference pairs: all {out['samples']} sampled actions tied"
                             f"{sample_cap_note(max_samples, 2)}")
         for key in ("prompts", "chosen", "rejected"):
