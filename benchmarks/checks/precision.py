@@ -128,6 +128,9 @@ def measure_variant(settings: dict, *, batches: int, seed: int,
     options = {**settings, "seed": seed, "out": "/dev/null", "device": "cpu"}
     (reference_label, precision, logits), *lower = TRAINING_PRECISIONS
     task, reference = _built(options, precision, logits)
+    # As at a cell's first step: the budget caps what the step may sample (DPO with count_pair_samples builds its
+    # pairs from at most the budget's samples; every other variant's first step is far below it).
+    reference.completions_allowed = settings.get("budget")
     per_step, pool = reference.config.prompts_per_step, task.train_prompts()
     prompts_of = lambda k: [pool[(k * per_step + i) % len(pool)] for i in range(per_step)]
     _step_to_first_update(reference, prompts_of(0))  # the warm-up: DPO's pairs, the generator past its first draw

@@ -24,6 +24,9 @@ algo = "grpo"
 loss_type = "dapo"
 beta = 0.0
 dynamic_sampling = true
+[algorithms.dpo_counted]
+algo = "dpo"
+count_pair_samples = true
 """
 
 
@@ -48,6 +51,20 @@ def test_a_replay_at_fp32_is_the_same_step_bit_for_bit(monkeypatch, matrix, vari
     assert len(bf16) == 2 and all(0.999 < r["cosine"] < 1.0 and 0 < r["relative_error"] < 0.05 for r in bf16)
     noise = [r for r in rows if r["precision"] == "fp32, another batch"]
     assert len(noise) == 1 and noise[0]["cosine"] < 0.999  # another batch points elsewhere: the scale to read against
+
+
+def test_dpo_builds_its_pairs_under_the_cells_budget(monkeypatch, matrix):
+    # As its cell's first step would: the pairs from at most the budget's samples (uncapped, 256 pairs of pizza's
+    # one prompt would sample 512 completions in a round).
+    from tasks.base import Task
+
+    monkeypatch.setattr(precision, "TRAINING_PRECISIONS", (("fp32", "fp32", "same"), ("fp32 again", "fp32", "same")))
+    real, asked = Task.preference_pairs, []
+    monkeypatch.setattr(Task, "preference_pairs", lambda self, policy, n, **kw: (asked.append(kw), real(self, policy, n, **kw))[1])
+    _, [(_, settings)] = variant_settings(matrix, variants=["dpo_counted"])
+    rows = measure_variant(settings, batches=1, seed=0, progress=lambda line: None)
+    assert [kw.get("max_samples") for kw in asked] == [64]
+    assert [r["relative_error"] for r in rows if r["precision"] == "fp32 again"] == [0.0]
 
 
 def test_the_report_and_its_json(tmp_path, matrix):
