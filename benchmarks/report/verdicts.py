@@ -233,9 +233,13 @@ def tuning_table(meta: dict | None) -> pd.DataFrame:
     for group in table:
         finals = [p["final_accuracy"] for p in group["points"] if p["seeds"]]
         spread = (max(finals) - min(finals)) if finals else math.nan
+        rates = [p.get("settings", {}).get("learning_rate") for p in group["points"]]
+        rates = [r for r in rates if r is not None]
+        chosen_rate = group["points"][group["chosen"]].get("settings", {}).get("learning_rate")
+        at_edge = len(set(rates)) > 1 and chosen_rate in (min(rates), max(rates))
         for i, point in enumerate(group["points"]):
             rows.append({"task": group["task"], "variant": group["variant"], "point": point["point"],
-                         "chosen": i == group["chosen"], "chosen_by": point.get("primary_metric"),
+                         "chosen": i == group["chosen"], "at_edge": at_edge, "chosen_by": point.get("primary_metric"),
                          "score": point.get("primary", point["auc"]), "auc": point["auc"],
                          "final_accuracy": point["final_accuracy"], "tuning_seeds": point["seeds"],
                          "failed": point["failed"], "sensitivity": spread})
@@ -253,14 +257,17 @@ def _tuning_lines(analysis: dict, task: str) -> list[str]:
         chosen = group[group["chosen"]].iloc[0]
         grid = "; ".join(f"{r.point}: " + ("failed" if r.failed else f"{r.score:.3f} / {r.final_accuracy:.3f}")
                          for r in group.itertuples())
-        rows.append([variant, chosen["point"], f"{chosen['score']:.3f}", grid, f"{group['sensitivity'].iloc[0]:.3f}"])
+        rows.append([variant, chosen["point"] + (" (grid edge)" if chosen.get("at_edge", False) else ""),
+                     f"{chosen['score']:.3f}", grid, f"{group['sensitivity'].iloc[0]:.3f}"])
     n, by = int(mine["tuning_seeds"].max()), mine["chosen_by"].iloc[0]
     how = ("AUC on the evaluation problems (this matrix ran before tuning selected on the primary metric and on "
            "validation problems)" if by is None or pd.isna(by) else
            f"primary metric ({primary_name(by)}) on the task's validation problems")
     return ["", f"Tuning ({n} tuning seed(s), disjoint from the seeds above): each variant ran with the grid point of "
                 f"highest mean {how}. *Grid*: each point's score / final accuracy, means over the tuning seeds. "
-                "*Sensitivity*: the spread of final accuracy across the grid (small: forgiving of the setting).", "",
+                "*Sensitivity*: the spread of final accuracy across the grid (small: forgiving of the setting). "
+                "*Grid edge*: the chosen learning rate is the grid's smallest or largest, so a better one may lie "
+                "beyond it, untried.", "",
             markdown_table(["variant", "chosen", "its score", "grid (score / final accuracy)", "sensitivity"], rows)]
 
 

@@ -145,3 +145,23 @@ def test_a_tuned_matrix_runs_chooses_resumes_and_reports(tmp_path, capsys):
     text = (out / "README.md").read_text()
     assert "Tuning (2 tuning seed(s), disjoint from the seeds above)" in text and "learning_rate=1e-05: " in text
     assert "on the task's validation problems" in text
+
+
+def test_a_choice_at_the_edge_of_the_learning_rate_grid_is_flagged():
+    from benchmarks.report.verdicts import _tuning_lines, tuning_table
+
+    def group(variant, chosen, rates, betas=(None,)):
+        points = [{"point": f"lr={r}" + (f"_beta={b}" if b else ""), "settings": {"learning_rate": r, **({"beta": b} if b else {})},
+                   "seeds": 2, "failed": 0, "primary_metric": "last_3", "primary": 0.3 + 0.01 * i, "auc": 0.2,
+                   "final_accuracy": 0.3} for i, (r, b) in enumerate((r, b) for r in rates for b in betas)]
+        return {"task": "t", "variant": variant, "chosen": chosen, "points": points}
+
+    meta = {"tuning": {"table": [group("top", 2, [1e-6, 1e-5, 1e-4]), group("middle", 1, [1e-6, 1e-5, 1e-4]),
+                                 group("dpo", 5, [1e-6, 1e-5, 1e-4], betas=(0.1, 0.3)),  # lr 1e-4, beta 0.3: the edge
+                                 group("dpo_mid", 3, [1e-6, 1e-5, 1e-4], betas=(0.1, 0.3)),  # lr 1e-5: inside
+                                 group("one", 0, [1e-5])]}}
+    table = tuning_table(meta)
+    edge = table[table["chosen"]].set_index("variant")["at_edge"].to_dict()
+    assert edge == {"top": True, "middle": False, "dpo": True, "dpo_mid": False, "one": False}
+    text = "\n".join(_tuning_lines({"tuning": table}, "t"))
+    assert "| top | lr=0.0001 (grid edge) |" in text and "| middle | lr=1e-05 |" in text and "*Grid edge*" in text
