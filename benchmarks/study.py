@@ -363,19 +363,24 @@ def measure_parts(settings, path: Path, same: dict, header: dict, parts, measure
     part must share) and ``report[key]``: name -> result, written to ``path`` after each part, so a finished part
     is kept if the rest is cut off. A header's "load" gets the 1-minute load average at the "end" after each part.
     When every part was kept nothing was measured now, and the measuring run's own record (the header's keys that
-    are not settings: command, environment, load, ...) stands."""
+    are not settings: command, environment, load, ...) stands. A part is kept only if it was measured with the same
+    argument (``report["measured_with"]``: each part's argument as JSON): a variant whose matrix settings changed
+    since is measured again; a part of a report that did not record its argument cannot be checked, and is too."""
     earlier, kept = kept_parts(settings, path, same, key)
-    report = {**header, key: {}}
+    with_before = (earlier or {}).get("measured_with") or {}
+    report = {**header, key: {}, "measured_with": {}}
 
     def mark_load():
         if isinstance(report.get("load"), dict):
             report["load"]["end"] = os.getloadavg()[0]
 
     for name, argument in parts:
-        if name in kept:
+        report["measured_with"][name] = json.dumps(argument, sort_keys=True, default=repr)
+        if name in kept and with_before.get(name) == report["measured_with"][name]:
             report[key][name] = kept[name]
             continue
-        log(f"{name}:")
+        log(f"{name}:" + (" measured with other settings before, measured again" if name in kept else ""))
+        kept.pop(name, None)
         report[key][name] = measure(argument)
         mark_load()
         atomic_write_json(path, report)

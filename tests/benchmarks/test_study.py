@@ -525,7 +525,7 @@ def test_measure_parts_keeps_what_a_resume_finds_and_measures_the_rest(tmp_path,
     record (command, environment, load) instead of its own."""
     from types import SimpleNamespace
     path = tmp_path / "r.json"
-    loads = iter([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0])
+    loads = iter([float(i) for i in range(1, 30)])
     monkeypatch.setattr(study.os, "getloadavg", lambda: (next(loads), 0.0, 0.0))
     measured, on_disk = [], []
 
@@ -557,6 +557,19 @@ def test_measure_parts_keeps_what_a_resume_finds_and_measures_the_rest(tmp_path,
     other = study.measure_parts(resume, path, {"rounds": 5}, {**header("fourth"), "rounds": 5}, [("a", "x")],
                                 measure, log=lambda _: None)
     assert measured == ["x"] and other["variants"] == {"a": {"value": "xx"}} and other["command"] == "fourth"
+    # A part whose own argument changed (a matrix variant's settings amended) is measured again, the rest kept.
+    same = {"rounds": 5}
+    measured.clear()
+    study.measure_parts(resume, path, same, header("fifth"), [("a", "x"), ("b", "y")], measure, log=lambda _: None)
+    changed = study.measure_parts(resume, path, same, header("sixth"), [("a", "z"), ("b", "y")], measure,
+                                  log=lambda _: None)
+    assert measured == ["y", "z"] and changed["variants"] == {"a": {"value": "zz"}, "b": {"value": "yy"}}
+    # A report that did not record its parts' arguments cannot be checked: every part is measured again.
+    stale = {k: v for k, v in json.loads(path.read_text()).items() if k != "measured_with"}
+    path.write_text(json.dumps(stale))
+    measured.clear()
+    study.measure_parts(resume, path, same, header("seventh"), [("a", "z"), ("b", "y")], measure, log=lambda _: None)
+    assert measured == ["z", "y"]
 
 
 @pytest.mark.parametrize("bounds, line", [({"rounds": (1, 2)}, "--rounds must be >= 2, got 1"),
