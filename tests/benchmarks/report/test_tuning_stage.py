@@ -8,27 +8,10 @@ from benchmarks.cli.main import main
 from benchmarks.matrix import parse
 from benchmarks.report.matrix import report
 from benchmarks.store import ResultStore
+from tests.benchmarks.matrix.test_tuning import MATRIX as TUNING_MATRIX
 
-MATRIX = """\
-seeds = [0]
-budget = 64
-eval_every = 32
-device = "cpu"
-
-[tuning]
-seeds = [10, 11]
-learning_rate = [1e-5, 1e-3]
-
-[analysis]
-primary = "last_2"
-margin = 0.05
-
-[tasks.pizza]
-eval_samples = 8
-
-[algorithms.grpo]
-[algorithms.dpo]
-"""
+# The tuning tests' matrix (2 learning rates; DPO also 2 betas), with an analysis stating its primary metric.
+MATRIX = TUNING_MATRIX.replace("[tasks.pizza]", '[analysis]\nprimary = "last_2"\nmargin = 0.05\n\n[tasks.pizza]')
 
 
 def _summary(after, completions=64, status="complete"):
@@ -63,14 +46,14 @@ def tuning_dir(tmp_path):
 def test_the_grid_so_far_is_scored_as_the_choice_scores_it(tuning_dir):
     data = report(tuning_dir, plot=False)
     rows = {(r["variant"], r["point"]): r for r in data["tuning_stage"]}
-    assert len(rows) == 2 + 2 and sum(r["planned"] for r in rows.values()) == 8
+    assert len(rows) == 2 + 4 and sum(r["planned"] for r in rows.values()) == 12
     first = rows[("grpo", "learning_rate=1e-05")]
     assert first["seeds"] == 2 and first["primary"] == pytest.approx((0.4 + 0.6) / 2)
     assert first["final_accuracy"] == pytest.approx(0.6) and first["completions"] == [64, 96]
     second = rows[("grpo", "learning_rate=0.001")]
     assert second["seeds"] == 0 and second["failed"] == 1  # the stale cell is not counted
     page = (tuning_dir / "README.md").read_text()
-    assert "Tuning stage: 2 of 8 tuning cells finished, 1 failed; no evaluation cell has run." in page
+    assert "Tuning stage: 2 of 12 tuning cells finished, 1 failed; no evaluation cell has run." in page
     assert "| pizza | grpo | learning_rate=1e-05 | 2 of 2 | 0.500 | 0.600 | 64, 96 | 12, 12 |" in page
     assert "Over the budget: grpo learning_rate=1e-05." in page
     assert "chosen" not in page.split("Per grid point")[1]  # no choice is named on a partial grid
@@ -78,4 +61,4 @@ def test_the_grid_so_far_is_scored_as_the_choice_scores_it(tuning_dir):
 
 def test_the_report_command_on_a_tuning_stage_says_how_far(tuning_dir, capsys):
     assert main(["report", str(tuning_dir), "--no-plots"]) == 0
-    assert "tuning stage: 2 of 8 tuning cells finished" in capsys.readouterr().out
+    assert "tuning stage: 2 of 12 tuning cells finished" in capsys.readouterr().out
