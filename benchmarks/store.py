@@ -99,6 +99,10 @@ class ResultStore:
         entry = self.cells.get(relpath)
         return entry["spec"] if entry else None
 
+    def holds(self, planned: dict) -> bool:
+        """Whether the store's cell at ``planned["dir"]`` (a matrix.json cells entry) is that planned experiment."""
+        return same_experiment_spec(self.spec(planned["dir"]), {k: v for k, v in planned.items() if k != "dir"})
+
     def metrics(self, relpath: str) -> list[dict]:
         return self.steps.get(relpath, [])
 

@@ -392,8 +392,7 @@ def _train_and_record(out: Path, rc: RunConfig, task: Task, policy, algo: Algori
     steps = train_steps(algo, task, prompt_rng, range(at.step + 1, rc.steps + 1), left)
     try:
         for step, metrics, seconds in steps:
-            spent = rc.budget is not None and at.generated + metrics.get("completions", 0.0) >= rc.budget and algo.generates_more()
-            row = _advance(at, rc, task, policy, step, metrics, seconds, spent)
+            row, spent = _advance(at, rc, task, policy, step, metrics, seconds, algo.generates_more())
             with _writing(out / "metrics.jsonl", "step's metrics"):
                 append_jsonl(out / "metrics.jsonl", row)
             trackers.log(row)
@@ -451,19 +450,20 @@ def _starting_point(out: Path, rc: RunConfig, task: Task, policy, algo: Algorith
 
 
 def _advance(at: _Progress, rc: RunConfig, task: Task, policy, step: int, metrics: dict, seconds: float,
-             spent: bool) -> dict:
-    """``at`` moved past ``step``, and the step's metrics row (with the evaluation's, when one is due before the
-    last step: the evaluation after training is the last one). ``spent``: the sample budget ends the run here (it
-    is spent and the next step would sample)."""
+             samples_more: bool) -> tuple[dict, bool]:
+    """``at`` moved past ``step``: the step's metrics row (with the evaluation's, when one is due before the last
+    step: the evaluation after training is the last one), and whether the sample budget ends the run here (it is
+    spent and the next step samples: ``samples_more``)."""
     at.step = step
     generated_before, at.generated = at.generated, at.generated + metrics.get("completions", 0.0)
+    spent = rc.budget is not None and at.generated >= rc.budget and samples_more
     at.elapsed += seconds
     row = {"step": step, **metrics, "time/step": seconds, "time/wall": at.elapsed}
     last = step == rc.steps or spent
     if _evaluation_due(rc, step, generated_before, at.generated) and not last:
         during, record = _evaluate(task, policy, rc.seed)
         row.update({f"eval/{k}": v for k, v in during.items()}, **record)
-    return row
+    return row, spent
 
 
 def _checkpoint(at: _Progress, policy, algo: Algorithm, prompt_rng: random.Random) -> dict:

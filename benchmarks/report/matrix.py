@@ -35,7 +35,7 @@ from benchmarks.report import tuning_stage, verdicts
 from benchmarks.report.curves import CELL_KEYS
 from benchmarks.report.plots import plots
 from benchmarks.report.stats import t_interval
-from benchmarks.store import STORE_FILE, ResultStore, same_experiment_spec
+from benchmarks.store import STORE_FILE, ResultStore
 
 # (column, heading, format, scale) of the summary table, in order.
 SUMMARY_COLUMNS = [
@@ -80,7 +80,7 @@ def collect(out: Path) -> dict:
     for spec in planned:
         try:
             keys = {"task": spec["task_label"], "variant": spec["variant"], "algo": spec["algo"], "seed": spec["seed"]}
-            stored = same_experiment_spec(store.spec(spec["dir"]), {k: v for k, v in spec.items() if k != "dir"})
+            stored = store.holds(spec)
             summary = store.summary(spec["dir"]) if stored else None
             metrics = store.metrics(spec["dir"]) if stored else []
             row = {**keys, "task_name": spec["task"], "steps_planned": spec.get("steps"), "budget": spec.get("budget"),

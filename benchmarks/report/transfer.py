@@ -121,7 +121,7 @@ def tau_interval(toy: Mapping[str, Mapping[int, float]], real: Mapping[str, Mapp
             "toy_means": toy_means, "real_means": real_means, "toy_blocked": toy_blocked, "real_blocked": real_blocked}
 
 
-def variant_settings(data: dict, variant: str) -> dict:
+def ran_with(data: dict, variant: str) -> dict:
     """What a variant's cells ran with: its algorithm, its first planned cell's resolved settings (the cells of a
     variant differ in the seed alone), the precision its complete cells recorded, and the settings the matrix's
     [tuning] grid varied for it (the algo_options that differ among its tuning cells)."""
@@ -148,7 +148,7 @@ def _shown(value) -> str:
 
 def setting_differences(toy: dict, real: dict, fields: Mapping[str, Sequence[str]], excluded: set[str]) -> list[str]:
     """The algorithm settings (``fields``: each algorithm's setting names) and the precision in which two variants'
-    cells (``variant_settings``) differ, each "key toy vs real", leaving out ``excluded``; a setting one side did
+    cells (``ran_with``) differ, each "key toy vs real", leaving out ``excluded``; a setting one side did
     not record (an older run) reads "not recorded" there."""
     out = [] if toy["algo"] == real["algo"] else [f"algo {toy['algo']} vs {real['algo']}"]
     out += [f"{algo}: not in the algorithm registry, its settings not compared"
@@ -184,7 +184,7 @@ def transfer(toy: Path | str, real: Path | str, pairs: Sequence[tuple[str, str]]
     rows, tuned_keys = [], {}
     for i, (toy_name, real_name) in enumerate(pairs):
         a, b = toy_verdicts.loc[toy_name], real_verdicts.loc[real_name]
-        sides = variant_settings(toy_data, toy_name), variant_settings(real_data, real_name)
+        sides = ran_with(toy_data, toy_name), ran_with(real_data, real_name)
         for task, side in zip((toy_task, real_task), sides):
             for key in side["tuned"] - {ALWAYS_EXCLUDED}:
                 tuned_keys.setdefault(key, []).append(f"{real_name} on {task}")

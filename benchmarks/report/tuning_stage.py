@@ -16,7 +16,7 @@ import numpy as np
 
 from benchmarks.curve import PRIMARY_DEFAULT, cell_scores
 from benchmarks.markdown import markdown_table
-from benchmarks.store import ResultStore, same_experiment_spec
+from benchmarks.store import ResultStore
 
 
 def in_tuning_stage(meta: Optional[dict]) -> bool:
@@ -35,8 +35,7 @@ def progress_rows(meta: dict, store: ResultStore) -> list[dict]:
             "task": spec["task_label"], "variant": spec["variant"], "point": point, "planned": 0, "failed": 0,
             "scores": [], "completions": [], "train_s": [], "budget": spec.get("budget")})
         row["planned"] += 1
-        stored = same_experiment_spec(store.spec(relpath), {k: v for k, v in spec.items() if k != "dir"})
-        summary = store.summary(relpath) if stored else None
+        summary = store.summary(relpath) if store.holds(spec) else None
         if summary is None:
             continue
         if summary.get("status") != "complete":
