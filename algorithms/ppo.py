@@ -23,7 +23,7 @@ from algorithms.kl import KL_PENALTIES
 from algorithms.losses import (
     carries_signal, gae, masked_mean, masked_whiten, ppo_clip_fraction, ppo_policy_loss, ppo_value_loss,
 )
-from algorithms.rollout import Rollout, sequence_inputs
+from algorithms.rollout import Rollout, completion_outputs, sequence_inputs
 
 
 @dataclass
@@ -66,11 +66,16 @@ CRITIC_PHASE = "critic"
 
 
 class ValueModel(nn.Module):
-    """The critic: a copy of the policy's transformer body (initialised from the policy's weights) and a
-    fresh scalar head, zero-initialised so that the first values are 0 rather than noise."""
+    """The critic: a copy of the policy (initialised from the policy's weights) whose output layer is a fresh scalar
+    head, zero-initialised so that the first values are 0 rather than noise. It stays the policy's module type, so
+    its values take the log-probs' own route (``completion_outputs``): each prompt encoded once with its completions
+    packed after it, on the whole batch and on the grouped minibatches alike."""
 
     def __init__(self, policy):
         super().__init__()
+        head = nn.Linear(policy.config.hidden_size, 1)
+        nn.init.zeros_(head.weight)
+        nn.init.zeros_(head.bias)
         # A LoRA policy (a PEFT model: get_base_model) is trained to leave its base weights as they are, so a
         # full copy of them would defeat it: its critic is this head on the policy's own adapted trunk, read
         # without gradient (a value head on shared features; the trunk learns from the policy loss only).
@@ -78,22 +83,32 @@ class ValueModel(nn.Module):
         if self.shared:
             base = policy.get_base_model()
             object.__setattr__(self, "trunk", getattr(base, base.base_model_prefix))  # not a submodule: not the critic's weights
+            self.value_head = head
         else:
-            self.body = copy.deepcopy(getattr(policy, policy.base_model_prefix))  # e.g. LlamaModel, without lm_head
-            self.body.requires_grad_(True)
-        self.head = nn.Linear(policy.config.hidden_size, 1)
-        nn.init.zeros_(self.head.weight)
-        nn.init.zeros_(self.head.bias)
+            self.lm = copy.deepcopy(policy)  # e.g. LlamaForCausalLM; a tied output layer is replaced, not copied
+            self.lm.requires_grad_(True)
+            self.lm.set_output_embeddings(head)
+
+    @property
+    def head(self) -> nn.Linear:
+        return self.value_head if self.shared else self.lm.get_output_embeddings()
+
+    @property
+    def body(self) -> nn.Module:
+        """The copied transformer body (e.g. LlamaModel)."""
+        return getattr(self.lm, self.lm.base_model_prefix)
 
     def forward(self, rollout: Rollout) -> torch.Tensor:
         """(B, T) V(s_t): the value of the state *before* completion token t, read where its logits are."""
         if self.shared:
             with torch.no_grad():
                 hidden = self.trunk(**sequence_inputs(rollout)).last_hidden_state  # (B, P+T, H)
-        else:
-            hidden = self.body(**sequence_inputs(rollout)).last_hidden_state  # (B, P+T, H)
-        T = rollout.completion_ids.size(1)
-        return self.head(hidden[:, -T - 1:-1]).squeeze(-1).float()  # (B, T)
+            T = rollout.completion_ids.size(1)
+            return self.head(hidden[:, -T - 1:-1]).squeeze(-1).float()  # (B, T)
+        values, row_of = completion_outputs(self.lm, rollout.prompt_ids, rollout.prompt_mask, rollout.completion_ids,
+                                            rollout.completion_mask, group_size=rollout.group_size,
+                                            group_counts=rollout.group_counts)  # (R, 1), (B, T)
+        return values.squeeze(-1)[row_of].float()  # (B, T)
 
 
 @register_algorithm
@@ -167,7 +182,10 @@ class PPO(Algorithm):
         for _ in range(c.epochs):  # 5 epochs x minibatches
             order = torch.randperm(batch, generator=self.generator, device=self.device)
             for idx in order.split(size):
-                mb, mb_mask = rollout.select(idx), mask[idx]
+                # Each group's rows together (a minibatch's loss is a mean over its rows, in any order): its
+                # log-probs and values encode each prompt once, as the whole batch's do.
+                idx = idx.sort().values
+                mb, mb_mask = rollout.select(idx, grouped=True), mask[idx]
                 with self.timer("update"):
                     logps, entropy = self.logps(self.policy, mb, with_entropy=True)
                     num_tokens = self.data_parallel_token_count(mb_mask)

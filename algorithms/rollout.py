@@ -42,6 +42,9 @@ class Rollout:
     truncated: torch.Tensor  # (B,) bool: no EOS within max_new_tokens
     group_size: int
     sampling_logps: Optional[torch.Tensor] = None  # (B, T) the sampler's own log-probs, when it recorded them
+    # A minibatch of rows drawn across groups (``select(..., grouped=True)``): the rows come in runs of one prompt,
+    # of these lengths, so that log-probs still encode each prompt once. None: groups of ``group_size``.
+    group_counts: Optional[tuple[int, ...]] = None
 
     @property
     def num_completions(self) -> int:
@@ -62,9 +65,25 @@ class Rollout:
         return dataclasses.replace(self, **{f.name: getattr(self, f.name).clone() for f in dataclasses.fields(self)
                                             if isinstance(getattr(self, f.name), torch.Tensor)})
 
-    def select(self, index: torch.Tensor) -> "Rollout":
-        """Sub-batch for minibatching (index into the B completions)."""
+    def group_of_rows(self) -> torch.Tensor:
+        """(B,) the group (prompt) each row belongs to."""
+        device = self.completion_ids.device
+        if self.group_counts is None:
+            return torch.arange(self.num_completions, device=device).div(self.group_size, rounding_mode="floor")
+        counts = torch.tensor(self.group_counts, device=device)
+        return torch.repeat_interleave(torch.arange(counts.numel(), device=device), counts)
+
+    def select(self, index: torch.Tensor, *, grouped: bool = False) -> "Rollout":
+        """Sub-batch for minibatching (index into the B completions). With ``grouped``, ``index`` lists each
+        group's rows together (a sorted random minibatch does): the sub-batch records its runs of one prompt
+        (``group_counts``), so its log-probs encode each prompt once, as the whole batch's do."""
         idx = index.tolist()
+        counts = None
+        if grouped:
+            groups = self.group_of_rows()[index]
+            if groups.numel() and bool((groups[1:] < groups[:-1]).any()):
+                raise ValueError("select(grouped=True) needs each group's rows together, in group order (sort the index)")
+            counts = tuple(torch.unique_consecutive(groups, return_counts=True)[1].tolist())
         return Rollout(
             prompts=[self.prompts[i] for i in idx],
             completions=[self.completions[i] for i in idx],
@@ -75,12 +94,15 @@ class Rollout:
             truncated=self.truncated[index],
             group_size=self.group_size,
             sampling_logps=None if self.sampling_logps is None else self.sampling_logps[index],
+            group_counts=counts,
         )
 
 
 def concat_rollouts(rollouts: Sequence[Rollout]) -> Rollout:
-    """One rollout of several (same group size), prompts re-padded on the left and completions on the
-    right to the longest; the added padding is masked out (token id 0, sampler log-prob 0)."""
+    """One rollout of several (same group size, whole groups), prompts re-padded on the left and completions on
+    the right to the longest; the added padding is masked out (token id 0, sampler log-prob 0)."""
+    if any(r.group_counts is not None for r in rollouts):
+        raise ValueError("concat_rollouts takes whole groups, not grouped minibatches")
     P = max(r.prompt_ids.size(1) for r in rollouts)
     T = max(r.completion_ids.size(1) for r in rollouts)
 
@@ -470,6 +492,25 @@ def _shared_prompt(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_si
     return bool((ids == ids[:, :1]).all() and (mask == mask[:, :1]).all())
 
 
+def _prompt_runs(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_size: int,
+                 group_counts: Optional[Sequence[int]] = None) -> Optional[torch.Tensor]:
+    """(n,) the lengths of the runs of consecutive rows that hold one prompt, when the rows come that way and some
+    prompt holds two or more (its encoding can be shared); else None. ``group_counts`` names the runs of a grouped
+    minibatch (``Rollout.select(..., grouped=True)``); without it the runs are the groups of ``group_size``."""
+    rows = prompt_ids.size(0)
+    if group_counts is None:
+        if not _shared_prompt(prompt_ids, prompt_mask, group_size):
+            return None
+        return torch.full((rows // group_size,), group_size, dtype=torch.long, device=prompt_ids.device)
+    counts = torch.tensor(list(group_counts), dtype=torch.long, device=prompt_ids.device)
+    if int(counts.sum()) != rows or not bool((counts > 0).all()) or int(counts.max()) < 2:
+        return None
+    first = (counts.cumsum(0) - counts).repeat_interleave(counts)  # each row's run's first row
+    if not bool((prompt_ids == prompt_ids[first]).all() and (prompt_mask == prompt_mask[first]).all()):
+        return None
+    return counts
+
+
 # Through the KV cache (rows too long to pack, or models fast_llama does not cover), encoding a group's
 # prompt once saves G - 1 passes over it and costs a second forward call (and its backward), about 1 ms
 # of per-op overhead on a 2-layer model on CPU: for the pizza model (0.13M parameters, 12-token prompt,
@@ -509,12 +550,14 @@ PACKED_MAX_LENGTH = 1024
 
 
 def _packed_completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
-                              group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+                              counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(R, V) logits of the positions that predict completion tokens, and (B, T) the row of them that
     predicts each completion token; each group's prompt and its G completions packed into one sequence:
     [prompt, completion 1, ..., completion G] (each completion's real tokens without its last, which predicts
     nothing: the padding after an ended completion is never computed), one forward call for all of it
     (``fast_llama`` models). A padding token's row is its group's first (finite, and masked by every caller).
+    ``counts`` (n,) are the groups' sizes, the rows group by group; a grouped minibatch's groups differ in size,
+    and the smaller ones are laid out as the largest with completions of no positions.
 
     Its attention (``fast_llama.PromptGroups``) makes it the same function as G separate forwards of
     prompt + completion: a prompt position sees the earlier prompt, a completion position the whole
@@ -525,17 +568,20 @@ def _packed_completion_logits(model, prompt_ids, prompt_mask, completion_ids, co
     Completion masks must be a prefix of real tokens (as sampling and tokenising make them).
     """
     batch, T = completion_ids.shape
-    n = batch // group_size
+    n = counts.numel()
     device = prompt_ids.device
-    unique_ids, unique_mask = prompt_ids[::group_size], prompt_mask[::group_size]  # (n, P)
+    starts = counts.cumsum(0) - counts  # (n,) each group's first row
+    unique_ids, unique_mask = prompt_ids[starts], prompt_mask[starts]  # (n, P)
     P = unique_ids.size(1)
     inputs = _inputs_per_completion(completion_mask)  # (B,)
     step = torch.arange(T - 1, device=device)
     real_input = step < inputs[:, None]  # (B, T - 1)
-    per_group = inputs.view(n, group_size)
-    offsets = (per_group.cumsum(1) - per_group).view(batch)  # where each completion starts after its prompt
-    length = _packed_length(prompt_mask, completion_mask, group_size)
-    group = torch.arange(batch, device=device).div(group_size, rounding_mode="floor")  # (B,) each completion's row
+    group = torch.repeat_interleave(torch.arange(n, device=device), counts)  # (B,) each completion's row
+    slot = torch.arange(batch, device=device) - starts[group]  # (B,) its place in its group
+    per_group = inputs.new_zeros(n, int(counts.max()))
+    per_group[group, slot] = inputs
+    offsets = (per_group.cumsum(1) - per_group)[group, slot]  # where each completion starts after its prompt
+    length = _packed_length(prompt_mask, completion_mask, counts)
     row = group[:, None].expand(batch, T - 1)[real_input]
     column = (P + offsets[:, None] + step)[real_input]
     prompt_positions = _positions(unique_mask)
@@ -600,34 +646,38 @@ def _inputs_per_completion(completion_mask: torch.Tensor) -> torch.Tensor:
     return (completion_mask.sum(1) - 1).clamp(min=0)
 
 
-def _packed_length(prompt_mask: torch.Tensor, completion_mask: torch.Tensor, group_size: int) -> int:
-    """The packed rows' length: a prompt, then each completion's real tokens but its last."""
-    return prompt_mask.size(1) + int(_inputs_per_completion(completion_mask).view(-1, group_size).sum(1).max())
+def _packed_length(prompt_mask: torch.Tensor, completion_mask: torch.Tensor, counts: torch.Tensor) -> int:
+    """The packed rows' length: a prompt, then each of its run's (``counts``) completions' real tokens but its last."""
+    inputs = _inputs_per_completion(completion_mask)
+    runs = torch.repeat_interleave(torch.arange(counts.numel(), device=inputs.device), counts)
+    return prompt_mask.size(1) + int(inputs.new_zeros(counts.numel()).index_add_(0, runs, inputs).max())
 
 
-def _layout(model, prompt_ids, prompt_mask, completion_mask, group_size: int) -> str:
+def _layout(model, prompt_ids, prompt_mask, completion_mask, group_size: int,
+            group_counts: Optional[Sequence[int]] = None) -> tuple[str, Optional[torch.Tensor]]:
     """How per_token_logps runs the batch: "packed", "cached" (a group's prompt once, through its KV cache) or
-    "full" (every row whole)."""
-    if group_size > 1 and _shared_prompt(prompt_ids, prompt_mask, group_size):
+    "full" (every row whole); with the groups' sizes where a prompt is encoded once (``_prompt_runs``). A grouped
+    minibatch's groups of unequal size are packed, or else run whole."""
+    counts = _prompt_runs(prompt_ids, prompt_mask, group_size, group_counts)
+    if counts is not None:
         if (_prefix(completion_mask) and fast_llama.llama_of(model) is not None
-                and _packed_length(prompt_mask, completion_mask, group_size) <= PACKED_MAX_LENGTH):
-            return "packed"
-        if _sharing_pays(model, prompt_mask, group_size):
-            return "cached"
-    return "full"
+                and _packed_length(prompt_mask, completion_mask, counts) <= PACKED_MAX_LENGTH):
+            return "packed", counts
+        if group_counts is None and _sharing_pays(model, prompt_mask, group_size):
+            return "cached", counts
+    return "full", None
 
 
 def positions_processed(model, rollout: Rollout) -> int:
     """Positions one log-prob forward of ``rollout`` runs through ``model`` (the packed rows' trailing padding
     included): what its FLOPs scale with."""
     prompt_ids, prompt_mask, completion_mask = rollout.prompt_ids, rollout.prompt_mask, rollout.completion_mask
-    group_size = rollout.group_size
-    layout = _layout(model, prompt_ids, prompt_mask, completion_mask, group_size)
+    layout, counts = _layout(model, prompt_ids, prompt_mask, completion_mask, rollout.group_size, rollout.group_counts)
     rows, T = completion_mask.shape
     if layout == "packed":
-        return rows // group_size * _packed_length(prompt_mask, completion_mask, group_size)
+        return counts.numel() * _packed_length(prompt_mask, completion_mask, counts)
     if layout == "cached":
-        return rows // group_size * prompt_ids.size(1) + rows * (T - 1)
+        return counts.numel() * prompt_ids.size(1) + rows * (T - 1)
     return rows * (prompt_ids.size(1) + T)
 
 
@@ -643,6 +693,7 @@ def per_token_logps(
     group_size: int = 1,
     entropy_grad: bool = False,
     with_sum_pi_squared: bool = False,
+    group_counts: Optional[Sequence[int]] = None,
 ):
     """(B, T) log pi(o_t | q, o_<t) of each completion token (logits / temperature, as sampled).
 
@@ -652,19 +703,27 @@ def per_token_logps(
     vocabulary of pi(v)^2, detached (the optimal token baseline's score norm). With ``group_size`` G > 1
     and rows grouped by prompt (G consecutive rows share one prompt), each prompt is encoded once:
     packed with its G completions into one row (``_packed_completion_logits``) when that row is short,
-    else through a KV cache where that saves more than it costs (``SHARED_PROMPT_MIN_WORK``).
+    else through a KV cache where that saves more than it costs (``SHARED_PROMPT_MIN_WORK``). ``group_counts``:
+    the rows come in runs of one prompt of these sizes (a grouped minibatch), packed the same way.
     """
-    layout = _layout(model, prompt_ids, prompt_mask, completion_mask, group_size)
-    if layout == "packed":
-        logits, row_of = _packed_completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
-                                                   group_size)  # (R, V), (B, T)
-    else:
-        logits = _completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
-                                    group_size if layout == "cached" else 1)  # (B, T, V)
-        row_of = torch.arange(completion_ids.numel(), device=logits.device).view(completion_ids.shape)
-        logits = logits.reshape(-1, logits.size(-1))
+    logits, row_of = completion_outputs(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                                        group_size=group_size, group_counts=group_counts)
     return logps_from_logits(logits, row_of, completion_ids, temperature=temperature, with_entropy=with_entropy,
                              entropy_grad=entropy_grad, with_sum_pi_squared=with_sum_pi_squared)
+
+
+def completion_outputs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *, group_size: int = 1,
+                       group_counts: Optional[Sequence[int]] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's outputs (R, V) at the positions that predict completion tokens, and (B, T) the row of them that
+    predicts each token, in the layout ``per_token_logps`` picks: its log-probs read them through a vocabulary
+    head, PPO's critic through a scalar one."""
+    layout, counts = _layout(model, prompt_ids, prompt_mask, completion_mask, group_size, group_counts)
+    if layout == "packed":
+        return _packed_completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask, counts)
+    logits = _completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                                group_size if layout == "cached" else 1)  # (B, T, V)
+    row_of = torch.arange(completion_ids.numel(), device=logits.device).view(completion_ids.shape)
+    return logits.reshape(-1, logits.size(-1)), row_of
 
 
 def logps_from_logits(logits: torch.Tensor, row_of: torch.Tensor, tokens: torch.Tensor, *, temperature: float = 1.0,
@@ -780,6 +839,7 @@ def rollout_logps(model, rollout: Rollout, *, temperature: float = 1.0, with_ent
         group_size=rollout.group_size,
         entropy_grad=entropy_grad,
         with_sum_pi_squared=with_sum_pi_squared,
+        group_counts=rollout.group_counts,
     )
 
 

@@ -1,7 +1,7 @@
 """``grpo-bench bench revisions``: what each change to the code bought, measured on its own.
 
-One GRPO step of this suite (the ``Ours`` side of ``bench grpo-vs-trl``, on its workloads) at each of several git
-revisions of the project, side by side. Each revision's tree comes out of ``git archive`` into a temporary folder
+One training step of this suite on a workload of ``bench grpo-vs-trl`` (GRPO, RLOO, or PPO at the real-LM verdict's
+step), built as ``grpo-bench run`` builds it, at each of several git revisions of the project, side by side. Each revision's tree comes out of ``git archive`` into a temporary folder
 and runs in its own warm worker process, which imports that tree in place of the working one (it says which
 tree it imported, and a worker that imported another is an error) from the caller's working directory. The rounds interleave the revisions, in
 an order that rotates each round, so a slow spell on a shared machine falls on all of them alike. Every
@@ -69,17 +69,18 @@ def extract(repo: str, commit: str, into: Path) -> Path:
 
 
 class Worker:
-    """One revision's warm process: ``step()`` runs one GRPO step there and returns its metrics."""
+    """One revision's warm process: ``step()`` runs one training step of the run ``settings`` (a workload's flat run
+    settings) there and returns its metrics."""
 
-    def __init__(self, tree: Path, workload: str, seed: int, threads: int, device: str, log: Path):
-        self.name = f"{tree.name} on {workload}"
+    def __init__(self, tree: Path, name: str, settings: dict, seed: int, threads: int, log: Path):
+        self.name = f"{tree.name} on {name}"
         self.stderr_path = log
         self._stderr = open(log, "w")
         # The caller's working directory, so that data found from it (GSM8K's local copy) is found the same way.
         # The worker is this checkout's file, run by its path (not -m, which would import this checkout's
         # benchmarks package first): it imports the measured code from ``tree`` (revisions_worker says how).
-        self.proc = subprocess.Popen([sys.executable, revisions_worker.__file__, workload, str(seed), str(threads), device,
-                                      str(tree)],
+        self.proc = subprocess.Popen([sys.executable, revisions_worker.__file__, json.dumps(settings), str(seed),
+                                      str(threads), str(tree)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True)
         ready = self._read()
         imported = Path(ready["imported"]).resolve()
@@ -117,7 +118,7 @@ def summarise(steps: list[dict], baseline_step: Optional[float], seed: int) -> d
     median = statistics.median(step_times)
     return {
         "rounds": len(steps),
-        "median": {p: statistics.median(s[f"time/{p}"] for s in steps) for p in ("step", *SHOWN_PHASES)},
+        "median": {p: statistics.median(s.get(f"time/{p}", 0.0) for s in steps) for p in ("step", *SHOWN_PHASES)},
         "step_ci95": list(median_interval(step_times, seed=seed)),
         "tokens_generated": [s["tokens/generated"] for s in steps],
         "speedup_vs_first": (baseline_step / median) if baseline_step else 1.0,
@@ -130,8 +131,8 @@ def compare_workload(workload: str, revisions: list[dict], trees: list[Path], se
     workers = []
     try:
         for i, tree in enumerate(trees):
-            workers.append(Worker(tree, workload, settings.seed, settings.threads, settings.device,
-                                  logs / f"{workload}-{i}.log"))
+            run = WORKLOADS[workload].run_settings(seed=settings.seed, device=settings.device)
+            workers.append(Worker(tree, workload, run, settings.seed, settings.threads, logs / f"{workload}-{i}.log"))
         for worker in workers:  # warm-up: allocation, first-touch pages, kernel choice
             worker.step()
         steps: list[list[dict]] = [[] for _ in workers]
@@ -155,7 +156,7 @@ def render_markdown(report: dict) -> str:
     lines = [
         "# One step at each revision: what each change bought",
         "",
-        f"This suite's GRPO or RLOO step (the `Ours` side of `grpo-bench bench grpo-vs-trl`) at {len(report['revisions'])} "
+        f"This suite's training step on each workload (as `grpo-bench run` builds it) at {len(report['revisions'])} "
         f"revisions, each in its own warm worker, in interleaved rounds; on {report['environment']['device_name']} "
         f"(torch {report['environment']['versions']['torch']}). Machine load (1-minute load average at the start "
         f"and after each workload): {min(load):.1f} to {max(load):.1f} on {report['load']['cpus']} CPUs. Seconds are "
@@ -170,7 +171,9 @@ def render_markdown(report: dict) -> str:
     for w in report["workloads"]:
         spec = w["workload"]
         lora = f", LoRA r {spec['lora_r']}" if spec.get("lora_r") else ""
-        lines += [f"## {spec['name']}: {spec['task']}, G {spec['group_size']}, {spec['max_new_tokens']} new tokens, "
+        shape = (f"{spec.get('algo', 'grpo')}, {spec.get('prompts_per_step', 1)} x G {spec['group_size']}, "
+                 f"{spec.get('precision', 'fp32')}")
+        lines += [f"## {spec['name']}: {spec['task']}, {shape}, {spec['max_new_tokens']} new tokens, "
                   f"mu {spec['mu']}{lora}; {w['threads']} thread{'s' if w['threads'] != 1 else ''}, {w['revisions'][0]['rounds']} rounds", ""]
         rows = []
         for r in w["revisions"]:

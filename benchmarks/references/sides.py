@@ -47,7 +47,8 @@ class Workload:
     learning_rate: Optional[float] = None  # None: the task's recommended rate
     beta: float = 0.04  # the paper's KL weight, so the reference pass is part of the step
     loss_type: str = "grpo"
-    algo: str = "grpo"  # "grpo" (TRL's GRPOTrainer) or "rloo" (TRL's RLOOTrainer)
+    algo: str = "grpo"  # "grpo" (TRL's GRPOTrainer), "rloo" (TRL's RLOOTrainer) or "ppo" (no TRL side: bench revisions)
+    prompts_per_step: int = 1  # prompts a step samples group_size completions of each
     task_options: tuple = ()  # (name, value) pairs for make_task, both sides
     lora_r: int = 0  # > 0: LoRA through PEFT on both sides, the harness's adapter (TRL: the same peft_config)
     # TRL's side runs with disable_dropout (so that it samples without dropout, as ours does), which also zeroes its
@@ -60,8 +61,11 @@ class Workload:
     def settings(self) -> dict:
         """Our GRPOConfig (or RLOOConfig) fields, which both sides train with: ours as its config, TRL's through
         its adapter. The defaults spelled out are those where TRL's differ or that must match."""
-        fields = {"group_size": self.group_size, "prompts_per_step": 1, "mu": self.mu, "beta": self.beta,
-                  "learning_rate": self.learning_rate, "epsilon": 0.2, "max_grad_norm": 1.0}
+        if self.algo == "ppo":  # its critic's algorithm, with TRL's PPO defaults: group_size is its samples a prompt
+            return {"samples_per_prompt": self.group_size, "prompts_per_step": self.prompts_per_step, "kl_coef": self.beta,
+                    "learning_rate": self.learning_rate, "epsilon": 0.2, "max_grad_norm": 1.0}
+        fields = {"group_size": self.group_size, "prompts_per_step": self.prompts_per_step, "mu": self.mu,
+                  "beta": self.beta, "learning_rate": self.learning_rate, "epsilon": 0.2, "max_grad_norm": 1.0}
         if self.algo == "grpo":  # TRL 1.16's KL bias correction defaults to on; the paper (and ours) has no ratio on KL
             fields.update(loss_type=self.loss_type, scale_rewards="group", kl_bias_correction=False)
         return fields
@@ -95,6 +99,10 @@ WORKLOADS = {
         # RLOO as TRL's RLOOTrainer defines it: k1 KL folded into the reward, beta 0.05 (TRL's and ours)
         Workload("pizza-rloo", "pizza", group_size=8, max_new_tokens=12, mu=1, beta=0.05, algo="rloo"),
         Workload("pizza-rloo-mu2", "pizza", group_size=8, max_new_tokens=12, mu=2, beta=0.05, algo="rloo"),
+        # PPO with its critic at the real-LM verdict's step (benchmarks/matrices/rg_verdict_chain_sum.toml): 4 prompts
+        # x 8, bf16, kl_coef 0.05. No TRL side (its PPOTrainer needs a reward model): for bench revisions only.
+        Workload("chain_sum-ppo", "reasoning_gym", group_size=8, max_new_tokens=24, mu=1, beta=0.05, algo="ppo",
+                 prompts_per_step=4, precision="bf16", learning_rate=1e-5, task_options=CHAIN_SUM),
     )
 }
 

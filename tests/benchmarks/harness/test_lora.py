@@ -70,7 +70,7 @@ def test_reference_log_probs_are_the_base_models_on_every_route():
     batch = rollout.generate(policy, algo.tokenizer, task.train_prompts()[:2], 4, max_new_tokens=8,
                              generator=torch.Generator().manual_seed(0))
     mask = batch.completion_mask.bool()
-    assert rollout._layout(policy, batch.prompt_ids, batch.prompt_mask, batch.completion_mask, 4) == "packed"
+    assert rollout._layout(policy, batch.prompt_ids, batch.prompt_mask, batch.completion_mask, 4)[0] == "packed"
     assert fast_llama.llama_of(algo.ref_policy) is None  # a stand-in is called, never run layer by layer
     with torch.inference_mode():
         expected = rollout.rollout_logps(base, batch)[mask]

@@ -49,30 +49,38 @@ def test_bad_revisions_are_one_line(run_cli, tmp_path):
         assert message in err and len(err.strip().splitlines()) == 1
 
 
-# A revision's tree reduced to what the worker imports from it: ``Ours`` answers each step with where it was imported
-# from, the import path it saw and its prompt.
-STUB_SIDE = """
-import os, sys
-WORKLOADS = {"stub": "the stub workload"}
+# A revision's tree reduced to what the worker imports from it: its harness's ``resolve`` and ``build``; the algorithm
+# writes, each step, where it was imported from, the import path it saw, the settings and the prompts it got to the
+# file the settings name (the worker passes on only a step's times, loss and tokens).
+STUB_HARNESS = """
+import json, os, sys
+
+def resolve(settings):
+    return settings, None, {}
 
 class _Task:
     def train_prompts(self):
         return ["a", "b", "c"]
 
-class Ours:
-    def __init__(self, workload, *, seed, device):
-        self.task, self.said = _Task(), [workload, seed, device]
+class _Algo:
+    def __init__(self, settings):
+        self.settings = settings
 
     def step(self, prompts):
-        return {"file": __file__, "path": sys.path[:2], "cwd": os.getcwd(), "said": self.said, "prompt": prompts[0]}
+        seen = {"file": __file__, "path": sys.path[:2], "cwd": os.getcwd(), "said": self.settings, "prompts": prompts}
+        with open(self.settings["notes"], "a") as f:
+            f.write(json.dumps(seen) + "\\n")
+        return {"time/update": 0.5, "loss": 1.0, "tokens/generated": 3}
+
+def build(rc, config, task_options):
+    return _Task(), None, _Algo(rc), None
 """
 
 
-def _stub_tree(root: Path, side: str = STUB_SIDE) -> Path:
-    (root / "benchmarks" / "perf").mkdir(parents=True)
+def _stub_tree(root: Path) -> Path:
+    (root / "benchmarks" / "harness").mkdir(parents=True)
     (root / "benchmarks" / "__init__.py").write_text("")
-    (root / "benchmarks" / "perf" / "__init__.py").write_text("")
-    (root / "benchmarks" / "perf" / "grpo_vs_trl.py").write_text(side)
+    (root / "benchmarks" / "harness" / "__init__.py").write_text(STUB_HARNESS)
     return root
 
 
@@ -82,17 +90,20 @@ def test_the_worker_is_this_checkouts_and_runs_the_trees_code(tmp_path, monkeypa
     tree = _stub_tree(tmp_path / "tree")
     (tmp_path / "cwd").mkdir()
     monkeypatch.chdir(tmp_path / "cwd")
-    worker = Worker(tree, "stub", 3, 1, "cpu", tmp_path / "worker.log")
+    settings = {"task": "stub", "prompts_per_step": 2, "seed": 3, "notes": str(tmp_path / "notes.jsonl")}
+    worker = Worker(tree, "stub", settings, 3, 1, tmp_path / "worker.log")
     try:
-        first, second = worker.step(), worker.step()
+        steps = [worker.step(), worker.step()]
     finally:
         worker.close()
+    first, second = (json.loads(line) for line in (tmp_path / "notes.jsonl").read_text().splitlines())
     assert worker.threads == 1
-    assert first["file"] == str(tree / "benchmarks" / "perf" / "grpo_vs_trl.py")
+    assert first["file"] == str(tree / "benchmarks" / "harness" / "__init__.py")
     assert first["path"] == [str(tree), ""] and first["cwd"] == str(tmp_path / "cwd")
-    assert first["said"] == ["the stub workload", 3, "cpu"]
+    assert first["said"] == settings  # the caller's workload, built by the tree's harness
     rng = random.Random(3)
-    assert [first["prompt"], second["prompt"]] == [rng.choice(["a", "b", "c"]) for _ in range(2)]
+    assert [first["prompts"], second["prompts"]] == [[rng.choice(["a", "b", "c"]) for _ in range(2)] for _ in range(2)]
+    assert all(s["time/update"] == 0.5 and s["time/step"] > 0 and s["loss"] == 1.0 for s in steps)
 
 
 def test_a_worker_that_imports_another_tree_is_refused(tmp_path, monkeypatch):
@@ -100,4 +111,4 @@ def test_a_worker_that_imports_another_tree_is_refused(tmp_path, monkeypatch):
     (tmp_path / "empty").mkdir()
     monkeypatch.chdir(_stub_tree(tmp_path / "other"))
     with pytest.raises(UsageError, match="imported .*other/benchmarks/__init__.py, not its own tree"):
-        Worker(tmp_path / "empty", "stub", 0, 1, "cpu", tmp_path / "worker.log")
+        Worker(tmp_path / "empty", "stub", {"task": "stub"}, 0, 1, tmp_path / "worker.log")
