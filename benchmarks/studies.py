@@ -239,6 +239,9 @@ class CalibrationSettings(StudySettings):
     claims: list[str] = field(default_factory=list, metadata={
         "help": "matrix files stating [[analysis.claims]]: the claims' procedure simulated at their designs (and on "
                 "--aa's cells) (default: none)", "metavar": "FILE"})
+    plans: list[str] = field(default_factory=list, metadata={
+        "help": "matrix files whose planned design (variants x evaluation seeds) is simulated before their cells run "
+                "(default: none)", "metavar": "FILE"})
 
 
 @register_study
@@ -259,7 +262,8 @@ class Calibration(Study):
         from benchmarks.report.calibration_report import calibration, records  # heavy: pandas, scipy
 
         try:
-            result = calibration(s.dirs, aa=s.aa, sims=s.sims, claims=[parse(path) for path in s.claims])
+            result = calibration(s.dirs, aa=s.aa, sims=s.sims, claims=[parse(path) for path in s.claims],
+                                 plans=[parse(path) for path in s.plans])
         except ValueError as exc:  # an --aa matrix of more than one variant, a claims file that states none
             raise UsageError(str(exc)) from None
         text = self.write(result, s, command)

@@ -16,6 +16,7 @@ one's (above 1: faster than the first).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import json
@@ -94,18 +95,25 @@ class Worker:
         if not line:
             self.close()
             tail = self.stderr_path.read_text().strip().splitlines()[-1:]
-            raise UsageError(f"the worker for {self.name} stopped: {tail[0] if tail else 'no output'}")
+            code = self.proc.returncode
+            why = (f"killed by signal {-code}{' (the kernel kills for memory with 9)' if code == -9 else ''}"
+                   if code is not None and code < 0 else tail[0] if tail else "no output")
+            raise UsageError(f"the worker for {self.name} stopped: {why}")
         return json.loads(line)
 
     def step(self) -> dict:
         time.sleep(PAUSE_S)
-        self.proc.stdin.write("\n")
-        self.proc.stdin.flush()
+        try:
+            self.proc.stdin.write("\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:  # it stopped: _read says why
+            pass
         return self._read()
 
     def close(self) -> None:
         if self.proc.poll() is None:
-            self.proc.stdin.close()
+            with contextlib.suppress(BrokenPipeError):  # it stopped between the poll and the close
+                self.proc.stdin.close()
             try:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:

@@ -17,6 +17,9 @@ the best left out of the could-be-best set) is <= 5%. Three measurements:
     evidence: the interval comes from a bootstrap over the cells (resample the cells, partition again);
   * the declared A/A pairs of the given matrices (``equivalent`` groups, e.g. an independent replicate of a variant
     under a second name): how many the procedure separates;
+  * simulated at a matrix file's planned design (``--plans FILE``), before its cells run: its variants and
+    evaluation seeds, the spread of the sds, heavy tails and ties varied (no sd is known yet, and the procedure
+    is scale-free);
   * the claims' procedure (``--claims FILE``: a matrix file stating ``[[analysis.claims]]``, parsed by the command
     line, judged by
     ``inference.contrasts``): simulated at the file's own design (its claim variants, seeds and contrasts) under the
@@ -134,6 +137,39 @@ def real_aa(directory: Path | str, *, shapes: Sequence[tuple[int, int]] = AA_SHA
 
 
 CLAIM_SPREADS = (0.0, 0.5, 1.0)  # log-sd spreads of the variants' sds in the claims' simulations
+PLAN_TAIL_DF = 4.0  # heavy-tailed noise (Student t) in a planned design's scenarios
+
+
+def plan_designs(plan) -> list[dict]:
+    """A matrix file's planned design per task, before any cell runs, from its parsed plan (``benchmarks.matrix.parse``,
+    which the command line calls): its variants and each one's evaluation seeds (a tuned matrix's, from its first
+    grid point's cells), the median if they differ."""
+    cells = plan.cells or [c for group in plan.tuning for c in group.candidates[0]]
+    seeds: dict[str, dict[str, set]] = {}
+    for c in cells:
+        seeds.setdefault(c.task_label, {}).setdefault(c.variant, set()).add(c.seed)
+    return [{"file": str(plan.path), "name": plan.name, "task": task, "k": len(variants),
+             "n": int(np.median([len(s) for s in variants.values()]))}
+            for task, variants in seeds.items() if len(variants) >= 2]
+
+
+def plan_simulated(design: dict, *, sims: int = 2000, reps: int = 1000) -> pd.DataFrame:
+    """A planned design's family-wise rates (``inference.family_error``, blocked by seed as its cells will be) where
+    no sd is known yet: the scale drops out of the procedure, so the scenarios vary what does not -- the spread of
+    the variants' sds (each simulated matrix draws its own), heavy tails, and how many variants tie for best."""
+    k, n = design["k"], design["n"]
+    scenarios = [("global null, equal sds", inference.Design(k, n))]
+    scenarios += [(f"global null, unequal sds (log-sd spread {spread:g})", inference.Design(k, n, unequal_sd=spread))
+                  for spread in CLAIM_SPREADS if spread]
+    scenarios.append((f"global null, t noise ({PLAN_TAIL_DF:g} df)", inference.Design(k, n, tail_df=PLAN_TAIL_DF)))
+    scenarios += [(f"top {m} equal, the rest 1 sd apart below", inference.Design(k, n, means=inference.partial_null(k, m, 1.0)))
+                  for m in PARTIAL_NULLS if m < k]
+    rows = []
+    for label, d in scenarios:
+        rates = inference.family_error(d, sims=sims, reps=reps)
+        rows.append({"matrix": design["name"], "task": design["task"], "variants": k, "seeds": n, "scenario": label,
+                     **rates})
+    return pd.DataFrame(rows)
 
 
 def claims_design(plan) -> dict:
@@ -205,13 +241,16 @@ def declared_pairs(directories: Sequence[Path | str]) -> pd.DataFrame:
 
 
 def render(sim: pd.DataFrame, aa: Optional[tuple[dict, pd.DataFrame]], pairs: pd.DataFrame, command: str,
-           claims: Sequence[tuple[dict, pd.DataFrame, Optional[dict]]] = ()) -> str:
-    """The report below its title: the headline of every measurement, then a section each (simulated, real A/A,
-    declared pairs, and each claims matrix)."""
+           claims: Sequence[tuple[dict, pd.DataFrame, Optional[dict]]] = (),
+           planned: Optional[pd.DataFrame] = None) -> str:
+    """The report below its title: the headline of every measurement, then a section each (simulated, planned
+    designs, real A/A, declared pairs, and each claims matrix)."""
+    planned = pd.DataFrame() if planned is None else planned
     lines = [f"**The verdict procedure (benchmarks/report/inference.py, 95% simultaneous): "
-             + "; ".join(_headline(sim, aa, pairs, claims)) + ".**", "",
+             + "; ".join(_headline(sim, aa, pairs, claims, planned)) + ".**", "",
              f"Written by `{command}`.", ""]
     lines += _simulated_section(sim)
+    lines += _planned_section(planned)
     lines += _real_aa_section(aa)
     lines += _pairs_section(pairs)
     for design, rates, real in claims:
@@ -220,12 +259,15 @@ def render(sim: pd.DataFrame, aa: Optional[tuple[dict, pd.DataFrame]], pairs: pd
 
 
 def _headline(sim: pd.DataFrame, aa: Optional[tuple[dict, pd.DataFrame]], pairs: pd.DataFrame,
-              claims: Sequence[tuple[dict, pd.DataFrame, Optional[dict]]]) -> list[str]:
-    """One clause per measurement: the worst simulated rate, the real A/A rates, the pairs separated, each claims
-    matrix's rates."""
+              claims: Sequence[tuple[dict, pd.DataFrame, Optional[dict]]], planned: pd.DataFrame) -> list[str]:
+    """One clause per measurement: the worst simulated rate, at the planned designs too, the real A/A rates, the pairs
+    separated, each claims matrix's rates."""
     worst = sim["false_claim"].max() if not sim.empty else math.nan
     head = [f"the simulated family-wise rate of false claims is at most {worst:.3f} over {len(sim)} scenarios at the "
-            "committed matrices' designs" if not sim.empty else "no design simulated"]
+            "committed matrices' designs" if not sim.empty else "no committed design simulated"]
+    for (name, task), rows in planned.groupby(["matrix", "task"], sort=False):
+        head.append(f"at `{name}`'s planned {rows['variants'].iloc[0]} x {rows['seeds'].iloc[0]} ({task}) at most "
+                    f"{rows['false_claim'].max():.3f} over {len(rows)} scenarios")
     if aa is not None and not aa[1].empty:
         summary, rates = aa
         head.append("on real A/A replicates (" + "; ".join(
@@ -255,6 +297,23 @@ def _simulated_section(sim: pd.DataFrame) -> list[str]:
             "any simultaneous interval missing its true gap; *any worse*: matrices with at least one variant "
             "marked worse (power, under the partial nulls). A controlled procedure reads <= 0.05 within "
             f"simulation error (+-{2 * math.sqrt(0.05 * 0.95 / max(int(sim['sims'].min()), 1)):.3f}).", "",
+            markdown_table(["matrix", "task", "design", "scenario", "false claim", "non-coverage", "any worse",
+                            "simulated matrices"], rows), ""]
+
+
+def _planned_section(planned: pd.DataFrame) -> list[str]:
+    """The family-wise rates simulated at matrix files' planned designs, before their cells run."""
+    if planned.empty:
+        return []
+    rows = [[r.matrix, r.task, f"{r.variants} x {r.seeds}", r.scenario, f"{r.false_claim:.3f}", f"{r.noncoverage:.3f}",
+             f"{r.any_worse:.3f}", r.sims] for r in planned.itertuples()]
+    return ["## Simulated at planned designs, before their cells run", "",
+            "A matrix file's variants and evaluation seeds, blocked by seed as its cells will be, with no sd known yet: "
+            "the procedure is scale-free, so the scenarios vary what it is not -- each simulated matrix draws its "
+            "variants' sds with the log-sd spread shown, the noise is Gaussian or Student t, and the top variants tie "
+            "with the rest one sd apart below. The margin of equivalence is not simulated here (it is in sd units "
+            "only once the sd is known); the matrix's own design, with its observed sds, is simulated above once its "
+            "cells are in. Columns as above.", "",
             markdown_table(["matrix", "task", "design", "scenario", "false claim", "non-coverage", "any worse",
                             "simulated matrices"], rows), ""]
 
@@ -314,11 +373,15 @@ def _claims_section(design: dict, rates: pd.DataFrame, real: Optional[dict]) -> 
 
 
 def calibration(directories: Sequence[Path | str], *, aa: Optional[Path | str] = None, sims: int = 2000,
-                claims: Sequence = ()) -> dict:
-    """Every measurement of the report: the matrices' designs simulated, the A/A cells (``aa``) cut into null
-    matrices, the declared pairs, and each parsed claims matrix of ``claims`` simulated and on the A/A cells."""
+                claims: Sequence = (), plans: Sequence = ()) -> dict:
+    """Every measurement of the report: the matrices' designs simulated, each parsed matrix file of ``plans`` at its
+    planned design, the A/A cells (``aa``) cut into null matrices, the declared pairs, and each parsed claims matrix
+    of ``claims`` simulated and on the A/A cells."""
     designs = matrix_designs(directories)
     sim = simulated(designs, sims=sims)
+    planned_designs = [d for plan in plans for d in plan_designs(plan)]
+    planned = pd.concat([plan_simulated(d, sims=sims) for d in planned_designs], ignore_index=True) \
+        if planned_designs else pd.DataFrame()
     measured = real_aa(aa) if aa else None
     pairs = declared_pairs(directories)
     judged = []
@@ -326,12 +389,14 @@ def calibration(directories: Sequence[Path | str], *, aa: Optional[Path | str] =
         design = claims_design(plan)
         judged.append((design, claims_simulated(design, sims=sims), claims_real_aa(design, aa) if aa else None))
     return {"designs": designs, "simulated": sim, "real_aa": measured, "declared_pairs": pairs, "claims": judged,
-            "matrices": [str(d) for d in directories], "sims": sims}
+            "planned_designs": planned_designs, "planned": planned, "matrices": [str(d) for d in directories],
+            "sims": sims}
 
 
 def render_calibration(result: dict, command: str) -> str:
     """``calibration``'s result rendered: the report below its title."""
-    return render(result["simulated"], result["real_aa"], result["declared_pairs"], command, result["claims"])
+    return render(result["simulated"], result["real_aa"], result["declared_pairs"], command, result["claims"],
+                  result.get("planned"))
 
 
 def records(result: dict) -> dict:
@@ -342,4 +407,5 @@ def records(result: dict) -> dict:
             "declared_pairs": result["declared_pairs"].to_dict(orient="records"), "matrices": result["matrices"],
             "claims": [{"design": d, "simulated": r.to_dict(orient="records"), "real_aa": a}
                        for d, r, a in result["claims"]],
+            "planned": {"designs": result["planned_designs"], "simulated": result["planned"].to_dict(orient="records")},
             "sims": result["sims"], "alpha": inference.ALPHA, "seed": stats.SEED}

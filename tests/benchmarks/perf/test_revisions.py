@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
 import subprocess
 from pathlib import Path
 
@@ -112,3 +114,19 @@ def test_a_worker_that_imports_another_tree_is_refused(tmp_path, monkeypatch):
     monkeypatch.chdir(_stub_tree(tmp_path / "other"))
     with pytest.raises(UsageError, match="imported .*other/benchmarks/__init__.py, not its own tree"):
         Worker(tmp_path / "empty", "stub", {"task": "stub"}, 0, 1, tmp_path / "worker.log")
+
+
+def test_a_worker_killed_mid_run_is_one_line_that_says_so(tmp_path, monkeypatch):
+    """A worker the kernel kills (for memory, say) between steps: the next step is a UsageError naming the signal,
+    not a broken pipe's traceback."""
+    tree = _stub_tree(tmp_path / "tree")
+    monkeypatch.chdir(tmp_path)
+    worker = Worker(tree, "stub", {"task": "stub", "notes": str(tmp_path / "notes.jsonl")}, 0, 1, tmp_path / "w.log")
+    try:
+        worker.step()
+        os.kill(worker.proc.pid, signal.SIGKILL)
+        worker.proc.wait(timeout=30)
+        with pytest.raises(UsageError, match="stopped: killed by signal 9 \\(the kernel kills for memory with 9\\)"):
+            worker.step()
+    finally:
+        worker.close()
