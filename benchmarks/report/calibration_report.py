@@ -265,7 +265,7 @@ def _headline(sim: pd.DataFrame, aa: Optional[tuple[dict, pd.DataFrame]], pairs:
     worst = sim["false_claim"].max() if not sim.empty else math.nan
     head = [f"the simulated family-wise rate of false claims is at most {worst:.3f} over {len(sim)} scenarios at the "
             "committed matrices' designs" if not sim.empty else "no committed design simulated"]
-    for (name, task), rows in planned.groupby(["matrix", "task"], sort=False):
+    for (name, task), rows in (planned.groupby(["matrix", "task"], sort=False) if not planned.empty else ()):
         head.append(f"at `{name}`'s planned {rows['variants'].iloc[0]} x {rows['seeds'].iloc[0]} ({task}) at most "
                     f"{rows['false_claim'].max():.3f} over {len(rows)} scenarios")
     if aa is not None and not aa[1].empty:

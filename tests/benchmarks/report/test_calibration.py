@@ -251,3 +251,27 @@ def test_calibration_report_judges_a_claims_matrix_at_its_design_and_on_the_aa_c
     text = calibration_report.render(pd.DataFrame(), None, pd.DataFrame(), "grpo-bench calibration", [(design, rates, real)])
     assert "## The claims of `claims-toy`" in text and "the claims of `claims-toy` (simulated at most" in text
     assert "15 variants and contrasts at 4 seeds each" in text
+
+
+def test_calibration_report_simulates_a_planned_design_before_its_cells_run():
+    """--plans FILE: a tuned matrix file's variants and evaluation seeds (not its tuning seeds), simulated under the
+    global null with equal and unequal spreads and heavy tails, and under partial nulls; the headline names it."""
+    from benchmarks.matrix import parse
+    from benchmarks.report import calibration_report
+
+    (design,) = calibration_report.plan_designs(parse(ROOT / "benchmarks/matrices/rg_verdict_chain_sum.toml"))
+    assert (design["name"], design["task"], design["k"], design["n"]) == ("rg-verdict-chain-sum", "chain_sum", 8, 8)
+    (lc,) = calibration_report.plan_designs(parse(ROOT / "benchmarks/matrices/rg_verdict_letter_counting.toml"))
+    assert (lc["k"], lc["n"]) == (8, 6)
+    rates = calibration_report.plan_simulated(design, sims=100, reps=500)
+    assert list(rates["scenario"]) == [
+        "global null, equal sds", "global null, unequal sds (log-sd spread 0.5)",
+        "global null, unequal sds (log-sd spread 1)", "global null, t noise (4 df)",
+        "top 2 equal, the rest 1 sd apart below", "top 3 equal, the rest 1 sd apart below",
+        "top 6 equal, the rest 1 sd apart below"]
+    controlled = rates[~rates["scenario"].str.contains("unequal")]  # unequal spreads: measured, the report says what
+    assert (controlled["false_claim"] <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / 100)).all()
+    assert (rates["any_worse"].iloc[4:] > 0.9).all()  # the partial nulls have variants to call worse, and they are
+    text = calibration_report.render(pd.DataFrame(), None, pd.DataFrame(), "grpo-bench calibration", planned=rates)
+    assert "## Simulated at planned designs, before their cells run" in text
+    assert f"at `rg-verdict-chain-sum`'s planned 8 x 8 (chain_sum) at most {rates['false_claim'].max():.3f} over 7" in text
