@@ -165,6 +165,9 @@ REPORTS = (
      "a chunk of rows at a time, against the revision before",
      "grpo-bench bench revisions 8240db0 eed3224 --workloads gsm8k-mu1 --rounds 5 --threads 2 "
      "--out results/perf/revisions-logps-tail"),
+    ("results/perf/revisions-ppo-packed/revisions.md", "PPO's step at the real-LM verdict's settings before and after "
+     "its minibatches and critic encode each prompt once", "grpo-bench bench revisions 7b7ca09 e96c4f4 --workloads "
+     "chain_sum-ppo --rounds 4 --threads 1 --out results/perf/revisions-ppo-packed"),
     ("results/precision/gradients.md", "One step's gradient at bf16, and at bf16 with fp32 logits, against fp32's on the "
      "same batch, per algorithm (SmolLM2-135M-Instruct on chain_sum)", "grpo-bench check precision"),
     ("results/perf/precision.md", "Each algorithm's training step at fp32, bf16 and bf16 with fp32 logits, side by side",
