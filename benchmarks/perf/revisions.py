@@ -21,6 +21,7 @@ import dataclasses
 import io
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -159,13 +160,18 @@ def compare_workload(workload: str, revisions: list[dict], trees: list[Path], se
                           for i, (rev, s) in enumerate(zip(revisions, steps))]}
 
 
+def _machine(report: dict) -> str:
+    """The device the workers ran on, without the caller's thread count (each workload states its workers')."""
+    return re.sub(r" \(\d+ threads?\)$", "", report["environment"]["device_name"])
+
+
 def render_markdown(report: dict) -> str:
     load = report["load"]["load_1min"]
     lines = [
         "# One step at each revision: what each change bought",
         "",
         f"This suite's training step on each workload (as `grpo-bench run` builds it) at {len(report['revisions'])} "
-        f"revisions, each in its own warm worker, in interleaved rounds; on {report['environment']['device_name']} "
+        f"revisions, each in its own warm worker, in interleaved rounds; on {_machine(report)} "
         f"(torch {report['environment']['versions']['torch']}). Machine load (1-minute load average at the start "
         f"and after each workload): {min(load):.1f} to {max(load):.1f} on {report['load']['cpus']} CPUs. Seconds are "
         "medians over the rounds; the step's 95% percentile-bootstrap interval in brackets; speed-up is the first "

@@ -130,3 +130,14 @@ def test_a_worker_killed_mid_run_is_one_line_that_says_so(tmp_path, monkeypatch)
             worker.step()
     finally:
         worker.close()
+
+
+def test_the_report_names_the_machine_without_the_callers_thread_count():
+    """The workers run on their own thread count, which each workload's heading states; the caller's (the environment
+    measured in the bench's own process) is not theirs."""
+    from benchmarks.perf.revisions import render_markdown
+
+    report = {"environment": {"device_name": "AMD EPYC (2 threads)", "versions": {"torch": "2"}},
+              "load": {"load_1min": [1.0], "cpus": 2}, "revisions": [{}, {}], "workloads": [], "command": "c"}
+    text = render_markdown(report)
+    assert "on AMD EPYC (torch 2)" in text and "2 threads" not in text
