@@ -283,12 +283,18 @@ def _headline(sim: pd.DataFrame, aa: Optional[tuple[dict, pd.DataFrame]], pairs:
     return head
 
 
+def _rates_table(sim: pd.DataFrame) -> str:
+    """One row per design and scenario: its family-wise rates."""
+    rows = [[r.matrix, r.task, f"{r.variants} x {r.seeds}", r.scenario, f"{r.false_claim:.3f}", f"{r.noncoverage:.3f}",
+             f"{r.any_worse:.3f}", r.sims] for r in sim.itertuples()]
+    return markdown_table(["matrix", "task", "design", "scenario", "false claim", "non-coverage", "any worse",
+                           "simulated matrices"], rows)
+
+
 def _simulated_section(sim: pd.DataFrame) -> list[str]:
     """The family-wise rates simulated at each matrix's design, per scenario."""
     if sim.empty:
         return []
-    rows = [[r.matrix, r.task, f"{r.variants} x {r.seeds}", r.scenario, f"{r.false_claim:.3f}", f"{r.noncoverage:.3f}",
-             f"{r.any_worse:.3f}", r.sims] for r in sim.itertuples()]
     return ["## Simulated at the matrices' own designs", "",
             "Each committed matrix's variants, seeds and per-variant seed-to-seed sds (of its primary metric), "
             "Gaussian noise, the procedure applied as the report applies it (critical value calibrated per "
@@ -297,16 +303,13 @@ def _simulated_section(sim: pd.DataFrame) -> list[str]:
             "any simultaneous interval missing its true gap; *any worse*: matrices with at least one variant "
             "marked worse (power, under the partial nulls). A controlled procedure reads <= 0.05 within "
             f"simulation error (+-{2 * math.sqrt(0.05 * 0.95 / max(int(sim['sims'].min()), 1)):.3f}).", "",
-            markdown_table(["matrix", "task", "design", "scenario", "false claim", "non-coverage", "any worse",
-                            "simulated matrices"], rows), ""]
+            _rates_table(sim), ""]
 
 
 def _planned_section(planned: pd.DataFrame) -> list[str]:
     """The family-wise rates simulated at matrix files' planned designs, before their cells run."""
     if planned.empty:
         return []
-    rows = [[r.matrix, r.task, f"{r.variants} x {r.seeds}", r.scenario, f"{r.false_claim:.3f}", f"{r.noncoverage:.3f}",
-             f"{r.any_worse:.3f}", r.sims] for r in planned.itertuples()]
     return ["## Simulated at planned designs, before their cells run", "",
             "A matrix file's variants and evaluation seeds, blocked by seed as its cells will be, with no sd known yet: "
             "the procedure is scale-free, so the scenarios vary what it is not -- each simulated matrix draws its "
@@ -314,8 +317,7 @@ def _planned_section(planned: pd.DataFrame) -> list[str]:
             "with the rest one sd apart below. The margin of equivalence is not simulated here (it is in sd units "
             "only once the sd is known); the matrix's own design, with its observed sds, is simulated above once its "
             "cells are in. Columns as above.", "",
-            markdown_table(["matrix", "task", "design", "scenario", "false claim", "non-coverage", "any worse",
-                            "simulated matrices"], rows), ""]
+            _rates_table(planned), ""]
 
 
 def _real_aa_section(aa: Optional[tuple[dict, pd.DataFrame]]) -> list[str]:
