@@ -116,7 +116,8 @@ def real_aa(directory: Path | str, *, shapes: Sequence[tuple[int, int]] = AA_SHA
         rate = inference.error_rates(low, high, np.zeros(k), spec.get("margin"))
         ss = ((y - y.mean(-1, keepdims=True)) ** 2).sum(-1)
         sd = np.sqrt(ss.sum(-1) / (k * (n - 1)))
-        tl, th = inference.intervals(y.mean(-1), np.full(k, n), sd, inference.tukey_value(k, k * (n - 1)))
+        tl, th = inference.intervals(y.mean(-1), inference.pooled_half_widths(np.full(k, n), sd,
+                                                                              inference.tukey_value(k, k * (n - 1))))
         boot = []
         for b in range(outer):
             resampled = values[rng.integers(0, len(values), len(values))]
@@ -138,6 +139,7 @@ def real_aa(directory: Path | str, *, shapes: Sequence[tuple[int, int]] = AA_SHA
 
 CLAIM_SPREADS = (0.0, 0.5, 1.0)  # log-sd spreads of the variants' sds in the claims' simulations
 PLAN_TAIL_DF = 4.0  # heavy-tailed noise (Student t) in a planned design's scenarios
+PLAN_WIDE = 5.0  # one variant's sd against the others' in a planned design's scenarios (a variant that collapses on some seeds)
 
 
 def plan_designs(plan) -> list[dict]:
@@ -156,11 +158,15 @@ def plan_designs(plan) -> list[dict]:
 def plan_simulated(design: dict, *, sims: int = 2000, reps: int = 1000) -> pd.DataFrame:
     """A planned design's family-wise rates (``inference.family_error``, blocked by seed as its cells will be) where
     no sd is known yet: the scale drops out of the procedure, so the scenarios vary what does not -- the spread of
-    the variants' sds (each simulated matrix draws its own), heavy tails, and how many variants tie for best."""
+    the variants' sds (each simulated matrix draws its own, or one variant collapses on some seeds and spreads
+    ``PLAN_WIDE`` times the others), heavy tails, and how many variants tie for best."""
     k, n = design["k"], design["n"]
     scenarios = [("global null, equal sds", inference.Design(k, n))]
     scenarios += [(f"global null, unequal sds (log-sd spread {spread:g})", inference.Design(k, n, unequal_sd=spread))
                   for spread in CLAIM_SPREADS if spread]
+    wide = np.ones(k)
+    wide[0] = PLAN_WIDE
+    scenarios.append((f"global null, one variant's sd {PLAN_WIDE:g}x the others'", inference.Design(k, n, sds=wide)))
     scenarios.append((f"global null, t noise ({PLAN_TAIL_DF:g} df)", inference.Design(k, n, tail_df=PLAN_TAIL_DF)))
     scenarios += [(f"top {m} equal, the rest 1 sd apart below", inference.Design(k, n, means=inference.partial_null(k, m, 1.0)))
                   for m in PARTIAL_NULLS if m < k]

@@ -25,19 +25,28 @@ The *could-be-best set* {i : U_i >= 0} is a 95% confidence set for the best vari
 one-sided critical value, gives a slightly tighter set but no "worse by at least"; one family for every mark was
 preferred.)
 
-The variance. The intervals' s is one pooled seed-to-seed sd, so a 3-seed sd never decides a mark on its own and
-the marks follow the means. But the variants' spreads are not equal (a variant that collapses on some seeds has a
-far wider one; Levene's test on verdicts-tuned: p 0.025), and under unequal spreads Tukey's critical value for a
-pooled sd errs: 20% family-wise at 15 variants x 5 seeds with log-sd spread 0.63 (``family_error``). So c is
-calibrated by a parametric bootstrap of the max-t statistic max_{i,j} |(m_i - m_j) - (mu_i - mu_j)| / SE_ij: each
-simulated matrix draws every variant's sd from its own posterior (sum of squares / chi-square with its degrees of
-freedom: the spread it showed, with the uncertainty of 3-5 seeds), then its cells, then the statistic with that
-matrix's own pooled sd; c is the 1 - alpha quantile. Simulated (``family_error``;
-tests/benchmarks/report/test_inference.py), this keeps
-the family-wise error <= 5% at every design tried, equal spreads or not; with equal spreads it is conservative (c
-about 4.7 where Tukey's is 3.55 at 15 x 5), the price of not assuming them. Alternatives measured and rejected:
-Tukey with the pooled sd (20-26% under unequal spreads), c calibrated at the observed sds (7% at 6 x 3), and at
-empirical-Bayes moderated sds (Smyth 2004; 11% at 6 x 3: with few variants the prior is over-confident).
+The variance. The variants' spreads are not equal (a variant that collapses on some seeds has a far wider one;
+Levene's test on verdicts-tuned: p 0.025), so each pair's interval rests on its own two variants' spread:
+
+    h_ij = c * s_ij * sqrt(1/n_i + 1/n_j),   s_ij^2 = (ss_i + ss_j) / (df_i + df_j)
+
+(ss_i: variant i's residual sum of squares, df_i its share of the residual degrees of freedom), as the claims'
+contrasts below. c is the larger of two values: a parametric bootstrap of the max-t statistic
+max_{i<j} |(m_i - m_j) - (mu_i - mu_j)| / SE_ij whose simulated matrices draw every variant's sd from its posterior
+(ss_i / chi-square with df_i: the spread it showed, with the uncertainty of a few seeds), and the same statistic's
+quantile at equal spreads (``equal_value``). The bootstrap world is more uneven than an even truth (its sds carry
+the estimates' noise), and with uneven sds the pairs sharing the widest variant move together and the maximum is
+lower, so the bootstrap alone errs at equal spreads (0.057 at 8 variants x 8 seeds); the equal-spread value is
+exact there. Simulated (``family_error``; tests/benchmarks/report/test_inference.py), this keeps the family-wise
+error <= 5% at every design tried, equal spreads or not, and costs no power at equal ones (8 x 8, one variant 2.2
+sds below seven tied: marked worse in 96.9% of 2,000 simulated matrices, the pooled procedure 96.85%). Measured and
+rejected: one pooled sd for every pair,
+with c calibrated by the same bootstrap (the procedure until 2026-11-28): <= 5% at equal spreads and at the
+committed matrices' own, but at 8 variants x 8 seeds 0.062 with log-sd spread 1 (20,000 simulated matrices) and
+0.075 when one variant's sd is 5x the others' (10,000): a pooled sd is set by the widest variant, and a draw that
+understates it both inflates the statistic and lowers c. Also rejected: Tukey with the pooled sd (20-26% under
+unequal spreads), c at the observed sds (7% at 6 x 3), at empirical-Bayes moderated sds (Smyth 2004; 11% at
+6 x 3), and a paired t per pair with Bonferroni's c (exact, but an MDD 1.33x at 8 x 8 and 1.6x at 8 x 6).
 
 Common random numbers. Cells of different variants with the same seed share their random numbers (the torch seed,
 the prompt order and the evaluation's sampling seed), so the seed is a block: when every variant has the same seeds,
@@ -69,6 +78,7 @@ SEED = 0
 DRAWS = 20000        # posterior draws for P(best)
 RERUNS = 1000        # parametric reruns for the set's reproducibility
 CALIBRATION = 4000   # simulated matrices behind one critical value
+EQUAL_REPS = 20000   # simulated matrices behind the equal-spread value
 MIN_BLOCKS = 3       # complete seeds for the blocked analysis
 
 BEST, WORSE, EQUIVALENT, NOT_RESOLVED, TOO_FEW = "best", "worse", "equivalent to best", "not resolved", "too few seeds"
@@ -101,6 +111,16 @@ class Fit:
     @property
     def sds(self) -> np.ndarray:
         return np.sqrt(self.ss / self.dfs)
+
+    @property
+    def half_widths(self) -> np.ndarray:
+        """(k, k): every pair's simultaneous half-width c * s_ij * sqrt(1/n_i + 1/n_j) (the module docstring)."""
+        return half_widths(self.ss, self.dfs, self.n, self.c)
+
+    @property
+    def pair_df(self) -> float:
+        """The degrees of freedom of a pair's sd, df_i + df_j, averaged over the pairs."""
+        return float(2 * self.dfs.mean())
 
 
 def residual_ss(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -135,9 +155,11 @@ def fit(scores: Mapping[str, Mapping[int, float]], *, blocked: bool = True, alph
                 ONE_WAY, seed_correlation=correlation,
                 note="" if not blocked else f"fewer than {MIN_BLOCKS} seeds are complete across variants, so the "
                 "seed is not blocked on (conservative when cells sharing a seed are positively correlated)")
-    index = None if pairs is None else np.array([[variants.index(a), variants.index(b)] for a, b in pairs])
-    f.c = (calibrate(f.ss, f.dfs, f.n, blocked=f.model == BLOCKED, alpha=alpha, seed=seed, pairs=index)
-           if f.sd > 0 else math.nan)
+    if f.sd > 0 and pairs is None:
+        f.c = critical_value(f.ss, f.dfs, f.n, blocked=f.model == BLOCKED, alpha=alpha, seed=seed)
+    elif f.sd > 0:
+        index = np.array([[variants.index(a), variants.index(b)] for a, b in pairs])
+        f.c = calibrate(f.ss, f.dfs, f.n, blocked=f.model == BLOCKED, alpha=alpha, seed=seed, pairs=index)
     return f
 
 
@@ -175,17 +197,22 @@ def _max_t_pairs(means: np.ndarray, ss: np.ndarray, dfs: np.ndarray, n: np.ndarr
 
 
 def calibrate(ss: np.ndarray, dfs: np.ndarray, n: np.ndarray, *, blocked: bool = True, alpha: float = ALPHA,
-              reps: int = CALIBRATION, seed: int = SEED, pairs: Optional[np.ndarray] = None) -> np.ndarray | float:
-    """The simultaneous critical value c (module docstring): the 1 - alpha quantile of the max-t statistic over
-    ``reps`` simulated matrices of the same design, each variant's sd drawn from its posterior ss_i / chi2(df_i).
-    ``ss`` is (k,) or (rows, k) for one c per row (the simulation study's matrices); ``pairs`` ((P, 2) indices):
-    the family is those contrasts only, each with its own pair's sd (``contrasts``), not every pair."""
+              reps: int = CALIBRATION, seed: int = SEED, pairs: Optional[np.ndarray] = None,
+              posterior: bool = True) -> np.ndarray | float:
+    """A simultaneous critical value: the 1 - alpha quantile of the max-t statistic over ``reps`` simulated
+    matrices of the same design, each variant's sd drawn from its posterior ss_i / chi2(df_i) (``posterior``; else
+    fixed at sqrt(ss_i / df_i)). ``ss`` is (k,) or (rows, k) for one c per row (the simulation study's matrices);
+    ``pairs`` ((P, 2) indices): each contrast with its own pair's sd; None: every pair with one pooled sd (kept to
+    measure the rejected pooled procedure, ``pooled_procedure``)."""
     rng = np.random.default_rng(seed)
     ss = np.atleast_2d(np.asarray(ss, float))
     rows, k = ss.shape
     dfs = np.broadcast_to(np.asarray(dfs, float), (k,))
     n = np.broadcast_to(np.asarray(n), (k,)).astype(int)
-    sigma = np.sqrt(ss[:, None, :] / rng.chisquare(dfs, size=(rows, reps, k)))
+    if posterior:
+        sigma = np.sqrt(ss[:, None, :] / rng.chisquare(dfs, size=(rows, reps, k)))
+    else:
+        sigma = np.broadcast_to(np.sqrt(ss / dfs)[:, None, :], (rows, reps, k))
     if blocked:  # the cells themselves (equal n): the two-way residuals of each simulated matrix
         y = sigma[..., None] * rng.standard_normal((rows, reps, k, n[0]))
         sim_ss, sim_df = residual_ss(y)
@@ -201,13 +228,52 @@ def calibrate(ss: np.ndarray, dfs: np.ndarray, n: np.ndarray, *, blocked: bool =
     return c if rows > 1 else float(c[0])
 
 
-def intervals(means: np.ndarray, n: np.ndarray, sd, c) -> tuple[np.ndarray, np.ndarray]:
-    """(L, U): the simultaneous bounds of theta_i (module docstring), pair half-widths c * sd * sqrt(1/n_i + 1/n_j).
-    Vectorised over a leading axis: ``means`` (..., k); ``sd`` and ``c`` scalars or (...)."""
+def all_pairs(k: int) -> np.ndarray:
+    """(k (k - 1) / 2, 2): every pair i < j."""
+    return np.array([(i, j) for i in range(k) for j in range(i + 1, k)]).reshape(-1, 2)
+
+
+@functools.lru_cache(maxsize=256)
+def equal_value(k: int, n: tuple, blocked: bool = True, alpha: float = ALPHA) -> float:
+    """The max-t quantile over every pair, each with its own sd, at equal spreads (``calibrate`` with every sd
+    fixed at 1): the critical value's floor (module docstring). ``n``: seeds per variant (a tuple, for the cache)."""
+    dfs = np.full(k, (k - 1) * (n[0] - 1) / k) if blocked else np.asarray(n, float) - 1.0
+    return calibrate(dfs, dfs, np.asarray(n), blocked=blocked, alpha=alpha, reps=EQUAL_REPS, seed=SEED + 1,
+                     pairs=all_pairs(k), posterior=False)
+
+
+def critical_value(ss: np.ndarray, dfs: np.ndarray, n: np.ndarray, *, blocked: bool = True, alpha: float = ALPHA,
+                   reps: int = CALIBRATION, seed: int = SEED) -> np.ndarray | float:
+    """The verdicts' c (module docstring): the larger of the bootstrap's value and the equal-spread value.
+    ``ss`` (k,) or (rows, k), as ``calibrate``."""
+    k = np.shape(ss)[-1]
+    n = np.broadcast_to(np.asarray(n), (k,)).astype(int)
+    boot = calibrate(ss, dfs, n, blocked=blocked, alpha=alpha, reps=reps, seed=seed, pairs=all_pairs(k))
+    return np.maximum(boot, equal_value(k, tuple(int(x) for x in n), blocked, alpha))
+
+
+def half_widths(ss: np.ndarray, dfs: np.ndarray, n: np.ndarray, c) -> np.ndarray:
+    """(..., k, k): c * s_ij * sqrt(1/n_i + 1/n_j), s_ij^2 = (ss_i + ss_j) / (df_i + df_j). ``ss`` (..., k);
+    ``c`` a scalar or (...)."""
+    ss = np.asarray(ss, float)
+    k = ss.shape[-1]
+    dfs = np.broadcast_to(np.asarray(dfs, float), (k,))
+    inv = 1.0 / np.broadcast_to(np.asarray(n, float), (k,))
+    var = (ss[..., :, None] + ss[..., None, :]) / (dfs[:, None] + dfs[None, :])
+    return np.asarray(c, float)[..., None, None] * np.sqrt(var * (inv[:, None] + inv[None, :]))
+
+
+def pooled_half_widths(n: np.ndarray, sd, c) -> np.ndarray:
+    """(..., k, k): c * sd * sqrt(1/n_i + 1/n_j) with one pooled sd (Tukey's intervals, the rejected procedure)."""
+    inv = 1.0 / np.asarray(n, float)
+    return (np.asarray(c, float) * np.asarray(sd, float))[..., None, None] * np.sqrt(inv[:, None] + inv[None, :])
+
+
+def intervals(means: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(L, U): the simultaneous bounds of theta_i (module docstring) from the pairs' half-widths ``h`` (..., k, k).
+    Vectorised over a leading axis: ``means`` (..., k)."""
     means = np.asarray(means, float)
     k = means.shape[-1]
-    inv = 1.0 / np.asarray(n, float)
-    h = (np.asarray(c, float) * np.asarray(sd, float))[..., None, None] * np.sqrt(inv[:, None] + inv[None, :])
     d = means[..., :, None] - means[..., None, :]                              # m_i - m_j
     big = np.where(np.eye(k, dtype=bool), np.inf, 0.0)
     return (d - h + big).min(-1), (d + h + big).min(-1)
@@ -227,19 +293,34 @@ def marks_of(low: Sequence[float], high: Sequence[float], margin: Optional[float
     return out
 
 
+def _model_ss(y: np.ndarray, blocked: bool) -> tuple[np.ndarray, np.ndarray]:
+    k, n = y.shape[-2:]
+    if blocked:
+        return residual_ss(y)
+    return ((y - y.mean(-1, keepdims=True)) ** 2).sum(-1), np.full(k, n - 1.0)
+
+
 def procedure(y: np.ndarray, *, blocked: bool = True, alpha: float = ALPHA, reps: int = 1000,
               seed: int = SEED) -> tuple[np.ndarray, np.ndarray]:
     """The whole procedure on simulated matrices ``y`` (sims, k, n), every variant on the same n seeds: the
-    model's residuals, c calibrated for each matrix, the simultaneous bounds. Returns (L, U), each (sims, k)."""
+    model's residuals, c for each matrix (``critical_value``), every pair's own half-width, the simultaneous
+    bounds. Returns (L, U), each (sims, k)."""
     sims, k, n = y.shape
-    if blocked:
-        ss, dfs = residual_ss(y)
-    else:
-        ss, dfs = ((y - y.mean(-1, keepdims=True)) ** 2).sum(-1), np.full(k, n - 1.0)
+    ss, dfs = _model_ss(y, blocked)
+    c = np.concatenate([np.atleast_1d(critical_value(ss[i:i + 50], dfs, np.full(k, n), blocked=blocked, alpha=alpha,
+                                                     reps=reps, seed=seed + i)) for i in range(0, sims, 50)])
+    return intervals(y.mean(-1), half_widths(ss, dfs, np.full(k, n), c))
+
+
+def pooled_procedure(y: np.ndarray, *, blocked: bool = True, alpha: float = ALPHA, reps: int = 1000,
+                     seed: int = SEED) -> tuple[np.ndarray, np.ndarray]:
+    """The rejected procedure (module docstring), kept to measure it: one pooled sd for every pair, c from the
+    same posterior bootstrap of the pooled max-t statistic."""
+    sims, k, n = y.shape
+    ss, dfs = _model_ss(y, blocked)
     c = np.concatenate([np.atleast_1d(calibrate(ss[i:i + 50], dfs, np.full(k, n), blocked=blocked, alpha=alpha,
                                                 reps=reps, seed=seed + i)) for i in range(0, sims, 50)])
-    sd = np.sqrt(ss.sum(-1) / dfs.sum())
-    return intervals(y.mean(-1), np.full(k, n), sd, c)
+    return intervals(y.mean(-1), pooled_half_widths(np.full(k, n), np.sqrt(ss.sum(-1) / dfs.sum()), c))
 
 
 @functools.lru_cache(maxsize=256)
@@ -248,11 +329,12 @@ def tukey_value(k: int, df: int, alpha: float = ALPHA) -> float:
     return float(st.studentized_range.ppf(1 - alpha, k, max(int(df), 1)) / math.sqrt(2.0))
 
 
-def mdd(sd: float, n: float, k: int, df: int, *, c: Optional[float] = None, alpha: float = ALPHA,
+def mdd(sd: float, n: float, k: int, df: float, *, c: Optional[float] = None, alpha: float = ALPHA,
         power: float = POWER) -> float:
     """The true gap below the best that the procedure calls "worse" with probability ``power`` (one variant against
-    one best, the others far below): (c + t_power(df)) * sd * sqrt(2 / n); c the matrix's calibrated value, or
-    Tukey's (equal spreads) when none is given."""
+    one best, the others far below, a pair of spread ``sd``): (c + t_power(df)) * sd * sqrt(2 / n); c the matrix's
+    own value (``df`` then a pair's sd's), or Tukey's with a pooled sd (equal spreads, ``df`` the residual df) when
+    none is given."""
     if not (np.isfinite(sd) and n >= 2 and df >= 1 and k >= 2):
         return math.nan
     c = tukey_value(k, df, alpha) if c is None or not np.isfinite(c) else c
@@ -272,12 +354,12 @@ def rerun_agreement(f: Fit, *, reruns: int = RERUNS, seed: int = SEED) -> float:
     """The share of parametric reruns of the same design (the fitted means as the truth, each variant's own sd as
     its noise; the seed's shared part cancels in every comparison) whose could-be-best set equals this one's; each
     rerun at this matrix's c (it moves little between reruns)."""
-    _, high = intervals(f.means, f.n, f.sd, f.c)
+    _, high = intervals(f.means, f.half_widths)
     rng = np.random.default_rng(seed)
     k, n = len(f.means), int(np.median(f.n))
     y = f.means[None, :, None] + f.sds[None, :, None] * rng.standard_normal((reruns, k, n))
-    ss, dfs = residual_ss(y) if f.model == BLOCKED else (((y - y.mean(-1, keepdims=True)) ** 2).sum(-1), np.full(k, n - 1.0))
-    _, highs = intervals(y.mean(-1), np.full(k, n), np.sqrt(ss.sum(-1) / dfs.sum()), f.c)
+    ss, dfs = _model_ss(y, f.model == BLOCKED)
+    _, highs = intervals(y.mean(-1), half_widths(ss, dfs, np.full(k, n), f.c))
     return float(((highs >= 0) == (high >= 0)).all(1).mean())
 
 
@@ -294,7 +376,7 @@ def compare(scores: Mapping[str, Mapping[int, float]], *, margin: Optional[float
     f = fit(enough, blocked=blocked, alpha=alpha, seed=seed) if len(enough) >= 2 else None
     rows = []
     if f is not None:
-        low, high = intervals(f.means, f.n, f.sd, f.c) if f.sd > 0 else _exact(f.means)
+        low, high = intervals(f.means, f.half_widths) if f.sd > 0 else _exact(f.means)
         probability = p_best(f, seed=seed)
         for i, (v, mark) in enumerate(zip(f.variants, marks_of(low, high, margin))):
             rows.append({"variant": v, "seeds": int(f.n[i]), "mean": float(f.means[i]), "sd": float(f.sds[i]),
@@ -326,17 +408,20 @@ def summary(f: Optional[Fit], *, margin: Optional[float] = None, target: Optiona
     k, n, blocked = len(f.variants), float(np.median(f.n)), f.model == BLOCKED
     out = {"model": f.model, "sd": f.sd, "df": f.df, "seeds": n, "variants": k, "seeds_left_out": f.seeds_left_out,
            "seed_correlation": f.seed_correlation, "note": f.note, "critical_value": f.c,
-           "tukey_value": tukey_value(k, f.df, alpha), "mdd": mdd(f.sd, n, k, f.df, c=f.c, alpha=alpha),
+           "tukey_value": tukey_value(k, f.df, alpha), "mdd": mdd(f.sd, n, k, f.pair_df, c=f.c, alpha=alpha),
            "half_width": f.c * f.sd * math.sqrt(2.0 / n) if f.sd > 0 else 0.0,
            "set_reproduced": rerun_agreement(f, seed=seed) if f.sd > 0 else 1.0}
     # More seeds: the MDD at the calibrated c scaled to the larger n (c falls a little with n; kept: conservative).
     for m in (2, 4):
-        more = n * m
-        df = (k - 1) * (more - 1) if blocked else k * (more - 1)
-        out[f"mdd_x{m}"] = mdd(f.sd, more, k, int(df), c=f.c, alpha=alpha)
+        out[f"mdd_x{m}"] = mdd(f.sd, n * m, k, _pair_df(k, n * m, blocked), c=f.c, alpha=alpha)
     for name, value in (("target", target), ("margin", margin)):
         out[f"seeds_for_{name}"] = _seeds_for(value, f, blocked, alpha) if value else None
     return out
+
+
+def _pair_df(k: int, n: float, blocked: bool) -> float:
+    """A pair's sd's degrees of freedom at n seeds a variant: two variants' shares of the residual df."""
+    return 2 * (k - 1) * (n - 1) / k if blocked else 2 * (n - 1)
 
 
 def _seeds_for(target: float, f: Fit, blocked: bool, alpha: float) -> Optional[int]:
@@ -347,12 +432,13 @@ def _seeds_for(target: float, f: Fit, blocked: bool, alpha: float) -> Optional[i
 def seeds_for_mdd(target: float, sd: float, k: int, *, c: Optional[float] = None, blocked: bool = True,
                   alpha: float = ALPHA, limit: int = 2000) -> Optional[int]:
     """The fewest seeds per variant for which ``k`` variants with seed-to-seed sd ``sd`` have an MDD of at most
-    ``target`` (``mdd``; c a calibrated value, or Tukey's at each n when None); None past ``limit``. The MDD falls
+    ``target`` (``mdd``; c a matrix's own value, each pair with its own sd, or Tukey's at each n with a pooled sd
+    when None); None past ``limit``. The MDD falls
     with n (c, the t quantile and sqrt(2 / n) all do), so the smallest such n is found by bisection, first with
     Tukey's value at a very large df (a floor under every n's, and one slow quantile instead of one per n), then
     upward from there with each n's own."""
     def reached(n: int, floor: Optional[float] = None) -> bool:
-        df = (k - 1) * (n - 1) if blocked else k * (n - 1)
+        df = _pair_df(k, n, blocked) if c is not None else (k - 1) * (n - 1) if blocked else k * (n - 1)
         return mdd(sd, n, k, df, c=floor if floor is not None else c, alpha=alpha) <= target
 
     floor = tukey_value(k, 100_000, alpha) if c is None else c

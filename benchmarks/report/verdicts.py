@@ -5,8 +5,8 @@ sentences those marks support.
 The procedure (benchmarks/report/inference.py): one primary metric per matrix, stated in its ``[analysis]`` before
 its cells run (final accuracy when a matrix stated none: the report says so); simultaneous 95% intervals for each
 variant's gap to the best of the others (Hsu's multiple comparisons with the best), blocked on the seed that
-cells of different variants share (common random numbers), with one pooled seed-to-seed sd and a critical value
-calibrated by simulation for unequal spreads. The marks:
+cells of different variants share (common random numbers), each pair's interval with its own two variants'
+seed-to-seed spread and a critical value calibrated by simulation for unequal spreads. The marks:
 
   * *best*: better than every other variant (its interval above 0);
   * *worse*: below the best by at least the amount shown (its interval below 0);
@@ -98,7 +98,7 @@ def _aa_pairs(task: str, fit: inference.Fit | None, groups: list) -> list[dict]:
             for b in present[i + 1:]:
                 ia, ib = index[a], index[b]
                 diff = float(fit.means[ia] - fit.means[ib])
-                half = float(fit.c * fit.sd * math.sqrt(1 / fit.n[ia] + 1 / fit.n[ib]))
+                half = float(fit.half_widths[ia, ib])
                 rows.append({"task": task, "a": a, "b": b, "diff": diff, "half_width": half,
                              "separated": abs(diff) > half})
     return rows
@@ -390,8 +390,9 @@ def _power_text(p: pd.Series, spec: dict) -> str:
              + f"), pooled seed-to-seed sd {p['sd']:.4f}"
              + (f", mean correlation of two variants' cells over a shared seed {p['seed_correlation']:+.2f}"
                 if np.isfinite(p.get("seed_correlation", math.nan)) else "") + ".",
-             f"Critical value {p['critical_value']:.2f} (calibrated for unequal spreads; Tukey's, for equal ones: "
-             f"{p['tukey_value']:.2f}): a pair's simultaneous interval is +-{p['half_width']:.3f}.",
+             f"Critical value {p['critical_value']:.2f}, each pair's interval with its own two variants' spread "
+             f"(Tukey's, for equal spreads and a pooled sd: {p['tukey_value']:.2f}): a pair of the pooled sd's spread has "
+             f"a simultaneous interval of +-{p['half_width']:.3f}.",
              f"MDD (the gap to the best called \"worse\" with 80% probability) {p['mdd']:.3f}; with 2x the seeds "
              f"{p['mdd_x2']:.3f}, with 4x {p['mdd_x4']:.3f}."]
     if spec.get("target_mdd"):
@@ -413,8 +414,8 @@ def _power_text(p: pd.Series, spec: dict) -> str:
 HOW_TO_READ = (
     "How to read the marks (benchmarks/report/inference.py): every claim comes from one family of simultaneous "
     "95% intervals for each variant's *gap to the best of the others* (Hsu's multiple comparisons with the best, "
-    "blocked on the seed that cells of different variants share, one pooled seed-to-seed sd, the critical value "
-    "calibrated by simulation for unequal spreads), so all the marks of a task hold together with probability "
+    "blocked on the seed that cells of different variants share, each pair with its own two variants' seed-to-seed "
+    "spread, the critical value calibrated by simulation for unequal spreads), so all the marks of a task hold together with probability "
     ">= 95%. *Could be best*: the gap's interval reaches 0 (the set of these is a 95% confidence set for the best); "
     "*worse*: below the best by at least the amount shown; *equivalent*: the interval inside +-margin; *not "
     "resolved*: could be best, and the seeds cannot say more. *P(best)*: the posterior probability of having the "
