@@ -430,8 +430,12 @@ def render(analysis: dict, *, scaling: bool = True) -> str:
     one line pointing to tables/scaling_fits.csv: what a README section shows)."""
     table = analysis["tasks"]
     spec = analysis.get("spec") or analysis_spec(None)
-    if table.empty:
-        return "### Verdicts\n\nNo complete cells with evaluations yet: nothing to rank.\n"
+    if table.empty:  # between the stages of a tuned matrix: what the tuning chose, still
+        lines = ["### Verdicts", "", "No complete cells with evaluations yet: nothing to rank."]
+        tuned = analysis.get("tuning")
+        for task in ([] if tuned is None or tuned.empty else dict.fromkeys(tuned["task"])):
+            lines += ["", f"#### `{task}`"] + _tuning_lines(analysis, task)
+        return "\n".join(lines) + "\n"
     lines = ["### Verdicts", "", HOW_TO_READ, ""]
     lines += [f"- {s}" for s in analysis["sentences"]]
     lines += _aa_check_lines(analysis.get("aa", pd.DataFrame()))

@@ -383,3 +383,27 @@ def test_a_prompt_longer_than_the_context_is_refused(run_cli, tmp_path):
     code, _, err = run_cli("run", "--task", "prompts", "--prompts", prompts, "--model", model, "--algo", "grpo",
                            "--steps", "1", "--max-new-tokens", "8", "--reward-fn", f"{reward}:score", "--out", tmp_path / "r")
     assert code == 2 and "training prompt 1 of task 'prompts' is 400 tokens, as long as or longer than the model's context of 64" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_store_of_tuning_cells_only_passes_the_check_between_the_stages(tmp_path):
+    """When the tuning stage has ended and no evaluation cell has finished, matrix.json plans the evaluation cells and
+    the store holds the tuning cells only: that is the matrix's own store, not another's."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from benchmarks.cli.matrix import check_store_matches_plan
+    from benchmarks.errors import UsageError
+
+    tune = {"algo": "grpo", "seed": 100, "algo_options": {"learning_rate": 1e-5}, "dir": "tune/t/grpo/lr/seed100"}
+    plan = {"name": "staged", "cells": [{**tune, "seed": 0, "dir": "t/grpo/seed0"}], "tuning": {"cells": [tune]}}
+    directory = tmp_path / "staged"
+    directory.mkdir()
+    (directory / "matrix.json").write_text(json.dumps(plan))
+    spec = {k: v for k, v in tune.items() if k != "dir"}
+    pq.write_table(pa.table({"cell": [tune["dir"]], "kind": ["cell"], "spec": [json.dumps(spec)]}),
+                   directory / "results.parquet")
+    check_store_matches_plan(directory)
+    plan["tuning"] = {"cells": []}  # the same store against a plan without those tuning cells: refused
+    (directory / "matrix.json").write_text(json.dumps(plan))
+    with pytest.raises(UsageError, match="belongs to another matrix"):
+        check_store_matches_plan(directory)

@@ -62,3 +62,17 @@ def test_the_grid_so_far_is_scored_as_the_choice_scores_it(tuning_dir):
 def test_the_report_command_on_a_tuning_stage_says_how_far(tuning_dir, capsys):
     assert main(["report", str(tuning_dir), "--no-plots"]) == 0
     assert "tuning stage: 2 of 12 tuning cells finished" in capsys.readouterr().out
+
+
+def test_between_the_stages_the_verdict_section_still_shows_the_tuning():
+    """Tuning done, no evaluation cell finished: nothing to rank, but each variant's chosen point and its grid."""
+    import pandas as pd
+
+    from benchmarks.report import verdicts
+
+    rows = [{"task": "t", "variant": "grpo", "point": f"learning_rate={lr}", "chosen": lr == 1e-5, "at_edge": False,
+             "chosen_by": "last_3", "score": score, "auc": score, "final_accuracy": score + 0.01, "tuning_seeds": 2,
+             "failed": False, "sensitivity": 0.2} for lr, score in ((3e-6, 0.30), (1e-5, 0.34), (3e-5, 0.27))]
+    text = verdicts.render({"tasks": pd.DataFrame(), "tuning": pd.DataFrame(rows)})
+    assert "nothing to rank" in text and "#### `t`" in text
+    assert "| grpo | learning_rate=1e-05 | 0.340 |" in text and "learning_rate=3e-05: 0.270 / 0.280" in text
