@@ -39,14 +39,19 @@ class AgreementSettings(StudySettings):
     out: str = option("out", required=True, file="the markdown report to write")
 
 
-def planned_cells(directory: Path) -> tuple[str, list[dict]]:
-    """The matrix's name and its planned cells, from DIR/matrix.json (one UsageError line when unreadable)."""
+def planned_cells(directory: Path, *, tuning: bool = False) -> tuple[str, list[dict]]:
+    """The matrix's name and its planned cells, from DIR/matrix.json (one UsageError line when unreadable); with
+    ``tuning``, the tuning cells it records too (its ``tuning``)."""
     from benchmarks.io import read_json  # start-up: hashlib, random (module docstring)
 
     meta = read_json(directory / "matrix.json")
     if not isinstance(meta, dict) or not isinstance(meta.get("cells"), list):
         raise UsageError(f"{directory / 'matrix.json'}: not a matrix plan (unreadable, or without its cells)")
-    return str(meta.get("name", directory.name)), [c for c in meta["cells"] if isinstance(c, dict)]
+    cells = list(meta["cells"])
+    stage = meta.get("tuning")
+    if tuning and isinstance(stage, dict) and isinstance(stage.get("cells"), list):
+        cells += stage["cells"]
+    return str(meta.get("name", directory.name)), [c for c in cells if isinstance(c, dict)]
 
 
 def shared_variants(first, second) -> set[tuple[str, str]]:

@@ -142,15 +142,6 @@ def stored_cells(directory: Path) -> Optional[dict[str, dict]]:
         return None
 
 
-def tuning_cells(directory: Path) -> list[dict]:
-    """The tuning cells DIR/matrix.json records (its ``tuning``), none when it has no tuning stage."""
-    from benchmarks.io import read_json  # start-up: hashlib, random (module docstring)
-
-    tuning = read_json(directory / "matrix.json").get("tuning")
-    cells = tuning.get("cells") if isinstance(tuning, dict) else None
-    return [c for c in cells if isinstance(c, dict)] if isinstance(cells, list) else []
-
-
 def check_store_matches_plan(directory: Path) -> None:
     """Refuse a result store none of whose cells is a cell of DIR/matrix.json's plan or of its tuning stage (another
     matrix's store, copied in): its report would be every cell "missing", written over the matrix's own report."""
@@ -159,8 +150,7 @@ def check_store_matches_plan(directory: Path) -> None:
     stored = stored_cells(directory)
     if not stored or not (directory / "matrix.json").is_file():
         return
-    name, planned = planned_cells(directory)
-    planned = planned + tuning_cells(directory)  # between the stages the store holds tuning cells only
+    name, planned = planned_cells(directory, tuning=True)  # between the stages the store holds tuning cells only
     if not planned:
         return
     if any(same_experiment_spec(stored.get(c.get("dir")), {k: v for k, v in c.items() if k != "dir"}) for c in planned):

@@ -297,6 +297,8 @@ def marks_of(low: Sequence[float], high: Sequence[float], margin: Optional[float
 
 
 def _model_ss(y: np.ndarray, blocked: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Per variant, the residual sum of squares of the model (two-way when ``blocked``, else one-way) and its
+    degrees of freedom. ``y``: (..., k, n)."""
     k, n = y.shape[-2:]
     if blocked:
         return residual_ss(y)
@@ -539,10 +541,7 @@ def contrast_procedure(y: np.ndarray, pairs: Sequence[tuple[int, int]], *, block
     contrast's simultaneous bounds. Returns (low, high), each (sims, P)."""
     sims, k, n = y.shape
     index = np.asarray(pairs)
-    if blocked:
-        ss, dfs = residual_ss(y)
-    else:
-        ss, dfs = ((y - y.mean(-1, keepdims=True)) ** 2).sum(-1), np.full(k, n - 1.0)
+    ss, dfs = _model_ss(y, blocked)
     c = np.concatenate([np.atleast_1d(critical_value(ss[i:i + 50], dfs, np.full(k, n), blocked=blocked, alpha=alpha,
                                                      reps=reps, seed=seed + i, pairs=index)) for i in range(0, sims, 50)])
     sd = np.sqrt(pair_variance(ss, dfs, index))  # (sims, P)

@@ -91,6 +91,7 @@ def _aa_pairs(task: str, fit: inference.Fit | None, groups: list) -> list[dict]:
     if fit is None or not np.isfinite(fit.c):
         return []
     index = {v: i for i, v in enumerate(fit.variants)}
+    widths = fit.half_widths
     rows = []
     for group in groups:
         present = [v for v in group if v in index]
@@ -98,7 +99,7 @@ def _aa_pairs(task: str, fit: inference.Fit | None, groups: list) -> list[dict]:
             for b in present[i + 1:]:
                 ia, ib = index[a], index[b]
                 diff = float(fit.means[ia] - fit.means[ib])
-                half = float(fit.half_widths[ia, ib])
+                half = float(widths[ia, ib])
                 rows.append({"task": task, "a": a, "b": b, "diff": diff, "half_width": half,
                              "separated": abs(diff) > half})
     return rows
