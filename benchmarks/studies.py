@@ -1,8 +1,8 @@
-"""The studies that are top-level commands (``grpo-bench NAME``: agreement, transfer, claims, variance, calibration,
-ablation, readme, survey) and ``grpo-bench paired eval|compare``, each registered as a study (benchmarks/study.py):
-its settings, whose fields are its flags, and its run. Those that write a report (agreement, transfer, claims,
-variance, calibration) declare it and render it, and the lifecycle writes it with its README section; the report's
-modules compute what it shows and render it, and write nothing.
+"""The studies that are top-level commands (``grpo-bench NAME``: agreement, transfer, brief, claims, variance,
+calibration, ablation, readme, survey) and ``grpo-bench paired eval|compare``, each registered as a study
+(benchmarks/study.py): its settings, whose fields are its flags, and its run. Those that write a report (agreement,
+transfer, brief, claims, variance, calibration) declare it and render it, and the lifecycle writes it with its README
+section; the report's modules compute what it shows and render it, and write nothing.
 
 Light at import, so that each command's ``--help`` starts in about 0.1 s: a run imports its engine where it runs, each
 such import marked "heavy" (the report's modules: pandas and scipy; the harness and the ablation: torch), and the
@@ -139,6 +139,61 @@ class Transfer(Study):
         from benchmarks.report.transfer import render  # heavy: pandas, scipy
 
         return render(result, command)
+
+
+@dataclass
+class BriefSettings(StudySettings):
+    dirs: list[str] = field(metadata={"help": "the verdict matrices' directories, one skill (task) each", "matrix": ""})
+    toy: Optional[str] = field(default=None, kw_only=True, metadata={
+        "help": "a toy matrix whose ranking is compared with each skill's (with --pair)", "matrix": "--toy"})
+    pair: list[tuple[str, str]] = field(default_factory=list, kw_only=True, metadata={
+        "help": "with --toy: an algorithm both ran, by its variant name in the toy matrix and in the skills' (repeat)",
+        "repeat": True, "nargs": 2, "metavar": ("TOY_VARIANT", "REAL_VARIANT")})
+    out: str = option("out", required=True, file="the markdown page to write")
+    readme: str = option("readme", "", shown="none")
+    section: str = option("section", "brief")
+
+
+@register_study
+class Brief(Study):
+    name, group = "brief", TOP
+    help = ("which algorithm on a real LM, across verdict matrices of one skill each: the front page's section "
+            "(could-be-best set, P(best), MDD, tuned settings, costs; rankings across skills and against a toy)")
+    Settings = BriefSettings
+    title = "Which algorithm on a real LM: the verdicts across skills"
+
+    def check(self, s: BriefSettings) -> None:
+        if not s.dirs:
+            raise UsageError("brief: give at least one verdict matrix directory")
+        if len(set(map(str, s.dirs))) < len(s.dirs):
+            raise UsageError("brief: a directory is given twice")
+        if s.pair and s.toy is None:
+            raise UsageError("--pair needs --toy (the toy matrix the pairs name)")
+        if s.toy is not None and not s.pair:
+            raise UsageError("--toy needs --pair TOY_VARIANT REAL_VARIANT, one per algorithm")
+        pairs = [(t.strip(), r.strip()) for t, r in s.pair]
+        if len({t for t, _ in pairs}) < len(pairs) or len({r for _, r in pairs}) < len(pairs):
+            raise UsageError("--pair: each variant at most once on each side")
+
+    def run(self, s: BriefSettings, command: str) -> int:
+        from benchmarks.report.brief import brief  # heavy: pandas, scipy
+
+        pairs = [(t.strip(), r.strip()) for t, r in s.pair]
+        text = self.write(brief(s.dirs, algorithm_settings(), toy=s.toy, pairs=pairs), s, command)
+        print(text.splitlines()[0])
+        print(_wrote(s))
+        return 0
+
+    def render(self, result: dict, s: BriefSettings, command: str) -> str:
+        from benchmarks.report.brief import render  # heavy: pandas, scipy
+
+        return render(result, link_from=Path(s.out).parent) + f"\nRegenerate: `{command}`\n"
+
+    def render_section(self, result: dict, s: BriefSettings, command: str, body: str) -> str:
+        """The same page, its links made from the README's folder."""
+        from benchmarks.report.brief import render  # heavy: pandas, scipy
+
+        return render(result, link_from=Path(s.readme).parent) + f"\nWritten by `{command}`.\n"
 
 
 @dataclass

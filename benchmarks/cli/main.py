@@ -36,6 +36,8 @@ COMMANDS = {
     "report": ("benchmarks.cli.matrix", "add_report_parser", "tables (CSV, markdown) and plots of a matrix directory"),
     "agreement": (*STUDY, "does a rerun of a matrix (another machine or thread count) reach the same verdicts?"),
     "transfer": (*STUDY, "does a toy matrix's ranking of the algorithms carry over to a real task's matrix?"),
+    "brief": (*STUDY, "which algorithm on a real LM, across verdict matrices of one skill each: the front page's section "
+                      "(could-be-best set, P(best), MDD, tuned settings, costs; rankings across skills and against a toy)"),
     "claims": (*STUDY, "published claims about RL for LLMs, each tested by a matrix that stated it before its cells "
                        "ran: the table of marks"),
     "variance": (*STUDY, "where a primary metric's seed-to-seed spread comes from (policy vs evaluation), and the "

@@ -168,10 +168,15 @@ def transfer(toy: Path | str, real: Path | str, pairs: Sequence[tuple[str, str]]
     """Per common algorithm: both matrices' mean primary metric with its interval, mark and rank, and the algorithm
     settings that differ; Kendall's tau-b of the two rankings with its p-value and a bootstrap interval over both
     matrices' seeds. ``algorithm_settings``: each algorithm's setting names (the registry's configs)."""
+    toy, real = Path(toy), Path(real)
+    return compare(read_matrix(toy), read_matrix(real), toy, real, pairs, algorithm_settings, reps=reps, seed=seed)
+
+
+def compare(toy_data: dict, real_data: dict, toy: Path, real: Path, pairs: Sequence[tuple[str, str]],
+            algorithm_settings: Mapping[str, Sequence[str]], *, reps: int = REPS, seed: int = SEED) -> dict:
+    """``transfer`` on two matrices already read (``read_matrix``), ``toy`` and ``real`` their folders."""
     from scipy.stats import kendalltau
 
-    toy, real = Path(toy), Path(real)
-    toy_data, real_data = read_matrix(toy), read_matrix(real)
     toy_verdicts, real_verdicts = (_ranking_task(d["analysis"]["tasks"], p) for d, p in ((toy_data, toy), (real_data, real)))
     missing = [f"{toy}: {a}" for a, _ in pairs if a not in toy_verdicts.index]
     missing += [f"{real}: {b}" for _, b in pairs if b not in real_verdicts.index]

@@ -1,0 +1,216 @@
+"""``grpo-bench brief SKILL [SKILL ...]``: the front page's answer to "which algorithm on a real LM", from verdict
+matrices of one task (a skill) each, written by the tool so that no number in it is typed.
+
+Per skill: its verdict sentence (benchmarks/report/verdicts.py's ``guidance``: the could-be-best set with P(best),
+the worse and by how much, equivalence to the best where the margin allows), its primary metric, margin and when
+they were stated, the MDD its seeds reach and the seeds the matrix's target MDD would need; per variant, the mean
+primary metric, its mark and P(best), the setting its tuning chose (flagged at a grid edge) and its cost (training
+seconds and peak memory, means over seeds). Across the skills: Kendall's tau-b of each pair of skills' rankings of
+the variants both ran, with its exact p-value and its bootstrap interval over both matrices' seeds, and the variants
+that could be best on both. Against a toy matrix (``--toy`` with ``--pair TOY_VARIANT REAL_VARIANT``): the same for
+the toy's ranking against each skill's, and how many pairings ran like for like. Both comparisons are
+benchmarks/report/transfer.py's ``compare``: the same numbers ``grpo-bench transfer`` reports in full.
+
+It reads the result stores and matrix.json files only; each matrix is analysed once.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from itertools import combinations
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+import pandas as pd
+
+from benchmarks.errors import UsageError
+from benchmarks.markdown import lower_bound, markdown_table
+from benchmarks.report import inference
+from benchmarks.report.stats import REPS, SEED
+from benchmarks.report.transfer import compare, ran_with, read_matrix
+from benchmarks.report.verdicts import primary_name
+
+MIN_RANKED = 3  # algorithms a ranking comparison needs (transfer's own floor)
+
+
+def skill(data: dict, directory: Path) -> dict:
+    """One verdict matrix's answer: its task, spec, verdict sentence, power and per-variant rows."""
+    analysis = data["analysis"]
+    verdicts = analysis["tasks"]
+    tasks = sorted(set(verdicts["task"])) if not verdicts.empty else []
+    if len(tasks) != 1:
+        raise UsageError(f"{directory}: a skill is a matrix of one task with complete cells, found "
+                         f"{', '.join(tasks) or 'no complete cells'}")
+    task = tasks[0]
+    power = analysis["power"].set_index("task").loc[task] if not analysis["power"].empty else pd.Series(dtype=object)
+    tuning = analysis.get("tuning")
+    chosen = (tuning[tuning["chosen"] & (tuning["task"] == task)].set_index("variant")
+              if tuning is not None and not tuning.empty else pd.DataFrame())
+    rows = []
+    for r in verdicts.sort_values("primary_mean", ascending=False, kind="stable").itertuples(index=False):
+        if r.variant in chosen.index:
+            point = chosen.loc[r.variant]
+            tuned = _point(str(point["point"])) + (" (grid edge)" if point["at_edge"] else "")
+        else:
+            rate = ran_with(data, r.variant)["settings"].get("learning_rate")
+            tuned = f"lr {rate:g}, untuned" if isinstance(rate, (int, float)) else "untuned"
+        rows.append({"variant": r.variant, "seeds": int(r.seeds), "mean": float(r.primary_mean), "mark": r.mark,
+                     "worse_by": float(r.worse_by), "gap_low": float(r.gap_low), "p_best": float(r.p_best),
+                     "in_best_set": bool(r.in_best_set), "tuned": tuned,
+                     "train_s": float(getattr(r, "wall_clock_s", math.nan)),
+                     "peak_mib": float(getattr(r, "peak_memory_bytes", math.nan)) / 2**20})
+    sentence = next((s for s in analysis["sentences"] if f"`{task}`" in s), f"`{task}`: no verdict.")
+    return {"dir": str(directory), "task": task, "spec": analysis["spec"], "sentence": sentence,
+            "power": power.to_dict(), "rows": pd.DataFrame(rows)}
+
+
+def _point(point: str) -> str:
+    """A tuning grid point ("learning_rate=1e-05,beta=0.1") as the table shows it ("lr 1e-05, beta 0.1")."""
+    return ", ".join(part.replace("learning_rate=", "lr ").replace("=", " ") for part in point.split(","))
+
+
+def _ranking(comparison: dict) -> dict:
+    """What the brief keeps of a ``compare``: tau, its p-value and interval, the algorithms, like-for-like pairings."""
+    return {key: comparison[key] for key in ("tau", "p_value", "tau_low", "tau_high", "n", "tau_needed",
+                                             "like_for_like", "toy_task", "real_task", "toy", "real")}
+
+
+def brief(directories: Sequence[Path | str], algorithm_settings: Mapping[str, Sequence[str]], *,
+          toy: Optional[Path | str] = None, pairs: Sequence[tuple[str, str]] = (), reps: int = REPS,
+          seed: int = SEED) -> dict:
+    """The skills (``skill``), each pair of skills' ranking agreement and, with ``toy``, the toy's against each
+    skill's (the ``pairs`` whose variants both matrices hold); a comparison with fewer than 3 algorithms in common
+    is listed as ``None`` with what it lacked."""
+    directories = [Path(d) for d in directories]
+    data = {d: read_matrix(d) for d in directories}
+    skills = [skill(data[d], d) for d in directories]
+    if len({s["task"] for s in skills}) < len(skills):
+        raise UsageError("each skill's matrix must rank a different task; two of these rank the same one")
+    across = []
+    for a, b in combinations(range(len(skills)), 2):
+        first, second = skills[a], skills[b]
+        common = [v for v in first["rows"]["variant"] if v in set(second["rows"]["variant"])]
+        both = [v for v in common if _in_set(first, v) and _in_set(second, v)]
+        entry = {"first": first["task"], "second": second["task"], "n": len(common), "best_on_both": both,
+                 "ranking": None}
+        if len(common) >= MIN_RANKED:
+            entry["ranking"] = _ranking(compare(data[directories[a]], data[directories[b]], directories[a],
+                                                directories[b], [(v, v) for v in common], algorithm_settings,
+                                                reps=reps, seed=seed))
+        across.append(entry)
+    toys = []
+    if toy is not None:
+        toy = Path(toy)
+        toy_data = read_matrix(toy)
+        toy_variants = set(toy_data["analysis"]["tasks"]["variant"]) if not toy_data["analysis"]["tasks"].empty else set()
+        unknown = [t for t, _ in pairs if t not in toy_variants]
+        if unknown:
+            raise UsageError(f"--pair: {toy} has no finished cells of {unknown[0]}")
+        for d, s in zip(directories, skills):
+            mine = [(t, r) for t, r in pairs if r in set(s["rows"]["variant"])]
+            entry = {"skill": s["task"], "n": len(mine), "ranking": None}
+            if len(mine) >= MIN_RANKED:
+                entry["ranking"] = _ranking(compare(toy_data, data[d], toy, d, mine, algorithm_settings,
+                                                    reps=reps, seed=seed))
+            toys.append(entry)
+    return {"skills": skills, "across": across, "toy": str(toy) if toy is not None else None, "toys": toys}
+
+
+def _in_set(s: dict, variant: str) -> bool:
+    rows = s["rows"].set_index("variant")
+    return bool(rows.loc[variant, "in_best_set"]) and rows.loc[variant, "mark"] != inference.TOO_FEW
+
+
+def _tau_text(r: dict) -> str:
+    agrees = r["p_value"] < 0.05 and r["tau"] > 0
+    need = (f"with {r['n']} algorithms only tau >= {r['tau_needed']:.2f} reaches p < 0.05" if r["tau_needed"] is not None
+            else f"with {r['n']} algorithms no ranking reaches p < 0.05")
+    low, high = (("n/a" if v != v else f"{v:+.2f}") for v in (r["tau_low"], r["tau_high"]))
+    return (f"{'agree' if agrees else 'are not shown to agree'}: Kendall's tau-b {r['tau']:+.2f} [{low}, {high} over the "
+            f"seeds] (p {r['p_value']:.2f}; {need})")
+
+
+def _power_text(s: dict) -> str:
+    p, spec = s["power"], s["spec"]
+    if not isinstance(p.get("mdd"), float) or not math.isfinite(p["mdd"]):
+        return "No MDD: fewer than two variants with 3 or more seeds"
+    text = f"MDD {p['mdd']:.3f} at {p['seeds']:.0f} seeds a variant"
+    need = p.get("seeds_for_target")
+    if spec.get("target_mdd") and p["mdd"] > spec["target_mdd"]:
+        text += (f"; the stated target {spec['target_mdd']:g} needs "
+                 + (f"{int(need)}" if need and math.isfinite(need) else "more than 2000") + " seeds")
+    elif spec.get("target_mdd"):
+        text += f", within the stated target {spec['target_mdd']:g}"
+    return text
+
+
+def _mark(r) -> str:
+    if r.mark == inference.WORSE:
+        return f"worse by >= {lower_bound(r.worse_by)}"
+    if r.mark == inference.BEST:
+        return f"**best** by >= {lower_bound(r.gap_low)}"
+    if r.mark == inference.TOO_FEW:
+        return "too few seeds"
+    return str(r.mark)
+
+
+def _link(path: str, link_from: Path) -> str:
+    page = Path(path) / "README.md"
+    return f"[{path}]({os.path.relpath(page, link_from)})"
+
+
+def render(result: dict, link_from: Path | str = ".") -> str:
+    """The brief as markdown: a line per skill, across the skills, against the toy, then one table of the variants
+    over the skills; links made from ``link_from`` (the page's folder)."""
+    link_from = Path(link_from)
+    lines = []
+    for s in result["skills"]:
+        spec = s["spec"]
+        stated = (f"stated before its cells ran ({spec['stated_at'][:10]})" if spec.get("stated")
+                  else "NOT stated before its cells ran")
+        margin = f", margin +-{spec['margin']:g}" if spec.get("margin") else ""
+        lines.append(f"- **`{s['task']}`** ({_link(s['dir'], link_from)}; {primary_name(spec['primary'])}{margin}, "
+                     f"{stated}): {s['sentence']} {_power_text(s)}.")
+    for entry in result["across"]:
+        pair = f"`{entry['first']}` and `{entry['second']}`"
+        if entry["ranking"] is None:
+            lines.append(f"- **Across {pair}:** {entry['n']} algorithms in common, fewer than {MIN_RANKED}: no "
+                         "ranking to compare.")
+            continue
+        both = ", ".join(f"`{v}`" for v in entry["best_on_both"]) or "none"
+        lines.append(f"- **Across {pair}:** the rankings of the {entry['n']} algorithms both ran "
+                     f"{_tau_text(entry['ranking'])}; could be best on both: {both}.")
+    if result["toy"] is not None:
+        parts = []
+        for entry in result["toys"]:
+            r = entry["ranking"]
+            parts.append(f"against `{entry['skill']}`, " + (
+                f"the rankings {_tau_text(r)}, {r['like_for_like']} of {r['n']} pairings like for like in their settings"
+                if r is not None else f"{entry['n']} paired algorithms, fewer than {MIN_RANKED}: no ranking to compare"))
+        toy_task = next((e["ranking"]["toy_task"] for e in result["toys"] if e["ranking"]), "the toy task")
+        lines.append(f"- **The toy ranking** (`{toy_task}`, {_link(result['toy'], link_from)}): "
+                     + "; ".join(parts) + ".")
+    lines += ["", _table(result)]
+    return "\n".join(lines) + "\n"
+
+
+def _table(result: dict) -> str:
+    """One row per variant (in the first skill's order, then any the others add), per skill: the mean primary
+    metric, the mark with P(best), the tuned setting, and the cost."""
+    order = list(dict.fromkeys(v for s in result["skills"] for v in s["rows"]["variant"]))
+    headers, rows = ["variant"], {v: [f"`{v}`"] for v in order}
+    for s in result["skills"]:
+        short = s["spec"]["primary"].replace("_", "-")
+        headers += [f"`{s['task']}` {short}", "mark (P(best))", "tuned", "training s, peak MiB"]
+        by_variant = s["rows"].set_index("variant")
+        for v in order:
+            if v not in by_variant.index:
+                rows[v] += ["-"] * 4
+                continue
+            r = by_variant.loc[v]
+            cost = ("-" if math.isnan(r["train_s"]) else f"{r['train_s']:.0f} s") + ", " + (
+                "-" if math.isnan(r["peak_mib"]) else f"{r['peak_mib']:.0f}")
+            p_best = "" if math.isnan(r["p_best"]) else f" ({r['p_best']:.2f})"
+            rows[v] += [f"{r['mean']:.3f} ({r['seeds']} seeds)", _mark(r) + p_best, r["tuned"], cost]
+    return markdown_table(headers, list(rows.values()))
