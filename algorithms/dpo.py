@@ -7,6 +7,11 @@ rewards tie: 8192 for 256 pairs on chain_sum at a 15% start); with ``count_pair_
 budget, as every other algorithm's generated completions do: the pairs come from at most the budget's samples
 (``completions_allowed``), drawn at the first step, and the run then takes its planned steps over them. The loss is the sigmoid loss of
 the policy's log-ratio margin against the frozen reference, scaled by beta. The prompts the harness passes to ``step`` are unused.
+
+What a step computes, and no more: a pair's chosen and rejected rows sit together, a run of one prompt, so the
+log-probs encode its prompt once (as a GRPO group's); the reference is frozen and the pairs fixed, so each pair's
+reference log-probs are computed once, at the first batch that holds it, and kept (in the checkpoint too). The same
+function as computing both every step with the prompt encoded per row; other rounding.
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ class DPO(Algorithm):
         self.pairs: Optional[dict] = None  # built at the first step, from the policy as it starts
         self.order: list[int] = []
         self.pairs_counted = False  # whether the pairs' samples were counted as generated completions
+        # (prompt, chosen, rejected) -> (2,) the frozen reference's log-probs of the chosen and the rejected completion
+        self.reference: dict[tuple[str, str, str], torch.Tensor] = {}
 
     @classmethod
     def needs_reference(cls, config) -> bool:
@@ -67,31 +74,32 @@ class DPO(Algorithm):
         idx = self._next_pairs(c.pairs_per_step)  # 2 score: the pairs came labelled
         n = len(idx)
         batch = rollout_from_text(
-            self.tokenizer, [self.pairs["prompts"][i] for i in idx] * 2,
-            [self.pairs["chosen"][i] for i in idx] + [self.pairs["rejected"][i] for i in idx], self.device,
-        )  # chosen rows first, then rejected: (2n, T)
+            self.tokenizer, [self.pairs["prompts"][i] for i in idx for _ in range(2)],
+            [text for i in idx for text in (self.pairs["chosen"][i], self.pairs["rejected"][i])], self.device,
+            group_size=2,
+        )  # each pair's chosen row, then its rejected row: (2n, T)
         mask = batch.completion_mask
-        ref_logps = self.frozen_logps(self.ref_policy, batch)  # 3 reference log-probs
-        ref_seq = sequence_logps(ref_logps, mask)
+        ref_seq = self._reference(idx, batch)  # 3 reference log-probs: (n, 2), each pair's computed once
 
         # 4 no advantages. A pair whose two completions are the same text prefers nothing: its margin's
         # gradient is 0 (up to rounding), and a batch of only such pairs takes no step.
         signal = any(self.pairs["chosen"][i] != self.pairs["rejected"][i] for i in idx)
         with self.timer("update"):  # 5 one update
             logps, entropy = self.logps(self.policy, batch, with_entropy=True)
-            seq = sequence_logps(logps, mask)
-            loss = dpo_loss(seq[:n], seq[n:], ref_seq[:n], ref_seq[n:], beta=c.beta)
+            seq = sequence_logps(logps, mask).view(n, 2)
+            loss = dpo_loss(seq[:, 0], seq[:, 1], ref_seq[:, 0], ref_seq[:, 1], beta=c.beta)
             grad_norm = self.update(loss) if signal else 0.0
 
-        margin = c.beta * ((seq[:n] - ref_seq[:n]) - (seq[n:] - ref_seq[n:])).detach()  # 6 metrics
+        chosen, rejected = (seq - ref_seq).detach().unbind(1)  # 6 metrics: the log-ratios to the reference
+        margin = c.beta * (chosen - rejected)
         metrics = {
             "loss": loss.item(),
             "loss/policy": loss.item(),
             "grad_norm": grad_norm,
             "skipped_update": float(not signal),
             # No "kl": the pairs are not samples of the current policy, so k3 on them estimates nothing.
-            "dpo/chosen_logratio": (seq[:n] - ref_seq[:n]).mean().item(),
-            "dpo/rejected_logratio": (seq[n:] - ref_seq[n:]).mean().item(),
+            "dpo/chosen_logratio": chosen.mean().item(),
+            "dpo/rejected_logratio": rejected.mean().item(),
             "entropy": masked_mean_per_sequence(entropy, mask).mean().item(),
             "dpo/margin": margin.mean().item(),
             "dpo/accuracy": (margin > 0).float().mean().item(),
@@ -104,6 +112,18 @@ class DPO(Algorithm):
             metrics["completions"] = 0.0 if self.pairs_counted else float(self.pairs["samples"])
             self.pairs_counted = True
         return metrics
+
+    def _reference(self, idx: list[int], batch) -> torch.Tensor:
+        """(n, 2) the frozen reference's sequence log-probs of the pairs ``idx`` (chosen, rejected), those of pairs
+        not seen before computed on their rows of ``batch`` and kept."""
+        keys = [(self.pairs["prompts"][i], self.pairs["chosen"][i], self.pairs["rejected"][i]) for i in idx]
+        new = list(dict.fromkeys(k for k in keys if k not in self.reference))
+        if new:
+            first = [keys.index(k) for k in new]
+            rows = batch.select(torch.tensor([2 * k + j for k in first for j in range(2)]), grouped=True)
+            values = sequence_logps(self.frozen_logps(self.ref_policy, rows), rows.completion_mask).view(-1, 2)
+            self.reference.update(zip(new, values.clone().unbind(0)))
+        return torch.stack([self.reference[k] for k in keys])
 
     def generates_more(self) -> bool:
         """With count_pair_samples, once the pairs are built no step samples again: the budget they spent does not
@@ -124,9 +144,11 @@ class DPO(Algorithm):
         return out
 
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "pairs": self.pairs, "order": list(self.order), "pairs_counted": self.pairs_counted}
+        return {**super().state_dict(), "pairs": self.pairs, "order": list(self.order), "pairs_counted": self.pairs_counted,
+                "reference": dict(self.reference)}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.pairs, self.order = state["pairs"], list(state["order"])
         self.pairs_counted = state.get("pairs_counted", self.pairs is not None)
+        self.reference = dict(state.get("reference", {}))  # a checkpoint from before the cache: computed again

@@ -843,9 +843,11 @@ def rollout_logps(model, rollout: Rollout, *, temperature: float = 1.0, with_ent
     )
 
 
-def rollout_from_text(tokenizer, prompts: Sequence[str], completions: Sequence[str], device) -> Rollout:
+def rollout_from_text(tokenizer, prompts: Sequence[str], completions: Sequence[str], device, *,
+                      group_size: int = 1) -> Rollout:
     """A Rollout of given (prompt, completion) texts, each completion closed with EOS: offline data
-    (DPO's preference pairs) gets the same masks and log-prob code as sampled completions."""
+    (DPO's preference pairs) gets the same masks and log-prob code as sampled completions. ``group_size``: the rows
+    come in runs of that many with one prompt (a DPO pair's chosen and rejected), whose log-probs encode it once."""
     prompt_ids, prompt_mask = tokenize_prompts(tokenizer, prompts, device)
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
@@ -856,7 +858,7 @@ def rollout_from_text(tokenizer, prompts: Sequence[str], completions: Sequence[s
     return Rollout(
         prompts=list(prompts), completions=list(completions), prompt_ids=prompt_ids, prompt_mask=prompt_mask,
         completion_ids=completion_ids, completion_mask=completion_mask,
-        truncated=torch.zeros(len(rows), dtype=torch.bool, device=device), group_size=1,
+        truncated=torch.zeros(len(rows), dtype=torch.bool, device=device), group_size=group_size,
     )
 
 

@@ -5,7 +5,7 @@
 settings as this checkout names them, ``Workload.run_settings``) with that revision's harness (``resolve`` and
 ``build``, as ``grpo-bench run`` builds a run), says which ``benchmarks`` it imported and its torch thread count in
 its first line, then answers each line on stdin with one step's metrics (one JSON line per step): the step's
-seconds, its phases' (``time/...``), its loss and tokens. Each step samples ``prompts_per_step`` of the task's
+seconds, its phases' (``time/...``), its loss and tokens (none generated: DPO's steps after its first). Each step samples ``prompts_per_step`` of the task's
 training prompts, drawn with SEED. The workload is this checkout's, so a revision older than a workload still
 runs it, as far as its harness knows the settings (one it does not is its one-line error).
 
@@ -51,7 +51,7 @@ def main(argv: list[str]) -> None:
         metrics = algo.step(batch)
         total = time.perf_counter() - start
         print(json.dumps({**{k: v for k, v in metrics.items() if k.startswith("time/")}, "time/step": total,
-                          "loss": metrics["loss"], "tokens/generated": metrics["tokens/generated"],
+                          "loss": metrics["loss"], "tokens/generated": metrics.get("tokens/generated", 0.0),
                           "tokens/processed": metrics.get("tokens/processed", 0.0)}), flush=True)
 
 

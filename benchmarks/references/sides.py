@@ -47,7 +47,7 @@ class Workload:
     learning_rate: Optional[float] = None  # None: the task's recommended rate
     beta: float = 0.04  # the paper's KL weight, so the reference pass is part of the step
     loss_type: str = "grpo"
-    algo: str = "grpo"  # "grpo" (TRL's GRPOTrainer), "rloo" (TRL's RLOOTrainer) or "ppo" (no TRL side: bench revisions)
+    algo: str = "grpo"  # "grpo" (TRL's GRPOTrainer), "rloo" (TRL's RLOOTrainer); "ppo", "dpo" (no TRL side: bench revisions)
     prompts_per_step: int = 1  # prompts a step samples group_size completions of each
     task_options: tuple = ()  # (name, value) pairs for make_task, both sides
     lora_r: int = 0  # > 0: LoRA through PEFT on both sides, the harness's adapter (TRL: the same peft_config)
@@ -61,6 +61,9 @@ class Workload:
     def settings(self) -> dict:
         """Our GRPOConfig (or RLOOConfig) fields, which both sides train with: ours as its config, TRL's through
         its adapter. The defaults spelled out are those where TRL's differ or that must match."""
+        if self.algo == "dpo":  # group_size is its pairs a step (2 rows each); two steps' worth of pairs, built at the first
+            return {"pairs_per_step": self.group_size, "pairs": 2 * self.group_size, "beta": self.beta,
+                    "learning_rate": self.learning_rate, "max_grad_norm": 1.0}
         if self.algo == "ppo":  # its critic's algorithm, with TRL's PPO defaults: group_size is its samples a prompt
             return {"samples_per_prompt": self.group_size, "prompts_per_step": self.prompts_per_step, "kl_coef": self.beta,
                     "learning_rate": self.learning_rate, "epsilon": 0.2, "max_grad_norm": 1.0}
@@ -103,6 +106,10 @@ WORKLOADS = {
         # x 8, bf16, kl_coef 0.05. No TRL side (its PPOTrainer needs a reward model): for bench revisions only.
         Workload("chain_sum-ppo", "reasoning_gym", group_size=8, max_new_tokens=24, mu=1, beta=0.05, algo="ppo",
                  prompts_per_step=4, precision="bf16", learning_rate=1e-5, task_options=CHAIN_SUM),
+        # DPO at the real-LM verdict's step: 16 pairs (32 rows) a step, beta 0.1, bf16, the chosen learning rate; its
+        # 32 pairs are sampled at the warm-up step. No TRL side here: for bench revisions only.
+        Workload("chain_sum-dpo", "reasoning_gym", group_size=16, max_new_tokens=24, mu=1, beta=0.1, algo="dpo",
+                 precision="bf16", learning_rate=3e-6, task_options=CHAIN_SUM),
     )
 }
 
