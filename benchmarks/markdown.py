@@ -168,6 +168,9 @@ REPORTS = (
     ("results/perf/revisions-ppo-packed/revisions.md", "PPO's step at the real-LM verdict's settings before and after "
      "its minibatches and critic encode each prompt once", "grpo-bench bench revisions 7b7ca09 e96c4f4 --workloads "
      "chain_sum-ppo --rounds 4 --threads 1 --out results/perf/revisions-ppo-packed"),
+    ("results/perf/revisions-dpo/revisions.md", "DPO's step at the real-LM verdict's settings before and after "
+     "its pairs' prompts were packed and its reference log-probs kept per pair", "grpo-bench bench revisions 9f182c9 "
+     "2eb0612 --workloads chain_sum-dpo --rounds 5 --threads 1 --out results/perf/revisions-dpo"),
     ("results/precision/gradients.md", "One step's gradient at bf16, and at bf16 with fp32 logits, against fp32's on the "
      "same batch, per algorithm (SmolLM2-135M-Instruct on chain_sum)", "grpo-bench check precision"),
     ("results/perf/precision.md", "Each algorithm's training step at fp32, bf16 and bf16 with fp32 logits, side by side",

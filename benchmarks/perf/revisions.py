@@ -185,8 +185,9 @@ def render_markdown(report: dict) -> str:
     for w in report["workloads"]:
         spec = w["workload"]
         lora = f", LoRA r {spec['lora_r']}" if spec.get("lora_r") else ""
-        shape = (f"{spec.get('algo', 'grpo')}, {spec.get('prompts_per_step', 1)} x G {spec['group_size']}, "
-                 f"{spec.get('precision', 'fp32')}")
+        step = (f"{spec['group_size']} pairs a step, beta {spec['beta']:g}" if spec.get("algo") == "dpo"  # sides.Workload
+                else f"{spec.get('prompts_per_step', 1)} x G {spec['group_size']}")
+        shape = f"{spec.get('algo', 'grpo')}, {step}, {spec.get('precision', 'fp32')}"
         lines += [f"## {spec['name']}: {spec['task']}, {shape}, {spec['max_new_tokens']} new tokens, "
                   f"mu {spec['mu']}{lora}; {w['threads']} thread{'s' if w['threads'] != 1 else ''}, {w['revisions'][0]['rounds']} rounds", ""]
         rows = []

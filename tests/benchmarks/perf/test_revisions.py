@@ -141,3 +141,14 @@ def test_the_report_names_the_machine_without_the_callers_thread_count():
               "load": {"load_1min": [1.0], "cpus": 2}, "revisions": [{}, {}], "workloads": [], "command": "c"}
     text = render_markdown(report)
     assert "on AMD EPYC (torch 2)" in text and "2 threads" not in text
+
+
+def test_a_dpo_workload_reads_as_pairs_a_step():
+    """DPO's workload counts pairs, not a group of G completions of one prompt: the heading says what a step takes
+    (the committed side-by-side run of DPO's step, rendered again)."""
+    from benchmarks.perf.revisions import render_markdown
+
+    report = json.loads(Path("results/perf/revisions-dpo/revisions.json").read_text())
+    text = render_markdown(report)
+    assert "## chain_sum-dpo: reasoning_gym, dpo, 16 pairs a step, beta 0.1, bf16" in text and "x G" not in text
+    assert text + "\n" == Path("results/perf/revisions-dpo/revisions.md").read_text()  # the committed page is this
