@@ -98,6 +98,9 @@ QUESTIONS_CORRECT, QUESTIONS_SAMPLES = "questions/correct", "questions/samples"
 # The phases of a training step that the algorithms time (``algorithms.base.PhaseTimer``), in the order tables show
 # them, as run files name them: ``time/<phase>`` in a metrics row, ``phase_seconds`` in a summary.
 PHASES = ("generate", "score", "logprobs", "update")
+# A step's CPU seconds (the process's, every thread's), which the harness's loop records beside the phases' wall
+# clocks: a metrics row's key; a summary's ``training_cpu_s`` is their sum.
+CPU_TIME = "time/cpu"
 
 
 def encode_correct(correct: Sequence[Sequence[bool]]) -> Optional[dict]:

@@ -33,8 +33,8 @@ from benchmarks.errors import TrainingFailed, UsageError
 from benchmarks.harness import distributed, lora, measure, tracking
 from benchmarks.harness.config import RESUMABLE, RunConfig, flat_settings, training_seed, with_task_defaults
 from benchmarks.progress import progress as progress_bar
-from benchmarks.io import (locked_directory, append_jsonl, atomic_write, atomic_write_json, encode_correct, read_json,
-                           read_jsonl, rewrite_jsonl)
+from benchmarks.io import (CPU_TIME, locked_directory, append_jsonl, atomic_write, atomic_write_json, encode_correct,
+                           read_json, read_jsonl, rewrite_jsonl)
 from tasks import Task, make_task
 from tasks.base import Samples
 
@@ -240,9 +240,10 @@ def _describe_reward(identity: Optional[dict]) -> str:
 
 def train_steps(algo: Algorithm, task: Task, prompt_rng: random.Random, steps: range,
                 completions_left: Optional[Callable[[], int]] = None) -> Iterator[tuple[int, dict, float]]:
-    """The training loop proper: (step, metrics, seconds) for each step, prompts drawn from ``prompt_rng``.
-    ``completions_left`` (the sample budget's remainder, asked before each step) caps a varying step's extra
-    rounds (``Algorithm.completions_allowed``).
+    """The training loop proper: (step, metrics, seconds) for each step, prompts drawn from ``prompt_rng``, the
+    metrics with the step's CPU seconds (``time/cpu``: the process's, all its threads; unlike ``seconds``, a wall
+    clock, not lengthened by a pause or by other processes' turns on the cores). ``completions_left`` (the sample
+    budget's remainder, asked before each step) caps a varying step's extra rounds (``Algorithm.completions_allowed``).
 
     A non-finite loss stops the loop with TrainingFailed; everything else (evaluation, files,
     checkpoints) is the caller's, so the checks can drive the very loop that ``run`` drives."""
@@ -252,9 +253,10 @@ def train_steps(algo: Algorithm, task: Task, prompt_rng: random.Random, steps: r
         if algo.data_parallel is not None:
             prompts = algo.data_parallel.shard(prompts)  # whole prompts: each rank samples whole groups
         algo.completions_allowed = completions_left() if completions_left is not None else None
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         metrics = algo.step(prompts)
         seconds = time.perf_counter() - start
+        metrics[CPU_TIME] = time.process_time() - cpu
         if not math.isfinite(metrics.get("loss", 0.0)):
             raise TrainingFailed(f"non-finite loss {metrics['loss']} at step {step}")
         yield step, metrics, seconds
@@ -489,7 +491,8 @@ def _write_summary(out: Path, rc: RunConfig, resolved: dict, before: dict, after
                    steps_done: int, algo: Algorithm, *, status: str, error: Optional[str] = None,
                    questions: Optional[dict] = None) -> dict:
     rows = read_jsonl(out / "metrics.jsonl")
-    phases = sorted({k for r in rows for k in r if k.startswith("time/") and k not in ("time/step", "time/wall")})
+    phases = sorted({k for r in rows for k in r if k.startswith("time/") and k not in ("time/step", "time/wall", CPU_TIME)})
+    cpu = [r[CPU_TIME] for r in rows if CPU_TIME in r]
     tokens = sum(r.get("tokens/generated", 0.0) for r in rows)
     gen_time = sum(r.get("time/generate", 0.0) for r in rows)
     device = algo.device
@@ -509,6 +512,8 @@ def _write_summary(out: Path, rc: RunConfig, resolved: dict, before: dict, after
         "tokens_generated": tokens,
         "tokens_per_second": tokens / gen_time if gen_time > 0 else None,
         "wall_clock_s": elapsed,
+        # the steps' CPU seconds, every thread's (None where a step predates the record): core-seconds, with no pause in
+        "training_cpu_s": sum(cpu) if cpu and len(cpu) == len(rows) else None,
         "time_per_step_s": elapsed / steps_done if steps_done else None,
         "phase_seconds": {p[len("time/"):]: sum(r.get(p, 0.0) for r in rows) for p in phases},
         "peak_memory_bytes": measure.peak_memory_bytes(device),

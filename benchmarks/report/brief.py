@@ -5,7 +5,9 @@ Per skill: its verdict sentence (benchmarks/report/verdicts.py's ``guidance``: t
 the worse and by how much, equivalence to the best where the margin allows), its primary metric, margin and when
 they were stated, the MDD its seeds reach and the seeds the matrix's target MDD would need; per variant, the mean
 primary metric, its mark and P(best), the setting its tuning chose (flagged at a grid edge) and its cost (training
-seconds and peak memory, means over seeds). Across the skills: Kendall's tau-b of each pair of skills' rankings of
+wall-clock seconds, its steps' CPU seconds where the cells recorded them, and peak memory; means over seeds: cells of
+one matrix that ran in different sessions or beside other work are not side by side, so costs here describe, the
+side-by-side cost tables measure). Across the skills: Kendall's tau-b of each pair of skills' rankings of
 the variants both ran, with its exact p-value and its bootstrap interval over both matrices' seeds, and the variants
 that could be best on both. Against a toy matrix (``--toy`` with ``--pair TOY_VARIANT REAL_VARIANT``): the same for
 the toy's ranking against each skill's, and how many pairings ran like for like. Both comparisons are
@@ -47,6 +49,10 @@ def skill(data: dict, directory: Path) -> dict:
     tuning = analysis.get("tuning")
     chosen = (tuning[tuning["chosen"] & (tuning["task"] == task)].set_index("variant")
               if tuning is not None and not tuning.empty else pd.DataFrame())
+    cells = data.get("cells", pd.DataFrame())
+    done = cells[(cells["status"] == "complete") & (cells["task"] == task)] if "status" in cells else cells.iloc[:0]
+    cpu = (done.groupby("variant")["training_cpu_s"].mean() if "training_cpu_s" in done
+           else pd.Series(dtype=float))  # cells that recorded their steps' CPU seconds
     rows = []
     for r in verdicts.sort_values("primary_mean", ascending=False, kind="stable").itertuples(index=False):
         if r.variant in chosen.index:
@@ -59,6 +65,7 @@ def skill(data: dict, directory: Path) -> dict:
                      "worse_by": float(r.worse_by), "gap_low": float(r.gap_low), "p_best": float(r.p_best),
                      "in_best_set": bool(r.in_best_set), "tuned": tuned,
                      "train_s": float(getattr(r, "wall_clock_s", math.nan)),
+                     "train_cpu_s": float(cpu.get(r.variant, math.nan)),
                      "peak_mib": float(getattr(r, "peak_memory_bytes", math.nan)) / 2**20})
     sentence = next((s for s in analysis["sentences"] if f"`{task}`" in s), f"`{task}`: no verdict.")
     return {"dir": str(directory), "task": task, "spec": analysis["spec"], "sentence": sentence,
@@ -202,14 +209,15 @@ def _table(result: dict) -> str:
     headers, rows = ["variant"], {v: [f"`{v}`"] for v in order}
     for s in result["skills"]:
         short = s["spec"]["primary"].replace("_", "-")
-        headers += [f"`{s['task']}` {short}", "mark (P(best))", "tuned", "training s, peak MiB"]
+        headers += [f"`{s['task']}` {short}", "mark (P(best))", "tuned", "training s (CPU s), peak MiB"]
         by_variant = s["rows"].set_index("variant")
         for v in order:
             if v not in by_variant.index:
                 rows[v] += ["-"] * 4
                 continue
             r = by_variant.loc[v]
-            cost = ("-" if math.isnan(r["train_s"]) else f"{r['train_s']:.0f} s") + ", " + (
+            cost = ("-" if math.isnan(r["train_s"]) else f"{r['train_s']:.0f} s") + (
+                "" if math.isnan(r["train_cpu_s"]) else f" ({r['train_cpu_s']:.0f} CPU)") + ", " + (
                 "-" if math.isnan(r["peak_mib"]) else f"{r['peak_mib']:.0f}")
             p_best = "" if math.isnan(r["p_best"]) else f" ({r['p_best']:.2f})"
             rows[v] += [f"{r['mean']:.3f} ({r['seeds']} seeds)", _mark(r) + p_best, r["tuned"], cost]

@@ -172,7 +172,10 @@ def phase_markdown(cells: pd.DataFrame) -> str:
     model, writing the store; also the work of killed attempts lost after their last checkpoint), over the cells
     where every attempt's time is known; then the cell in all (the sum of those three means), its threads, and its
     ratio to the task's first variant. Where a cell timed its critic inside the update (PPO's ``time/critic``), a
-    column after the update shows that part of it ("-" for a variant without one)."""
+    column after the update shows that part of it ("-" for a variant without one). Where cells recorded their steps'
+    CPU seconds (``training_cpu_s``), a column after training's wall clock shows them: the core-seconds training
+    used, which a pause of the process or other processes' turns on the cores do not lengthen ("-" where not
+    recorded)."""
     done = cells[cells["status"] == "complete"].copy()
     if done.empty:
         return ""
@@ -187,8 +190,9 @@ def phase_markdown(cells: pd.DataFrame) -> str:
     done.loc[done["other"] < 0, "other"] = math.nan
     done["threads"] = done["threads"] if "threads" in done else math.nan
     critic = "time_critic_s" in done and done["time_critic_s"].notna().any()
+    cpu = "training_cpu_s" in done and done["training_cpu_s"].notna().any()
     parts = [f"time_{p}_s" for p in PHASES] + (["time_critic_s"] if critic else [])
-    columns = parts + ["wall_clock_s", "evaluation", "other"]
+    columns = parts + ["wall_clock_s"] + (["training_cpu_s"] if cpu else []) + ["evaluation", "other"]
     means = done.groupby(["task", "variant"], sort=False)[columns + ["threads"]].mean()
     means.insert(len(columns), "total", means["wall_clock_s"] + means["evaluation"].fillna(0.0) + means["other"])
     first = {}  # each task's first variant: the unit of the last column
@@ -199,8 +203,8 @@ def phase_markdown(cells: pd.DataFrame) -> str:
         rows.append([task, variant] + ["-" if math.isnan(v) else f"{v:.2f}" for v in r[:-1]]
                     + ["-" if math.isnan(r[-1]) else f"{r[-1]:g}", "-" if math.isnan(ratio) else f"{ratio:.2f}"])
     phase_headers = [*PHASES] + (["of the update, the critic"] if critic else [])
-    return markdown_table(["task", "variant", *phase_headers, "training total", "evaluation", "start-up and other",
-                           "cell", "threads", "cell / first variant's"], rows)
+    return markdown_table(["task", "variant", *phase_headers, "training total", *(["training CPU s"] if cpu else []),
+                           "evaluation", "start-up and other", "cell", "threads", "cell / first variant's"], rows)
 
 
 def summary_markdown(summary: pd.DataFrame) -> str:

@@ -37,6 +37,30 @@ def test_run_writes_config_metrics_summary(tmp_path):
     assert summary["completions_generated"] == 4 * 4 * 8
 
 
+def test_a_pause_lengthens_the_wall_clock_not_the_cpu_seconds(tmp_path, monkeypatch):
+    """Each step records its CPU seconds (time/cpu) beside its wall clock; the summary sums them (training_cpu_s). A
+    step that waits (a stopped process, another's turn on the core) is longer on the wall clock only."""
+    import time
+
+    from algorithms.grpo import GRPO
+
+    real, calls = GRPO.train_step, []
+
+    def waits(self, prompts):
+        calls.append(1)
+        if len(calls) == 2:  # the second step sleeps 0.5 s: wall clock, no CPU
+            time.sleep(0.5)
+        return real(self, prompts)
+
+    monkeypatch.setattr(GRPO, "train_step", waits)
+    summary = small_run(tmp_path, steps=3)
+    rows = read_jsonl(tmp_path / "metrics.jsonl")
+    assert all(0 < r["time/cpu"] for r in rows) and "cpu" not in summary["phase_seconds"]
+    assert rows[1]["time/step"] - rows[1]["time/cpu"] >= 0.45  # the sleep, on the wall clock alone
+    assert summary["training_cpu_s"] == pytest.approx(sum(r["time/cpu"] for r in rows))
+    assert summary["wall_clock_s"] - summary["training_cpu_s"] >= 0.45
+
+
 def test_same_seed_same_metrics(tmp_path):
     small_run(tmp_path / "a")
     small_run(tmp_path / "b")

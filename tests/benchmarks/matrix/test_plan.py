@@ -1,5 +1,6 @@
 """grpo-bench matrix and report: validation with line numbers, atomic files, SIGKILL then --resume, failures, partial reports."""
 
+import math
 import json
 import os
 import shutil
@@ -478,6 +479,12 @@ def test_a_resumed_cell_counts_the_process_time_of_every_attempt(tmp_path, capsy
     assert "| update | of the update, the critic | training total |" in table
     assert "| t | grpo | 40.00 | 0.00 | 0.00 | 60.00 | - | 100.00 | 20.00 | 5.00 | 125.00 | 1 | 1.00 |" in table
     assert "| t | ppo | 65.00 | 0.00 | 0.00 | 240.00 | 110.00 | 305.00 | 25.00 | 5.00 | 335.00 | 1 | 2.68 |" in table
+    assert "CPU" not in table  # no cell recorded its CPU seconds: no column for them
+    # Cells that recorded their steps' CPU seconds: a column after training's wall clock, "-" where one did not
+    cells["training_cpu_s"] = [90.0, 200.0, math.nan]
+    table = phase_markdown(cells)
+    assert "| training total | training CPU s | evaluation |" in table
+    assert "| t | ppo | 65.00 | 0.00 | 0.00 | 240.00 | 110.00 | 305.00 | 200.00 | 25.00 | 5.00 | 335.00 | 1 | 2.68 |" in table
 
 
 def test_the_report_says_when_dpo_built_its_pairs_outside_the_budget():

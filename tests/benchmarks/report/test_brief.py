@@ -38,6 +38,7 @@ def _skill(task, means, *, sd=0.002, seeds=6, seed=0, tuned=None, seconds=None):
                              "completions_to_threshold": 100.0, "budget": 1280.0})
             cells.append({"task": task, "variant": variant, "seed": s, "status": "complete", "precision": "bf16",
                           "wall_clock_s": (seconds or {}).get(variant, 100.0 * (i + 1)),
+                          "training_cpu_s": 90.0 * (i + 1) if i % 2 else math.nan,  # b and d recorded it
                           "peak_memory_bytes": (1000 + i) * 2.0**20})
             planned.append({"variant": variant, "seed": s, "algo": "grpo",
                             "settings": {"learning_rate": 1e-4, "group_size": 8}})
@@ -81,7 +82,8 @@ def test_each_skill_carries_the_procedures_marks_power_tuning_and_costs(tmp_path
     assert f"MDD {power['mdd']:.3f} at 6 seeds a variant" in text
     assert "On `chain_sum`, `a` is best: above every other variant by at least" in text
     assert "mean accuracy of the last 3 evaluations, margin +-0.03, stated before its cells ran (2026-11-27)" in text
-    assert "| `a` | " in text and "**best** by >= " in text and "| 425 s, 1000 |" in text
+    assert "| `a` | " in text and "**best** by >= " in text and "| 425 s, 1000 |" in text  # no CPU seconds: none shown
+    assert "| 1900 s (180 CPU), 1001 |" in text
     assert f"[{tmp_path / 'cs'}](cs/README.md)" in text  # the folder as given, linked from the page's folder
 
 
