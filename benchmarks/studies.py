@@ -105,6 +105,14 @@ class TransferSettings(StudySettings):
     section: str = option("section", "transfer")
 
 
+def variant_pairs(given) -> list[tuple[str, str]]:
+    """``--pair TOY REAL`` as given, each name stripped; a variant named twice on one side is one UsageError line."""
+    pairs = [(toy.strip(), real.strip()) for toy, real in given]
+    if len({real for _, real in pairs}) < len(pairs) or len({toy for toy, _ in pairs}) < len(pairs):
+        raise UsageError("--pair: each variant at most once on each side")
+    return pairs
+
+
 def algorithm_settings() -> dict[str, list[str]]:
     """Each registered algorithm's setting names (its config's fields, option groups flattened): what ``transfer``
     compares two matrices' cells on; the report reads run data only and cannot import the registry itself."""
@@ -123,9 +131,7 @@ class Transfer(Study):
 
     def run(self, s: TransferSettings, command: str) -> int:
         # after the folders (the lifecycle checks them first): a typo in one is not "too few algorithms"
-        pairs = [(toy.strip(), real.strip()) for toy, real in s.pair]
-        if len({real for _, real in pairs}) < len(pairs) or len({toy for toy, _ in pairs}) < len(pairs):
-            raise UsageError("--pair: each variant at most once on each side")
+        pairs = variant_pairs(s.pair)
         if len(pairs) < 3:
             raise UsageError(f"--pair: a ranking needs at least 3 algorithms, got {len(pairs)}")
         from benchmarks.report.transfer import transfer  # heavy: pandas, scipy
@@ -171,15 +177,12 @@ class Brief(Study):
             raise UsageError("--pair needs --toy (the toy matrix the pairs name)")
         if s.toy is not None and not s.pair:
             raise UsageError("--toy needs --pair TOY_VARIANT REAL_VARIANT, one per algorithm")
-        pairs = [(t.strip(), r.strip()) for t, r in s.pair]
-        if len({t for t, _ in pairs}) < len(pairs) or len({r for _, r in pairs}) < len(pairs):
-            raise UsageError("--pair: each variant at most once on each side")
+        variant_pairs(s.pair)
 
     def run(self, s: BriefSettings, command: str) -> int:
         from benchmarks.report.brief import brief  # heavy: pandas, scipy
 
-        pairs = [(t.strip(), r.strip()) for t, r in s.pair]
-        text = self.write(brief(s.dirs, algorithm_settings(), toy=s.toy, pairs=pairs), s, command)
+        text = self.write(brief(s.dirs, algorithm_settings(), toy=s.toy, pairs=variant_pairs(s.pair)), s, command)
         print(text.splitlines()[0])
         print(_wrote(s))
         return 0

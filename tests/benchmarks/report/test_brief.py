@@ -149,6 +149,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, run_cli):
         (("brief", tmp_path / "cs", tmp_path / "lc", "--out", out), "rank a different task"),
         (("brief", tmp_path / "cs", "--out", out, "--toy", tmp_path / "toy", "--pair", "nope", "a", "--pair", "u", "b",
           "--pair", "w", "c"), "has no finished cells of nope"),
+        (("brief", tmp_path / "cs", "--out", out, "--toy", tmp_path / "toy", "--pair", "t", "a", "--pair", "t", "b"),
+         "each variant at most once on each side"),
     ]
     for args, message in cases:
         code, stdout, stderr = run_cli(*args)
