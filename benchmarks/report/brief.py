@@ -49,10 +49,6 @@ def skill(data: dict, directory: Path) -> dict:
     tuning = analysis.get("tuning")
     chosen = (tuning[tuning["chosen"] & (tuning["task"] == task)].set_index("variant")
               if tuning is not None and not tuning.empty else pd.DataFrame())
-    cells = data.get("cells", pd.DataFrame())
-    done = cells[(cells["status"] == "complete") & (cells["task"] == task)] if "status" in cells else cells.iloc[:0]
-    cpu = (done.groupby("variant")["training_cpu_s"].mean() if "training_cpu_s" in done
-           else pd.Series(dtype=float))  # cells that recorded their steps' CPU seconds
     rows = []
     for r in verdicts.sort_values("primary_mean", ascending=False, kind="stable").itertuples(index=False):
         if r.variant in chosen.index:
@@ -65,7 +61,7 @@ def skill(data: dict, directory: Path) -> dict:
                      "worse_by": float(r.worse_by), "gap_low": float(r.gap_low), "p_best": float(r.p_best),
                      "in_best_set": bool(r.in_best_set), "tuned": tuned,
                      "train_s": float(getattr(r, "wall_clock_s", math.nan)),
-                     "train_cpu_s": float(cpu.get(r.variant, math.nan)),
+                     "train_cpu_s": float(getattr(r, "training_cpu_s", math.nan)),
                      "peak_mib": float(getattr(r, "peak_memory_bytes", math.nan)) / 2**20})
     sentence = next((s for s in analysis["sentences"] if f"`{task}`" in s), f"`{task}`: no verdict.")
     return {"dir": str(directory), "task": task, "spec": analysis["spec"], "sentence": sentence,

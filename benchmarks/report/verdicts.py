@@ -127,7 +127,8 @@ def analyse(cells: pd.DataFrame, curves: dict, *, reps: int = stats.REPS, seed: 
         per_cell = per_cell.assign(primary=per_cell["final_accuracy"])
     groups = _equivalent_groups(meta) if equivalent is None else equivalent
     done = cells[cells["status"] == "complete"]
-    cost = done.groupby(["task", "variant"], sort=False)[["wall_clock_s", "peak_memory_bytes"]].mean()
+    cost_columns = ["wall_clock_s", "peak_memory_bytes"] + (["training_cpu_s"] if "training_cpu_s" in done else [])
+    cost = done.groupby(["task", "variant"], sort=False)[cost_columns].mean()
     tasks = list(dict.fromkeys(per_cell["task"]))
     judged = [_judge_task(task, per_cell[per_cell["task"] == task], curves["thresholds"][task], cost, spec, groups,
                           reps=reps, seed=seed) for task in tasks]
@@ -177,7 +178,7 @@ def _judge_task(task: str, frame: pd.DataFrame, threshold: float, cost: pd.DataF
                "worse_by": float(m["worse_by"]), "in_best_set": bool(m["in_best_set"]), "p_best": float(m["p_best"]),
                "saturated": saturated, "curve_metrics": curve_ok}
         if (task, variant) in cost.index:
-            row["wall_clock_s"], row["peak_memory_bytes"] = cost.loc[(task, variant)]
+            row.update(cost.loc[(task, variant)].to_dict())  # training_cpu_s: where the cells recorded it
         rows.append(row)
     poi = stats.probability_of_improvement(final)
     poi.insert(0, "task", task)
@@ -499,7 +500,8 @@ def _variants_table(frame: pd.DataFrame, curve_ok: bool) -> str:
             row += [with_interval(r["auc_mean"], r["auc_mean_low"], r["auc_mean_high"], seeds=r["seeds"]),
                     _threshold_text(r)]
         row += [_collapse_text(r), f"{r['never_learned']}/{r['seeds']}",
-                "-" if pd.isna(r.get("wall_clock_s")) else f"{r['wall_clock_s']:.1f}",
+                ("-" if pd.isna(r.get("wall_clock_s")) else f"{r['wall_clock_s']:.1f}")
+                + ("" if pd.isna(r.get("training_cpu_s", math.nan)) else f" ({r['training_cpu_s']:.0f} CPU)"),
                 "-" if pd.isna(r.get("peak_memory_bytes")) else f"{r['peak_memory_bytes'] / 2**20:.0f}"]
         rows.append(row)
     headers = ["rank", "variant", "seeds", "primary metric", "gap to best of others [simultaneous 95%]", "mark",

@@ -84,6 +84,8 @@ def test_each_skill_carries_the_procedures_marks_power_tuning_and_costs(tmp_path
     assert "mean accuracy of the last 3 evaluations, margin +-0.03, stated before its cells ran (2026-11-27)" in text
     assert "| `a` | " in text and "**best** by >= " in text and "| 425 s, 1000 |" in text  # no CPU seconds: none shown
     assert "| 1900 s (180 CPU), 1001 |" in text
+    table = verdicts.render(skill["analysis"])  # the verdict table shows them too, where recorded
+    assert "| 1900.0 (180 CPU) | 1001 |" in table and "| 425.4 | 1000 |" in table
     assert f"[{tmp_path / 'cs'}](cs/README.md)" in text  # the folder as given, linked from the page's folder
 
 
