@@ -129,3 +129,36 @@ def test_new_pairs_get_their_own_reference_and_a_checkpoint_keeps_it(pizza):
     algo.order = []
     metrics = algo.step([])
     assert metrics["skipped_update"] == 1.0 and metrics["loss"] == pytest.approx(0.6931472, abs=1e-6)  # margin 0
+
+
+def test_a_dpo_run_resumed_after_a_crash_takes_the_steps_of_the_uninterrupted_one(tmp_path):
+    """With its pairs, their order and the kept reference in the checkpoint, a DPO run killed after step 5 and
+    resumed from its step-4 checkpoint logs what the uninterrupted run logs (that the reference itself is restored,
+    not computed again, is the test above's)."""
+    from benchmarks.harness import RunConfig, run
+    from benchmarks.io import read_jsonl
+    from tests.conftest import strip_timing
+
+    config = ALGORITHMS["dpo"].Config(pairs=8, pairs_per_step=2)
+
+    def settings(out):
+        return RunConfig(task="pizza", algo="dpo", steps=6, seed=3, out=str(out), eval_every=3, checkpoint_every=2,
+                         device="cpu")
+
+    run(settings(tmp_path / "full"), config, {"eval_samples": 32}, progress=False)
+
+    class Crash(Exception):
+        pass
+
+    def crash_at_5(row):
+        if row["step"] == 5:
+            raise Crash
+
+    with pytest.raises(Crash):
+        run(settings(tmp_path / "resumed"), config, {"eval_samples": 32}, on_step=crash_at_5, progress=False)
+    resumed = settings(tmp_path / "resumed")
+    resumed.resume = True
+    run(resumed, config, {"eval_samples": 32}, progress=False)
+    full, again = (strip_timing(read_jsonl(tmp_path / d / "metrics.jsonl")) for d in ("full", "resumed"))
+    assert again == full and len(full) == 6
+    assert len({r["loss"] for r in full}) > 1  # the run moved
