@@ -94,7 +94,7 @@ def brief(directories: Sequence[Path | str], algorithm_settings: Mapping[str, Se
     for a, b in combinations(range(len(skills)), 2):
         first, second = skills[a], skills[b]
         common = [v for v in first["rows"]["variant"] if v in set(second["rows"]["variant"])]
-        both = [v for v in common if _in_set(first, v) and _in_set(second, v)]
+        both = [v for v in common if v in _best_set(first) & _best_set(second)]
         entry = {"first": first["task"], "second": second["task"], "n": len(common), "best_on_both": both,
                  "ranking": None}
         if len(common) >= MIN_RANKED:
@@ -120,9 +120,10 @@ def brief(directories: Sequence[Path | str], algorithm_settings: Mapping[str, Se
     return {"skills": skills, "across": across, "toy": str(toy) if toy is not None else None, "toys": toys}
 
 
-def _in_set(s: dict, variant: str) -> bool:
-    rows = s["rows"].set_index("variant")
-    return bool(rows.loc[variant, "in_best_set"]) and rows.loc[variant, "mark"] != inference.TOO_FEW
+def _best_set(s: dict) -> set[str]:
+    """A skill's could-be-best variants (those with too few seeds for a mark left out)."""
+    rows = s["rows"]
+    return set(rows.loc[rows["in_best_set"] & (rows["mark"] != inference.TOO_FEW), "variant"])
 
 
 def _tau_text(r: dict) -> str:
