@@ -5,7 +5,8 @@ Per skill: its verdict sentence (benchmarks/report/verdicts.py's ``guidance``: t
 the worse and by how much, equivalence to the best where the margin allows), its primary metric, margin and when
 they were stated, the MDD its seeds reach and the seeds the matrix's target MDD would need; per variant, the mean
 primary metric, its mark and P(best), the setting its tuning chose (flagged at a grid edge) and its cost (training
-wall-clock seconds, its steps' CPU seconds where the cells recorded them, and peak memory; means over seeds: cells of
+wall-clock seconds, its steps' CPU seconds where the cells recorded them, the optimizer steps where fewer than
+planned, and peak memory; means over seeds: cells of
 one matrix that ran in different sessions or beside other work are not side by side, so costs here describe, the
 side-by-side cost tables measure). Across the skills: Kendall's tau-b of each pair of skills' rankings of
 the variants both ran, with its exact p-value and its bootstrap interval over both matrices' seeds, and the variants
@@ -62,6 +63,7 @@ def skill(data: dict, directory: Path) -> dict:
                      "in_best_set": bool(r.in_best_set), "tuned": tuned,
                      "train_s": float(getattr(r, "wall_clock_s", math.nan)),
                      "train_cpu_s": float(getattr(r, "training_cpu_s", math.nan)),
+                     "steps": float(getattr(r, "steps", math.nan)), "steps_planned": float(getattr(r, "steps_planned", math.nan)),
                      "peak_mib": float(getattr(r, "peak_memory_bytes", math.nan)) / 2**20})
     sentence = next((s for s in analysis["sentences"] if f"`{task}`" in s), f"`{task}`: no verdict.")
     return {"dir": str(directory), "task": task, "spec": analysis["spec"], "sentence": sentence,
@@ -214,7 +216,9 @@ def _table(result: dict) -> str:
                 continue
             r = by_variant.loc[v]
             cost = ("-" if math.isnan(r["train_s"]) else f"{r['train_s']:.0f} s") + (
-                "" if math.isnan(r["train_cpu_s"]) else f" ({r['train_cpu_s']:.0f} CPU)") + ", " + (
+                "" if math.isnan(r["train_cpu_s"]) else f" ({r['train_cpu_s']:.0f} CPU)") + (
+                "" if math.isnan(r["steps"]) or r["steps"] == r["steps_planned"] else
+                f" in {r['steps']:.3g} of {r['steps_planned']:.0f} steps") + ", " + (
                 "-" if math.isnan(r["peak_mib"]) else f"{r['peak_mib']:.0f}")
             p_best = "" if math.isnan(r["p_best"]) else f" ({r['p_best']:.2f})"
             rows[v] += [f"{r['mean']:.3f} ({r['seeds']} seeds)", _mark(r) + p_best, r["tuned"], cost]

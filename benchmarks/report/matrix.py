@@ -158,7 +158,10 @@ def summarize(cells: pd.DataFrame) -> pd.DataFrame:
                "seeds_planned": len(group), "failed": int((group["status"] == "failed").sum()),
                "budget": group["budget"].iloc[0],
                "completions_used": done["completions_generated"].mean() if "completions_generated" in done else math.nan,
-               "steps": group["steps_planned"].iloc[0]}
+               "steps": group["steps_planned"].iloc[0],
+               # the optimizer steps the complete seeds took: fewer than planned where a variant generates more than
+               # a step's worth to fill its batch (DAPO's dynamic sampling refills count against the budget)
+               "steps_taken": done["steps"].mean() if "steps" in done and done["steps"].notna().any() else math.nan}
         for column, _, _, _ in SUMMARY_COLUMNS:
             mean, half = t_interval(done[column]) if column in done else (math.nan, math.nan)
             row[f"{column}_mean"], row[f"{column}_ci95"] = mean, half
@@ -207,13 +210,21 @@ def phase_markdown(cells: pd.DataFrame) -> str:
                            "evaluation", "start-up and other", "cell", "threads", "cell / first variant's"], rows)
 
 
+def _steps_used(planned, taken, used: str) -> str:
+    """The table's "P = completions used" for P planned steps, or "T of P planned = completions used" where the
+    complete seeds took T optimizer steps on average."""
+    if taken is None or pd.isna(taken) or pd.isna(planned) or taken == planned:
+        return f"{planned} = {used}"
+    return f"{taken:.3g} of {planned} planned = {used}"
+
+
 def summary_markdown(summary: pd.DataFrame) -> str:
     headers = ["task", "variant", "seeds", "steps x completions"] + [h for _, h, _, _ in SUMMARY_COLUMNS]
     rows = []
     for _, r in summary.iterrows():
         seeds = f"{r['seeds_complete']}/{r['seeds_planned']}" + (f" ({r['failed']} failed)" if r["failed"] else "")
         used = "-" if pd.isna(r["completions_used"]) else f"{r['completions_used']:.0f}"
-        rows.append([r["task"], r["variant"], seeds, f"{r['steps']} = {used}"]
+        rows.append([r["task"], r["variant"], seeds, _steps_used(r["steps"], r.get("steps_taken"), used)]
                     + [plus_minus(r[f"{c}_mean"], r[f"{c}_ci95"], fmt, scale, seeds=int(r["seeds_complete"]))
                        for c, _, fmt, scale in SUMMARY_COLUMNS])
     return markdown_table(headers, rows)
@@ -240,7 +251,9 @@ def render(data: dict, summary: pd.DataFrame, images: list[tuple[str, str]], pre
     budgets = cells.drop_duplicates("task")[["task", "budget"]].dropna()
     if not budgets.empty:
         lines.append("Budget: " + ", ".join(f"{int(b)} generated completions per cell on {t}" for t, b in budgets.values)
-                     + "; each variant runs budget // (its completions per step) steps, shown in the table as steps = completions used.")
+                     + "; each variant runs budget // (its completions per step) steps, shown in the table as steps = "
+                       "completions used (a variant that generates more than a step's worth to fill a batch, as DAPO's "
+                       "dynamic sampling, takes fewer steps for the same completions: 'T of P planned').")
     clock = wall_clock_line(meta.get("sessions", []), done)
     if clock:
         lines.append(clock)

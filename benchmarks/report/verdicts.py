@@ -127,7 +127,8 @@ def analyse(cells: pd.DataFrame, curves: dict, *, reps: int = stats.REPS, seed: 
         per_cell = per_cell.assign(primary=per_cell["final_accuracy"])
     groups = _equivalent_groups(meta) if equivalent is None else equivalent
     done = cells[cells["status"] == "complete"]
-    cost_columns = ["wall_clock_s", "peak_memory_bytes"] + (["training_cpu_s"] if "training_cpu_s" in done else [])
+    cost_columns = ["wall_clock_s", "peak_memory_bytes"] + [c for c in ("training_cpu_s", "steps", "steps_planned")
+                                                            if c in done]  # where the cells recorded them
     cost = done.groupby(["task", "variant"], sort=False)[cost_columns].mean()
     tasks = list(dict.fromkeys(per_cell["task"]))
     judged = [_judge_task(task, per_cell[per_cell["task"] == task], curves["thresholds"][task], cost, spec, groups,

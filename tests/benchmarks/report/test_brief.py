@@ -39,6 +39,7 @@ def _skill(task, means, *, sd=0.002, seeds=6, seed=0, tuned=None, seconds=None):
             cells.append({"task": task, "variant": variant, "seed": s, "status": "complete", "precision": "bf16",
                           "wall_clock_s": (seconds or {}).get(variant, 100.0 * (i + 1)),
                           "training_cpu_s": 90.0 * (i + 1) if i % 2 else math.nan,  # b and d recorded it
+                          "steps": 17 + s % 2 if variant == "c" else 40, "steps_planned": 40,  # c: DAPO's refills
                           "peak_memory_bytes": (1000 + i) * 2.0**20})
             planned.append({"variant": variant, "seed": s, "algo": "grpo",
                             "settings": {"learning_rate": 1e-4, "group_size": 8}})
@@ -84,6 +85,7 @@ def test_each_skill_carries_the_procedures_marks_power_tuning_and_costs(tmp_path
     assert "mean accuracy of the last 3 evaluations, margin +-0.03, stated before its cells ran (2026-11-27)" in text
     assert "| `a` | " in text and "**best** by >= " in text and "| 425 s, 1000 |" in text  # no CPU seconds: none shown
     assert "| 1900 s (180 CPU), 1001 |" in text
+    assert "| 300 s in 17.5 of 40 steps, 1002 |" in text  # fewer steps than planned: said; as planned: not
     table = verdicts.render(skill["analysis"])  # the verdict table shows them too, where recorded
     assert "| 1900.0 (180 CPU) | 1001 |" in table and "| 425.4 | 1000 |" in table
     assert f"[{tmp_path / 'cs'}](cs/README.md)" in text  # the folder as given, linked from the page's folder

@@ -62,6 +62,23 @@ def test_the_summary_table_of_one_seed_says_n_a_and_never_nan():
     assert "n/a" not in three and "| 0.810 ± 0.025 |" in three
 
 
+def test_a_variant_that_took_fewer_steps_than_planned_says_so():
+    """DAPO's dynamic sampling generates more than a step's worth to fill its batch, so the budget's completions
+    buy it fewer optimizer steps: the table gives the steps taken (mean over complete seeds) and the plan."""
+    from benchmarks.report.matrix import SUMMARY_COLUMNS, summarize, summary_markdown
+
+    rows = []
+    for variant, taken in (("grpo", [40, 40]), ("dapo", [17, 18])):
+        for seed, steps in enumerate(taken):
+            rows.append({"task": "t", "variant": variant, "algo": variant, "seed": seed, "status": "complete",
+                         "budget": 1280, "steps_planned": 40, "steps": steps, "completions_generated": 1280.0,
+                         **{c: 0.5 for c, _, _, _ in SUMMARY_COLUMNS}})
+    rows.append({**rows[-1], "seed": 2, "status": "failed", "steps": 3})  # a failed seed's steps are not averaged
+    text = summary_markdown(summarize(pd.DataFrame(rows)))
+    assert "| grpo | 2/2 | 40 = 1280 |" in text
+    assert "| dapo | 2/3 (1 failed) | 17.5 of 40 planned = 1280 |" in text
+
+
 # ------------------------------------------------------------------------------------------------
 # The matrix header's time line
 # ------------------------------------------------------------------------------------------------
