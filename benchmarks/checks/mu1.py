@@ -29,7 +29,7 @@ from algorithms.losses import group_advantages, masked_mean_per_sequence
 from algorithms.rollout import Rollout, rollout_logps
 from benchmarks.errors import UsageError
 from benchmarks.harness import build, resolve, train_steps
-from benchmarks.io import atomic_write_json
+from benchmarks.io import atomic_write_json, save_figure
 from benchmarks.study import StudySettings, option
 
 ZERO_TOL = 1e-6
@@ -410,7 +410,7 @@ def plot(r: dict, path: Path) -> None:
     clip.set_ylabel("clip fraction")
     ax.legend(handles=[*ax.containers, *clip.containers], labels=["mean |loss|", "clip fraction"])
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from benchmarks.errors import UsageError
 from benchmarks.harness import measure, resolve, run
-from benchmarks.io import atomic_write_json, atomic_write_text, read_jsonl
+from benchmarks.io import atomic_write_json, atomic_write_text, read_jsonl, save_figure
 from benchmarks.references import trl as trl_ref
 from benchmarks.study import StudySettings, option
 from tasks import make_task
@@ -139,7 +139,7 @@ def plot(runs: list[dict], path: Path) -> None:
     sns.lineplot(data=frame, x="step", y="reward", hue="implementation", errorbar="sd", ax=ax)
     ax.set_title(f"{TASK}: mean training reward per step (band: ±1 sd over seeds)")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 

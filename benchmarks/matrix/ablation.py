@@ -21,7 +21,7 @@ import pandas as pd
 
 from benchmarks.errors import UsageError
 from benchmarks.harness import resolve, run
-from benchmarks.io import atomic_write_text, read_jsonl
+from benchmarks.io import atomic_write_text, read_jsonl, save_figure
 from tasks import make_task
 
 METRICS = ("true_reward", "accuracy", "rm_reward")
@@ -114,7 +114,7 @@ def plot(curves: pd.DataFrame, optimum: float, rm_optimum: float, path: Path) ->
     fig.suptitle("GRPO on the toy bandit: group size G (mean over seeds, band = min..max)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 

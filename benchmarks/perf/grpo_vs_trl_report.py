@@ -10,6 +10,7 @@ import statistics
 from pathlib import Path
 from typing import Optional
 
+from benchmarks.io import save_figure
 from benchmarks.markdown import markdown_table
 from benchmarks.references.sides import SAME_LOGPS_ATOL, SAME_LOSS_ATOL, SIDES, STEP_PARTS, TRL_SETTINGS, same_loss_misses
 
@@ -299,5 +300,5 @@ def plot_scaling(rows: list[dict], path: Path) -> None:
     ax.legend(fontsize=7)
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)

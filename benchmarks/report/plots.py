@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from benchmarks.io import atomic_write
+from benchmarks.io import save_figure
 from benchmarks.report.curves import CELL_KEYS
 from benchmarks.report.stats import COLLAPSE_DROP
 
@@ -71,8 +71,7 @@ def _save(figure, path: Path, title: str) -> None:
     figure.suptitle("\n".join(textwrap.wrap(title, chars)), x=(left + right) / 2 / figure.bbox.width,
                     y=(top + 0.6 * size * figure.dpi / 72) / figure.bbox.height, va="bottom", ha="center", fontsize=size)
     # 90 dpi: readable on a page, and every regeneration of a matrix's plots is history the repository keeps
-    atomic_write(path, lambda tmp: figure.savefig(tmp, dpi=90, bbox_inches="tight", format="png",
-                                                  pil_kwargs={"optimize": True}))
+    save_figure(figure, path, dpi=90, bbox_inches="tight")
     plt.close(figure)
 
 

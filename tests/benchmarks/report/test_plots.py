@@ -193,13 +193,13 @@ def drawn(monkeypatch, tmp_path):
     from benchmarks.report import plots
 
     figures, names, kept = {}, [], []
-    original, close = plots.atomic_write, plt.close
+    original, close = plots.save_figure, plt.close
 
-    def write(path, writer):
+    def write(figure, path, **options):
         names.append(path.name)
-        return original(path, writer)
+        return original(figure, path, **options)
 
-    monkeypatch.setattr(plots, "atomic_write", write)
+    monkeypatch.setattr(plots, "save_figure", write)
     monkeypatch.setattr(plt, "close", lambda figure=None: (figures.__setitem__(names[-1], figure), kept.append(figure)))
 
     def draw(variants, tasks, **kwargs):
@@ -301,3 +301,47 @@ def test_a_metric_that_barely_moves_is_labelled_without_an_offset(drawn):
     figure = figures["collapse.png"]
     figure.canvas.draw()
     assert all(ax.yaxis.get_offset_text().get_text() == "" for ax in figure.axes if ax.get_visible())
+
+
+# ------------------------------------------------------------------------------------------------
+# How a plot is stored
+# ------------------------------------------------------------------------------------------------
+
+
+def test_a_plot_is_stored_in_a_palette_close_to_its_full_colour_render_and_smaller(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    from benchmarks.io import PNG_COLOURS, compact_png, save_figure
+
+    figure, ax = plt.subplots(figsize=(6, 4))
+    x = np.linspace(0, 1, 200)
+    for k in range(12):  # more colours than tab10, anti-aliased lines and text: thousands of shades in full colour
+        ax.plot(x, np.sin(6 * x + k) * (1 + 0.1 * k), label=f"variant {k}")
+    ax.fill_between(x, -0.5, 0.5, alpha=0.2)
+    ax.legend(fontsize=6)
+    full = tmp_path / "full.png"
+    figure.savefig(full, dpi=90, format="png")
+    save_figure(figure, tmp_path / "plot.png", dpi=90)
+    plt.close(figure)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["full.png", "plot.png"]  # no temporary file left behind
+    with Image.open(full) as image:
+        reference = np.asarray(image.convert("RGB")).astype(int)
+        shades = len(np.unique(reference.reshape(-1, 3), axis=0))
+    with Image.open(tmp_path / "plot.png") as image:
+        assert image.mode == "P" and len(image.getcolors(maxcolors=4096)) <= PNG_COLOURS < shades
+        stored = np.asarray(image.convert("RGB")).astype(int)
+    assert stored.shape == reference.shape
+    difference = np.abs(stored - reference)
+    assert difference.mean() < 0.5 and difference.max() <= 64 and (difference.sum(-1) > 30).mean() < 0.01
+    assert (tmp_path / "plot.png").stat().st_size < 0.6 * full.stat().st_size
+    # an older full-colour plot re-encoded: the same pixels save_figure stores, and the rewrite is stable
+    assert compact_png(full) > full.stat().st_size
+    with Image.open(full) as image:
+        assert np.array_equal(np.asarray(image.convert("RGB")).astype(int), stored)
+    compact_png(full)  # a second rewrite changes no pixel
+    with Image.open(full) as image:
+        assert np.array_equal(np.asarray(image.convert("RGB")).astype(int), stored)
