@@ -40,7 +40,13 @@ def test_round_trip_is_exact(tmp_path):
     assert len(ResultStore.open(tmp_path).metrics("pizza/grpo/seed0")) == 2
     table = pq.read_table(tmp_path / STORE_FILE)
     assert table.schema.field("reward/mean").type == pa.float64()
-    assert pq.ParquetFile(tmp_path / STORE_FILE).metadata.row_group(0).column(0).compression == "ZSTD"
+    metadata = pq.ParquetFile(tmp_path / STORE_FILE).metadata.row_group(0)
+    columns = {metadata.column(i).path_in_schema: metadata.column(i) for i in range(metadata.num_columns)}
+    assert {c.compression for c in columns.values()} == {"ZSTD"}
+    # the metrics split by byte stream, the names and specs dictionary-encoded
+    assert "BYTE_STREAM_SPLIT" in columns["reward/mean"].encodings and "BYTE_STREAM_SPLIT" in columns["loss"].encodings
+    assert "BYTE_STREAM_SPLIT" not in columns["cell"].encodings and "RLE_DICTIONARY" in columns["cell"].encodings
+    assert "BYTE_STREAM_SPLIT" not in columns["step"].encodings  # an integer column
 
 
 def test_same_rows_can_fail():
