@@ -65,3 +65,26 @@ def test_gpu_gsm8k_matrix_runs_tiny_on_cpu(run_cli, tmp_path, gsm8k_data):
     assert code == 0, stdout[-2000:] + err[-2000:]
     assert "1 run and complete, 0 already complete, 0 failed" in stdout, stdout[-1500:]
     assert "| grpo |" in (out / "README.md").read_text()
+
+
+def test_the_gpu_verdict_is_the_cpu_verdicts_design_at_its_tuned_settings():
+    """gpu_verdict_chain_sum.toml replicates the chain_sum verdict on a GPU: every variant's cells have the settings
+    of the CPU verdict's evaluation cells, with the learning rate (DPO also beta) its tuning chose (the committed
+    store's matrix.json), and only the device, the seeds and the cores differ."""
+    import json
+
+    from benchmarks.matrix.plan import parse
+
+    chosen = {}
+    for entry in json.loads((ROOT / "results/reasoning-gym/verdict-chain-sum/matrix.json").read_text())["tuning"]["table"]:
+        chosen[entry["variant"]] = entry["points"][entry["chosen"]]["settings"]
+    cpu = {c.relpath: c.spec() for c in parse(MATRICES / "rg_verdict_chain_sum.toml").cells if not c.relpath.startswith("tune/")}
+    gpu = {c.relpath: c.spec() for c in parse(MATRICES / "gpu_verdict_chain_sum.toml").cells}
+    assert set(chosen) == {c.split("/")[1] for c in gpu} and len(chosen) == 8
+    assert {c for c in gpu if c.endswith("/seed15")} and set(cpu) < set(gpu)  # 16 seeds, the CPU's 8 among them
+    for relpath, spec in cpu.items():
+        variant, mine = relpath.split("/")[1], gpu[relpath]
+        expected = {**spec["settings"], **chosen[variant], "device": "cuda"}
+        assert mine["settings"] == expected, relpath
+        assert {k: v for k, v in mine.items() if k not in ("settings", "device", "algo_options")} == \
+            {k: v for k, v in spec.items() if k not in ("settings", "device", "algo_options")}, relpath

@@ -4,6 +4,7 @@ step, the measured rate is the suite's own sampler with the prefill subtracted, 
 import json
 
 import pytest
+import torch
 
 from benchmarks.perf import roof
 
@@ -14,10 +15,11 @@ def test_roof_report_on_a_tiny_model(tmp_path, monkeypatch):
     tokenizer = char_tokenizer(list("abcdefghijklmnopqrstuvwxyz .,?0123456789+"))
     model = tiny_llama(tokenizer, hidden_size=32, num_layers=1, max_positions=256)
     monkeypatch.setattr(roof, "load_causal_lm", lambda name=None: (model, tokenizer))
-    monkeypatch.setattr(roof, "memory_bandwidth", lambda mib, repeats: 1e9)  # 1 GB/s
+    monkeypatch.setattr(roof, "memory_bandwidth", lambda mib, repeats, device: 1e9)  # 1 GB/s
     rates = {"fp32": 1e9, "bf16": 2e9, "int8": 4e9}  # FLOP/s
-    monkeypatch.setattr(roof, "matmul_flops", lambda size, repeats, precision="fp32": rates[precision])
-    settings = roof.RoofSettings(batch_sizes=[1, 8], new_tokens=24, repeats=3, out=str(tmp_path))  # best of 3: a busy machine
+    monkeypatch.setattr(roof, "matmul_flops", lambda size, repeats, precision, device: rates[precision])
+    settings = roof.RoofSettings(batch_sizes=[1, 8], new_tokens=24, repeats=3, device="cpu",
+                                 out=str(tmp_path))  # best of 3: a busy machine
     result = roof.run_roof(settings, command="grpo-bench bench roof")
     params = sum(p.numel() for p in model.parameters())
     matrices = sum(p.numel() for p in model.parameters() if p.dim() == 2)  # the tiny model ties its output layer
@@ -48,6 +50,7 @@ def test_roof_report_on_a_tiny_model(tmp_path, monkeypatch):
     text = (tmp_path / "roof.md").read_text()
     assert text.splitlines()[2].startswith("**fp32 decoding at batch 8 runs at") and "Regenerate: `grpo-bench bench roof`" in text
     assert "| int8 | 8 |" in text and "same most likely token" in text and "share of step in products" in text
+    assert "launch floor" not in text and "kernels" not in result["rows"][0]  # the CPU has no launch floor
     int8 = next(r for r in result["rows"] if r["precision"] == "int8" and r["batch"] == 8)
     fp32 = next(r for r in result["rows"] if r["precision"] == "fp32" and r["batch"] == 8)
     assert (f"**int8 decoding at batch 8: {int8['tokens_per_s']:.0f} tokens/s, "
@@ -74,6 +77,46 @@ def test_bad_settings_are_one_line(tmp_path, run_cli):
     assert code == 2 and "--batch-sizes must be >= 1" in err and len(err.strip().splitlines()) == 1
     code, _, err = run_cli("bench", "roof", "--precisions", "fp8", "--out", tmp_path)
     assert code == 2 and "--precisions takes fp32, bf16, int8; got fp8" in err and len(err.strip().splitlines()) == 1
+    if not torch.cuda.is_available():
+        code, _, err = run_cli("bench", "roof", "--device", "cuda", "--out", tmp_path)
+        assert code == 2 and "CUDA is not available here" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_gpu_report_sets_each_step_against_its_launch_floor():
+    """The CUDA rows' columns and headline, from a made-up result: the step over the floor at batch 64, and a
+    warning where the profiler saw far fewer kernels on the graph path than on the eager one."""
+    def row(batch, rate, floor, graph, eager):
+        return {"precision": "bf16", "batch": batch, "decode_steps": 64, "tokens_per_s": rate, "bound": "memory",
+                "roof_tokens_per_s": 1e6, "share_of_roof": rate / 1e6, "weight_bytes": 270 * 2**20,
+                "products_alone_tokens_per_s": None, "speed_vs_fp32": None, "kernels_per_step": graph,
+                "kernels_per_step_eager": eager, "launch_floor_tokens_per_s": floor, "step_over_floor": floor / rate}
+
+    result = {"command": "grpo-bench bench roof --device cuda", "device": "NVIDIA H200", "threads": 16,
+              "memory_bandwidth_bytes_per_s": 4.3e12, "matmul_flops_per_s": {"bf16": 7.9e14}, "model": "m",
+              "parameters": 134.5e6, "new_tokens": 64, "repeats": 3, "agreement_with_fp32": {},
+              "rows": [row(16, 8000.0, 40000.0, 410.0, 402.0), row(64, 30000.0, 150000.0, 410.0, 402.0)]}
+    text = roof.render(result)
+    assert "**bf16 at batch 64: a decoding step takes 5.0x its launch floor (30000 tokens/s against the floor's " \
+           "150000; 410 kernels a step) and reaches 3.0% of its roof.**" in text
+    assert "| 410 / 402 | 150000 | 5.0x |" in text and "on NVIDIA H200.**" in text
+    assert "minus 16 (the prefill and the graph's capture)" in text and "did not see" not in text
+    result["rows"][1].update(kernels_per_step=12.0)  # the profiler missed the graph's kernels
+    assert "did not see the replayed graph's kernels" in roof.render(result)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_launch_floor_on_a_gpu(tmp_path):
+    """On a GPU: kernels are counted on both paths, and a step cannot run faster than launching its kernels."""
+    from tasks.tiny_lm import char_tokenizer, tiny_llama
+
+    tokenizer = char_tokenizer(list("abcdefghijklmnopqrstuvwxyz .,?0123456789+"))
+    model = tiny_llama(tokenizer, hidden_size=32, num_layers=2, max_positions=256).to("cuda").eval()
+    device = torch.device("cuda")
+    counted = roof.kernels_per_step(model, tokenizer, 4, 48, "fp32", device)
+    assert counted["eager"] > 10 and counted["graph"] > 0.5 * counted["eager"]
+    rate, _ = roof.decode_rate(model, tokenizer, 4, 48, 3, "fp32", device)
+    floor = 4 / roof.launch_floor_seconds(round(counted["graph"]), 3, device)
+    assert floor > 0.8 * rate
 
 
 def test_products_alone_run_every_weight_the_sampler_reads(monkeypatch):
