@@ -34,6 +34,7 @@ from benchmarks.report import curves as learning_curves
 from benchmarks.report import tuning_stage, verdicts
 from benchmarks.report.curves import CELL_KEYS
 from benchmarks.report.plots import plots
+from benchmarks.report import stats
 from benchmarks.report.stats import t_interval
 from benchmarks.store import STORE_FILE, ResultStore
 
@@ -396,8 +397,24 @@ def analyse(data: dict) -> dict:
 
 
 def matrix_verdicts(out: Path | str) -> pd.DataFrame:
-    """One row per (task, variant) of a matrix directory: its seeds, final mean with 95% interval and mark."""
-    return analyse(collect(Path(out)))["analysis"]["tasks"]
+    """One row per (task, variant) of a matrix directory: its seeds, mark and final accuracy, and its primary
+    metric (named in ``primary_metric``) as the marks read it: the mean over its complete seeds with a
+    stratified-bootstrap 95% interval (``primary_all_mean``, ``_low``, ``_high``; the final accuracy's own when the
+    primary metric is the final accuracy)."""
+    data = analyse(collect(Path(out)))
+    tasks, per_cell = data["analysis"]["tasks"], data["curves"]["cells"]
+    if tasks.empty:
+        return tasks
+    if "primary" not in per_cell:
+        per_cell = per_cell.assign(primary=per_cell["final_accuracy"])
+    intervals = []
+    for task, frame in per_cell.groupby("task", sort=False):
+        runs = {v: g.sort_values("seed")["primary"].to_numpy(float) for v, g in frame.groupby("variant", sort=False)}
+        estimates = stats.mean_and_iqm(runs)
+        intervals.append(pd.DataFrame({"task": task, "variant": estimates["name"], "primary_all_mean": estimates["mean"],
+                                       "primary_all_low": estimates["mean_low"], "primary_all_high": estimates["mean_high"]}))
+    return tasks.merge(pd.concat(intervals), on=["task", "variant"], how="left").assign(
+        primary_metric=data["analysis"]["spec"]["primary"])
 
 
 def _results_root(out: Path) -> Optional[Path]:

@@ -8,6 +8,7 @@ import math
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -297,12 +298,15 @@ def test_collapse_plot_shows_the_run_that_learned_then_fell(tmp_path):
 def test_agreement_counts_flipped_marks_and_means_outside_the_first_runs_interval(tmp_path, monkeypatch):
     from benchmarks.report import agreement
 
-    def verdicts(rows):
-        return pd.DataFrame([{"task": "t", "variant": v, "seeds": 5, "final_mean": m, "final_mean_low": m - 0.02,
-                              "final_mean_high": m + 0.02, "mark": mark, "saturated": False} for v, m, mark in rows])
+    def verdicts(rows, seeds=5):
+        # the final accuracy deliberately elsewhere: the marks, and so the agreement, are on the primary metric
+        return pd.DataFrame([{"task": "t", "variant": v, "seeds": seeds, "primary_all_mean": m, "primary_all_low": m - 0.02,
+                              "primary_all_high": m + 0.02, "primary_metric": "last_3", "final_mean": 0.1,
+                              "final_mean_low": 0.0, "final_mean_high": 0.2, "mark": mark, "saturated": False}
+                             for v, m, mark in rows])
 
     first = verdicts([("a", 0.80, "best"), ("b", 0.79, "tied with best"), ("c", 0.50, "worse")])
-    rerun = verdicts([("a", 0.81, "best"), ("b", 0.70, "worse"), ("c", 0.51, "worse")])
+    rerun = verdicts([("a", 0.81, "best"), ("b", 0.70, "worse"), ("c", 0.51, "worse")], seeds=16)
     monkeypatch.setattr(agreement, "matrix_verdicts", lambda d: first if d.name == "first" else rerun)
     table = agreement.agreement(tmp_path / "first", tmp_path / "rerun")
     text = agreement.render(table, "first", "rerun")
@@ -310,6 +314,38 @@ def test_agreement_counts_flipped_marks_and_means_outside_the_first_runs_interva
     assert table.set_index("variant")["mean_b_in_a"].to_dict() == {"a": True, "b": False, "c": True}
     assert ("**2 of 3 marks agree on the tasks that rank; 2 of 3 means of the rerun lie inside the first run's "
             "95% interval.**") in text
+    assert "Primary metric (the marks' and the means'): `last_3`." in text
+    assert "| t | a | 5 / 16 | 0.800 [0.780, 0.820] | 0.810 [0.790, 0.830] | best | best | yes | yes |" in text
+    rerun["primary_metric"] = "final"  # another design: said, not silently compared
+    assert "the runs measure different things" in agreement.render(agreement.agreement(tmp_path / "first", tmp_path / "rerun"), "first", "rerun")
+
+
+def test_matrix_verdicts_give_each_variants_primary_metric_with_its_own_bootstrap_interval(tmp_path, monkeypatch):
+    """What agreement compares: each variant's primary metric over its own seeds (not the procedure's pooled
+    spread), with the report's stratified-bootstrap interval, and the final accuracy where no primary is stated."""
+    from benchmarks.report import matrix as matrix_report
+    from benchmarks.report import stats
+
+    rng = np.random.default_rng(0)
+    spread = {"steady": 0.002, "wild": 0.08}
+    cells = pd.DataFrame([{"task": "t", "variant": v, "seed": s, "primary": 0.5 + sd * rng.standard_normal(),
+                           "final_accuracy": 0.9} for v, sd in spread.items() for s in range(8)])
+    tasks = pd.DataFrame([{"task": "t", "variant": v, "seeds": 8, "mark": "not resolved"} for v in spread])
+    data = {"curves": {"cells": cells}, "analysis": {"tasks": tasks, "spec": {"primary": "last_3"}}}
+    monkeypatch.setattr(matrix_report, "collect", lambda out: {})
+    monkeypatch.setattr(matrix_report, "analyse", lambda collected: data)
+    table = matrix_report.matrix_verdicts(tmp_path).set_index("variant")
+    assert set(table["primary_metric"]) == {"last_3"}
+    for v in spread:
+        mine = cells[cells["variant"] == v]["primary"].to_numpy()
+        expected = stats.mean_and_iqm({v: mine}).iloc[0]
+        assert table.loc[v, "primary_all_mean"] == pytest.approx(mine.mean())
+        assert (table.loc[v, "primary_all_low"], table.loc[v, "primary_all_high"]) == pytest.approx(
+            (expected["mean_low"], expected["mean_high"]))
+    widths = table["primary_all_high"] - table["primary_all_low"]
+    assert widths["wild"] > 10 * widths["steady"]  # each variant's own spread
+    data["curves"]["cells"] = cells.drop(columns="primary")  # no stated primary: the final accuracy
+    assert matrix_report.matrix_verdicts(tmp_path)["primary_all_mean"].tolist() == pytest.approx([0.9, 0.9])
 
 
 def test_curves_too_short_for_a_fit_say_so_in_one_line():
