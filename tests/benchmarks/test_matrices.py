@@ -88,3 +88,33 @@ def test_the_gpu_verdict_is_the_cpu_verdicts_design_at_its_tuned_settings():
         assert mine["settings"] == expected, relpath
         assert {k: v for k, v in mine.items() if k not in ("settings", "device", "algo_options")} == \
             {k: v for k, v in spec.items() if k not in ("settings", "device", "algo_options")}, relpath
+
+
+def test_the_gpu_checks_script_asks_for_what_the_suite_accepts(run_cli, tmp_path):
+    """benchmarks/perf/gpu_checks.sh runs where it cannot be tried first (a lent GPU, minutes at a time): its
+    bench and matrix commands, read from the script itself, parse here (the matrix as a dry run; the bench stops at
+    its one line about CUDA on a machine without it), and it is valid bash."""
+    import re
+    import shlex
+    import subprocess
+
+    import torch
+
+    script = ROOT / "benchmarks" / "perf" / "gpu_checks.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    text = script.read_text().replace("\\\n", " ")
+    commands = []
+    for line in text.splitlines():
+        if re.search(r"^\s*(timeout .*)?\$GB ", line):
+            words = shlex.split(line.split("$GB", 1)[1])
+            commands.append(words[: words.index("||")] if "||" in words else words)  # the command, not its fallback
+    assert [c[0] for c in commands] == ["bench", "matrix"]
+    for command, name in zip(commands, ("roof", "verdict")):
+        command[command.index("--out") + 1] = str(tmp_path / name)
+    roof, matrix = commands
+    if not torch.cuda.is_available():
+        code, _, err = run_cli(*roof)
+        assert code == 2 and "CUDA is not available here" in err, err
+    code, stdout, err = run_cli(*matrix, "--dry-run")
+    assert code == 0, err[-1500:]
+    assert "chain_sum/ppo/seed15" in stdout and "chain_sum/dpo/seed15" in stdout
