@@ -323,15 +323,7 @@ def run_roof(settings: RoofSettings, command: str) -> dict:
                    "weight_bytes": weight_bytes, "products_alone_tokens_per_s": products,
                    "speed_vs_fp32": rate / fp32_rate[batch] if batch in fp32_rate else None}
             if cuda:
-                counted = kernels_per_step(model, tokenizer, batch, settings.new_tokens, precision, device)
-                seen = [v for v in counted.values() if v == v]  # NaN: a path whose rows all ended at once
-                if not seen:
-                    raise UsageError(f"batch {batch}: every row ended before the kernels could be counted; raise "
-                                     "--new-tokens")
-                kernels = round(max(seen))
-                floor = batch / launch_floor_seconds(kernels, settings.repeats, device)
-                row.update(kernels_per_step=counted["graph"], kernels_per_step_eager=counted["eager"],
-                           launch_floor_tokens_per_s=floor, step_over_floor=floor / rate)
+                row.update(_launch_floor(model, tokenizer, batch, rate, precision, settings, device))
             rows.append(row)
             print(f"{precision} batch {batch:3d}: {rate:8.1f} tokens/s, roof {roof:8.1f} ({bound}-bound): {rate / roof:.0%}"
                   + (f"; {row['step_over_floor']:.1f}x its launch floor" if cuda else ""), flush=True)
@@ -345,6 +337,18 @@ def run_roof(settings: RoofSettings, command: str) -> dict:
     atomic_write_text(out / "roof.md", render(result))
     print(f"wrote {out / 'roof.md'}, {out / 'roof.json'}")
     return result
+
+
+def _launch_floor(model, tokenizer, batch: int, rate: float, precision: str, settings: RoofSettings,
+                  device: torch.device) -> dict:
+    """A CUDA row's kernels a step (graph and eager path), its launch floor in tokens/s and the step's multiple of it."""
+    counted = kernels_per_step(model, tokenizer, batch, settings.new_tokens, precision, device)
+    seen = [v for v in counted.values() if v == v]  # NaN: a path whose rows all ended at once
+    if not seen:
+        raise UsageError(f"batch {batch}: every row ended before the kernels could be counted; raise --new-tokens")
+    floor = batch / launch_floor_seconds(round(max(seen)), settings.repeats, device)
+    return {"kernels_per_step": counted["graph"], "kernels_per_step_eager": counted["eager"],
+            "launch_floor_tokens_per_s": floor, "step_over_floor": floor / rate}
 
 
 def _lower_precision_lines(rows: list[dict], batch: int) -> list[str]:

@@ -215,11 +215,18 @@ def _table(result: dict) -> str:
                 rows[v] += ["-"] * 4
                 continue
             r = by_variant.loc[v]
-            cost = ("-" if math.isnan(r["train_s"]) else f"{r['train_s']:.0f} s") + (
-                "" if math.isnan(r["train_cpu_s"]) else f" ({r['train_cpu_s']:.0f} CPU)") + (
-                "" if math.isnan(r["steps"]) or r["steps"] == r["steps_planned"] else
-                f" in {r['steps']:.3g} of {r['steps_planned']:.0f} steps") + ", " + (
-                "-" if math.isnan(r["peak_mib"]) else f"{r['peak_mib']:.0f}")
             p_best = "" if math.isnan(r["p_best"]) else f" ({r['p_best']:.2f})"
-            rows[v] += [f"{r['mean']:.3f} ({r['seeds']} seeds)", _mark(r) + p_best, r["tuned"], cost]
+            rows[v] += [f"{r['mean']:.3f} ({r['seeds']} seeds)", _mark(r) + p_best, r["tuned"], _cost(r)]
     return markdown_table(headers, list(rows.values()))
+
+
+def _cost(r) -> str:
+    """A variant's cost cell: training seconds, (CPU seconds) where recorded, the steps where fewer than planned,
+    then peak MiB."""
+    parts = ["-" if math.isnan(r["train_s"]) else f"{r['train_s']:.0f} s"]
+    if not math.isnan(r["train_cpu_s"]):
+        parts.append(f" ({r['train_cpu_s']:.0f} CPU)")
+    if not math.isnan(r["steps"]) and r["steps"] != r["steps_planned"]:
+        parts.append(f" in {r['steps']:.3g} of {r['steps_planned']:.0f} steps")
+    parts.append(", " + ("-" if math.isnan(r["peak_mib"]) else f"{r['peak_mib']:.0f}"))
+    return "".join(parts)

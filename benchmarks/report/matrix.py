@@ -31,10 +31,9 @@ from benchmarks.errors import UsageError
 from benchmarks.io import PHASES, QUESTIONS_CORRECT, QUESTIONS_SAMPLES, atomic_write_text, read_json
 from benchmarks.markdown import markdown_table, plus_minus, update_section
 from benchmarks.report import curves as learning_curves
-from benchmarks.report import tuning_stage, verdicts
+from benchmarks.report import stats, tuning_stage, verdicts
 from benchmarks.report.curves import CELL_KEYS
 from benchmarks.report.plots import plots
-from benchmarks.report import stats
 from benchmarks.report.stats import t_interval
 from benchmarks.store import STORE_FILE, ResultStore
 

@@ -179,7 +179,7 @@ def _judge_task(task: str, frame: pd.DataFrame, threshold: float, cost: pd.DataF
                "worse_by": float(m["worse_by"]), "in_best_set": bool(m["in_best_set"]), "p_best": float(m["p_best"]),
                "saturated": saturated, "curve_metrics": curve_ok}
         if (task, variant) in cost.index:
-            row.update(cost.loc[(task, variant)].to_dict())  # training_cpu_s: where the cells recorded it
+            row.update(cost.loc[(task, variant)].to_dict())  # cost_columns, those the cells recorded
         rows.append(row)
     poi = stats.probability_of_improvement(final)
     poi.insert(0, "task", task)
