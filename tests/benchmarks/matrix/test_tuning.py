@@ -138,6 +138,12 @@ def test_a_tuned_matrix_runs_chooses_resumes_and_reports(tmp_path, capsys):
             assert point["auc"] == pytest.approx(sum(by_hand) / len(by_hand))
     again = run_matrix(plan, out, resume=True, progress=False, executor=_warm())
     assert again == {"complete": 0, "failed": 0, "skipped": 4 * 2 + 2}
+    # --rerun names an evaluation cell by its path: before the tuning has chosen, it is one of the grid's
+    # candidates (a pattern that matched only the tuning cells refused every evaluation cell)
+    (out / "pizza/grpo/seed0/stale.txt").write_text("from the first run")
+    rerun = run_matrix(plan, out, resume=True, progress=False, executor=_warm(), rerun=["pizza/grpo/seed0"])
+    assert rerun == {"complete": 1, "failed": 0, "skipped": 4 * 2 + 1}
+    assert not (out / "pizza/grpo/seed0/stale.txt").exists()
     from benchmarks.report.matrix import report
 
     data = report(out, plot=False)
