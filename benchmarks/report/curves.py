@@ -37,6 +37,14 @@ def _points(frame: pd.DataFrame, x: str) -> tuple[np.ndarray, np.ndarray]:
     return pts[x].to_numpy(float), pts["accuracy"].to_numpy(float)
 
 
+def _primary(frame: pd.DataFrame, primary: str, budget: float) -> float:
+    """A cell's primary metric from every evaluation in the order it ran, a repeated completion count kept (as the
+    tuning stage reads it, ``benchmarks.curve.accuracy_curve``): DPO draws its samples up front, so all its
+    evaluations sit at the budget, and the curve's one point there would leave "the last 3 evaluations" undefined."""
+    pts = frame[["samples", "accuracy"]].dropna().sort_values("samples", kind="stable")
+    return primary_value(primary, pts["samples"].to_numpy(float), pts["accuracy"].to_numpy(float), budget)
+
+
 def completion_grids(cells: pd.DataFrame, evals: pd.DataFrame) -> dict[str, np.ndarray]:
     """Per task, the completion counts every curve is shown at: 0, each multiple of the task's eval
     interval (in completions) below the budget, and the budget."""
@@ -92,7 +100,7 @@ def build(cells: pd.DataFrame, evals: pd.DataFrame, primary: str = PRIMARY_DEFAU
         per_cell.append({"task": task, "variant": variant, "seed": seed, "budget": budgets[task],
                          "accuracy_before": y[0], "final_accuracy": float(after.iloc[-1]) if len(after) else y[-1],
                          "auc": normalised_auc(x, y, budgets[task]), "peak_accuracy": float(np.max(y)),
-                         "primary": primary_value(primary, x, y, budgets[task]), "evaluations": len(y) - 1,
+                         "primary": _primary(frame, primary, budgets[task]), "evaluations": len(y) - 1,
                          "collapsed": collapsed(y), "never_learned": never_learned(y), "x": x, "y": y})
     if not per_cell:
         return empty
