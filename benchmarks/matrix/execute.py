@@ -339,8 +339,8 @@ def _rerun_cells(plan: Plan, patterns: Sequence[str], resume: bool) -> set[str]:
         raise UsageError("--rerun goes with --resume: it runs the named cells again and keeps the others")
     if not patterns:
         raise UsageError("--rerun names no cell (give cell paths or patterns, as tune/TASK/VARIANT/*)")
-    paths = [c.relpath for c in plan.cells + plan.tuning_cells() + plan.candidate_cells()]  # with [tuning], the
-    # evaluation cells are the grid points' candidates until the tuning has chosen
+    # with [tuning], the evaluation cells are the grid points' candidates until the tuning has chosen
+    paths = [c.relpath for c in plan.cells + plan.tuning_cells() + plan.candidate_cells()]
     again = set()
     for pattern in patterns:
         matched = {p for p in paths if fnmatch.fnmatchcase(p, pattern)}

@@ -31,18 +31,15 @@ THRESHOLD_SHARE = 0.8  # completions to reach 80% of the best variant's mean fin
 SECONDS_POINTS = 41
 
 
-def _points(frame: pd.DataFrame, x: str) -> tuple[np.ndarray, np.ndarray]:
-    """One cell's (x, accuracy) evaluation points, sorted, a repeated x kept once (its last value)."""
-    pts = frame[[x, "accuracy"]].dropna().sort_values(x, kind="stable").drop_duplicates(x, keep="last")
+def _points(frame: pd.DataFrame, x: str, *, repeats: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """One cell's (x, accuracy) evaluation points, sorted, a repeated x kept once (its last value); with
+    ``repeats`` every evaluation in the order it ran, as the tuning stage reads a cell
+    (``benchmarks.curve.accuracy_curve``): DPO draws its samples up front, so all its evaluations sit at the
+    budget, and a curve's one point there would leave "the last 3 evaluations" undefined."""
+    pts = frame[[x, "accuracy"]].dropna().sort_values(x, kind="stable")
+    if not repeats:
+        pts = pts.drop_duplicates(x, keep="last")
     return pts[x].to_numpy(float), pts["accuracy"].to_numpy(float)
-
-
-def _primary(frame: pd.DataFrame, primary: str, budget: float) -> float:
-    """A cell's primary metric from every evaluation in the order it ran, a repeated completion count kept (as the
-    tuning stage reads it, ``benchmarks.curve.accuracy_curve``): DPO draws its samples up front, so all its
-    evaluations sit at the budget, and the curve's one point there would leave "the last 3 evaluations" undefined."""
-    pts = frame[["samples", "accuracy"]].dropna().sort_values("samples", kind="stable")
-    return primary_value(primary, pts["samples"].to_numpy(float), pts["accuracy"].to_numpy(float), budget)
 
 
 def completion_grids(cells: pd.DataFrame, evals: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -100,7 +97,8 @@ def build(cells: pd.DataFrame, evals: pd.DataFrame, primary: str = PRIMARY_DEFAU
         per_cell.append({"task": task, "variant": variant, "seed": seed, "budget": budgets[task],
                          "accuracy_before": y[0], "final_accuracy": float(after.iloc[-1]) if len(after) else y[-1],
                          "auc": normalised_auc(x, y, budgets[task]), "peak_accuracy": float(np.max(y)),
-                         "primary": _primary(frame, primary, budgets[task]), "evaluations": len(y) - 1,
+                         "primary": primary_value(primary, *_points(frame, "samples", repeats=True), budgets[task]),
+                         "evaluations": len(y) - 1,
                          "collapsed": collapsed(y), "never_learned": never_learned(y), "x": x, "y": y})
     if not per_cell:
         return empty
