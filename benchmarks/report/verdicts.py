@@ -177,7 +177,9 @@ def _judge_task(task: str, frame: pd.DataFrame, threshold: float, cost: pd.DataF
                **_threshold_and_collapse(frame[frame["variant"] == variant], threshold),
                "gap_low": float(m["low"]), "gap_high": float(m["high"]), "mark": m["mark"],
                "worse_by": float(m["worse_by"]), "in_best_set": bool(m["in_best_set"]), "p_best": float(m["p_best"]),
-               "saturated": saturated, "curve_metrics": curve_ok}
+               "saturated": saturated, "curve_metrics": curve_ok,
+               "curve_evaluations": int(frame.loc[frame["variant"] == variant, "evaluations"].min())
+               if "evaluations" in frame else CURVE_EVALUATIONS}
         if (task, variant) in cost.index:
             row.update(cost.loc[(task, variant)].to_dict())  # cost_columns, those the cells recorded
         rows.append(row)
@@ -474,9 +476,14 @@ def _task_section(analysis: dict, task: str, frame: pd.DataFrame, spec: dict, po
     if curve_ok:
         head.append(f"Threshold for *to threshold*: accuracy {analysis['thresholds'][task]:.3f}.")
     else:
-        head.append("AUC and completions to a threshold are not shown: the curves have fewer than "
-                    f"{CURVE_EVALUATIONS} evaluations after the start (a before-and-after curve's AUC is "
-                    "(before + after) / 2).")
+        short = frame.loc[frame["curve_evaluations"] < CURVE_EVALUATIONS, "variant"] \
+            if "curve_evaluations" in frame else frame["variant"]
+        whose = ("the curves" if len(short) == len(frame)
+                 else "the curve over completions of " + ", ".join(f"`{v}`" for v in short))
+        head.append(f"AUC and completions to a threshold are not shown: {whose} "
+                    f"{'have' if len(short) == len(frame) else 'has'} fewer than {CURVE_EVALUATIONS} distinct "
+                    "completion counts after the start (a before-and-after curve's AUC is (before + after) / 2; "
+                    "an algorithm that draws its samples before its first step has one).")
     lines = ["", f"#### `{task}`{note}", "", " ".join(head), "", _variants_table(frame, curve_ok)]
     lines += _tuning_lines(analysis, task)
     if scaling and curve_ok:
