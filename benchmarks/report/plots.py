@@ -4,7 +4,9 @@ curves are means over seeds with a 95% Student-t band. ``plots(..., highlight={.
 (the ones that could be best, say) bold in colour and on top, the others thin in greys without bands; their
 names stay in the legend, highlighted ones in bold. Every title sits above the panels and legends it heads.
 
-    accuracy_vs_completions.png   held-out accuracy against generated completions (the learning curves)
+    accuracy_vs_completions.png   held-out accuracy against generated completions (the learning curves; only the
+                                  completion counts a run was evaluated at: DPO's samples, drawn up front, put all
+                                  its evaluations at the budget)
     accuracy_vs_seconds.png       the same against training seconds
     reward_vs_samples.png         training reward (smoothed) against generated completions
     reward_vs_wallclock.png       the same against training wall-clock
@@ -256,6 +258,8 @@ def _learning_curves(curves: dict, style: _Style, out: Path) -> list[tuple[str, 
          "Held-out accuracy vs training seconds (mean over seeds, 95% t-interval; a finished run holds its final accuracy)"),
     ]:
         frame = curves.get(key, pd.DataFrame())
+        if "measured" in frame:  # a grid point a run did not evaluate is drawn from its measured points alone
+            frame = frame[frame["measured"].astype(bool)]
         if frame.empty:
             continue
         _curve_plot(frame, x, "accuracy", style, out / name, title, label, "held-out accuracy", accuracy=True,

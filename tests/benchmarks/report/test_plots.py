@@ -345,3 +345,27 @@ def test_a_plot_is_stored_in_a_palette_close_to_its_full_colour_render_and_small
     compact_png(full)  # a second rewrite changes no pixel
     with Image.open(full) as image:
         assert np.array_equal(np.asarray(image.convert("RGB")).astype(int), stored)
+
+
+def test_a_curve_is_drawn_at_the_completion_counts_it_was_measured_at(monkeypatch, tmp_path):
+    """A DPO run draws its samples up front, so its evaluations all sit at the budget; its curve over the completion
+    grid is interpolated between the start and the budget, and was drawn with markers at 64, 128 and 192 as if
+    measured there. Only measured grid points are drawn; a run measured everywhere keeps every point."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from benchmarks.report import plots
+
+    data, curves, analysis = _frames(["grpo", "dpo"], ["chain_sum"])
+    frame = curves["completions"]
+    frame["measured"] = ~((frame["variant"] == "dpo") & frame["completions"].between(1, 255))
+    drawn = {}
+
+    def keep(frame, x, y, style, path, *args, **kwargs):
+        drawn.setdefault(path.name, frame)
+
+    monkeypatch.setattr(plots, "_curve_plot", keep)
+    plots.plots(data, curves, analysis, tmp_path / "plots")
+    at = drawn["accuracy_vs_completions.png"].groupby("variant")["completions"].unique()
+    assert sorted(at["dpo"]) == [0.0, 256.0]
+    assert sorted(at["grpo"]) == [0.0, 64.0, 128.0, 192.0, 256.0]
