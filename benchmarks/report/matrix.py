@@ -75,6 +75,13 @@ def collect(out: Path) -> dict:
                          f"--out {out} (with --resume it also keeps cells that finished before the store existed)")
     meta, planned = _planned_cells(out, store)
     if not planned:
+        tuning = ((meta or {}).get("tuning") or {}).get("cells") or []
+        if tuning:
+            done = sum(1 for cell in tuning
+                       if store.holds(cell) and (store.summary(cell["dir"]) or {}).get("status") == "complete")
+            raise UsageError(f"nothing to report in {out} yet: its evaluation cells are planned when the tuning stage "
+                             f"chooses, and {done} of its {len(tuning)} tuning cells have finished; resume the matrix "
+                             "(grpo-bench matrix FILE --out DIR --resume)")
         raise UsageError(f"nothing to report in {out}: the result store holds no cells")
     cell_rows, eval_rows, step_rows = [], [], []
     for spec in planned:

@@ -76,3 +76,14 @@ def test_between_the_stages_the_verdict_section_still_shows_the_tuning():
     text = verdicts.render({"tasks": pd.DataFrame(), "tuning": pd.DataFrame(rows)})
     assert "nothing to rank" in text and "#### `t`" in text
     assert "| grpo | learning_rate=1e-05 | 0.340 |" in text and "learning_rate=3e-05: 0.270 / 0.280" in text
+
+
+def test_a_verdict_read_in_the_tuning_stage_says_how_far_the_tuning_is(tuning_dir):
+    """The brief (and whatever reads a matrix's evaluation cells) said "the result store holds no cells" of a matrix
+    whose store held its tuning cells: it counts the finished ones (the failed and the stale cell not among them)."""
+    from benchmarks.errors import UsageError
+    from benchmarks.report.matrix import collect
+
+    with pytest.raises(UsageError, match=r"its evaluation cells are planned when the tuning stage chooses, and 2 of its "
+                                         r"12 tuning cells have finished; resume the matrix"):
+        collect(tuning_dir)
