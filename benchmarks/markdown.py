@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -201,6 +202,16 @@ def headline(report: Path) -> str:
     return title or "(see the report)"
 
 
+_WRITTEN_BY = re.compile(r"(?:Written by|Regenerate:) `([^`]+)`")
+
+
+def written_by(report: Path, default: str) -> str:
+    """The command a report says wrote it (its "Written by `...`" or "Regenerate: `...`" line, the exact arguments
+    of its last run), else ``default``: the index names what wrote the report as it stands, not what once did."""
+    found = _WRITTEN_BY.search(report.read_text())
+    return found.group(1) if found else default
+
+
 def index_reports(readme: Path | str, section: str = "checks") -> list[str]:
     """Write README section ``section``: one row per written report of REPORTS, its headline and a link."""
     readme = Path(readme)
@@ -211,7 +222,7 @@ def index_reports(readme: Path | str, section: str = "checks") -> list[str]:
             lines.append(f"{readme}: {path} not written yet, left out of section {section}")
             continue
         link = Path(os.path.relpath(report.resolve(), readme.resolve().parent)).as_posix()
-        rows.append([f"[{what}]({link})", headline(report), f"`{command}`"])
+        rows.append([f"[{what}]({link})", headline(report), f"`{written_by(report, command)}`"])
     update_section(readme, section, markdown_table(["report", "headline", "written by"], rows))
     lines.append(f"{readme}: section {section} <- {len(rows)} reports")
     return lines
