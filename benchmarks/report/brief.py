@@ -148,6 +148,12 @@ def _power_text(s: dict) -> str:
                  + (f"{int(need)}" if need and math.isfinite(need) else "more than 2000") + " seeds")
     elif spec.get("target_mdd"):
         text += f", within the stated target {spec['target_mdd']:g}"
+    if isinstance(p.get("mdd_set"), float) and math.isfinite(p["mdd_set"]):
+        need = p.get("seeds_for_target_set")
+        text += (f"; among the {int(p['set_variants'])} that could be best, on their own spreads, {p['mdd_set']:.3f}"
+                 + (f" ({spec['target_mdd']:g} needs "
+                    + (f"{int(need)}" if need and math.isfinite(need) else "more than 2000") + " seeds)"
+                    if spec.get("target_mdd") and p["mdd_set"] > spec["target_mdd"] else ""))
     return text
 
 

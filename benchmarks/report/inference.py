@@ -405,9 +405,12 @@ def _exact(means: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def summary(f: Optional[Fit], *, margin: Optional[float] = None, target: Optional[float] = None,
-            alpha: float = ALPHA, seed: int = SEED) -> dict:
+            alpha: float = ALPHA, seed: int = SEED, contenders: Optional[Sequence[str]] = None) -> dict:
     """Per task: the model, the MDD at its seeds, what more seeds would buy, the seeds a target MDD and the
-    equivalence margin need, and the could-be-best set's rerun agreement."""
+    equivalence margin need, and the could-be-best set's rerun agreement. With ``contenders`` (the variants that
+    could be best), the same MDD and target seeds among them (``*_set``): each pair's interval has its own two
+    variants' spread, so a gap between two contenders is judged on their spreads, not on a variant far below; the
+    critical value stays the whole family's (the marks are not re-made)."""
     if f is None:
         return {"model": "none", "mdd": math.nan}
     k, n, blocked = len(f.variants), float(np.median(f.n)), f.model == BLOCKED
@@ -421,6 +424,13 @@ def summary(f: Optional[Fit], *, margin: Optional[float] = None, target: Optiona
         out[f"mdd_x{m}"] = mdd(f.sd, n * m, k, _pair_df(k, n * m, blocked), c=f.c, alpha=alpha)
     for name, value in (("target", target), ("margin", margin)):
         out[f"seeds_for_{name}"] = _seeds_for(value, f, blocked, alpha) if value else None
+    inside = [f.variants.index(v) for v in (contenders or ()) if v in f.variants]
+    if 2 <= len(inside) < k:
+        sd_set = float(np.sqrt(f.ss[inside].sum() / f.dfs[inside].sum()))
+        out.update({"set_variants": len(inside), "sd_set": sd_set,
+                    "mdd_set": mdd(sd_set, n, k, f.pair_df, c=f.c, alpha=alpha),
+                    "seeds_for_target_set": seeds_for_mdd(target, sd_set, k, c=f.c, blocked=blocked, alpha=alpha)
+                    if target else None})
     return out
 
 

@@ -163,7 +163,8 @@ def _judge_task(task: str, frame: pd.DataFrame, threshold: float, cost: pd.DataF
     curve_ok = bool((frame["evaluations"] >= CURVE_EVALUATIONS).all()) if "evaluations" in frame else True
     marks, fit = inference.compare(scores, margin=spec["margin"], seed=seed)
     marks = marks.set_index("variant")
-    power = {"task": task, **inference.summary(fit, margin=spec["margin"], target=spec["target_mdd"], seed=seed)}
+    power = {"task": task, **inference.summary(fit, margin=spec["margin"], target=spec["target_mdd"], seed=seed,
+                                                 contenders=list(marks.index[marks["in_best_set"].astype(bool)]))}
     aa = _aa_pairs(task, fit, groups)
     final_est = stats.mean_and_iqm(final, reps=reps, seed=seed).set_index("name")
     auc_est = stats.mean_and_iqm(auc, reps=reps, seed=seed).set_index("name")
@@ -403,6 +404,13 @@ def _power_text(p: pd.Series, spec: dict) -> str:
     if spec.get("target_mdd"):
         need = p.get("seeds_for_target")
         parts.append(f"The stated target MDD {spec['target_mdd']:g} needs {int(need) if need and np.isfinite(need) else 'more than 2000'} seeds per variant.")
+    if np.isfinite(p.get("mdd_set", math.nan)):
+        need = p.get("seeds_for_target_set")
+        parts.append(f"Among the {int(p['set_variants'])} that could be best, on their own spreads (pooled sd "
+                     f"{p['sd_set']:.4f}; the critical value the family's): MDD {p['mdd_set']:.3f}"
+                     + (f"; the target {spec['target_mdd']:g} needs "
+                        f"{int(need) if need and np.isfinite(need) else 'more than 2000'} seeds per variant"
+                        if spec.get("target_mdd") else "") + ".")
     if spec.get("margin"):
         need = p.get("seeds_for_margin")
         parts.append(f"An MDD at the margin {spec['margin']:g} needs {int(need) if need and np.isfinite(need) else 'more than 2000'} "

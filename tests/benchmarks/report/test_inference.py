@@ -165,6 +165,31 @@ def test_summary_says_what_more_seeds_buy():
     assert math.isclose(fit.pair_df, 2 * 2 * 4 / 3)  # two variants' shares of (k - 1)(n - 1) = 8 residual df
 
 
+def test_the_mdd_among_the_contenders_rests_on_their_own_spreads():
+    """The chain_sum verdict's pooled sd (0.040) was RLOO's, worse and spreading 0.09, more than the contenders'
+    (0.02-0.04): the MDD among the variants that could be best uses their residuals alone, at the family's c."""
+    from scipy import stats
+
+    rng = np.random.default_rng(6)
+    sds = {"a": 0.02, "b": 0.02, "c": 0.02, "wild": 0.10}
+    means = {"a": 0.46, "b": 0.46, "c": 0.45, "wild": 0.30}
+    data = {v: {s: means[v] + sds[v] * rng.standard_normal() for s in range(8)} for v in sds}
+    marks, fit = inference.compare(data)
+    contenders = list(marks.loc[marks["in_best_set"], "variant"])
+    assert sorted(contenders) == ["a", "b", "c"]
+    s = inference.summary(fit, target=0.05, contenders=contenders)
+    inside = [fit.variants.index(v) for v in contenders]
+    sd_set = math.sqrt(fit.ss[inside].sum() / fit.dfs[inside].sum())
+    # the two-way residuals carry a share of the wild variant's noise (through the seed means), as the pairs' own
+    # intervals do: the set's sd is the procedure's, above the 0.02 drawn, below the pooled one
+    assert s["set_variants"] == 3 and math.isclose(s["sd_set"], sd_set) and sd_set < 0.7 * fit.sd
+    assert math.isclose(s["mdd_set"], (fit.c + stats.t.ppf(0.8, fit.pair_df)) * sd_set * math.sqrt(2 / 8))
+    assert s["mdd_set"] < 0.7 * s["mdd"] and s["seeds_for_target_set"] < s["seeds_for_target"]
+    # every variant a contender, or none named: nothing more to say
+    assert "mdd_set" not in inference.summary(fit, target=0.05, contenders=fit.variants)
+    assert "mdd_set" not in inference.summary(fit, target=0.05)
+
+
 @pytest.mark.slow
 def test_one_pooled_sd_errs_with_one_wide_variant_and_each_pairs_own_does_not():
     """At the chain_sum verdict's 8 x 8 with one variant spreading 5x the others (one that collapses on some seeds),
