@@ -32,7 +32,7 @@ from benchmarks.markdown import lower_bound, markdown_table
 from benchmarks.report import inference
 from benchmarks.report.stats import REPS, SEED
 from benchmarks.report.transfer import compare, ran_with, read_matrix
-from benchmarks.report.verdicts import primary_name
+from benchmarks.report.verdicts import primary_name, seeds_needed
 
 MIN_RANKED = 3  # algorithms a ranking comparison needs (transfer's own floor)
 
@@ -145,14 +145,14 @@ def _power_text(s: dict) -> str:
     need = p.get("seeds_for_target")
     if spec.get("target_mdd") and p["mdd"] > spec["target_mdd"]:
         text += (f"; the stated target {spec['target_mdd']:g} needs "
-                 + (f"{int(need)}" if need and math.isfinite(need) else "more than 2000") + " seeds")
+                 + seeds_needed(need) + " seeds")
     elif spec.get("target_mdd"):
         text += f", within the stated target {spec['target_mdd']:g}"
     if isinstance(p.get("mdd_set"), float) and math.isfinite(p["mdd_set"]):
         need = p.get("seeds_for_target_set")
         text += (f"; among the {int(p['set_variants'])} that could be best, on their own spreads, {p['mdd_set']:.3f}"
                  + (f" ({spec['target_mdd']:g} needs "
-                    + (f"{int(need)}" if need and math.isfinite(need) else "more than 2000") + " seeds)"
+                    + seeds_needed(need) + " seeds)"
                     if spec.get("target_mdd") and p["mdd_set"] > spec["target_mdd"] else ""))
     return text
 

@@ -388,6 +388,11 @@ def _mark_text(r) -> str:
     return f"could be best: {r['mark']}"
 
 
+def seeds_needed(need) -> str:
+    """Seeds a variant an MDD needs (``inference.seeds_for_mdd``), or its search's limit when none was found."""
+    return f"{int(need)}" if need and np.isfinite(need) else "more than 2000"
+
+
 def _power_text(p: pd.Series, spec: dict) -> str:
     if p.get("model", "none") == "none":
         return "No model: fewer than two variants with 3 or more seeds."
@@ -403,17 +408,17 @@ def _power_text(p: pd.Series, spec: dict) -> str:
              f"{p['mdd_x2']:.3f}, with 4x {p['mdd_x4']:.3f}."]
     if spec.get("target_mdd"):
         need = p.get("seeds_for_target")
-        parts.append(f"The stated target MDD {spec['target_mdd']:g} needs {int(need) if need and np.isfinite(need) else 'more than 2000'} seeds per variant.")
+        parts.append(f"The stated target MDD {spec['target_mdd']:g} needs {seeds_needed(need)} seeds per variant.")
     if np.isfinite(p.get("mdd_set", math.nan)):
         need = p.get("seeds_for_target_set")
         parts.append(f"Among the {int(p['set_variants'])} that could be best, on their own spreads (pooled sd "
                      f"{p['sd_set']:.4f}; the critical value the family's): MDD {p['mdd_set']:.3f}"
                      + (f"; the target {spec['target_mdd']:g} needs "
-                        f"{int(need) if need and np.isfinite(need) else 'more than 2000'} seeds per variant"
+                        f"{seeds_needed(need)} seeds per variant"
                         if spec.get("target_mdd") else "") + ".")
     if spec.get("margin"):
         need = p.get("seeds_for_margin")
-        parts.append(f"An MDD at the margin {spec['margin']:g} needs {int(need) if need and np.isfinite(need) else 'more than 2000'} "
+        parts.append(f"An MDD at the margin {spec['margin']:g} needs {seeds_needed(need)} "
                      f"seeds per variant; two equal variants are marked equivalent only when +-{p['half_width']:.3f} "
                      f"fits inside +-{spec['margin']:g}.")
     if np.isfinite(p.get("set_reproduced", math.nan)):
