@@ -309,6 +309,9 @@ def _primary_line(spec: dict) -> str:
     return f"Primary metric: {primary_name(spec['primary'])}; {margin}; {when}."
 
 
+NAMED_WORSE = 3  # up to this many variants marked worse are named in the verdict sentence; more are counted
+
+
 def guidance(table: pd.DataFrame, power: pd.DataFrame, spec: dict) -> list[str]:
     """The sentences the marks support (module docstring)."""
     if table.empty:
@@ -342,13 +345,16 @@ def guidance(table: pd.DataFrame, power: pd.DataFrame, spec: dict) -> list[str]:
                         f"P(best): {probabilities})")
         worse = judged[judged["mark"] == inference.WORSE]
         if len(worse) and len(top) < len(judged):
-            sentence += f"; the other {len(worse)} are worse than the best by at least {lower_bound(worse['worse_by'].min())}"
+            who = (f"{_names(list(worse['variant']))} {'is' if len(worse) == 1 else 'are'}" if len(worse) <= NAMED_WORSE
+                   else f"the other {len(worse)} are")
+            sentence += f"; {who} worse than the best by at least {lower_bound(worse['worse_by'].min())}"
         equivalent = judged[judged["mark"] == inference.EQUIVALENT]
         if len(equivalent):
             sentence += (f"; equivalent to the best within +-{spec['margin']:g}: {_names(list(equivalent['variant']))}")
         unresolved = judged[judged["mark"] == inference.NOT_RESOLVED]
         if len(unresolved) and len(top) > 1:
-            sentence += (f"; not separated is not equivalent: {len(unresolved)} of the set are not resolved at this "
+            sentence += (f"; not separated is not equivalent: {len(unresolved)} of the set "
+                         f"{'is' if len(unresolved) == 1 else 'are'} not resolved at this "
                          f"design's MDD {p.get('mdd', math.nan):.3f}")
         if len(top) > 1 and "wall_clock_s" in top and top["wall_clock_s"].notna().all():
             fastest = top.loc[top["wall_clock_s"].idxmin()]

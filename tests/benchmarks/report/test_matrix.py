@@ -120,7 +120,7 @@ def test_verdicts_rank_mark_and_say_only_what_holds(reported):
     assert sentences[0].startswith("Primary metric: final accuracy; no margin of equivalence (none is claimed); NOT stated")
     assert sentences[1] == "`easy` ranks nothing: every variant's mean is at or above 0.95."
     assert sentences[2].startswith("On `hard`, could be best: `fast` and `steady` (2 of 3; P(best): `fast` ")
-    assert ("the other 1 are worse than the best by at least" in sentences[2]
+    assert ("`slow` is worse than the best by at least" in sentences[2]
             and "not separated is not equivalent: 2 of the set are not resolved" in sentences[2]
             and "of the set, `fast` has the lowest mean training time (1.0 s)" in sentences[2])
     text = verdicts.render(analysis)
@@ -148,12 +148,17 @@ def test_guidance_rules_on_constructed_marks():
                   ("b", "y", "equivalent to best", 0.6, 1.5, 0.5), ("b", "z", "worse", 0.1, 0.5, 0.0)])
     said = verdicts.guidance(both, power, spec)
     assert said[1].startswith("On `a`, `x` is best: above every other variant by at least 0.050 (simultaneous 95%); "
-                              "the other 1 are worse than the best by at least 0.200")
-    assert "equivalent to the best within +-0.02: `y`" in said[2] and "1 of the set are not resolved at this design's MDD 0.080" in said[2]
+                              "`y` is worse than the best by at least 0.200")
+    assert "equivalent to the best within +-0.02: `y`" in said[2] and "1 of the set is not resolved at this design's MDD 0.080" in said[2]
+    assert "; `z` is worse than the best by at least 0.200" in said[2]
     assert said[-1] == "`x` could be best on all 2 tasks that rank."
     split = table([("a", "x", "best", 0.6, 1.0, 1.0), ("a", "y", "worse", 0.2, 1.0, 0.0), ("b", "x", "worse", 0.2, 1.0, 0.0),
                    ("b", "y", "best", 0.6, 1.0, 1.0)])
     assert verdicts.guidance(split, power, spec)[-1] == "No variant could be best on all 2 tasks that rank."
+    many = table([("a", "x", "best", 0.9, 1.0, 1.0)] + [("a", f"w{i}", "worse", 0.2, 1.0, 0.0) for i in range(4)])
+    assert "; the other 4 are worse than the best by at least 0.200" in verdicts.guidance(many, power, spec)[1]
+    three = table([("a", "x", "best", 0.9, 1.0, 1.0)] + [("a", f"w{i}", "worse", 0.2, 1.0, 0.0) for i in range(3)])
+    assert "; `w0`, `w1` and `w2` are worse than the best by at least 0.200" in verdicts.guidance(three, power, spec)[1]
     few = table([("a", "x", "too few seeds", 0.6, 1.0, math.nan), ("a", "y", "too few seeds", 0.2, 1.0, math.nan)])
     assert verdicts.guidance(few, power, spec)[1] == "`a`: fewer than two variants with 3 or more seeds, so no verdict."
     alone = table([("a", "x", "too few seeds", 0.6, 1.0, math.nan)])  # one variant, however many seeds
