@@ -82,6 +82,16 @@ def stored_complete(store: ResultStore, cell: Cell) -> bool:
     return stored is not None and same_experiment(stored, cell) and finished(store.summary(cell.relpath), cell)
 
 
+def still_planned(cells: Sequence[Cell]) -> Callable[[str, dict], bool]:
+    """Whether a stored cell (its path and spec) is one of ``cells``. Before a tuned matrix has chosen, each
+    evaluation cell's path is planned once per grid point (its candidates share the path), so a stored cell is
+    kept when it is any of them: one path, one planned spec, kept only the last grid point's finished cells."""
+    planned: dict[str, list[Cell]] = {}
+    for cell in cells:
+        planned.setdefault(cell.relpath, []).append(cell)
+    return lambda relpath, spec: any(same_experiment(spec, c) for c in planned.get(relpath, ()))
+
+
 def same_experiment(stored: dict, cell: Cell) -> bool:
     """A stored cell is ``cell`` when its spec is the same (how often it checkpoints aside), or when the only
     difference is settings that did not exist when it ran and that ``cell`` leaves at their defaults: a new
@@ -298,8 +308,8 @@ def run_matrix(plan: Plan, out: Path, *, resume: bool = False, overwrite: bool =
             _refuse_overwrite(out, every_cell, store)
         if resume or (overwrite and tasks is not None):
             # --overwrite --tasks runs those tasks' cells again and keeps the other tasks' finished cells.
-            planned = {c.relpath: c for c in every_cell if (resume or c.task_label not in tasks) and c.relpath not in again}
-            store.keep_only(lambda relpath, spec: relpath in planned and same_experiment(spec, planned[relpath]))
+            store.keep_only(still_planned([c for c in every_cell if (resume or c.task_label not in tasks)
+                                           and c.relpath not in again]))
             for relpath in sorted(again):  # gone from disk as from the store now: an interrupted rerun resumes
                 shutil.rmtree(out / relpath, ignore_errors=True)  # the new run, never brings the old one back
         else:

@@ -3,6 +3,7 @@ point of highest mean AUC, a resumed matrix chooses the same points and re-runs 
 the grid with the chosen point and the sensitivity."""
 
 import json
+import shutil
 
 import pytest
 
@@ -117,8 +118,11 @@ def test_accuracy_curve_matches_the_reports_auc():
 
 
 def test_a_tuned_matrix_runs_chooses_resumes_and_reports(tmp_path, capsys):
+    # 1e-3 first: the point pizza's 64 completions choose is then not the grid's last (the resume below checks
+    # that a finished evaluation cell at any point is kept, where only the last point's were)
     plan = _plan(tmp_path, MATRIX.replace("[tuning.algorithms.dpo]\nbeta = [0.1, 0.5]\n", "")
-                 .replace("[algorithms.dpo]\n", "[algorithms.reinforce]\n"))
+                 .replace("[algorithms.dpo]\n", "[algorithms.reinforce]\n")
+                 .replace("learning_rate = [1e-5, 1e-3]", "learning_rate = [1e-3, 1e-5]"))
     out = tmp_path / "out"
     counts = run_matrix(plan, out, progress=False, executor=_warm())
     assert counts == {"complete": 4 * 2 + 2, "failed": 0, "skipped": 0}
@@ -136,10 +140,19 @@ def test_a_tuned_matrix_runs_chooses_resumes_and_reports(tmp_path, capsys):
             cells = point["cells"]
             by_hand = [normalised_auc(*accuracy_curve(store.summary(c), store.metrics(c)), 64) for c in cells]
             assert point["auc"] == pytest.approx(sum(by_hand) / len(by_hand))
+    assert [g["chosen"] for g in meta["tuning"]["table"]] == [0, 0]
+    made = {c: store.summary(c)["matrix_session"] for c in ("pizza/grpo/seed0", "pizza/reinforce/seed0")}
+    assert made == {"pizza/grpo/seed0": 1, "pizza/reinforce/seed0": 1}
+    # A clean clone holds the store, not the cells' folders: a resume keeps every finished cell, evaluation cells
+    # at whichever grid point the tuning chose included, with the session that made it, and runs none again.
+    for relpath in made:
+        shutil.rmtree(out / relpath)
     again = run_matrix(plan, out, resume=True, progress=False, executor=_warm())
     assert again == {"complete": 0, "failed": 0, "skipped": 4 * 2 + 2}
+    assert {c: ResultStore.open(out).summary(c)["matrix_session"] for c in made} == made
     # --rerun names an evaluation cell by its path: before the tuning has chosen, it is one of the grid's
     # candidates (a pattern that matched only the tuning cells refused every evaluation cell)
+    (out / "pizza/grpo/seed0").mkdir(parents=True, exist_ok=True)
     (out / "pizza/grpo/seed0/stale.txt").write_text("from the first run")
     rerun = run_matrix(plan, out, resume=True, progress=False, executor=_warm(), rerun=["pizza/grpo/seed0"])
     assert rerun == {"complete": 1, "failed": 0, "skipped": 4 * 2 + 1}
@@ -151,6 +164,20 @@ def test_a_tuned_matrix_runs_chooses_resumes_and_reports(tmp_path, capsys):
     text = (out / "README.md").read_text()
     assert "Tuning (2 tuning seed(s), disjoint from the seeds above)" in text and "learning_rate=1e-05: " in text
     assert "on the task's validation problems" in text
+
+
+def test_a_stored_evaluation_cell_at_any_grid_point_is_still_planned(tmp_path):
+    """Before the tuning has chosen, every grid point's candidates share the evaluation cells' paths: a finished
+    cell at any of them is kept (only the last point's were, and a resumed clean clone ran the others again)."""
+    from benchmarks.matrix.execute import still_planned
+
+    plan = _plan(tmp_path)
+    kept = still_planned(plan.cells + plan.tuning_cells() + plan.candidate_cells())
+    candidates = plan.candidate_cells()
+    assert len({c.relpath for c in candidates}) < len(candidates)  # paths shared across grid points
+    assert all(kept(c.relpath, c.spec()) for c in candidates + plan.tuning_cells())
+    other = {**candidates[0].spec(), "settings": {**candidates[0].spec()["settings"], "learning_rate": 0.5}}
+    assert not kept(candidates[0].relpath, other) and not kept("pizza/ppo/seed0", candidates[0].spec())
 
 
 def test_a_choice_at_the_edge_of_the_learning_rate_grid_is_flagged():
