@@ -349,7 +349,8 @@ def wall_clock_line(sessions: list[dict], done: pd.DataFrame) -> str:
                          f"without finishing any of those shown (stopped and resumed later, failed, or run again)")
     if untagged:
         those = [sessions[i] for i in ran]
-        text = f"{untagged} cells were finished before the store recorded which session ran each"
+        text = (f"the store does not say which session ran {untagged} of the cells (finished before it recorded that, "
+                "or re-read from their folders by a resume before 64451b6)")
         if those:
             runs = sum(int(s["cells_run"]) for s in those)
             text += (f"; {len(those)} session(s) ran cells: " + ", ".join(

@@ -382,6 +382,12 @@ def test_the_wall_clock_line_says_when_a_resumed_cell_trained_longer_than_its_la
     # "of which" only where the part is a part: the resumed cell is counted apart from the other
     assert ("1 cell(s) took 50 s, of which training 30 s; 1 resumed cell(s) trained 90 s over every attempt, and "
             "their last attempts' processes took 60 s (their earlier attempts' process time is not recorded).") in line
+    # a cell whose session is not recorded: the sessions that ran cells are listed, never summed into a wall-clock
+    two = [{"elapsed_s": 100.0, "jobs": 1, "cells_run": 1}, {"elapsed_s": 40.0, "jobs": 2, "cells_run": 1}]
+    line = wall_clock_line(two, fresh.assign(matrix_session=[0, None]))
+    assert line.startswith("Matrix wall-clock: 100 s, the elapsed time of the 1 session(s) that ran the 1 complete cells "
+                           "shown (1 cell(s) at a time); the store does not say which session ran 1 of the cells")
+    assert "; 1 session(s) ran cells: 40 s (1 cell runs, 2 at a time);" in line
 
 
 def test_readme_naming_the_results_index_writes_it_once_with_the_verdicts(matrix_dir, tmp_path):
