@@ -83,9 +83,9 @@ def stored_complete(store: ResultStore, cell: Cell) -> bool:
 
 
 def still_planned(cells: Sequence[Cell]) -> Callable[[str, dict], bool]:
-    """Whether a stored cell (its path and spec) is one of ``cells``. Before a tuned matrix has chosen, each
-    evaluation cell's path is planned once per grid point (its candidates share the path), so a stored cell is
-    kept when it is any of them: one path, one planned spec, kept only the last grid point's finished cells."""
+    """Whether a stored cell (its path and spec) is one of ``cells``. A path may be planned more than once: before
+    a tuned matrix has chosen, each evaluation cell's path is a candidate at every grid point, and a stored cell
+    at any of them is kept."""
     planned: dict[str, list[Cell]] = {}
     for cell in cells:
         planned.setdefault(cell.relpath, []).append(cell)

@@ -277,6 +277,10 @@ def _tuning_lines(analysis: dict, task: str) -> list[str]:
             markdown_table(["variant", "chosen", "its score", "grid (score / final accuracy)", "sensitivity"], rows)]
 
 
+def _is(count: int) -> str:
+    return "is" if count == 1 else "are"
+
+
 def _names(variants: list[str]) -> str:
     quoted = [f"`{v}`" for v in variants]
     return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
@@ -345,7 +349,7 @@ def guidance(table: pd.DataFrame, power: pd.DataFrame, spec: dict) -> list[str]:
                         f"P(best): {probabilities})")
         worse = judged[judged["mark"] == inference.WORSE]
         if len(worse) and len(top) < len(judged):
-            who = (f"{_names(list(worse['variant']))} {'is' if len(worse) == 1 else 'are'}" if len(worse) <= NAMED_WORSE
+            who = (f"{_names(list(worse['variant']))} {_is(len(worse))}" if len(worse) <= NAMED_WORSE
                    else f"the other {len(worse)} are")
             sentence += f"; {who} worse than the best by at least {lower_bound(worse['worse_by'].min())}"
         equivalent = judged[judged["mark"] == inference.EQUIVALENT]
@@ -354,7 +358,7 @@ def guidance(table: pd.DataFrame, power: pd.DataFrame, spec: dict) -> list[str]:
         unresolved = judged[judged["mark"] == inference.NOT_RESOLVED]
         if len(unresolved) and len(top) > 1:
             sentence += (f"; not separated is not equivalent: {len(unresolved)} of the set "
-                         f"{'is' if len(unresolved) == 1 else 'are'} not resolved at this "
+                         f"{_is(len(unresolved))} not resolved at this "
                          f"design's MDD {p.get('mdd', math.nan):.3f}")
         if len(top) > 1 and "wall_clock_s" in top and top["wall_clock_s"].notna().all():
             fastest = top.loc[top["wall_clock_s"].idxmin()]
