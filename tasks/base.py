@@ -61,6 +61,20 @@ class EvalMetrics(dict):
     per_question: Optional[dict]
 
 
+def answer_concentration(answers: Sequence[Optional[str]]) -> tuple[Optional[str], float]:
+    """(the most common answer, its share of all ``answers``): how alike a policy answers its questions, or how
+    much of an evaluation set one reference answer covers. A missing answer (None: none written) counts in the
+    total, never as the most common; (None, 0.0) when no answer was written, or there are none."""
+    counts: dict[str, int] = {}
+    for answer in answers:
+        if answer is not None:
+            counts[answer] = counts.get(answer, 0) + 1
+    if not counts:
+        return None, 0.0
+    top = max(counts, key=counts.__getitem__)  # ties: the first seen (max keeps the first of equal keys)
+    return top, counts[top] / len(answers)
+
+
 @dataclass(frozen=True)
 class TaskOption:
     """One constructor argument of a task, as the command line and matrix files take it."""

@@ -34,6 +34,8 @@ Metrics kept apart:
     accuracy     the dataset's ``score_answer(extracted, entry) == 1.0`` (fully correct)
     score        the mean of ``score_answer`` (some datasets give partial credit, e.g. countdown)
     format       the completion holds a complete <answer>...</answer> group (whatever ``extract`` is)
+    answer_top_share   the share of all answers that are the policy's most common one (1: one answer to all)
+    constant_baseline  the accuracy of the best single answer given to every question (``constant_baseline``)
 Reward: ``score`` (default) = the score alone (0 without an extracted answer); ``sum`` = score + 0.1 x format.
 ``sum`` is exploitable: GRPO on products (start accuracy 0.14, almost never right at the training temperature)
 learned to write "Provide the final answer between <answer> and </answer> to the user." for every question,
@@ -50,7 +52,8 @@ import re
 import time
 from typing import Optional, Sequence
 
-from tasks.base import (EVAL_DECODING_HELP, EvalMetrics, GenerationDefaults, Samples, Task, TaskError, register_task,
+from tasks.base import (EVAL_DECODING_HELP, EvalMetrics, GenerationDefaults, Samples, Task, TaskError, answer_concentration,
+                        register_task,
                         reward_ranked_pairs, sample_batched)
 from tasks.smollm import load_causal_lm, load_tokenizer
 
@@ -60,6 +63,7 @@ INSTALL_HINT = "pip install -e '.[reasoning]'"
 SYSTEM_PROMPT = ("Answer the question directly. Provide your answer between <answer> and </answer> tags. "
                  "Do not return any preamble, explanation, or reasoning.")
 ANSWER_OPEN = "<answer>"
+BASELINE_CANDIDATES = 5  # the most common reference answers ``constant_baseline`` scores
 FORMAT_REWARD = 0.1
 _ANSWER = re.compile(r"<answer>\s?(.*?)\s?</answer>", re.DOTALL)  # reasoning_gym.utils.extract_answer's rule
 _NUMBER = re.compile(r"(?:(?<![\w)\]])-)?\d+(?:\.\d+)?")
@@ -314,15 +318,29 @@ class ReasoningGymTask(Task):
         text = self.answer_text(prompt, completion)
         formatted = tagged_answer(text) is not None
         answer = extracted_answer(text, self.extract)
-        if answer is None:
-            return 0.0, formatted
+        return (0.0 if answer is None else self._dataset_score(answer, self.entry_for(prompt))), formatted
+
+    def _dataset_score(self, answer: str, entry: dict) -> float:
+        """The dataset's own score of ``answer`` to ``entry``'s question (0 where its scorer raises or is not finite)."""
         try:
-            score = float(self.dataset.score_answer(answer, self.entry_for(prompt)))
-        except TaskError:
-            raise
+            score = float(self.dataset.score_answer(answer, entry))
         except Exception:  # a dataset's scorer may choke on malformed text; that answer is wrong, not a crash
-            score = 0.0
-        return (score if math.isfinite(score) else 0.0), formatted
+            return 0.0
+        return score if math.isfinite(score) else 0.0
+
+    def constant_baseline(self) -> tuple[Optional[str], float]:
+        """What a policy that gives one answer to every question scores on this evaluation set: the best of its
+        ``BASELINE_CANDIDATES`` most common reference answers, each scored by the dataset's own scorer on every
+        question (accuracy: score 1.0), as (that answer, its accuracy). A policy no better than this has learned
+        the answers' distribution, not the skill (letter_counting's 3-5 words: "1" is right 57% of the time)."""
+        answers = [str(e["answer"]) for e in self.eval_entries if e.get("answer") is not None]
+        candidates = sorted(set(answers), key=lambda a: -answers.count(a))[:BASELINE_CANDIDATES]
+        best, best_accuracy = None, 0.0
+        for answer in candidates:
+            accuracy = sum(self._dataset_score(answer, e) == 1.0 for e in self.eval_entries) / len(self.eval_entries)
+            if accuracy > best_accuracy:
+                best, best_accuracy = answer, accuracy
+        return best, best_accuracy
 
     def reward(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
         out = []
@@ -362,12 +380,14 @@ class ReasoningGymTask(Task):
                   "answer": [e["answer"] for e in self.eval_entries], "correct": [], "formatted": [],
                   "truncated": samples.truncated, "completions": samples.texts}
         scores, rewards = [], []
+        detail["given"] = []
         for prompt, texts in zip(self.eval_prompts, samples.texts):
             graded = [self.grade(prompt, t) for t in texts]
             rewards += self.score([prompt] * len(texts), texts)
             scores += [s for s, _ in graded]
             detail["correct"].append([s == 1.0 for s, _ in graded])
             detail["formatted"].append([f for _, f in graded])
+            detail["given"].append([extracted_answer(self.answer_text(prompt, t), self.extract) for t in texts])
         n = len(scores)
         correct = [c for row in detail["correct"] for c in row]
         metrics = EvalMetrics()
@@ -378,6 +398,9 @@ class ReasoningGymTask(Task):
         metrics["reward"] = sum(rewards) / n
         metrics["truncated"] = sum(map(sum, samples.truncated)) / n
         metrics["completion_tokens"] = samples.tokens / n
+        # How alike the policy answers, beside what one answer to every question would score (a shortcut's ceiling).
+        metrics["answer_top_share"] = answer_concentration([a for row in detail["given"] for a in row])[1]
+        metrics["constant_baseline"] = self.constant_baseline()[1]
         metrics["eval_seconds"] = time.perf_counter() - start
         metrics.per_question = self.last_evaluation = detail
         return metrics

@@ -4,7 +4,7 @@ Made for choosing Reasoning Gym datasets with headroom: each candidate is a set 
 dataset and its config); the starting policy is loaded once and evaluated on each candidate's held-out
 problems with the task's own evaluation (the shared rollout sampler). One row per candidate, appended
 to OUT/survey.csv as soon as it is measured (a killed survey keeps its rows, and ``--resume`` skips
-candidates already there); OUT/survey.md is the table rewritten from the CSV after every row. OUT/survey.json
+candidates already there, giving a row an earlier version wrote its constant baseline, which needs no policy); OUT/survey.md is the table rewritten from the CSV after every row. OUT/survey.json
 keeps what the CSV does not: every command that added rows and the candidates that could not be built, so a
 resumed survey's table names all of them.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import io
 import json
 import time
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from tasks.base import TaskError
 from tasks.smollm import prepare_tokenizer
 
 COLUMNS = ("candidate", "task_options", "questions", "accuracy", "accuracy_se", "score", "format", "truncated",
-           "completion_tokens", "seconds", "in_band")
+           "completion_tokens", "seconds", "in_band", "constant_baseline", "answer_top_share")
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,9 @@ class SurveySettings:
     candidates: tuple[dict, ...]  # task options per candidate, each merged over ``common``
     common: dict = field(default_factory=dict)  # task options every candidate shares (e.g. eval_problems)
     band: tuple[float, float] = (0.10, 0.60)  # start accuracy with headroom: marked in_band
+    # A candidate where one answer given to every question scores above this is not in band, whatever its start:
+    # a policy can climb to that answer's share without learning the skill (letter_counting's 3-5 words, 0.57).
+    max_baseline: float = 0.25
     seed: int = 0
     device: str = "cpu"
     command: Optional[str] = None
@@ -72,17 +76,37 @@ def markdown(rows: list[dict], settings: SurveySettings, environment: str, skipp
              f"{settings.seed}; {environment}). Every candidate's task options besides its dataset: {shared}. "
              f"accuracy: the dataset's score_answer == 1.0; score: its mean "
              f"score_answer; format: a complete <answer>...</answer> group was written; ± is the binomial standard "
-             f"error; in_band: start accuracy in [{lo:.2f}, {hi:.2f}]. Written by "
+             f"error; constant baseline: the accuracy of the best single answer given to every question (the task's "
+             f"constant_baseline), the ceiling of a policy that learns the answers' distribution and not the skill; "
+             f"top answer: the share of the starting policy's answers that are its most common one; in_band: start "
+             f"accuracy in [{lo:.2f}, {hi:.2f}] and a constant baseline of at most {settings.max_baseline:.2f} "
+             f"(`no: shortcut` where the baseline is higher). Written by "
              + ", then ".join(f"`{c}`" for c in (commands or [settings.command or "grpo-bench survey"])) + ".",
-             "", "| candidate | questions | accuracy | score | format | truncated | tokens/completion | seconds | in band |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "", "| candidate | questions | accuracy | score | format | truncated | tokens/completion | seconds | "
+                 "constant baseline | top answer | in band |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['candidate']} | {r['questions']} | {float(r['accuracy']):.3f} ± {float(r['accuracy_se']):.3f} | "
                      f"{float(r['score']):.3f} | {float(r['format']):.3f} | {float(r['truncated']):.3f} | "
-                     f"{float(r['completion_tokens']):.1f} | {float(r['seconds']):.0f} | {r['in_band']} |")
+                     f"{float(r['completion_tokens']):.1f} | {float(r['seconds']):.0f} | {_cell(r, 'constant_baseline')} | "
+                     f"{_cell(r, 'answer_top_share')} | {r['in_band']} |")
     if skipped:
         lines += ["", "Not measured (the task could not be built):", ""] + [f"- {line}" for line in skipped]
     return "\n".join(lines) + "\n"
+
+
+def _cell(row: dict, name: str) -> str:
+    """A measure the row may lack (a row an earlier version of the survey wrote): '-' then."""
+    value = row.get(name)
+    return f"{float(value):.3f}" if value not in (None, "") else "-"
+
+
+def in_band(accuracy: float, baseline: Optional[float], settings: SurveySettings) -> str:
+    """'yes', 'no' (start accuracy outside the band) or 'no: shortcut' (one answer to all scores above
+    ``max_baseline``); a baseline not known (None) leaves the start accuracy to decide."""
+    if not settings.band[0] <= accuracy <= settings.band[1]:
+        return "no"
+    return "no: shortcut" if baseline is not None and baseline > settings.max_baseline else "yes"
 
 
 def run_survey(settings: SurveySettings, out: Path, *, resume: bool = False, log: Callable[[str], None] = print) -> list[dict]:
@@ -105,6 +129,13 @@ def run_survey(settings: SurveySettings, out: Path, *, resume: bool = False, log
         options = {**settings.common, **candidate}
         key = json.dumps(options, sort_keys=True)
         if key in done:
+            row = next(r for r in rows if r["task_options"] == key)
+            if row.get("constant_baseline") is None:  # a row of a survey before baselines: it needs no policy
+                try:
+                    _with_baseline(row, make_evaluated_task(settings.task, **options), settings)
+                    _write_rows(csv_path, rows)
+                except TaskError:
+                    pass
             log(f"survey: {candidate_label(candidate)}: already measured, skipped")
             continue
         try:
@@ -118,7 +149,7 @@ def run_survey(settings: SurveySettings, out: Path, *, resume: bool = False, log
         model = _policy(task, model, options, device)
         row, seconds = _measured(task, model, candidate, key, settings)
         rows.append(row)
-        _append_row(csv_path, row)
+        _write_rows(csv_path, rows)
         write()
         log(f"survey: {row['candidate']}: accuracy {row['accuracy']}, format {row['format']}, "
             f"{row['completion_tokens']} tokens/completion, {seconds:.0f} s")
@@ -155,18 +186,24 @@ def _measured(task: Task, model, candidate: dict, key: str, settings: SurveySett
     metrics = task.evaluate(model, seed=settings.seed)
     seconds = time.perf_counter() - start
     row = {"candidate": candidate_label(candidate), "task_options": key, "questions": len(task.eval_prompts),
-           "seconds": f"{seconds:.1f}",
-           "in_band": "yes" if settings.band[0] <= metrics["accuracy"] <= settings.band[1] else "no"}
-    for name in ("accuracy", "accuracy_se", "score", "format", "truncated", "completion_tokens"):
-        row[name] = f"{metrics[name]:.4f}"
-    return row, seconds
+           "seconds": f"{seconds:.1f}"}
+    for name in ("accuracy", "accuracy_se", "score", "format", "truncated", "completion_tokens", "answer_top_share"):
+        row[name] = f"{metrics[name]:.4f}" if name in metrics else ""
+    return _with_baseline(row, task, settings), seconds
 
 
-def _append_row(csv_path: Path, row: dict) -> None:
-    """``row`` appended to OUT/survey.csv (the header first, in a new file)."""
-    new = not csv_path.exists()
-    with csv_path.open("a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        if new:
-            writer.writeheader()
-        writer.writerow(row)
+def _with_baseline(row: dict, task: Task, settings: SurveySettings) -> dict:
+    """``row`` with the task's constant baseline (where the task has one) and its in-band mark from both."""
+    baseline = task.constant_baseline()[1] if hasattr(task, "constant_baseline") else None
+    row["constant_baseline"] = "" if baseline is None else f"{baseline:.4f}"
+    row["in_band"] = in_band(float(row["accuracy"]), baseline, settings)
+    return row
+
+
+def _write_rows(csv_path: Path, rows: list[dict]) -> None:
+    """OUT/survey.csv written whole (atomically) from ``rows``: a row an earlier version wrote gains the new columns."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, restval="", extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(csv_path, buffer.getvalue())

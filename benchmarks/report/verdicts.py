@@ -19,13 +19,17 @@ A task *ranks nothing* when every variant's mean primary metric is >= 0.95 or ev
 (AUC, completions to a threshold) are printed only where every curve has at least 3 evaluations after the start: a
 before-and-after curve's AUC is (before + after) / 2 and its "completions to threshold" a rescaled final accuracy.
 A run *collapsed* when it fell >= 0.3 below its peak and stayed there; a run that *never learned* (never above its
-start) is counted apart.
+start) is counted apart. Where the cells recorded their task's *constant baseline* (what one answer given to every
+question scores: a policy that learns the answers' distribution and not the skill climbs to it) and how alike each
+policy answers, a task's section states both, and the verdict sentence says when variants of the could-be-best set
+are not above that baseline.
 """
 
 from __future__ import annotations
 
 import math
 import tomllib
+from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -38,6 +42,9 @@ from benchmarks.report.curves import THRESHOLD_SHARE
 SATURATED_HIGH, SATURATED_LOW = 0.95, 0.05
 PROFILE_TAUS = np.linspace(0.0, 1.0, 41)
 CURVE_EVALUATIONS = 3  # evaluations after the start a curve metric needs (see the module docstring)
+# The final evaluation's shortcut measures a cell may record (reasoning_gym's evaluation): means over seeds.
+SHORTCUT_COLUMNS = ("constant_baseline_after", "answer_top_share_after")
+SHORTCUT_TOLERANCE = 1e-9  # a primary metric equal to the baseline (a policy answering it to all) is not above it
 PRIMARY_NAMES = {"final": "final accuracy", "auc": "AUC (accuracy against completions, over the budget)"}
 
 
@@ -129,6 +136,7 @@ def analyse(cells: pd.DataFrame, curves: dict, *, reps: int = stats.REPS, seed: 
     done = cells[cells["status"] == "complete"]
     cost_columns = ["wall_clock_s", "peak_memory_bytes"] + [c for c in ("training_cpu_s", "steps", "steps_planned")
                                                             if c in done]  # where the cells recorded them
+    cost_columns += [c for c in SHORTCUT_COLUMNS if c in done]  # the final evaluation's, where recorded
     cost = done.groupby(["task", "variant"], sort=False)[cost_columns].mean()
     tasks = list(dict.fromkeys(per_cell["task"]))
     judged = [_judge_task(task, per_cell[per_cell["task"] == task], curves["thresholds"][task], cost, spec, groups,
@@ -365,7 +373,7 @@ def guidance(table: pd.DataFrame, power: pd.DataFrame, spec: dict) -> list[str]:
             sentence += f"; of the set, `{fastest['variant']}` has the lowest mean training time ({fastest['wall_clock_s']:.1f} s)"
         if np.isfinite(p.get("set_reproduced", math.nan)):
             sentence += f". A rerun of this design gives back the same set {p['set_reproduced']:.0%} of the time"
-        sentences.append(sentence + ".")
+        sentences.append(sentence + "." + _shortcut_warning(top))
     if len(ranking) >= 2:
         frame = table[table["task"].isin(ranking)]
         good = frame[frame["in_best_set"]].groupby("variant", sort=False)["task"].nunique()
@@ -375,6 +383,43 @@ def guidance(table: pd.DataFrame, power: pd.DataFrame, spec: dict) -> list[str]:
     elif not ranking:
         sentences.append("No task in this matrix ranks the variants.")
     return sentences
+
+
+def _shortcut(frame: pd.DataFrame) -> tuple[float, list[str]]:
+    """A task's constant baseline (one answer to every question; NaN where its cells did not record one) and the
+    variants whose primary metric is not above it."""
+    if "constant_baseline_after" not in frame or frame["constant_baseline_after"].isna().all():
+        return math.nan, []
+    baseline = float(frame["constant_baseline_after"].max())
+    return baseline, list(frame.loc[frame["primary_mean"] <= baseline + SHORTCUT_TOLERANCE, "variant"])
+
+
+def _shortcut_warning(top: pd.DataFrame) -> str:
+    """A sentence where the could-be-best variants score no more than one answer given to every question would."""
+    baseline, below = _shortcut(top)
+    if not below:
+        return ""
+    return (f" But {'none' if len(below) == len(top) else _names(below)} of the set "
+            f"{'is' if len(below) == len(top) or len(below) == 1 else 'are'} above the constant baseline "
+            f"({baseline:.3f}: one answer given to every question scores that): what ranks here is how close a policy "
+            "comes to the answers' distribution, not the skill.")
+
+
+def _shortcut_text(frame: pd.DataFrame) -> Optional[str]:
+    """The task section's line on shortcuts: the constant baseline, who is not above it, and how alike each variant
+    answers at its final evaluation (None where the cells recorded neither)."""
+    baseline, below = _shortcut(frame)
+    if math.isnan(baseline):
+        return None
+    text = (f"Constant baseline (the best single answer given to every question): {baseline:.3f}; primary metric not "
+            f"above it: {_names(below) if below else 'none'}.")
+    if "answer_top_share_after" in frame and frame["answer_top_share_after"].notna().any():
+        shares = frame.sort_values("answer_top_share_after", ascending=False, kind="stable")
+        text += (" Share of the final evaluation's answers that are a variant's most common one (1.00: the same "
+                 "answer to every question; mean over seeds): " + ", ".join(
+                     f"`{r.variant}` {r.answer_top_share_after:.2f}" for r in shares.itertuples()
+                     if not pd.isna(r.answer_top_share_after)) + ".")
+    return text
 
 
 def _threshold_text(r) -> str:
@@ -496,6 +541,9 @@ def _task_section(analysis: dict, task: str, frame: pd.DataFrame, spec: dict, po
     head = [f"Primary metric: {primary_name(spec['primary'])}."]
     if task in power_by_task.index:
         head.append(_power_text(power_by_task.loc[task], spec))
+    shortcut = _shortcut_text(frame)
+    if shortcut:
+        head.append(shortcut)
     if curve_ok:
         head.append(f"Threshold for *to threshold*: accuracy {analysis['thresholds'][task]:.3f}.")
     else:

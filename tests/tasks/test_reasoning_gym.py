@@ -154,6 +154,56 @@ def test_evaluate_keeps_correctness_and_format_apart(plain_tokenizer):
     assert metrics.per_question["row"] == [0, 1, 2, 3]
 
 
+def test_answer_concentration_counts_missing_answers_but_never_tops_with_them():
+    from tasks.base import answer_concentration
+
+    assert answer_concentration(["1", "2", "1", None]) == ("1", 0.5)
+    assert answer_concentration(["2", "1", "1", "2"]) == ("2", 0.5)  # a tie: the first seen
+    assert answer_concentration([None, None]) == (None, 0.0) and answer_concentration([]) == (None, 0.0)
+
+
+def test_constant_baseline_is_the_best_single_answer_scored_by_the_dataset(plain_tokenizer):
+    """letter_counting's short texts: most questions' answer is 1, so always answering 1 scores what the
+    reference answers' mode covers (the dataset's scorer agreeing), well above chain_sum's."""
+    task = _task(dataset="letter_counting", dataset_config='{"min_words": 3, "max_words": 5}', eval_problems=60,
+                 held_out=60, train_problems=50)
+    answers = [str(e["answer"]) for e in task.eval_entries]
+    mode = max(set(answers), key=answers.count)
+    answer, accuracy = task.constant_baseline()
+    assert answer == mode == "1" and accuracy == pytest.approx(answers.count("1") / 60) and accuracy > 0.4
+    chain = _task(eval_problems=20)
+    chain_answers = [str(e["answer"]) for e in chain.eval_entries]
+    assert chain.constant_baseline()[1] == max(chain_answers.count(a) for a in chain_answers) / 20 < accuracy
+    # the dataset's own scorer decides: a scorer that accepts nothing gives no baseline
+    chain.dataset.score_answer = lambda answer, entry: 0.0
+    assert chain.constant_baseline() == (None, 0.0)
+
+
+def test_evaluate_reports_how_alike_the_policy_answers_beside_the_constant_baseline(plain_tokenizer):
+    """A policy that writes "1" to every question scores exactly the constant baseline, with every answer alike;
+    one that answers each question right answers as its reference answers vary."""
+    task = _task(dataset="letter_counting", dataset_config='{"min_words": 3, "max_words": 5}', eval_problems=40,
+                 held_out=40, train_problems=50)
+    answers = {p: str(e["answer"]) for p, e in zip(task.eval_prompts, task.eval_entries)}
+
+    def constant(model, tokenizer, prompts, *, k, max_new_tokens, temperature, seed):
+        return Samples([['The letter appears 1 time.'] * k for _ in prompts], [[False] * k for _ in prompts], k * len(prompts))
+
+    def right(model, tokenizer, prompts, *, k, max_new_tokens, temperature, seed):
+        return Samples([[f"It appears {answers[p]} times."] * k for p in prompts], [[False] * k for _ in prompts], k * len(prompts))
+
+    task.eval_sampler = constant
+    shortcut = task.evaluate_per_question(model=None)
+    assert shortcut["answer_top_share"] == 1.0
+    assert shortcut["accuracy"] == shortcut["constant_baseline"] == task.constant_baseline()[1] > 0.4
+    assert shortcut.per_question["given"] == [["1"]] * 40
+    task.eval_sampler = right
+    skilled = task.evaluate_per_question(model=None)
+    assert skilled["accuracy"] == 1.0 and skilled["constant_baseline"] == shortcut["constant_baseline"]
+    assert skilled["answer_top_share"] == pytest.approx(list(answers.values()).count("1") / 40)
+    assert skilled["answer_top_share"] < 1.0
+
+
 @pytest.mark.parametrize("options, fragment", [
     ({"dataset": "nope"}, "unknown dataset 'nope'"),
     ({"dataset": "chain_sun"}, "did you mean chain_sum"),
@@ -271,3 +321,37 @@ def test_a_resumed_survey_names_every_command_and_keeps_what_could_not_be_built(
     # without --resume the survey starts over
     survey.run_survey(later, tmp_path, log=lambda line: None)
     assert "Written by `survey later --resume`." in (tmp_path / "survey.md").read_text()
+
+
+class _ShortcutStub(_SurveyStub):
+    """'skewed' starts in band (0.3), but one answer to every question scores 0.57 (letter_counting's 3-5 words)."""
+
+    def constant_baseline(self):
+        return ("1", 0.57) if self.dataset == "skewed" else ("7", 0.05)
+
+    def evaluate(self, model, *, seed=0):
+        return {**super().evaluate(model, seed=seed), "answer_top_share": 0.4}
+
+
+def test_survey_marks_a_shortcut_candidate_out_of_band_and_fills_an_earlier_rows_baseline(tmp_path, monkeypatch):
+    """A candidate whose constant baseline is above max_baseline is 'no: shortcut' however well it starts; a row a
+    survey without baselines wrote gets its baseline on --resume (the policy not run again), the CSV its new columns."""
+    from benchmarks.harness import survey
+
+    built = []
+    monkeypatch.setattr(survey, "make_evaluated_task", lambda name, **options: _ShortcutStub(built, **options))
+    monkeypatch.setattr(survey, "prepare_tokenizer", lambda model, tokenizer: None)
+    old_columns = [c for c in survey.COLUMNS if c not in ("constant_baseline", "answer_top_share")]
+    (tmp_path / "survey.csv").write_text(",".join(old_columns) + "\n" + ",".join(
+        ["skewed", '"{""dataset"": ""skewed""}"', "500", "0.3000", "0.0100", "0.3000", "0.0000", "0.1000", "12.0000",
+         "200.0", "yes"]) + "\n")
+    settings = survey.SurveySettings("reasoning_gym", ({"dataset": "skewed"}, {"dataset": "fair"}))
+    rows = survey.run_survey(settings, tmp_path, resume=True, log=lambda line: None)
+    assert [(r["candidate"], r["in_band"], r["constant_baseline"]) for r in rows] == [
+        ("skewed", "no: shortcut", "0.5700"), ("fair", "yes", "0.0500")]
+    text = (tmp_path / "survey.md").read_text()
+    assert "| skewed | 500 | 0.300 ± 0.010 | 0.300 | 0.000 | 0.100 | 12.0 | 200 | 0.570 | - | no: shortcut |" in text
+    assert "| 0.050 | 0.400 | yes |" in text
+    again = survey._read_rows(tmp_path / "survey.csv")
+    assert list(again[0]) == list(survey.COLUMNS) and again[0]["constant_baseline"] == "0.5700"
+    assert survey.in_band(0.05, 0.9, settings) == "no"  # out of band by its start first
