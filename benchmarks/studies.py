@@ -545,9 +545,10 @@ class PairedCompare(Study):
     def run(self, s: PairedCompareSettings, command: str) -> int:
         from benchmarks.io import atomic_write_json  # start-up: hashlib, random (module docstring)
         from benchmarks.markdown import write_section  # start-up: hashlib, random (module docstring)
+        from benchmarks.harness.paired import answers_alike
         from benchmarks.report.paired import compare_files, render_section  # start-up: decimal
 
-        result = compare_files(s.before, s.after)
+        result = compare_files(s.before, s.after, answers=answers_alike)
         if s.out:
             atomic_write_json(Path(s.out), result)
         write_section(s.readme, s.section, render_section(result, command))

@@ -18,6 +18,7 @@ import torch
 
 from benchmarks.harness import measure
 from benchmarks.harness.loop import make_evaluated_task
+from tasks.base import answer_concentration
 
 
 @dataclass(frozen=True)
@@ -54,3 +55,31 @@ def evaluate_paired(settings: PairedEvalSettings) -> dict:
                         "threads": torch.get_num_threads(), "torch": torch.__version__},
         "command": settings.command,
     }
+
+
+def answers_alike(before: dict, after: dict) -> Optional[dict]:
+    """How alike each of two ``evaluate_paired`` results answers ({"top": its most common answer, "share": of all its
+    answers}) and the same of the reference answers, under "before", "after" and "reference"; None where a side's
+    answers or the references are not known. The answers are the evaluation's ``given``; a Reasoning Gym result
+    written before its evaluation kept them has them read again from its completions by the task's own rule."""
+    given = [_given(r) for r in (before, after)]
+    references = before["per_question"].get("answer")
+    if any(g is None for g in given) or not references:
+        return None
+    out = {side: dict(zip(("top", "share"), answer_concentration(g))) for side, g in zip(("before", "after"), given)}
+    out["reference"] = dict(zip(("top", "share"), answer_concentration([str(a) for a in references])))
+    return out
+
+
+def _given(result: dict) -> Optional[list]:
+    per_question = result["per_question"]
+    if "given" in per_question:
+        return [a for row in per_question["given"] for a in row]
+    if result.get("task") != "reasoning_gym" or "completions" not in per_question:
+        return None
+    from tasks.reasoning_gym import ANSWER_OPEN, extracted_answer  # reasoning-gym's task: only for such a result
+
+    describe = result.get("describe", {})
+    prefix = ANSWER_OPEN if describe.get("answer_prefill") else ""
+    return [extracted_answer(prefix + text, describe.get("extract", "last_number"))
+            for row in per_question["completions"] for text in row]

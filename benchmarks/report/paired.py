@@ -14,7 +14,7 @@ import json
 from fractions import Fraction
 from math import comb
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Optional, Sequence
 
 from benchmarks.markdown import markdown_table
 
@@ -77,11 +77,17 @@ def compare(before: dict, after: dict) -> dict:
     return out
 
 
-def compare_files(before: Sequence[str], after: Sequence[str]) -> dict:
+def compare_files(before: Sequence[str], after: Sequence[str],
+                  answers: Optional[Callable[[dict, dict], Optional[dict]]] = None) -> dict:
     """``compare`` of two ``paired eval`` results, each joined from its files in question order, with the settings
-    they share, their evaluations' wall-clock and the files."""
+    they share, their evaluations' wall-clock and the files; with ``answers`` (given the two joined results: how
+    alike each side answers and the most common reference answer, {"before"|"after"|"reference": {"top", "share"}},
+    or None) that too, under "answers"."""
     first, second = (merge([json.loads(Path(p).read_text()) for p in files]) for files in (before, after))
     result = compare(first, second)
+    alike = answers(first, second) if answers is not None else None
+    if alike:
+        result["answers"] = alike
     result["settings"] = {k: first.get("describe", {}).get(k) for k in SAME_SETTINGS}
     result["wall_clock_s"] = {"before": first["seconds"], "after": second["seconds"]}
     result["files"] = {"before": list(before), "after": list(after)}
@@ -103,4 +109,17 @@ def render_section(result: dict, command: str) -> str:
             f"({seconds['before']:.0f} s and {seconds['after']:.0f} s of evaluation on this CPU):\n\n"
             + markdown_table(["metric", "before", "after", "right -> wrong (b)", "wrong -> right (c)",
                               "McNemar exact p"], rows)
+            + _answers_text(result.get("answers"))
             + f"\n\nRegenerate: `{command}`\n")
+
+
+def _answers_text(answers: dict | None) -> str:
+    """How alike each side answers, beside what the most common reference answer alone would score."""
+    if not answers:
+        return ""
+    side = {k: f"{v['share']:.1%} of the answers are its most common one ({v['top']!r})" for k, v in answers.items()
+            if k != "reference"}
+    ref = answers["reference"]
+    return (f"\n\nAnswers alike: before, {side['before']}; after, {side['after']}. The most common reference answer "
+            f"({ref['top']!r}) is the answer to {ref['share']:.3f} of the questions: a policy giving it to every question "
+            "scores that much without the skill.")

@@ -67,6 +67,29 @@ def test_compare_joins_parts_in_question_order_and_tests_each_list():
         compare(before, _eval([1, 2, 3, 4], [True] * 4, [True] * 4, 0, seed=1))
 
 
+def test_compare_files_says_how_alike_each_side_answers_beside_the_most_common_reference_answer(tmp_path):
+    """The shortcut letter_counting's GRPO learned: after training every answer is "1", which the reference
+    answers hold on 3 of 4 questions (``answers`` is given the joined results; the harness's reads them)."""
+    from benchmarks.report.paired import compare_files, render_section
+
+    for name, correct in (("b", [True, False, False, False]), ("a", [True, True, False, True])):
+        (tmp_path / f"{name}.json").write_text(json.dumps(_eval([0, 1, 2, 3], correct, [False] * 4, 0)))
+    seen = []
+
+    def answers(first, second):
+        seen.append((first["per_question"]["correct"], second["per_question"]["correct"]))
+        return {"before": {"top": "2", "share": 0.5}, "after": {"top": "1", "share": 1.0},
+                "reference": {"top": "1", "share": 0.75}}
+
+    result = compare_files([str(tmp_path / "b.json")], [str(tmp_path / "a.json")], answers=answers)
+    assert seen == [([[True], [False], [False], [False]], [[True], [True], [False], [True]])]
+    assert ("Answers alike: before, 50.0% of the answers are its most common one ('2'); after, 100.0% of the answers "
+            "are its most common one ('1'). The most common reference answer ('1') is the answer to 0.750 of the "
+            "questions") in render_section(result, "cmd")
+    plain = compare_files([str(tmp_path / "b.json")], [str(tmp_path / "a.json")])
+    assert "answers" not in plain and "Answers alike" not in render_section(plain, "cmd")
+
+
 def test_compare_cli_names_the_subset_and_the_sampling_in_the_readme(tmp_path, run_cli):
     def side(correct):
         result = _eval([1, 2, 3, 4], correct, correct, 0)
