@@ -24,6 +24,7 @@ from benchmarks.errors import UsageError
 from benchmarks.harness import measure
 from benchmarks.harness.loop import make_evaluated_task
 from benchmarks.io import atomic_write_json, atomic_write_text, read_json
+from benchmarks.markdown import markdown_table
 from tasks import TASKS, Task
 from tasks.base import TaskError
 from tasks.smollm import prepare_tokenizer
@@ -82,14 +83,13 @@ def markdown(rows: list[dict], settings: SurveySettings, environment: str, skipp
              f"accuracy in [{lo:.2f}, {hi:.2f}] and a constant baseline of at most {settings.max_baseline:.2f} "
              f"(`no: shortcut` where the baseline is higher). Written by "
              + ", then ".join(f"`{c}`" for c in (commands or [settings.command or "grpo-bench survey"])) + ".",
-             "", "| candidate | questions | accuracy | score | format | truncated | tokens/completion | seconds | "
-                 "constant baseline | top answer | in band |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['candidate']} | {r['questions']} | {float(r['accuracy']):.3f} ± {float(r['accuracy_se']):.3f} | "
-                     f"{float(r['score']):.3f} | {float(r['format']):.3f} | {float(r['truncated']):.3f} | "
-                     f"{float(r['completion_tokens']):.1f} | {float(r['seconds']):.0f} | {_cell(r, 'constant_baseline')} | "
-                     f"{_cell(r, 'answer_top_share')} | {r['in_band']} |")
+             "", markdown_table(
+                 ["candidate", "questions", "accuracy", "score", "format", "truncated", "tokens/completion", "seconds",
+                  "constant baseline", "top answer", "in band"],
+                 [[r["candidate"], r["questions"], f"{float(r['accuracy']):.3f} ± {float(r['accuracy_se']):.3f}",
+                   f"{float(r['score']):.3f}", f"{float(r['format']):.3f}", f"{float(r['truncated']):.3f}",
+                   f"{float(r['completion_tokens']):.1f}", f"{float(r['seconds']):.0f}", _cell(r, "constant_baseline"),
+                   _cell(r, "answer_top_share"), r["in_band"]] for r in rows])]
     if skipped:
         lines += ["", "Not measured (the task could not be built):", ""] + [f"- {line}" for line in skipped]
     return "\n".join(lines) + "\n"

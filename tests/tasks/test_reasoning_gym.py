@@ -355,3 +355,5 @@ def test_survey_marks_a_shortcut_candidate_out_of_band_and_fills_an_earlier_rows
     again = survey._read_rows(tmp_path / "survey.csv")
     assert list(again[0]) == list(survey.COLUMNS) and again[0]["constant_baseline"] == "0.5700"
     assert survey.in_band(0.05, 0.9, settings) == "no"  # out of band by its start first
+    row = dict(again[0], candidate="family_relationships | extract=tags")  # a label with options holds a pipe
+    assert "| family_relationships \\| extract=tags | 500 |" in survey.markdown([row], settings, "env")
