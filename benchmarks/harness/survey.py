@@ -4,7 +4,8 @@ Made for choosing Reasoning Gym datasets with headroom: each candidate is a set 
 dataset and its config); the starting policy is loaded once and evaluated on each candidate's held-out
 problems with the task's own evaluation (the shared rollout sampler). One row per candidate, appended
 to OUT/survey.csv as soon as it is measured (a killed survey keeps its rows, and ``--resume`` skips
-candidates already there, giving a row an earlier version wrote its constant baseline, which needs no policy); OUT/survey.md is the table rewritten from the CSV after every row. OUT/survey.json
+candidates already there, giving a row an earlier version wrote its constant baseline, which needs no policy);
+OUT/survey.md is the table rewritten from the CSV after every row. OUT/survey.json
 keeps what the CSV does not: every command that added rows and the candidates that could not be built, so a
 resumed survey's table names all of them.
 """
