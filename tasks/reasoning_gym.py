@@ -50,6 +50,7 @@ import math
 import random
 import re
 import time
+from collections import Counter
 from typing import Optional, Sequence
 
 from tasks.base import (EVAL_DECODING_HELP, EvalMetrics, GenerationDefaults, Samples, Task, TaskError, answer_concentration,
@@ -333,10 +334,9 @@ class ReasoningGymTask(Task):
         ``BASELINE_CANDIDATES`` most common reference answers, each scored by the dataset's own scorer on every
         question (accuracy: score 1.0), as (that answer, its accuracy). A policy no better than this has learned
         the answers' distribution, not the skill (letter_counting's 3-5 words: "1" is right 57% of the time)."""
-        answers = [str(e["answer"]) for e in self.eval_entries if e.get("answer") is not None]
-        candidates = sorted(set(answers), key=lambda a: -answers.count(a))[:BASELINE_CANDIDATES]
+        counts = Counter(str(e["answer"]) for e in self.eval_entries if e.get("answer") is not None)
         best, best_accuracy = None, 0.0
-        for answer in candidates:
+        for answer, _ in counts.most_common(BASELINE_CANDIDATES):  # ties: the first seen, so every run picks alike
             accuracy = sum(self._dataset_score(answer, e) == 1.0 for e in self.eval_entries) / len(self.eval_entries)
             if accuracy > best_accuracy:
                 best, best_accuracy = answer, accuracy

@@ -399,10 +399,10 @@ def _shortcut_warning(top: pd.DataFrame) -> str:
     baseline, below = _shortcut(top)
     if not below:
         return ""
-    return (f" But {'none' if len(below) == len(top) else _names(below)} of the set "
-            f"{'is' if len(below) == len(top) or len(below) == 1 else 'are'} above the constant baseline "
-            f"({baseline:.3f}: one answer given to every question scores that): what ranks here is how close a policy "
-            "comes to the answers' distribution, not the skill.")
+    who = ("none of the set is above" if len(below) == len(top)
+           else f"{_names(below)} of the set {_is(len(below))} not above")
+    return (f" But {who} the constant baseline ({baseline:.3f}: one answer given to every question scores that): "
+            "what ranks there is how close a policy comes to the answers' distribution, not the skill.")
 
 
 def _shortcut_text(frame: pd.DataFrame) -> Optional[str]:

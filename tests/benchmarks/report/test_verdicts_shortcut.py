@@ -9,14 +9,14 @@ import pandas as pd
 from benchmarks.report import stats, verdicts
 
 
-def _analysis(finals: dict, shares: dict, *, baseline=0.57, recorded=True):
+def _analysis(finals: dict, shares: dict, *, baseline=0.57, recorded=True, noisy=("c",)):
     grid = np.linspace(0, 1024, 5)
     rng = np.random.default_rng(0)
     per_cell, long, cells = [], [], []
     for variant, final in finals.items():
         for seed in range(4):
             curve = np.concatenate([[0.27], np.full(4, final)])
-            if variant == "c":
+            if variant in noisy:
                 curve[1:] += 0.01 * rng.standard_normal(4)
             per_cell.append({"task": "t", "variant": variant, "seed": seed, "budget": 1024.0, "accuracy_before": 0.27,
                              "final_accuracy": curve[-1], "auc": stats.normalised_auc(grid, curve, 1024),
@@ -38,7 +38,7 @@ def test_a_set_no_better_than_the_constant_baseline_is_said_to_rank_a_shortcut()
     sentence = next(s for s in analysis["sentences"] if s.startswith("On `t`"))
     assert "`c` is worse than the best" in sentence
     assert sentence.endswith("But none of the set is above the constant baseline (0.570: one answer given to every "
-                             "question scores that): what ranks here is how close a policy comes to the answers' "
+                             "question scores that): what ranks there is how close a policy comes to the answers' "
                              "distribution, not the skill.")
     assert ("Constant baseline (the best single answer given to every question): 0.570; primary metric not above "
             "it: `a`, `b` and `c`.") in text
@@ -52,3 +52,10 @@ def test_a_set_above_the_baseline_gets_no_warning_and_cells_without_it_no_line()
     assert "primary metric not above it: `b`." in text  # b is worse, and below the baseline: said in its section
     unrecorded = verdicts.render(_analysis({"a": 0.57, "b": 0.40}, {}, recorded=False), scaling=False)
     assert "Constant baseline" not in unrecorded and "constant baseline" not in unrecorded
+
+
+def test_part_of_the_set_at_the_baseline_is_named():
+    analysis = _analysis({"a": 0.575, "b": 0.562, "c": 0.40}, {"a": 0.5, "b": 1.0, "c": 0.6}, noisy=("a", "b", "c"))
+    sentence = next(s for s in analysis["sentences"] if s.startswith("On `t`"))
+    assert "could be best: `a` and `b`" in sentence, sentence
+    assert "But `b` of the set is not above the constant baseline (0.570" in sentence
