@@ -147,6 +147,12 @@ def last_number(text: str) -> Optional[str]:
     return found[-1] if found else None
 
 
+def given_answer(completion: str, extract: str = "last_number", prefilled: bool = False) -> Optional[str]:
+    """The answer a completion gives (``extracted_answer``), read with the "<answer>" a prefilled prompt opened in
+    front of it (``answer_prefill``): how a stored result's completions are read again without its task."""
+    return extracted_answer(ANSWER_OPEN + completion if prefilled else completion, extract)
+
+
 def extracted_answer(completion: str, extract: str = "last_number") -> Optional[str]:
     """The answer a completion gives: its last <answer> group; without one, its last number (``last_number``) or None (``tags``)."""
     answer = tagged_answer(completion)
@@ -316,10 +322,14 @@ class ReasoningGymTask(Task):
 
     def grade(self, prompt: str, completion: str) -> tuple[float, bool]:
         """(the dataset's score of the extracted answer (0 without one), whether the answer tags were written)."""
+        return self._graded(prompt, completion)[1:]
+
+    def _graded(self, prompt: str, completion: str) -> tuple[Optional[str], float, bool]:
+        """(the answer given, ``grade``'s score and format): the completion read once."""
         text = self.answer_text(prompt, completion)
-        formatted = tagged_answer(text) is not None
         answer = extracted_answer(text, self.extract)
-        return (0.0 if answer is None else self._dataset_score(answer, self.entry_for(prompt))), formatted
+        score = 0.0 if answer is None else self._dataset_score(answer, self.entry_for(prompt))
+        return answer, score, tagged_answer(text) is not None
 
     def _dataset_score(self, answer: str, entry: dict) -> float:
         """The dataset's own score of ``answer`` to ``entry``'s question (0 where its scorer raises or is not finite)."""
@@ -382,12 +392,12 @@ class ReasoningGymTask(Task):
         scores, rewards = [], []
         detail["given"] = []
         for prompt, texts in zip(self.eval_prompts, samples.texts):
-            graded = [self.grade(prompt, t) for t in texts]
+            graded = [self._graded(prompt, t) for t in texts]
             rewards += self.score([prompt] * len(texts), texts)
-            scores += [s for s, _ in graded]
-            detail["correct"].append([s == 1.0 for s, _ in graded])
-            detail["formatted"].append([f for _, f in graded])
-            detail["given"].append([extracted_answer(self.answer_text(prompt, t), self.extract) for t in texts])
+            scores += [s for _, s, _ in graded]
+            detail["correct"].append([s == 1.0 for _, s, _ in graded])
+            detail["formatted"].append([f for _, _, f in graded])
+            detail["given"].append([a for a, _, _ in graded])
         n = len(scores)
         correct = [c for row in detail["correct"] for c in row]
         metrics = EvalMetrics()

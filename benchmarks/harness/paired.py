@@ -77,9 +77,8 @@ def _given(result: dict) -> Optional[list]:
         return [a for row in per_question["given"] for a in row]
     if result.get("task") != "reasoning_gym" or "completions" not in per_question:
         return None
-    from tasks.reasoning_gym import ANSWER_OPEN, extracted_answer  # reasoning-gym's task: only for such a result
+    from tasks.reasoning_gym import given_answer  # reasoning-gym's task: only for such a result
 
     describe = result.get("describe", {})
-    prefix = ANSWER_OPEN if describe.get("answer_prefill") else ""
-    return [extracted_answer(prefix + text, describe.get("extract", "last_number"))
+    return [given_answer(text, describe.get("extract", "last_number"), bool(describe.get("answer_prefill")))
             for row in per_question["completions"] for text in row]
