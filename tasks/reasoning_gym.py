@@ -135,6 +135,34 @@ def create_dataset(name: str, config: dict, *, seed: int, size: int):
         raise TaskError(f"reasoning_gym: bad dataset_config for {name!r}: {message}") from None
 
 
+class GeneratedItems:
+    """reasoning-gym's items of one dataset by index, each generated once per process.
+
+    reasoning-gym generates item i on access, from seed + i, and some generators are slow (number_sequence's rules
+    square and multiply into large integers). A task walks its split's items, about train_problems + held_out of
+    them, then walks again from item 0 for its validation questions; the number_sequence verdict's cells spent
+    98-157 s building their task and policy (``build_s``), most of it here. Through this memo the validation walk
+    and a warm matrix worker's later cells of the same dataset read the items already generated. One dataset's
+    items are kept at a time (the last one asked for), so a survey over many datasets does not hold them all.
+    Items are returned as generated and never changed by this module."""
+
+    _kept: tuple = (None, {})  # (key, {index: item}) of the last dataset asked for
+
+    def __init__(self, dataset, key: tuple):
+        if GeneratedItems._kept[0] != key:
+            GeneratedItems._kept = (key, {})
+        self.dataset, self._items = dataset, GeneratedItems._kept[1]
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int) -> dict:
+        item = self._items.get(i)
+        if item is None:
+            item = self._items[i] = self.dataset[i]
+        return item
+
+
 def tagged_answer(completion: str) -> Optional[str]:
     """The stripped content of the last complete <answer>...</answer> group, or None."""
     groups = _ANSWER.findall(completion or "")
@@ -280,14 +308,16 @@ class ReasoningGymTask(Task):
         draws = 4 * (train_problems + reserve)
         validation = 4 * eval_problems if eval_set == "validation" else 0  # walked after the split's draws
         self.dataset = create_dataset(dataset, self.config, seed=data_seed, size=draws + validation)
-        kept, train = split_questions(self.dataset, reserve, train_problems, split, seed=data_seed, draws=draws)
+        key = (dataset, json.dumps(self.config, sort_keys=True, default=repr), data_seed, len(self.dataset))
+        items = GeneratedItems(self.dataset, key)
+        kept, train = split_questions(items, reserve, train_problems, split, seed=data_seed, draws=draws)
         if len(kept) < reserve or not train:
             raise TaskError(f"reasoning_gym: {dataset} with this config has only {len(kept) + len(train)} distinct "
                             f"questions in {draws} draws; need {reserve} held-out and some to train on")
         self.held_out = reserve
         held_out = kept[:eval_problems]
         if eval_set == "validation":
-            held_out = validation_questions(self.dataset, {e["question"] for e in kept + train}, eval_problems)
+            held_out = validation_questions(items, {e["question"] for e in kept + train}, eval_problems)
             if len(held_out) < eval_problems:
                 raise TaskError(f"reasoning_gym: {dataset} with this config has only {len(held_out)} distinct questions "
                                 f"left after the split in {len(self.dataset)} draws; eval_set validation needs {eval_problems}")

@@ -114,6 +114,46 @@ def test_spread_split_gives_both_sides_the_easy_questions():
     assert kept != split_questions(stream, 40, 40, "spread", seed=2)[0]
 
 
+def test_each_item_is_generated_once_per_process_and_the_split_is_unchanged(plain_tokenizer, monkeypatch):
+    """The split and the validation walk read reasoning-gym's items through one memo, so a task built again (a warm
+    matrix worker's next cell) generates none; what they hold is what the dataset itself gives."""
+    from tasks.reasoning_gym import split_questions, validation_questions
+
+    made = []
+    real = rg_task.create_dataset
+
+    def counting(*args, **kwargs):
+        dataset = real(*args, **kwargs)
+        generate = type(dataset).__getitem__
+
+        class Counted(type(dataset)):
+            def __getitem__(self, i):
+                made.append(i)
+                return generate(self, i)
+
+        dataset.__class__ = Counted
+        return dataset
+
+    monkeypatch.setattr(rg_task, "create_dataset", counting)
+    monkeypatch.setattr(rg_task.GeneratedItems, "_kept", (None, {}))
+    first = _task(data_seed=5, eval_set="validation")
+    assert len(made) == len(set(made)) > 70  # the validation walk starts again at item 0: from the memo
+    again = _task(data_seed=5, eval_set="validation")
+    assert len(made) == len(set(made))  # nothing generated twice
+    questions = lambda entries: [e["question"] for e in entries]  # noqa: E731
+    assert questions(again.eval_entries) == questions(first.eval_entries)
+    assert questions(again.train_entries) == questions(first.train_entries)
+    # the same entries as walking the dataset itself, with no memo
+    plain = real("chain_sum", first.config, seed=5, size=len(first.dataset))
+    kept, train = split_questions(plain, 20, 50, "first", seed=5, draws=4 * 70)
+    assert questions(train) == questions(first.train_entries)
+    validation = validation_questions(plain, set(questions(kept + train)), 20)
+    assert questions(validation) == questions(first.eval_entries)
+    # another dataset (here another seed) replaces the kept items rather than adding to them
+    _task(data_seed=6)
+    assert rg_task.GeneratedItems._kept[0][2] == 6 and len(rg_task.GeneratedItems._kept[1]) <= len(set(made))
+
+
 def test_split_option_is_checked(plain_tokenizer):
     with pytest.raises(TaskError, match="split must be one of first, spread"):
         _task(split="halves")
