@@ -268,8 +268,10 @@ class LocalExecutor(RegisteredExecutor):
 
     ``jobs`` workers, each cell with its share of the cores as torch threads (``--executor local --jobs N``). A
     worker pays the torch / transformers import once; a cell it runs writes the same metrics as in a fresh
-    process (``cell.reset_process_state``). A cell that kills its worker is recorded as failed and the slot
-    starts a new worker."""
+    process (``cell.reset_process_state``) but its peak memory, which grows with the cells the worker ran before
+    (glibc keeps freed heap: the chain_sum verdict's RLOO read 4.8 GiB as a worker's first cell, up to 6.6 GiB
+    later): where peak memory is a result, run the cells with ``--executor subprocess``. A cell that kills its
+    worker is recorded as failed and the slot starts a new worker."""
 
     name = "local"
     Options = LocalOptions
