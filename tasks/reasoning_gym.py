@@ -441,7 +441,9 @@ class ReasoningGymTask(Task):
         metrics["completion_tokens"] = samples.tokens / n
         # How alike the policy answers, beside what one answer to every question would score (a shortcut's ceiling).
         metrics["answer_top_share"] = answer_concentration([a for row in detail["given"] for a in row])[1]
-        metrics["constant_baseline"] = self.constant_baseline()[1]
+        if not hasattr(self, "_baseline"):  # the evaluation questions never change: scored once per task
+            self._baseline = self.constant_baseline()[1]
+        metrics["constant_baseline"] = self._baseline
         metrics["eval_seconds"] = time.perf_counter() - start
         metrics.per_question = self.last_evaluation = detail
         return metrics
