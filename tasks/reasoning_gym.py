@@ -45,12 +45,18 @@ a complete tag group around "and": format 0 -> 1, accuracy 0.14 -> 0.00 on 500 h
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import math
+import os
+import pickle
 import random
 import re
+import secrets
+import sys
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Optional, Sequence
 
 from tasks.base import (EVAL_DECODING_HELP, EvalMetrics, GenerationDefaults, Samples, Task, TaskError, answer_concentration,
@@ -136,7 +142,7 @@ def create_dataset(name: str, config: dict, *, seed: int, size: int):
 
 
 class GeneratedItems:
-    """reasoning-gym's items of one dataset by index, each generated once per process.
+    """reasoning-gym's items of one dataset by index, each generated once per process, and kept on disk for the next.
 
     reasoning-gym generates item i on access, from seed + i, and some generators are slow (number_sequence's rules
     square and multiply into large integers). A task walks its split's items, about train_problems + held_out of
@@ -145,14 +151,20 @@ class GeneratedItems:
     verdict's cells built their task and policy (``build_s``) in 98-157 s before it, in 58 s as a worker's first
     cell and 1.4-2.0 s as its later ones with it. One dataset's items are kept at a time (the last one asked for),
     so a survey over many datasets does not hold them all. Items are returned as generated and never changed by
-    this module."""
+    this module.
+
+    With ``cache`` (a file, ``items_cache``), a process's first walk reads the items an earlier process saved
+    (``save``), so a fresh process does not generate them again either. The file is the pickled items behind their
+    sha256 and the key they were made for: a file that is cut short, altered or made for another key is said in one
+    line and generated anew; it is written atomically."""
 
     _kept: tuple = (None, {})  # (key, {index: item}) of the last dataset asked for
 
-    def __init__(self, dataset, key: tuple):
+    def __init__(self, dataset, key: tuple, cache: Optional[Path] = None):
         if GeneratedItems._kept[0] != key:
-            GeneratedItems._kept = (key, {})
-        self.dataset, self._items = dataset, GeneratedItems._kept[1]
+            GeneratedItems._kept = (key, _read_items(cache, key) if cache else {})
+        self.dataset, self._items, self.key, self.cache = dataset, GeneratedItems._kept[1], key, cache
+        self.generated = 0
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -161,7 +173,55 @@ class GeneratedItems:
         item = self._items.get(i)
         if item is None:
             item = self._items[i] = self.dataset[i]
+            self.generated += 1
         return item
+
+    def save(self) -> None:
+        """Write the items to ``cache`` when this walk generated any; an item that cannot be pickled leaves no file."""
+        if self.cache is None or not self.generated:
+            return
+        try:
+            body = pickle.dumps({"key": self.key, "items": self._items}, protocol=pickle.HIGHEST_PROTOCOL)
+        except (pickle.PicklingError, TypeError, AttributeError):
+            return
+        self.cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.cache.with_name(f".{self.cache.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            with open(tmp, "xb") as f:  # open()'s permissions (0666 less the umask), not mkstemp's 0600
+                f.write(hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.cache)
+        except OSError:  # a read-only or full cache costs the next process the generation, nothing else
+            tmp.unlink(missing_ok=True)
+        self.generated = 0
+
+
+def items_cache(key: tuple) -> Path:
+    """Where a dataset's generated items are kept: under ``tasks.tiny_lm.cache_root()`` (``$GRPO_BENCH_CACHE``), by a
+    hash of ``key`` (the installed reasoning-gym version, the dataset, its config, the seed and the size)."""
+    from tasks.tiny_lm import cache_root
+
+    return cache_root() / "reasoning-gym" / f"{key[1]}-{hashlib.sha256(repr(key).encode()).hexdigest()[:16]}.items"
+
+
+def _read_items(path: Path, key: tuple) -> dict:
+    """The items saved at ``path`` for ``key``; {} when there is no file, and, said in one line, when it is corrupt."""
+    try:
+        digest, _, body = path.read_bytes().partition(b"\n")
+    except OSError:
+        return {}
+    stored = None
+    if hashlib.sha256(body).hexdigest().encode() == digest:
+        try:
+            stored = pickle.loads(body)
+        except Exception:  # noqa: BLE001 - a file whose digest matches but does not unpickle is corrupt too
+            stored = None
+    if not isinstance(stored, dict) or stored.get("key") != key or not isinstance(stored.get("items"), dict):
+        print(f"reasoning_gym: the cached items {path} are corrupt or for another dataset; generating them again",
+              file=sys.stderr)
+        return {}
+    return stored["items"]
 
 
 def tagged_answer(completion: str) -> Optional[str]:
@@ -309,8 +369,8 @@ class ReasoningGymTask(Task):
         draws = 4 * (train_problems + reserve)
         validation = 4 * eval_problems if eval_set == "validation" else 0  # walked after the split's draws
         self.dataset = create_dataset(dataset, self.config, seed=data_seed, size=draws + validation)
-        key = (dataset, json.dumps(self.config, sort_keys=True, default=repr), data_seed, len(self.dataset))
-        items = GeneratedItems(self.dataset, key)
+        key = (_version(), dataset, json.dumps(self.config, sort_keys=True, default=repr), data_seed, len(self.dataset))
+        items = GeneratedItems(self.dataset, key, items_cache(key))
         kept, train = split_questions(items, reserve, train_problems, split, seed=data_seed, draws=draws)
         if len(kept) < reserve or not train:
             raise TaskError(f"reasoning_gym: {dataset} with this config has only {len(kept) + len(train)} distinct "
@@ -322,6 +382,7 @@ class ReasoningGymTask(Task):
             if len(held_out) < eval_problems:
                 raise TaskError(f"reasoning_gym: {dataset} with this config has only {len(held_out)} distinct questions "
                                 f"left after the split in {len(self.dataset)} draws; eval_set validation needs {eval_problems}")
+        items.save()  # the next process's split reads these instead of generating them
         self.train_entries = train
         self.tokenizer = load_tokenizer(model)
         self._entries: dict[str, dict] = {}

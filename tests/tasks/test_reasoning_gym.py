@@ -25,8 +25,9 @@ class _PlainTokenizer:
 
 
 @pytest.fixture
-def plain_tokenizer(monkeypatch):
+def plain_tokenizer(monkeypatch, tmp_path):
     monkeypatch.setattr(rg_task, "load_tokenizer", lambda model=None: _PlainTokenizer())
+    monkeypatch.setenv("GRPO_BENCH_CACHE", str(tmp_path / "cache"))  # each test's own saved items
 
 
 def _task(**options):
@@ -151,7 +152,66 @@ def test_each_item_is_generated_once_per_process_and_the_split_is_unchanged(plai
     assert questions(validation) == questions(first.eval_entries)
     # another dataset (here another seed) replaces the kept items rather than adding to them
     _task(data_seed=6)
-    assert rg_task.GeneratedItems._kept[0][2] == 6 and len(rg_task.GeneratedItems._kept[1]) <= len(set(made))
+    assert rg_task.GeneratedItems._kept[0][3] == 6 and len(rg_task.GeneratedItems._kept[1]) <= len(set(made))
+
+
+def test_a_fresh_process_reads_the_saved_items_and_regenerates_a_corrupt_file(plain_tokenizer, monkeypatch, tmp_path,
+                                                                             capsys):
+    """A process's first task of a dataset saves the items it generated; a fresh process (an empty memo) reads them
+    and generates none, with the same split; a corrupt or foreign file is said in one line and generated anew."""
+    made = []
+    real = rg_task.create_dataset
+
+    def counting(*args, **kwargs):
+        dataset = real(*args, **kwargs)
+        generate = type(dataset).__getitem__
+
+        class Counted(type(dataset)):
+            def __getitem__(self, i):
+                made.append(i)
+                return generate(self, i)
+
+        dataset.__class__ = Counted
+        return dataset
+
+    monkeypatch.setattr(rg_task, "create_dataset", counting)
+    fresh = lambda: monkeypatch.setattr(rg_task.GeneratedItems, "_kept", (None, {}))  # noqa: E731 - a new process
+    questions = lambda task: ([e["question"] for e in task.train_entries], [e["question"] for e in task.eval_entries])  # noqa: E731
+    fresh()
+    first = _task(data_seed=7, eval_set="validation")
+    generated = len(made)
+    files = list((tmp_path / "cache" / "reasoning-gym").glob("chain_sum-*.items"))
+    assert generated > 70 and len(files) == 1 and files[0].stat().st_mode & 0o777 == 0o666 & ~_umask()
+    fresh()
+    again = _task(data_seed=7, eval_set="validation")
+    assert len(made) == generated and questions(again) == questions(first)  # read, not generated
+    assert [e["answer"] for e in again.eval_entries] == [e["answer"] for e in first.eval_entries]
+    blob = bytearray(files[0].read_bytes())
+    blob[-10] ^= 0xFF  # one flipped byte in the pickled items
+    files[0].write_bytes(bytes(blob))
+    fresh()
+    repaired = _task(data_seed=7, eval_set="validation")
+    assert "are corrupt or for another dataset; generating them again" in capsys.readouterr().err
+    assert len(made) == 2 * generated and questions(repaired) == questions(first)
+    fresh()
+    _task(data_seed=7, eval_set="validation")
+    assert len(made) == 2 * generated  # the file was written again, whole
+    other = files[0].with_name("other.items")  # a whole file saved for another key, found under this one's name
+    monkeypatch.setattr(rg_task, "items_cache", lambda key: other)
+    _task(data_seed=8)
+    fresh()
+    monkeypatch.setattr(rg_task, "items_cache", lambda key: files[0] if key[3] == 7 else other)
+    files[0].write_bytes(other.read_bytes())
+    _task(data_seed=7, eval_set="validation")
+    assert "another dataset" in capsys.readouterr().err and len(made) > 3 * generated
+
+
+def _umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def test_split_option_is_checked(plain_tokenizer):
