@@ -32,7 +32,7 @@ from benchmarks.markdown import lower_bound, markdown_table
 from benchmarks.report import inference
 from benchmarks.report.stats import REPS, SEED
 from benchmarks.report.transfer import compare, ran_with, read_matrix
-from benchmarks.report.verdicts import primary_name, seeds_needed
+from benchmarks.report.verdicts import fresh_note, primary_name, seeds_needed
 
 MIN_RANKED = 3  # algorithms a ranking comparison needs (transfer's own floor)
 
@@ -64,7 +64,8 @@ def skill(data: dict, directory: Path) -> dict:
                      "train_s": float(getattr(r, "wall_clock_s", math.nan)),
                      "train_cpu_s": float(getattr(r, "training_cpu_s", math.nan)),
                      "steps": float(getattr(r, "steps", math.nan)), "steps_planned": float(getattr(r, "steps_planned", math.nan)),
-                     "peak_mib": float(getattr(r, "peak_memory_bytes", math.nan)) / 2**20})
+                     "peak_mib": float(getattr(r, "peak_memory_bytes", math.nan)) / 2**20,
+                     "peak_n": getattr(r, "peak_memory_n", None)})
     sentence = next((s for s in analysis["sentences"] if f"`{task}`" in s), f"`{task}`: no verdict.")
     return {"dir": str(directory), "task": task, "spec": analysis["spec"], "sentence": sentence,
             "power": power.to_dict(), "rows": pd.DataFrame(rows)}
@@ -234,5 +235,6 @@ def _cost(r) -> str:
         parts.append(f" ({r['train_cpu_s']:.0f} CPU)")
     if not math.isnan(r["steps"]) and r["steps"] != r["steps_planned"]:
         parts.append(f" in {r['steps']:.3g} of {r['steps_planned']:.0f} steps")
-    parts.append(", " + ("-" if math.isnan(r["peak_mib"]) else f"{r['peak_mib']:.0f}"))
+    parts.append(", " + ("-" if math.isnan(r["peak_mib"]) else f"{r['peak_mib']:.0f}"
+                         + fresh_note(r.get("peak_n"), r["seeds"])))
     return "".join(parts)

@@ -129,7 +129,23 @@ def collect(out: Path) -> dict:
     for column in [c for c, _, _, _ in SUMMARY_COLUMNS] + ["peak_memory_bytes", "peak_memory_kind", "accuracy_after"]:
         if column not in cells:
             cells[column] = math.nan
-    return {"meta": meta, "cells": cells, "evals": pd.DataFrame(eval_rows), "steps": pd.DataFrame(step_rows)}
+    return {"meta": meta, "cells": fresh_process_peaks(cells), "evals": pd.DataFrame(eval_rows),
+            "steps": pd.DataFrame(step_rows)}
+
+
+def fresh_process_peaks(cells: pd.DataFrame) -> pd.DataFrame:
+    """``cells`` with ``peak_memory_bytes`` kept only where it is the cell's own. On CPU it is the process's peak
+    RSS: a cell's own where the cell ran first in its process (a fresh process, or a local worker's first cell), not
+    for a warm local worker's later cells, whose peak grows with the cells the worker ran before (glibc keeps the
+    freed heap: the chain_sum verdict's RLOO read 4.8 GiB as a worker's first cell and up to 6.6 GiB later). Those
+    move to ``peak_memory_warm_bytes`` and read as missing, so every table's peak memory is a mean over fresh cells.
+    A GPU's peak (reset for each cell) is kept."""
+    cells = cells.copy()
+    later = pd.to_numeric(cells.get("worker_cell_index", pd.Series(math.nan, index=cells.index)), errors="coerce") > 0
+    warm = later & cells["peak_memory_kind"].astype(str).str.startswith("process_peak_rss")
+    cells["peak_memory_warm_bytes"] = cells["peak_memory_bytes"].where(warm)
+    cells["peak_memory_bytes"] = cells["peak_memory_bytes"].where(~warm)
+    return cells
 
 
 def _questions(record: Optional[dict]) -> dict:
@@ -172,6 +188,7 @@ def summarize(cells: pd.DataFrame) -> pd.DataFrame:
         for column, _, _, _ in SUMMARY_COLUMNS:
             mean, half = t_interval(done[column]) if column in done else (math.nan, math.nan)
             row[f"{column}_mean"], row[f"{column}_ci95"] = mean, half
+        row["peak_memory_n"] = int(done["peak_memory_bytes"].notna().sum()) if "peak_memory_bytes" in done else 0
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -232,9 +249,16 @@ def summary_markdown(summary: pd.DataFrame) -> str:
         seeds = f"{r['seeds_complete']}/{r['seeds_planned']}" + (f" ({r['failed']} failed)" if r["failed"] else "")
         used = "-" if pd.isna(r["completions_used"]) else f"{r['completions_used']:.0f}"
         rows.append([r["task"], r["variant"], seeds, _steps_used(r["steps"], r.get("steps_taken"), used)]
-                    + [plus_minus(r[f"{c}_mean"], r[f"{c}_ci95"], fmt, scale, seeds=int(r["seeds_complete"]))
+                    + [_peak_text(r, fmt, scale) if c == "peak_memory_bytes" else
+                       plus_minus(r[f"{c}_mean"], r[f"{c}_ci95"], fmt, scale, seeds=int(r["seeds_complete"]))
                        for c, _, fmt, scale in SUMMARY_COLUMNS])
     return markdown_table(headers, rows)
+
+
+def _peak_text(r, fmt: str, scale: float) -> str:
+    """Peak memory's mean ± interval over the fresh cells (``fresh_process_peaks``)."""
+    text = plus_minus(r["peak_memory_bytes_mean"], r["peak_memory_bytes_ci95"], fmt, scale, seeds=r["peak_memory_n"])
+    return text if text == "-" else text + verdicts.fresh_note(r["peak_memory_n"], int(r["seeds_complete"]))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -274,7 +298,9 @@ def render(data: dict, summary: pd.DataFrame, images: list[tuple[str, str]], pre
         lines += ["", verdicts.render(data["analysis"]).rstrip()]
     lines += ["", "#### Every measured number", "",
               "Mean ± 95% confidence interval over seeds (Student t); failed and missing cells are left out of the means. "
-              "On CPU, peak memory is the cell process's peak RSS, Python and torch included; "
+              "On CPU, peak memory is the cell process's peak RSS, Python and torch included, over the cells that ran "
+              "first in their process (a warm worker's later cells read what its earlier cells left; '-' where no "
+              "cell did, 'k of n fresh' where only some did); "
               "params+grads+optim counts what training adds (a critic included).",
               "", summary_markdown(summary)]
     phases = phase_markdown(cells) if "status" in cells else ""

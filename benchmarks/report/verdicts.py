@@ -138,6 +138,8 @@ def analyse(cells: pd.DataFrame, curves: dict, *, reps: int = stats.REPS, seed: 
                                                             if c in done]  # where the cells recorded them
     cost_columns += [c for c in SHORTCUT_COLUMNS if c in done]  # the final evaluation's, where recorded
     cost = done.groupby(["task", "variant"], sort=False)[cost_columns].mean()
+    # peak memory is a mean over the cells that ran first in their process (report.matrix.fresh_process_peaks)
+    cost["peak_memory_n"] = done.groupby(["task", "variant"], sort=False)["peak_memory_bytes"].count()
     tasks = list(dict.fromkeys(per_cell["task"]))
     judged = [_judge_task(task, per_cell[per_cell["task"] == task], curves["thresholds"][task], cost, spec, groups,
                           reps=reps, seed=seed) for task in tasks]
@@ -495,7 +497,8 @@ HOW_TO_READ = (
     "highest mean. *MDD*: the gap to the best that this design calls worse with 80% probability. Final accuracy "
     f"mean and IQM are described with stratified-bootstrap 95% intervals ({stats.REPS} resamples; rliable). "
     f"*Collapsed*: fell >= {stats.COLLAPSE_DROP} below its peak and stayed there (Wilson 95% interval); *never "
-    "learned*: never above its start. Costs are means over seeds.")
+    "learned*: never above its start. Costs are means over seeds; peak memory over the seeds whose cell ran first in its "
+    "process (a warm worker's later cells read what its earlier cells left).")
 
 
 def render(analysis: dict, *, scaling: bool = True) -> str:
@@ -581,7 +584,7 @@ def _variants_table(frame: pd.DataFrame, curve_ok: bool) -> str:
         row += [_collapse_text(r), f"{r['never_learned']}/{r['seeds']}",
                 ("-" if pd.isna(r.get("wall_clock_s")) else f"{r['wall_clock_s']:.1f}")
                 + ("" if pd.isna(r.get("training_cpu_s", math.nan)) else f" ({r['training_cpu_s']:.0f} CPU)"),
-                "-" if pd.isna(r.get("peak_memory_bytes")) else f"{r['peak_memory_bytes'] / 2**20:.0f}"]
+                peak_text(r.get("peak_memory_bytes"), r.get("peak_memory_n"), r["seeds"])]
         rows.append(row)
     headers = ["rank", "variant", "seeds", "primary metric", "gap to best of others [simultaneous 95%]", "mark",
                "P(best)", "final accuracy mean [95% CI]", "IQM [95% CI]"]
@@ -589,6 +592,17 @@ def _variants_table(frame: pd.DataFrame, curve_ok: bool) -> str:
         headers += ["AUC mean [95% CI]", "completions to threshold"]
     headers += ["collapsed [95% CI]", "never learned", "training s", "peak MiB"]
     return markdown_table(headers, rows)
+
+
+def peak_text(peak_bytes, fresh, seeds: int) -> str:
+    """A variant's mean peak MiB, with ``fresh_note``."""
+    return "-" if peak_bytes is None or pd.isna(peak_bytes) else f"{peak_bytes / 2**20:.0f}" + fresh_note(fresh, seeds)
+
+
+def fresh_note(fresh, seeds: int) -> str:
+    """" (k of n fresh)" where only k of a variant's n seeds ran first in their process, so its peak memory is a mean
+    over k (report.matrix.fresh_process_peaks); nothing where all did or the count is unknown."""
+    return "" if fresh is None or pd.isna(fresh) or int(fresh) >= seeds else f" ({int(fresh)} of {seeds} fresh)"
 
 
 def _all_tasks_lines(analysis: dict) -> list[str]:

@@ -401,3 +401,50 @@ def test_readme_naming_the_results_index_writes_it_once_with_the_verdicts(matrix
     text = index.read_text()
     assert text.count("<!-- grpo-bench:matrix-m -->") == 1 and text.count("<!-- grpo-bench:matrix-m-verdicts -->") == 1
     assert [Path(p).resolve() for p in data["written"]].count(index.resolve()) == 1
+
+
+def test_peak_memory_is_a_mean_over_the_cells_that_ran_first_in_their_process(tmp_path):
+    """A warm local worker's later cells read a process peak that grows with the cells run before: the report keeps
+    only the first-in-process cells' peaks (a fresh subprocess's, a worker's first cell's, a GPU's own), says how many
+    of the seeds those are, and shows '-' where none is."""
+    out = tmp_path / "m"
+    # (variant, executor records per seed, peak MiB per seed): fast's seed 0 ran first in its worker; steady ran in
+    # fresh processes (no worker index); slow only as later cells of a warm worker; gpu's peaks are reset per cell.
+    layout = {"fast": ([{"executor": "local", "worker_cell_index": i} for i in range(3)], [1000, 1500, 1700]),
+              "steady": ([{"executor": "subprocess"}] * 3, [900, 910, 950]),
+              "slow": ([{"executor": "local", "worker_cell_index": i} for i in (1, 2, 3)], [2000, 2100, 2200]),
+              "gpu": ([{"executor": "local", "worker_cell_index": i} for i in (1, 2, 3)], [300, 310, 320])}
+    cells = []
+    for variant, (records, peaks) in layout.items():
+        for seed in range(3):
+            cps = dict((v, c) for v, c, _ in VARIANTS).get(variant, 16)
+            cells.append(_write_cell(out, "hard", variant, seed, cps, _curves("hard", variant if variant in
+                                     ("fast", "steady", "slow") else "fast", seed), 1.0, {}))
+            path = out / cells[-1]["dir"] / "summary.json"
+            summary = json.loads(path.read_text()) | records[seed] | {"peak_memory_bytes": peaks[seed] * 2**20}
+            if variant == "gpu":
+                summary["peak_memory_kind"] = "cuda_max_memory_allocated"
+            path.write_text(json.dumps(summary))
+    (out / "matrix.json").write_text(json.dumps({"name": "test", "cells": cells, "sessions": []}))
+    store = ResultStore.open(out)
+    for cell in cells:
+        store.put(cell["dir"], {k: v for k, v in cell.items() if k != "dir"},
+                  json.loads((out / cell["dir"] / "summary.json").read_text()),
+                  [json.loads(line) for line in (out / cell["dir"] / "metrics.jsonl").read_text().splitlines()])
+
+    data = report(out, plot=False)
+    by_variant = data["cells"].groupby("variant")
+    assert by_variant["peak_memory_bytes"].mean().dropna().div(2**20).to_dict() == pytest.approx(
+        {"fast": 1000, "steady": 920, "gpu": 310}) and by_variant["peak_memory_bytes"].count()["slow"] == 0
+    assert by_variant["peak_memory_warm_bytes"].count().to_dict() == {"fast": 2, "steady": 0, "slow": 3, "gpu": 0}
+    summary = data["summary"].set_index("variant")
+    assert summary.loc["fast", "peak_memory_n"] == 1 and summary.loc["steady", "peak_memory_n"] == 3
+    text = (out / "README.md").read_text()
+    measured = text[text.index("#### Every measured number"):text.index("What a cell costs, by phase")]
+    row = {line.split(" | ")[1]: line for line in measured.splitlines() if line.startswith("| hard |")}
+    assert "1000 ± n/a (1 seed) (1 of 3 fresh)" in row["fast"] and "920 ± " in row["steady"]
+    assert "fresh" not in row["steady"] and " | - | " in row["slow"]
+    ranked = text[text.index("### Verdicts"):text.index("#### Every measured number")].splitlines()
+    verdict = {line.split(" | ")[1]: line for line in ranked if line[2:3].isdigit() and line.split(" | ")[1] in layout}
+    assert verdict["fast"].rstrip(" |").endswith("| 1000 (1 of 3 fresh)") and verdict["slow"].rstrip(" |").endswith("| -")
+    assert verdict["steady"].rstrip(" |").endswith("| 920") and verdict["gpu"].rstrip(" |").endswith("| 310")
