@@ -270,7 +270,8 @@ class LocalExecutor(RegisteredExecutor):
     worker pays the torch / transformers import once; a cell it runs writes the same metrics as in a fresh
     process (``cell.reset_process_state``) but its peak memory, which grows with the cells the worker ran before
     (glibc keeps freed heap: the chain_sum verdict's RLOO read 4.8 GiB as a worker's first cell, up to 6.6 GiB
-    later): where peak memory is a result, run the cells with ``--executor subprocess``. A cell that kills its
+    later), so the report keeps only a worker's first cell's peak (``report.matrix.fresh_process_peaks``): where
+    peak memory is a result, run the cells with ``--executor subprocess``. A cell that kills its
     worker is recorded as failed and the slot starts a new worker."""
 
     name = "local"
