@@ -115,11 +115,8 @@ def test_spread_split_gives_both_sides_the_easy_questions():
     assert kept != split_questions(stream, 40, 40, "spread", seed=2)[0]
 
 
-def test_each_item_is_generated_once_per_process_and_the_split_is_unchanged(plain_tokenizer, monkeypatch):
-    """The split and the validation walk read reasoning-gym's items through one memo, so a task built again (a warm
-    matrix worker's next cell) generates none; what they hold is what the dataset itself gives."""
-    from tasks.reasoning_gym import split_questions, validation_questions
-
+def _count_generated(monkeypatch) -> tuple[list[int], object]:
+    """(the indices of every item reasoning-gym generates from now on, the real create_dataset)."""
     made = []
     real = rg_task.create_dataset
 
@@ -136,6 +133,15 @@ def test_each_item_is_generated_once_per_process_and_the_split_is_unchanged(plai
         return dataset
 
     monkeypatch.setattr(rg_task, "create_dataset", counting)
+    return made, real
+
+
+def test_each_item_is_generated_once_per_process_and_the_split_is_unchanged(plain_tokenizer, monkeypatch):
+    """The split and the validation walk read reasoning-gym's items through one memo, so a task built again (a warm
+    matrix worker's next cell) generates none; what they hold is what the dataset itself gives."""
+    from tasks.reasoning_gym import split_questions, validation_questions
+
+    made, real = _count_generated(monkeypatch)
     monkeypatch.setattr(rg_task.GeneratedItems, "_kept", (None, {}))
     first = _task(data_seed=5, eval_set="validation")
     assert len(made) == len(set(made)) > 70  # the validation walk starts again at item 0: from the memo
@@ -159,22 +165,7 @@ def test_a_fresh_process_reads_the_saved_items_and_regenerates_a_corrupt_file(pl
                                                                              capsys):
     """A process's first task of a dataset saves the items it generated; a fresh process (an empty memo) reads them
     and generates none, with the same split; a corrupt or foreign file is said in one line and generated anew."""
-    made = []
-    real = rg_task.create_dataset
-
-    def counting(*args, **kwargs):
-        dataset = real(*args, **kwargs)
-        generate = type(dataset).__getitem__
-
-        class Counted(type(dataset)):
-            def __getitem__(self, i):
-                made.append(i)
-                return generate(self, i)
-
-        dataset.__class__ = Counted
-        return dataset
-
-    monkeypatch.setattr(rg_task, "create_dataset", counting)
+    made, _ = _count_generated(monkeypatch)
     fresh = lambda: monkeypatch.setattr(rg_task.GeneratedItems, "_kept", (None, {}))  # noqa: E731 - a new process
     questions = lambda task: ([e["question"] for e in task.train_entries], [e["question"] for e in task.eval_entries])  # noqa: E731
     fresh()
