@@ -155,9 +155,9 @@ class GeneratedItems:
 
     With ``cache`` (a file, ``items_cache``), a process's first walk reads the items an earlier process saved
     (``save``), so a fresh process does not generate them again either: the verdict's fresh PPO cells then built in
-    3.3 s, against 55-61 s. The file is the pickled items behind their
-    sha256 and the key they were made for: a file that is cut short, altered or made for another key is said in one
-    line and generated anew; it is written atomically."""
+    3.3 s, against 55-61 s. The file is the pickled items behind their sha256 and the key they were made for: a file
+    that is cut short, altered or made for another key is said in one line and generated anew; it is written
+    atomically."""
 
     _kept: tuple = (None, {})  # (key, {index: item}) of the last dataset asked for
 
