@@ -63,6 +63,7 @@ from tasks.base import (EVAL_DECODING_HELP, EvalMetrics, GenerationDefaults, Sam
                         register_task,
                         reward_ranked_pairs, sample_batched)
 from tasks.smollm import load_causal_lm, load_tokenizer
+from tasks.tiny_lm import cache_root
 
 INSTALL_HINT = "pip install -e '.[reasoning]'"
 # Short answers, no reasoning asked for: a 135M model's chains of thought are rambling loops, and a
@@ -201,8 +202,6 @@ class GeneratedItems:
 def items_cache(key: tuple) -> Path:
     """Where a dataset's generated items are kept: under ``tasks.tiny_lm.cache_root()`` (``$GRPO_BENCH_CACHE``), by a
     hash of ``key`` (the installed reasoning-gym version, the dataset, its config, the seed and the size)."""
-    from tasks.tiny_lm import cache_root
-
     return cache_root() / "reasoning-gym" / f"{key[1]}-{hashlib.sha256(repr(key).encode()).hexdigest()[:16]}.items"
 
 

@@ -32,7 +32,7 @@ from benchmarks.markdown import lower_bound, markdown_table
 from benchmarks.report import inference
 from benchmarks.report.stats import REPS, SEED
 from benchmarks.report.transfer import compare, ran_with, read_matrix
-from benchmarks.report.verdicts import fresh_note, primary_name, seeds_needed
+from benchmarks.report.verdicts import peak_text, primary_name, seeds_needed
 
 MIN_RANKED = 3  # algorithms a ranking comparison needs (transfer's own floor)
 
@@ -235,6 +235,5 @@ def _cost(r) -> str:
         parts.append(f" ({r['train_cpu_s']:.0f} CPU)")
     if not math.isnan(r["steps"]) and r["steps"] != r["steps_planned"]:
         parts.append(f" in {r['steps']:.3g} of {r['steps_planned']:.0f} steps")
-    parts.append(", " + ("-" if math.isnan(r["peak_mib"]) else f"{r['peak_mib']:.0f}"
-                         + fresh_note(r.get("peak_n"), r["seeds"])))
+    parts.append(", " + peak_text(r["peak_mib"] * 2**20, r.get("peak_n"), r["seeds"]))
     return "".join(parts)
