@@ -391,7 +391,8 @@ def wall_clock_line(sessions: list[dict], done: pd.DataFrame) -> str:
                      f"({sum(int(s['cells_run']) for s in tuning)} tuning cell runs, not among the cells shown)")
     if not done.empty:
         parts.append(_cell_time_text(done))
-    return "; ".join(parts) + "."
+    line = "; ".join(parts) + "."
+    return line[0].upper() + line[1:]  # a sentence, whichever part leads it
 
 
 def _cell_time_text(done: pd.DataFrame) -> str:

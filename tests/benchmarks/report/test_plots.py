@@ -130,6 +130,9 @@ def test_a_tuning_stage_is_named_as_such():
     line = wall_clock_line(sessions, done)
     assert "the tuning stage took 900 s in 1 session(s) (15 tuning cell runs, not among the cells shown)" in line
     assert "more session" not in line
+    # the tuning stage alone (no evaluation cell yet) leads the line: a sentence that starts with a capital
+    assert wall_clock_line(sessions[:1], done.iloc[:0]) == ("The tuning stage took 900 s in 1 session(s) (15 tuning "
+                                                            "cell runs, not among the cells shown).")
 
 
 # ------------------------------------------------------------------------------------------------
