@@ -302,17 +302,35 @@ def _scaling_lines(analysis: dict, task: str, frame: pd.DataFrame) -> list[str]:
     if fitted is None or fitted.empty or frame["saturated"].iloc[0]:
         return []
     fitted = fitted[fitted["task"] == task].set_index("variant")
+    fitted = fitted.reindex(list(frame["variant"])).dropna(subset=["R0"])
+    fitted = fitted[np.isfinite(fitted["B"].astype(float))]
+    if fitted.empty:  # e.g. evaluated before and after only: two points cannot fix four parameters
+        return ["", "Compute scaling: no ScaleRL fit, the curves have too few evaluations for its four parameters."]
+    number = lambda value, form: form.format(value) if np.isfinite(value) else "-"
+    bound = lambda names: names if isinstance(names, str) and names else "-"
     rows = [[v, f"{f['R0']:.3f}", with_interval(f["A"], f["A_low"], f["A_high"]),
              with_interval(f["C_mid"], f["C_mid_low"], f["C_mid_high"], "{:.0f}"), f"{f['B']:.2f}",
-             f"{f['half_mae']:.3f}", f"{f['half_final_error']:+.3f}"]
-            for v, f in fitted.reindex(list(frame["variant"])).dropna(subset=["R0"]).iterrows() if np.isfinite(f["B"])]
-    if not rows:  # e.g. evaluated before and after only: two points cannot fix four parameters
-        return ["", "Compute scaling: no ScaleRL fit, the curves have too few evaluations for its four parameters."]
+             bound(f.get("unfixed")), number(f["half_mae"], "{:.3f}"), number(f["half_final_error"], "{:+.3f}")]
+            for v, f in fitted.iterrows()]
+    counts = lambda column: sorted({int(n) for n in fitted[column].dropna()}) if column in fitted else []
+    points, half = counts("points"), counts("half_points")
+    said = []
+    if points:
+        said.append(f"fitted on {'/'.join(map(str, points))} evaluations after the start for {fits.FREE_PARAMETERS} "
+                    "free parameters" + (" (as many points as parameters: the curve passes through them all and "
+                                         "does not test the sigmoid's form)" if min(points) <= fits.FREE_PARAMETERS else ""))
+    if not np.isfinite(fitted["half_mae"].astype(float)).all():
+        short = [n for n in half if n < fits.FREE_PARAMETERS]
+        said.append(f"'-' in the half-budget columns: the first half of the budget holds {'/'.join(map(str, short))} "
+                    f"evaluation(s) after the start, fewer than the {fits.FREE_PARAMETERS} free parameters"
+                    if short else "'-' in the half-budget columns: the half-budget fit failed")
     return ["", "Compute scaling (ScaleRL's R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) on the mean curve; intervals: "
-                "seeds resampled; *half-budget error*: fitted on the first half of the budget, its mean absolute error "
-                "on the second half's evaluations and its error at the budget):", "",
-            markdown_table(["variant", "R0", "asymptote A [95% CI]", "C_mid [95% CI]", "B", "half-budget MAE",
-                            "error at budget"], rows)]
+                "seeds resampled; *set by a bound*: the parameters whose fit or interval end lies on the fit's bound "
+                "(A in [0, 1], C_mid in [budget/1000, 100 budget], B in [0.1, 10]): the curve does not fix them; "
+                "*half-budget error*: fitted on the first half of the budget, its mean absolute error on the second "
+                "half's evaluations and its error at the budget" + "".join(f"; {line}" for line in said) + "):", "",
+            markdown_table(["variant", "R0", "asymptote A [95% CI]", "C_mid [95% CI]", "B", "set by a bound",
+                            "half-budget MAE", "error at budget"], rows)]
 
 
 def _primary_line(spec: dict) -> str:

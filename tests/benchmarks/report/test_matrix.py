@@ -366,7 +366,30 @@ def test_curves_too_short_for_a_fit_say_so_in_one_line():
     fitted.loc[0, ["A", "A_low", "A_high", "C_mid", "C_mid_low", "C_mid_high", "B", "half_mae", "half_final_error"]] = \
         [0.9, 0.8, 1.0, 500, 400, 600, 1.5, 0.01, 0.02]
     table = verdicts._scaling_lines({"scaling_fits": fitted}, "t", frame)[-1]
-    assert "| a | 0.150 | 0.900 [0.800, 1.000] | 500 [400, 600] | 1.50 | 0.010 | +0.020 |" in table and "| b |" not in table
+    assert "| a | 0.150 | 0.900 [0.800, 1.000] | 500 [400, 600] | 1.50 | - | 0.010 | +0.020 |" in table and "| b |" not in table
+
+
+def test_a_fit_the_curve_cannot_fix_says_so_instead_of_printing_nan():
+    """Evaluations every 320 of 1280 completions: the first half holds 2 points for 3 parameters, so there is no
+    half-budget check (a '-' and why, never 'nan'); an asymptote whose interval runs to the bound is named."""
+    from benchmarks.report import fits, verdicts
+
+    grid = np.array([0, 320, 640, 960, 1280.0])
+    rng = np.random.default_rng(1)
+    climbing = fits.sigmoid(grid[1:], 0.16, 0.9, 5000.0, 1.2)  # far from its asymptote at the budget
+    rows = [{"task": "t", "variant": "a", "seed": s, "completions": c, "accuracy": y}
+            for s in range(4) for c, y in zip(grid, np.r_[0.16, climbing + 0.01 * rng.standard_normal(4)])]
+    fitted = fits.scaling_fits(pd.DataFrame(rows), reps=30)
+    row = fitted.iloc[0]
+    assert row["points"] == 4 and row["half_points"] == 2 and np.isnan(row["half_mae"])
+    assert "A" in row["unfixed"].split(", ")  # the curve is too early to say where it levels off
+    frame = pd.DataFrame({"variant": ["a"], "saturated": [False]})
+    caption, _, table = verdicts._scaling_lines({"scaling_fits": fitted}, "t", frame)[1:]
+    assert "nan" not in table and table.splitlines()[-1].endswith("| - | - |")
+    assert "fitted on 4 evaluations after the start for 3 free parameters" in caption
+    assert "the first half of the budget holds 2 evaluation(s) after the start, fewer than the 3" in caption
+    assert fits.unfixed({"A": (0.5, 0.4, 0.6), "C_mid": (300.0,), "B": (10.0,)}, 1280.0) == "B"
+    assert fits.unfixed({"A": (0.5, 0.4, 1.0), "C_mid": (1.28,), "B": (2.0,)}, 1280.0) == "A, C_mid"
 
 
 def test_the_wall_clock_line_says_when_a_resumed_cell_trained_longer_than_its_last_process():
