@@ -296,6 +296,13 @@ def _names(variants: list[str]) -> str:
     return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
 
 
+def _bounds_text() -> str:
+    """fits.bounds in words, per budget: 'A in [0, 1], C_mid in [budget/1000, 100 budget], B in [0.1, 10]'."""
+    lower, upper = fits.bounds(1.0)
+    return (f"A in [{lower[0]:g}, {upper[0]:g}], C_mid in [budget/{1 / lower[1]:g}, {upper[1]:g} budget], "
+            f"B in [{lower[2]:g}, {upper[2]:g}]")
+
+
 def _scaling_lines(analysis: dict, task: str, frame: pd.DataFrame) -> list[str]:
     """The ScaleRL fits of a task that ranks (saturated tasks' fits are in tables/scaling_fits.csv only)."""
     fitted = analysis.get("scaling_fits", pd.DataFrame())
@@ -326,7 +333,7 @@ def _scaling_lines(analysis: dict, task: str, frame: pd.DataFrame) -> list[str]:
                     if short else "'-' in the half-budget columns: the half-budget fit failed")
     return ["", "Compute scaling (ScaleRL's R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) on the mean curve; intervals: "
                 "seeds resampled; *set by a bound*: the parameters whose fit or interval end lies on the fit's bound "
-                "(A in [0, 1], C_mid in [budget/1000, 100 budget], B in [0.1, 10]): the curve does not fix them; "
+                f"({_bounds_text()}): the curve does not fix them; "
                 "*half-budget error*: fitted on the first half of the budget, its mean absolute error on the second "
                 "half's evaluations and its error at the budget" + "".join(f"; {line}" for line in said) + "):", "",
             markdown_table(["variant", "R0", "asymptote A [95% CI]", "C_mid [95% CI]", "B", "set by a bound",
