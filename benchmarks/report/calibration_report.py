@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import pandas as pd
 
 from benchmarks.markdown import markdown_table
+from benchmarks.progress import progress
 from benchmarks.report import inference, stats
 from benchmarks.report.curves import build
 from benchmarks.report.matrix import analyse, collect
@@ -76,16 +77,24 @@ def matrix_designs(directories: Sequence[Path | str]) -> list[dict]:
     return designs
 
 
-def simulated(designs: list[dict], *, sims: int = 2000, reps: int = 1000) -> pd.DataFrame:
-    """Per design and scenario: the family-wise rates of ``inference.family_error``."""
+def _design_scenarios(d: dict) -> list[tuple[str, inference.Design]]:
+    """A committed design's scenarios: the global null and the partial nulls, at its variants' own sds."""
+    k, n, sds = d["k"], d["n"], np.asarray(d["sds"])
+    means = [("global null", None)] + [(f"top {m} equal, the rest {d['sd']:.3f} apart below",
+                                        inference.partial_null(k, m, d["sd"])) for m in PARTIAL_NULLS if m < k]
+    return [(label, inference.Design(k, n, sds=sds, means=m)) for label, m in means]
+
+
+def simulated(designs: list[dict], *, sims: int = 2000, reps: int = 1000, tick: Callable[[], None] = lambda: None
+              ) -> pd.DataFrame:
+    """Per design and scenario: the family-wise rates of ``inference.family_error``; ``tick`` after each."""
     rows = []
     for d in designs:
-        k, n, sds = d["k"], d["n"], np.asarray(d["sds"])
-        scenarios = [("global null", None)] + [(f"top {m} equal, the rest {d['sd']:.3f} apart below",
-                                                inference.partial_null(k, m, d["sd"])) for m in PARTIAL_NULLS if m < k]
-        for label, means in scenarios:
-            rates = inference.family_error(inference.Design(k, n, sds=sds, means=means), sims=sims, reps=reps)
-            rows.append({"matrix": d["matrix"], "task": d["task"], "variants": k, "seeds": n, "scenario": label, **rates})
+        for label, design in _design_scenarios(d):
+            rates = inference.family_error(design, sims=sims, reps=reps)
+            rows.append({"matrix": d["matrix"], "task": d["task"], "variants": d["k"], "seeds": d["n"],
+                         "scenario": label, **rates})
+            tick()
     return pd.DataFrame(rows)
 
 
@@ -96,10 +105,12 @@ def _null_matrices(values: np.ndarray, k: int, n: int, draws: int, rng: np.rando
 
 
 def real_aa(directory: Path | str, *, shapes: Sequence[tuple[int, int]] = AA_SHAPES, draws: int = 1000,
-            outer: int = 100, inner: int = 100, reps: int = 1000, seed: int = 0) -> tuple[dict, pd.DataFrame]:
+            outer: int = 100, inner: int = 100, reps: int = 1000, seed: int = 0,
+            tick: Callable[[], None] = lambda: None) -> tuple[dict, pd.DataFrame]:
     """The A/A matrix's primary metric per cell, and per null-matrix shape: the family-wise rate of false claims
     over ``draws`` random partitions, its 95% interval from ``outer`` bootstrap resamples of the cells (``inner``
-    partitions each), and for contrast the rate of Tukey's critical value with the pooled sd on the same draws."""
+    partitions each), and for contrast the rate of Tukey's critical value with the pooled sd on the same draws;
+    ``tick`` after each shape."""
     name, spec, per_cell = _primary_cells(directory)
     variants = sorted(set(per_cell["variant"])) if not per_cell.empty else []
     if len(variants) != 1:
@@ -109,6 +120,7 @@ def real_aa(directory: Path | str, *, shapes: Sequence[tuple[int, int]] = AA_SHA
     rng = np.random.default_rng(seed)
     rows = []
     for k, n in shapes:
+        tick()
         if k * n > len(values):
             continue
         y = _null_matrices(values, k, n, draws, rng)
@@ -155,11 +167,10 @@ def plan_designs(plan) -> list[dict]:
             for task, variants in seeds.items() if len(variants) >= 2]
 
 
-def plan_simulated(design: dict, *, sims: int = 2000, reps: int = 1000) -> pd.DataFrame:
-    """A planned design's family-wise rates (``inference.family_error``, blocked by seed as its cells will be) where
-    no sd is known yet: the scale drops out of the procedure, so the scenarios vary what does not -- the spread of
-    the variants' sds (each simulated matrix draws its own, or one variant collapses on some seeds and spreads
-    ``PLAN_WIDE`` times the others), heavy tails, and how many variants tie for best."""
+def _plan_scenarios(design: dict) -> list[tuple[str, inference.Design]]:
+    """A planned design's scenarios: where no sd is known yet the scale drops out of the procedure, so they vary what
+    does not -- the spread of the variants' sds (each simulated matrix draws its own, or one variant collapses on
+    some seeds and spreads ``PLAN_WIDE`` times the others), heavy tails, and how many variants tie for best."""
     k, n = design["k"], design["n"]
     scenarios = [("global null, equal sds", inference.Design(k, n))]
     scenarios += [(f"global null, unequal sds (log-sd spread {spread:g})", inference.Design(k, n, unequal_sd=spread))
@@ -170,11 +181,19 @@ def plan_simulated(design: dict, *, sims: int = 2000, reps: int = 1000) -> pd.Da
     scenarios.append((f"global null, t noise ({PLAN_TAIL_DF:g} df)", inference.Design(k, n, tail_df=PLAN_TAIL_DF)))
     scenarios += [(f"top {m} equal, the rest 1 sd apart below", inference.Design(k, n, means=inference.partial_null(k, m, 1.0)))
                   for m in PARTIAL_NULLS if m < k]
+    return scenarios
+
+
+def plan_simulated(design: dict, *, sims: int = 2000, reps: int = 1000, tick: Callable[[], None] = lambda: None
+                   ) -> pd.DataFrame:
+    """A planned design's family-wise rates (``inference.family_error``, blocked by seed as its cells will be), one
+    row per scenario of ``_plan_scenarios``; ``tick`` after each."""
     rows = []
-    for label, d in scenarios:
+    for label, d in _plan_scenarios(design):
         rates = inference.family_error(d, sims=sims, reps=reps)
-        rows.append({"matrix": design["name"], "task": design["task"], "variants": k, "seeds": n, "scenario": label,
-                     **rates})
+        rows.append({"matrix": design["name"], "task": design["task"], "variants": design["k"], "seeds": design["n"],
+                     "scenario": label, **rates})
+        tick()
     return pd.DataFrame(rows)
 
 
@@ -193,8 +212,10 @@ def claims_design(plan) -> dict:
             "margin": plan.analysis.margin}
 
 
-def claims_simulated(design: dict, *, sims: int = 2000, reps: int = 1000, seed: int = 3) -> pd.DataFrame:
-    """The claims' family-wise rates under the global null at the design, for each spread of the variants' sds."""
+def claims_simulated(design: dict, *, sims: int = 2000, reps: int = 1000, seed: int = 3,
+                     tick: Callable[[], None] = lambda: None) -> pd.DataFrame:
+    """The claims' family-wise rates under the global null at the design, for each spread of the variants' sds;
+    ``tick`` after each."""
     rows = []
     rng = np.random.default_rng(seed)
     for spread in CLAIM_SPREADS:
@@ -205,6 +226,7 @@ def claims_simulated(design: dict, *, sims: int = 2000, reps: int = 1000, seed: 
                      "claims": len(design["pairs"]), "scenario": "global null, equal sds" if not spread else
                      f"global null, log-sd spread {spread:g} (largest/smallest sd {sds.max() / sds.min():.1f})",
                      **rates})
+        tick()
     return pd.DataFrame(rows)
 
 
@@ -386,16 +408,23 @@ def calibration(directories: Sequence[Path | str], *, aa: Optional[Path | str] =
     planned design, the A/A cells (``aa``) cut into null matrices, the declared pairs, and each parsed claims matrix
     of ``claims`` simulated and on the A/A cells."""
     designs = matrix_designs(directories)
-    sim = simulated(designs, sims=sims)
     planned_designs = [d for plan in plans for d in plan_designs(plan)]
-    planned = pd.concat([plan_simulated(d, sims=sims) for d in planned_designs], ignore_index=True) \
-        if planned_designs else pd.DataFrame()
-    measured = real_aa(aa) if aa else None
+    claim_designs = [claims_design(plan) for plan in claims]  # parsed claims matrices
+    cases = (sum(len(_design_scenarios(d)) for d in designs) + sum(len(_plan_scenarios(d)) for d in planned_designs)
+             + (len(AA_SHAPES) if aa else 0) + len(claim_designs) * (len(CLAIM_SPREADS) + bool(aa)))
+    bar = progress(cases, desc=f"calibration ({sims} simulated matrices a case)", unit="case")
+    sim = simulated(designs, sims=sims, tick=lambda: bar.update(1))
+    planned = pd.concat([plan_simulated(d, sims=sims, tick=lambda: bar.update(1)) for d in planned_designs],
+                        ignore_index=True) if planned_designs else pd.DataFrame()
+    measured = real_aa(aa, tick=lambda: bar.update(1)) if aa else None
     pairs = declared_pairs(directories)
     judged = []
-    for plan in claims:  # parsed claims matrices
-        design = claims_design(plan)
-        judged.append((design, claims_simulated(design, sims=sims), claims_real_aa(design, aa) if aa else None))
+    for design in claim_designs:
+        rates = claims_simulated(design, sims=sims, tick=lambda: bar.update(1))
+        real = claims_real_aa(design, aa) if aa else None
+        bar.update(bool(aa))
+        judged.append((design, rates, real))
+    bar.close()
     return {"designs": designs, "simulated": sim, "real_aa": measured, "declared_pairs": pairs, "claims": judged,
             "planned_designs": planned_designs, "planned": planned, "matrices": [str(d) for d in directories],
             "sims": sims}

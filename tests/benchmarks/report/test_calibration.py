@@ -275,3 +275,26 @@ def test_calibration_report_simulates_a_planned_design_before_its_cells_run():
     text = calibration_report.render(pd.DataFrame(), None, pd.DataFrame(), "grpo-bench calibration", planned=rates)
     assert "## Simulated at planned designs, before their cells run" in text
     assert f"at `rg-verdict-chain-sum`'s planned 8 x 8 (chain_sum) at most {rates['false_claim'].max():.3f} over 8" in text
+
+
+def test_calibration_shows_its_progress_case_by_case_to_the_last(monkeypatch, capsys):
+    """A calibration at --sims 1000 runs for many minutes: it counts its cases (each design's scenarios, each plan's,
+    the A/A shapes, each claims file's spreads and its A/A part) up front and reports them done, all of them."""
+    from benchmarks.matrix import parse
+    from benchmarks.report import calibration_report, inference
+
+    calls = []
+    monkeypatch.setattr(inference, "family_error", lambda d, **kw: calls.append(d) or {"false_claim": 0.0})
+    monkeypatch.setattr(inference, "contrast_error", lambda *a, **kw: calls.append(a) or {"false_claim": 0.0})
+    design = {"matrix": "m", "task": "t", "k": 3, "n": 4, "sds": [0.01, 0.02, 0.01], "sd": 0.013}
+    monkeypatch.setattr(calibration_report, "matrix_designs", lambda dirs: [design])
+    monkeypatch.setattr(calibration_report, "declared_pairs", lambda dirs: pd.DataFrame())
+    aa = pd.DataFrame({"task": "t", "variant": "g", "seed": range(10), "primary": np.linspace(0.8, 0.9, 10)})
+    monkeypatch.setattr(calibration_report, "_primary_cells", lambda d: ("aa", {"primary": "final", "margin": 0.02}, aa))
+    calibration_report.calibration(["m"], aa="aa", sims=100,
+                                   claims=[parse(ROOT / "benchmarks/matrices/claims_toy.toml")],
+                                   plans=[parse(ROOT / "benchmarks/matrices/rg_verdict_chain_sum.toml")])
+    # 2 scenarios at m's 3 variants, 8 at the plan's 8 x 8, 3 A/A shapes (10 cells fill none), 3 claims spreads + 1
+    assert len(calls) == 2 + 8 + 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("calibration (100 simulated matrices a case): 17/17 cases")
