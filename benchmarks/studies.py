@@ -322,11 +322,12 @@ class Calibration(Study):
     def run(self, s: CalibrationSettings, command: str) -> int:
         from benchmarks.io import atomic_write_json  # start-up: hashlib, random (module docstring)
         from benchmarks.matrix import parse  # heavy: torch
+        from benchmarks.progress import progress
         from benchmarks.report.calibration_report import calibration, records  # heavy: pandas, scipy
 
         try:
             result = calibration(s.dirs, aa=s.aa, sims=s.sims, claims=[parse(path) for path in s.claims],
-                                 plans=[parse(path) for path in s.plans])
+                                 plans=[parse(path) for path in s.plans], progress=progress)
         except ValueError as exc:  # an --aa matrix of more than one variant, a claims file that states none
             raise UsageError(str(exc)) from None
         text = self.write(result, s, command)

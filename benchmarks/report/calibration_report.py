@@ -34,13 +34,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import pandas as pd
 
 from benchmarks.markdown import markdown_table
-from benchmarks.progress import progress
 from benchmarks.report import inference, stats
 from benchmarks.report.curves import build
 from benchmarks.report.matrix import analyse, collect
@@ -403,16 +402,17 @@ def _claims_section(design: dict, rates: pd.DataFrame, real: Optional[dict]) -> 
 
 
 def calibration(directories: Sequence[Path | str], *, aa: Optional[Path | str] = None, sims: int = 2000,
-                claims: Sequence = (), plans: Sequence = ()) -> dict:
+                claims: Sequence = (), plans: Sequence = (), progress: Optional[Callable[..., Any]] = None) -> dict:
     """Every measurement of the report: the matrices' designs simulated, each parsed matrix file of ``plans`` at its
     planned design, the A/A cells (``aa``) cut into null matrices, the declared pairs, and each parsed claims matrix
-    of ``claims`` simulated and on the A/A cells."""
+    of ``claims`` simulated and on the A/A cells. ``progress(total, desc=, unit=)`` (the caller's: the report reads
+    run data only) makes the object told of each case as it finishes (``update``, ``close``)."""
     designs = matrix_designs(directories)
     planned_designs = [d for plan in plans for d in plan_designs(plan)]
     claim_designs = [claims_design(plan) for plan in claims]  # parsed claims matrices
     cases = (sum(len(_design_scenarios(d)) for d in designs) + sum(len(_plan_scenarios(d)) for d in planned_designs)
              + (len(AA_SHAPES) if aa else 0) + len(claim_designs) * (len(CLAIM_SPREADS) + bool(aa)))
-    bar = progress(cases, desc=f"calibration ({sims} simulated matrices a case)", unit="case")
+    bar = progress(cases, desc=f"calibration ({sims} simulated matrices a case)", unit="case") if progress else _Silent()
     sim = simulated(designs, sims=sims, tick=lambda: bar.update(1))
     planned = pd.concat([plan_simulated(d, sims=sims, tick=lambda: bar.update(1)) for d in planned_designs],
                         ignore_index=True) if planned_designs else pd.DataFrame()
@@ -428,6 +428,16 @@ def calibration(directories: Sequence[Path | str], *, aa: Optional[Path | str] =
     return {"designs": designs, "simulated": sim, "real_aa": measured, "declared_pairs": pairs, "claims": judged,
             "planned_designs": planned_designs, "planned": planned, "matrices": [str(d) for d in directories],
             "sims": sims}
+
+
+class _Silent:
+    """No progress shown: ``update`` and ``close`` do nothing."""
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def render_calibration(result: dict, command: str) -> str:

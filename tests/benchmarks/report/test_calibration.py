@@ -281,6 +281,7 @@ def test_calibration_shows_its_progress_case_by_case_to_the_last(monkeypatch, ca
     """A calibration at --sims 1000 runs for many minutes: it counts its cases (each design's scenarios, each plan's,
     the A/A shapes, each claims file's spreads and its A/A part) up front and reports them done, all of them."""
     from benchmarks.matrix import parse
+    from benchmarks.progress import progress
     from benchmarks.report import calibration_report, inference
 
     calls = []
@@ -293,7 +294,8 @@ def test_calibration_shows_its_progress_case_by_case_to_the_last(monkeypatch, ca
     monkeypatch.setattr(calibration_report, "_primary_cells", lambda d: ("aa", {"primary": "final", "margin": 0.02}, aa))
     calibration_report.calibration(["m"], aa="aa", sims=100,
                                    claims=[parse(ROOT / "benchmarks/matrices/claims_toy.toml")],
-                                   plans=[parse(ROOT / "benchmarks/matrices/rg_verdict_chain_sum.toml")])
+                                   plans=[parse(ROOT / "benchmarks/matrices/rg_verdict_chain_sum.toml")],
+                                   progress=progress)
     # 2 scenarios at m's 3 variants, 8 at the plan's 8 x 8, 3 A/A shapes (10 cells fill none), 3 claims spreads + 1
     assert len(calls) == 2 + 8 + 3
     err = capsys.readouterr().err.strip().splitlines()
