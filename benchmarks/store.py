@@ -48,8 +48,10 @@ def _pyarrow():
 NOT_THE_EXPERIMENT = ("checkpoint_every",)
 # Settings added after cells were stored, at the value every earlier cell ran with: a stored spec without one is
 # the same experiment as a planned spec that has it at this value. handle_zero_tail: optimal_token_baseline's
-# option (algorithms/estimators.py), always on before it was a setting.
-ADDED_DEFAULTS = {"replicate": 0, "eval_share_prefix": False, "logits_precision": "same", "handle_zero_tail": True}
+# option (algorithms/estimators.py), always on before it was a setting; count_pair_samples: DPO's pairs were built
+# outside the budget before it was a setting (verdicts-tuned-v2's DPO tuning cells ran so).
+ADDED_DEFAULTS = {"replicate": 0, "eval_share_prefix": False, "logits_precision": "same", "handle_zero_tail": True,
+                  "count_pair_samples": False}
 
 
 def experiment(spec: dict) -> dict:

@@ -350,12 +350,35 @@ class Calibration(Study):
 @dataclass
 class ReadmeSettings(StudySettings):
     readme: str = option("readme", "results/checks.md")  # its section "checks"
+    matrices: str = field(default="results/matrices.md", metadata={
+        "help": "the page whose section 'matrices' lists every matrix file under --matrix-dir, what it is for, its "
+                "cells and its result stores under results/ with how far each has run ('': none)"})
+    matrix_dir: str = field(default="benchmarks/matrices", metadata={"help": "where the matrix files are"})
+
+
+def matrix_outline(path: Path) -> dict:
+    """A matrix file as the matrices page lists it: its evaluation cells (a tuned matrix's: one grid point's per
+    variant) and its tuning cells; a reading of stored matrices ([[cost_claims]], which ``grpo-bench claims`` reads)
+    plans none."""
+    import tomllib
+
+    from benchmarks.matrix import parse  # heavy: torch
+
+    data = tomllib.loads(path.read_text())
+    if "cost_claims" in data:
+        return {"file": path.as_posix(), "name": str(data.get("name", path.stem)), "cells": 0, "tuning_cells": 0,
+                "description": f"{data.get('description', '')} (a reading of stored matrices: `grpo-bench claims`)"}
+    plan = parse(path)
+    evaluation = len(plan.cells) or sum(len(group.candidates[0]) for group in plan.tuning)
+    return {"file": path.as_posix(), "name": plan.name, "description": plan.description,
+            "cells": evaluation, "tuning_cells": len(plan.tuning_cells())}
 
 
 @register_study
 class Readme(Study):
     name, group = "readme", TOP
-    help = "the README's table of checks and benchmarks: each results/ report's headline and a link"
+    help = ("the README's table of checks and benchmarks (each results/ report's headline and a link) and the page of "
+            "matrix files (each with its result stores and how far they have run)")
     Settings = ReadmeSettings
 
     def run(self, s: ReadmeSettings, command: str) -> int:
@@ -363,6 +386,14 @@ class Readme(Study):
 
         for line in index_reports(s.readme):
             print(line)
+        if s.matrices:
+            from benchmarks.report.matrix_index import index_matrices
+
+            files = sorted(Path(s.matrix_dir).glob("*.toml"))
+            if not files:
+                raise UsageError(f"--matrix-dir {s.matrix_dir}: no matrix files (*.toml) there")
+            for line in index_matrices([matrix_outline(f) for f in files], s.matrices):
+                print(line)
         return 0
 
 

@@ -64,6 +64,26 @@ def _planned_cells(out: Path, store: ResultStore) -> tuple[dict, list[dict]]:
     return {}, [{"dir": relpath, **entry["spec"]} for relpath, entry in store.cells.items()]
 
 
+def _complete(store: ResultStore, cells: list[dict]) -> int:
+    """How many of the planned ``cells`` the store holds as complete."""
+    return sum(1 for cell in cells
+               if store.holds(cell) and (store.summary(cell["dir"]) or {}).get("status") == "complete")
+
+
+def store_progress(out: Path | str) -> Optional[dict]:
+    """How far DIR's matrix has run, from its matrix.json and result store alone (no metrics read): its planned
+    evaluation cells (none yet in a tuning stage) and tuning cells, and how many of each are complete; None where
+    DIR holds no store."""
+    out = Path(out)
+    store = ResultStore.read(out)
+    if store is None:
+        return None
+    meta, planned = _planned_cells(out, store)
+    tuning = ((meta or {}).get("tuning") or {}).get("cells") or []
+    return {"cells": len(planned), "complete": _complete(store, planned),
+            "tuning": len(tuning), "tuning_complete": _complete(store, tuning)}
+
+
 def collect(out: Path) -> dict:
     """Read DIR's result store into three tidy frames (cells, evals, steps) plus the matrix's metadata."""
     out = Path(out)
@@ -77,8 +97,7 @@ def collect(out: Path) -> dict:
     if not planned:
         tuning = ((meta or {}).get("tuning") or {}).get("cells") or []
         if tuning:
-            done = sum(1 for cell in tuning
-                       if store.holds(cell) and (store.summary(cell["dir"]) or {}).get("status") == "complete")
+            done = _complete(store, tuning)
             raise UsageError(f"nothing to report in {out} yet: its evaluation cells are planned when the tuning stage "
                              f"chooses, and {done} of its {len(tuning)} tuning cells have finished; resume the matrix "
                              "(grpo-bench matrix FILE --out DIR --resume)")

@@ -143,3 +143,19 @@ def test_a_new_option_at_its_default_keeps_finished_cells(tmp_path):
     changed = parse(path).cells[0]
     assert not same_experiment(old, changed)
     assert not same_experiment({**old, "seed": 1}, cell)
+
+
+def test_a_dpo_cell_stored_before_count_pair_samples_is_held_by_its_store(tmp_path):
+    """verdicts-tuned-v2's DPO tuning cells ran before count_pair_samples existed (pairs built outside the budget, the
+    option's default): the store holds them for a plan at that default, not for one that counts the pair samples."""
+    from benchmarks.matrix import parse
+    from benchmarks.store import same_experiment_spec
+
+    path = tmp_path / "m.toml"
+    path.write_text('seeds = [0]\nbudget = 64\n[tasks.pizza]\n[algorithms.dpo]\n')
+    planned = parse(path).cells[0].spec()
+    assert planned["settings"]["count_pair_samples"] is False
+    old = {**planned, "settings": {k: v for k, v in planned["settings"].items() if k != "count_pair_samples"}}
+    assert same_experiment_spec(old, planned)
+    path.write_text('seeds = [0]\nbudget = 64\n[tasks.pizza]\n[algorithms.dpo]\ncount_pair_samples = true\n')
+    assert not same_experiment_spec(old, parse(path).cells[0].spec())
