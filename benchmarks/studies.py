@@ -364,7 +364,10 @@ def matrix_outline(path: Path) -> dict:
 
     from benchmarks.matrix import parse  # heavy: torch
 
-    data = tomllib.loads(path.read_text())
+    try:
+        data = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+        data = {}  # not TOML: parse below says so in one line
     if "cost_claims" in data:
         return {"file": path.as_posix(), "name": str(data.get("name", path.stem)), "cells": 0, "tuning_cells": 0,
                 "description": f"{data.get('description', '')} (a reading of stored matrices: `grpo-bench claims`)"}
@@ -381,18 +384,20 @@ class Readme(Study):
             "matrix files (each with its result stores and how far they have run)")
     Settings = ReadmeSettings
 
+    def check(self, s: ReadmeSettings) -> None:
+        if s.matrices and not any(Path(s.matrix_dir).glob("*.toml")):
+            raise UsageError(f"--matrix-dir {s.matrix_dir}: no matrix files (*.toml) there")
+
     def run(self, s: ReadmeSettings, command: str) -> int:
         from benchmarks.markdown import index_reports  # start-up: hashlib, random (module docstring)
 
+        outlines = [matrix_outline(f) for f in sorted(Path(s.matrix_dir).glob("*.toml"))] if s.matrices else []
         for line in index_reports(s.readme):
             print(line)
         if s.matrices:
             from benchmarks.report.matrix_index import index_matrices
 
-            files = sorted(Path(s.matrix_dir).glob("*.toml"))
-            if not files:
-                raise UsageError(f"--matrix-dir {s.matrix_dir}: no matrix files (*.toml) there")
-            for line in index_matrices([matrix_outline(f) for f in files], s.matrices):
+            for line in index_matrices(outlines, s.matrices):
                 print(line)
         return 0
 
