@@ -294,14 +294,15 @@ class Variance(Study):
 class CalibrationSettings(StudySettings):
     dirs: list[str] = field(metadata={
         "help": "matrix directories: their designs are simulated, their declared pairs judged", "matrix": ""})
-    aa: Optional[str] = field(default=None, metadata={
-        "help": "an A/A matrix directory (one variant on many seeds, e.g. benchmarks/matrices/calibration_aa.toml): "
-                "its cells cut into null matrices (default: none)", "matrix": ""})
+    aa: list[str] = field(default_factory=list, metadata={
+        "help": "A/A matrix directories (each one variant on many seeds, e.g. benchmarks/matrices/calibration_aa.toml): "
+                "each one's cells cut into null matrices; the claims are judged on the first's (default: none)",
+        "matrix": ""})
     out: str = option("out", "results/calibration")  # report.md and calibration.json
     sims: int = field(default=2000, metadata={"help": "simulated matrices per case"})
     claims: list[str] = field(default_factory=list, metadata={
         "help": "matrix files stating [[analysis.claims]]: the claims' procedure simulated at their designs (and on "
-                "--aa's cells) (default: none)", "metavar": "FILE"})
+                "the first --aa's cells) (default: none)", "metavar": "FILE"})
     plans: list[str] = field(default_factory=list, metadata={
         "help": "matrix files whose planned design (variants x evaluation seeds) is simulated before their cells run "
                 "(default: none)", "metavar": "FILE"})
@@ -352,7 +353,7 @@ class ReadmeSettings(StudySettings):
     readme: str = option("readme", "results/checks.md")  # its section "checks"
     matrices: str = field(default="results/matrices.md", metadata={
         "help": "the page whose section 'matrices' lists every matrix file under --matrix-dir, what it is for, its "
-                "cells and its result stores under results/ with how far each has run ('': none)"})
+                "cells and its result stores under results/ with how far each has run ('': none)", "writes": "file"})
     matrix_dir: str = field(default="benchmarks/matrices", metadata={"help": "where the matrix files are"})
 
 
@@ -384,17 +385,16 @@ class Readme(Study):
             "matrix files (each with its result stores and how far they have run)")
     Settings = ReadmeSettings
 
-    def check(self, s: ReadmeSettings) -> None:
-        if s.matrices and not any(Path(s.matrix_dir).glob("*.toml")):
-            raise UsageError(f"--matrix-dir {s.matrix_dir}: no matrix files (*.toml) there")
-
     def run(self, s: ReadmeSettings, command: str) -> int:
         from benchmarks.markdown import index_reports  # start-up: hashlib, random (module docstring)
 
-        outlines = [matrix_outline(f) for f in sorted(Path(s.matrix_dir).glob("*.toml"))] if s.matrices else []
+        files = sorted(Path(s.matrix_dir).glob("*.toml")) if s.matrices else []
+        outlines = [matrix_outline(f) for f in files]  # a file that is not a matrix: one line, before any writing
         for line in index_reports(s.readme):
             print(line)
-        if s.matrices:
+        if s.matrices and not files:  # as a report not written yet: said, and the rest written
+            print(f"{s.matrix_dir}: no matrix files (*.toml), {s.matrices} not written")
+        elif s.matrices:
             from benchmarks.report.matrix_index import index_matrices
 
             for line in index_matrices(outlines, s.matrices):

@@ -46,7 +46,8 @@ from benchmarks.report.matrix import analyse, collect
 from benchmarks.report.verdicts import analysis_spec
 
 PARTIAL_NULLS = (2, 3, 6)
-AA_SHAPES = ((15, 4), (6, 3), (4, 5))  # (variants, seeds) of the null matrices cut from the A/A cells
+AA_SHAPES = ((15, 4), (6, 3), (4, 5), (8, 3))  # (variants, seeds) of the null matrices cut from the A/A cells; 8 x 3:
+# the real-LM verdicts' 8 variants at the seeds a small real-LM A/A allows
 
 
 def _primary_cells(directory: Path | str) -> tuple[str, dict, pd.DataFrame]:
@@ -267,7 +268,7 @@ def declared_pairs(directories: Sequence[Path | str]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
 
 
-def render(sim: pd.DataFrame, aa: Optional[tuple[dict, pd.DataFrame]], pairs: pd.DataFrame, command: str,
+def render(sim: pd.DataFrame, aa: Sequence[tuple[dict, pd.DataFrame]], pairs: pd.DataFrame, command: str,
            claims: Sequence[tuple[dict, pd.DataFrame, Optional[dict]]] = (),
            planned: Optional[pd.DataFrame] = None) -> str:
     """The report below its title: the headline of every measurement, then a section each (simulated, planned
@@ -285,7 +286,7 @@ def render(sim: pd.DataFrame, aa: Optional[tuple[dict, pd.DataFrame]], pairs: pd
     return "\n".join(lines)
 
 
-def _headline(sim: pd.DataFrame, aa: Optional[tuple[dict, pd.DataFrame]], pairs: pd.DataFrame,
+def _headline(sim: pd.DataFrame, aa: Sequence[tuple[dict, pd.DataFrame]], pairs: pd.DataFrame,
               claims: Sequence[tuple[dict, pd.DataFrame, Optional[dict]]], planned: pd.DataFrame) -> list[str]:
     """One clause per measurement: the worst simulated rate, at the planned designs too, the real A/A rates, the pairs
     separated, each claims matrix's rates."""
@@ -295,11 +296,11 @@ def _headline(sim: pd.DataFrame, aa: Optional[tuple[dict, pd.DataFrame]], pairs:
     for (name, task), rows in (planned.groupby(["matrix", "task"], sort=False) if not planned.empty else ()):
         head.append(f"at `{name}`'s planned {rows['variants'].iloc[0]} x {rows['seeds'].iloc[0]} ({task}) at most "
                     f"{rows['false_claim'].max():.3f} over {len(rows)} scenarios")
-    if aa is not None and not aa[1].empty:
-        summary, rates = aa
-        head.append("on real A/A replicates (" + "; ".join(
-            f"{r.variants} x {r.seeds}: {r.false_claim:.3f} [{r.low:.3f}, {r.high:.3f}]" for r in rates.itertuples())
-            + f", from {summary['cells']} cells)")
+    for summary, rates in aa:
+        if not rates.empty:
+            head.append(f"on real A/A replicates of `{summary['matrix']}` (" + "; ".join(
+                f"{r.variants} x {r.seeds}: {r.false_claim:.3f} [{r.low:.3f}, {r.high:.3f}]" for r in rates.itertuples())
+                + f", from {summary['cells']} cells)")
     if not pairs.empty:
         head.append(f"{int(pairs['separated'].sum())} of {len(pairs)} declared-equivalent pairs separated")
     for design, rates, real in claims:
@@ -347,13 +348,17 @@ def _planned_section(planned: pd.DataFrame) -> list[str]:
             _rates_table(planned), ""]
 
 
-def _real_aa_section(aa: Optional[tuple[dict, pd.DataFrame]]) -> list[str]:
-    """The A/A matrix's cells described, and the rates of the null matrices cut from them."""
-    if aa is None:
-        return []
-    summary, rates = aa
-    lines = ["## Real A/A replicates", "",
-             f"`{summary['matrix']}` ({summary['dir']}): `{summary['variant']}` on {summary['cells']} independent "
+def _real_aa_section(aa: Sequence[tuple[dict, pd.DataFrame]]) -> list[str]:
+    """Each A/A matrix's cells described, and the rates of the null matrices cut from them."""
+    lines = ["## Real A/A replicates", ""] if aa else []
+    for summary, rates in aa:
+        lines += _real_aa_lines(summary, rates)
+    return lines
+
+
+def _real_aa_lines(summary: dict, rates: pd.DataFrame) -> list[str]:
+    """One A/A matrix: its cells described, and its null matrices' rates."""
+    lines = [f"`{summary['matrix']}` ({summary['dir']}): `{summary['variant']}` on {summary['cells']} independent "
              f"seeds; primary metric {summary['primary']}: mean {summary['mean']:.4f}, sd {summary['sd']:.4f}, "
              f"range [{summary['min']:.4f}, {summary['max']:.4f}], skewness {summary['skewness']:+.2f}, excess "
              f"kurtosis {summary['excess_kurtosis']:+.2f}. Its cells, partitioned at random into null matrices "
@@ -401,27 +406,27 @@ def _claims_section(design: dict, rates: pd.DataFrame, real: Optional[dict]) -> 
     return lines
 
 
-def calibration(directories: Sequence[Path | str], *, aa: Optional[Path | str] = None, sims: int = 2000,
+def calibration(directories: Sequence[Path | str], *, aa: Sequence[Path | str] = (), sims: int = 2000,
                 claims: Sequence = (), plans: Sequence = (), progress: Optional[Callable[..., Any]] = None) -> dict:
     """Every measurement of the report: the matrices' designs simulated, each parsed matrix file of ``plans`` at its
-    planned design, the A/A cells (``aa``) cut into null matrices, the declared pairs, and each parsed claims matrix
-    of ``claims`` simulated and on the A/A cells. ``progress(total, desc=, unit=)`` (the caller's: the report reads
+    planned design, each A/A matrix's cells (``aa``, directories) cut into null matrices, the declared pairs, and
+    each parsed claims matrix of ``claims`` simulated and on the first A/A matrix's cells. ``progress(total, desc=, unit=)`` (the caller's: the report reads
     run data only) makes the object told of each case as it finishes (``update``, ``close``)."""
     designs = matrix_designs(directories)
     planned_designs = [d for plan in plans for d in plan_designs(plan)]
     claim_designs = [claims_design(plan) for plan in claims]  # parsed claims matrices
     cases = (sum(len(_design_scenarios(d)) for d in designs) + sum(len(_plan_scenarios(d)) for d in planned_designs)
-             + (len(AA_SHAPES) if aa else 0) + len(claim_designs) * (len(CLAIM_SPREADS) + bool(aa)))
+             + len(AA_SHAPES) * len(aa) + len(claim_designs) * (len(CLAIM_SPREADS) + bool(aa)))
     bar = progress(cases, desc=f"calibration ({sims} simulated matrices a case)", unit="case") if progress else _Silent()
     sim = simulated(designs, sims=sims, tick=lambda: bar.update(1))
     planned = pd.concat([plan_simulated(d, sims=sims, tick=lambda: bar.update(1)) for d in planned_designs],
                         ignore_index=True) if planned_designs else pd.DataFrame()
-    measured = real_aa(aa, tick=lambda: bar.update(1)) if aa else None
+    measured = [real_aa(d, tick=lambda: bar.update(1)) for d in aa]
     pairs = declared_pairs(directories)
     judged = []
     for design in claim_designs:
         rates = claims_simulated(design, sims=sims, tick=lambda: bar.update(1))
-        real = claims_real_aa(design, aa) if aa else None
+        real = claims_real_aa(design, aa[0]) if aa else None
         bar.update(bool(aa))
         judged.append((design, rates, real))
     bar.close()
@@ -448,9 +453,8 @@ def render_calibration(result: dict, command: str) -> str:
 
 def records(result: dict) -> dict:
     """``calibration``'s result as OUT/calibration.json keeps it."""
-    measured = result["real_aa"]
     return {"designs": result["designs"], "simulated": result["simulated"].to_dict(orient="records"),
-            "real_aa": None if measured is None else {"summary": measured[0], "rates": measured[1].to_dict(orient="records")},
+            "real_aa": [{"summary": summary, "rates": rates.to_dict(orient="records")} for summary, rates in result["real_aa"]],
             "declared_pairs": result["declared_pairs"].to_dict(orient="records"), "matrices": result["matrices"],
             "claims": [{"design": d, "simulated": r.to_dict(orient="records"), "real_aa": a}
                        for d, r, a in result["claims"]],

@@ -219,9 +219,9 @@ def test_calibration_report_on_a_real_aa_matrix_and_declared_pairs(monkeypatch):
                           "diff": [0.0, 0.3], "half_width": [0.05, 0.05], "separated": [False, True]})
     sim = pd.DataFrame([{"matrix": "m", "task": "t1", "variants": 3, "seeds": 5, "scenario": "global null",
                          **inference.family_error(inference.Design(3, 5), sims=100, reps=100)}])
-    text = calibration_report.render(sim, (summary, rates), pairs, "grpo-bench calibration m --aa aa")
+    text = calibration_report.render(sim, [(summary, rates)], pairs, "grpo-bench calibration m --aa aa")
     assert "1 of 2 declared-equivalent pairs separated" in text and "| m | t2 | `a` | `b` |" in text
-    assert "on real A/A replicates (6 x 3:" in text
+    assert "on real A/A replicates of `aa` (6 x 3:" in text
 
 
 def test_calibration_command_refuses_a_directory_without_a_matrix(run_cli, tmp_path):
@@ -248,7 +248,7 @@ def test_calibration_report_judges_a_claims_matrix_at_its_design_and_on_the_aa_c
     monkeypatch.setattr(calibration_report, "_primary_cells", lambda d: ("aa", {"primary": "last_3", "margin": 0.02}, aa))
     real = calibration_report.claims_real_aa(design, "aa", draws=100, outer=5, inner=20, reps=200)
     assert (real["variants"], real["seeds"]) == (15, 4) and real["low"] <= real["high"]  # 60 cells: 4 seeds each
-    text = calibration_report.render(pd.DataFrame(), None, pd.DataFrame(), "grpo-bench calibration", [(design, rates, real)])
+    text = calibration_report.render(pd.DataFrame(), [], pd.DataFrame(), "grpo-bench calibration", [(design, rates, real)])
     assert "## The claims of `claims-toy`" in text and "the claims of `claims-toy` (simulated at most" in text
     assert "15 variants and contrasts at 4 seeds each" in text
 
@@ -272,7 +272,7 @@ def test_calibration_report_simulates_a_planned_design_before_its_cells_run():
         "top 6 equal, the rest 1 sd apart below"]
     assert (rates["false_claim"] <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / 100)).all()  # unequal spreads included
     assert (rates["any_worse"].iloc[5:] > 0.9).all()  # the partial nulls have variants to call worse, and they are
-    text = calibration_report.render(pd.DataFrame(), None, pd.DataFrame(), "grpo-bench calibration", planned=rates)
+    text = calibration_report.render(pd.DataFrame(), [], pd.DataFrame(), "grpo-bench calibration", planned=rates)
     assert "## Simulated at planned designs, before their cells run" in text
     assert f"at `rg-verdict-chain-sum`'s planned 8 x 8 (chain_sum) at most {rates['false_claim'].max():.3f} over 8" in text
 
@@ -292,11 +292,11 @@ def test_calibration_shows_its_progress_case_by_case_to_the_last(monkeypatch, ca
     monkeypatch.setattr(calibration_report, "declared_pairs", lambda dirs: pd.DataFrame())
     aa = pd.DataFrame({"task": "t", "variant": "g", "seed": range(10), "primary": np.linspace(0.8, 0.9, 10)})
     monkeypatch.setattr(calibration_report, "_primary_cells", lambda d: ("aa", {"primary": "final", "margin": 0.02}, aa))
-    calibration_report.calibration(["m"], aa="aa", sims=100,
+    calibration_report.calibration(["m"], aa=["aa"], sims=100,
                                    claims=[parse(ROOT / "benchmarks/matrices/claims_toy.toml")],
                                    plans=[parse(ROOT / "benchmarks/matrices/rg_verdict_chain_sum.toml")],
                                    progress=progress)
-    # 2 scenarios at m's 3 variants, 8 at the plan's 8 x 8, 3 A/A shapes (10 cells fill none), 3 claims spreads + 1
+    # 2 scenarios at m's 3 variants, 8 at the plan's 8 x 8, 4 A/A shapes (10 cells fill none), 3 claims spreads + 1
     assert len(calls) == 2 + 8 + 3
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("calibration (100 simulated matrices a case): 17/17 cases")
+    assert err[-1].startswith("calibration (100 simulated matrices a case): 18/18 cases")
