@@ -407,10 +407,12 @@ def _claims_section(design: dict, rates: pd.DataFrame, real: Optional[dict]) -> 
 
 
 def calibration(directories: Sequence[Path | str], *, aa: Sequence[Path | str] = (), sims: int = 2000,
-                claims: Sequence = (), plans: Sequence = (), progress: Optional[Callable[..., Any]] = None) -> dict:
+                claims: Sequence = (), plans: Sequence = (), progress: Optional[Callable[..., Any]] = None,
+                claims_sims: Optional[int] = None) -> dict:
     """Every measurement of the report: the matrices' designs simulated, each parsed matrix file of ``plans`` at its
     planned design, each A/A matrix's cells (``aa``, directories) cut into null matrices, the declared pairs, and
-    each parsed claims matrix of ``claims`` simulated and on the first A/A matrix's cells. ``progress(total, desc=, unit=)`` (the caller's: the report reads
+    each parsed claims matrix of ``claims`` simulated (``claims_sims`` matrices a case, default ``sims``) and on the
+    first A/A matrix's cells. ``progress(total, desc=, unit=)`` (the caller's: the report reads
     run data only) makes the object told of each case as it finishes (``update``, ``close``)."""
     designs = matrix_designs(directories)
     planned_designs = [d for plan in plans for d in plan_designs(plan)]
@@ -425,14 +427,14 @@ def calibration(directories: Sequence[Path | str], *, aa: Sequence[Path | str] =
     pairs = declared_pairs(directories)
     judged = []
     for design in claim_designs:
-        rates = claims_simulated(design, sims=sims, tick=lambda: bar.update(1))
+        rates = claims_simulated(design, sims=claims_sims or sims, tick=lambda: bar.update(1))
         real = claims_real_aa(design, aa[0]) if aa else None
         bar.update(bool(aa))
         judged.append((design, rates, real))
     bar.close()
     return {"designs": designs, "simulated": sim, "real_aa": measured, "declared_pairs": pairs, "claims": judged,
             "planned_designs": planned_designs, "planned": planned, "matrices": [str(d) for d in directories],
-            "sims": sims}
+            "sims": sims, "claims_sims": claims_sims or sims}
 
 
 class _Silent:
@@ -459,4 +461,5 @@ def records(result: dict) -> dict:
             "claims": [{"design": d, "simulated": r.to_dict(orient="records"), "real_aa": a}
                        for d, r, a in result["claims"]],
             "planned": {"designs": result["planned_designs"], "simulated": result["planned"].to_dict(orient="records")},
-            "sims": result["sims"], "alpha": inference.ALPHA, "seed": stats.SEED}
+            "sims": result["sims"], "claims_sims": result.get("claims_sims", result["sims"]), "alpha": inference.ALPHA,
+            "seed": stats.SEED}

@@ -215,7 +215,7 @@ INTERFACE = {
                  ("--variants", False, None, 8), ("--questions", False, "+", [200, 500, 1000]),
                  ("--metrics", False, "+", ["final", "last_2", "last_3", "auc"])],
     "calibration": [("dirs", True, "+", None), ("--aa", False, "+", []), ("--out", False, None, "results/calibration"),
-                    ("--sims", False, None, 2000), ("--claims", False, "+", []), ("--plans", False, "+", [])],
+                    ("--sims", False, None, 2000), ("--claims-sims", False, None, None), ("--claims", False, "+", []), ("--plans", False, "+", [])],
     "ablation": [("--out", False, None, "results/ablation"), ("--group-sizes", False, "+", [2, 4, 8, 16]),
                  ("--seeds", False, "+", [0, 1, 2]), ("--steps", False, None, 200), ("--eval-every", False, None, 10),
                  ("--reward-mode", False, None, "rm"), ("--device", False, None, "auto")],

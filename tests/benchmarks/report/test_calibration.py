@@ -229,6 +229,8 @@ def test_calibration_command_refuses_a_directory_without_a_matrix(run_cli, tmp_p
     assert code == 2 and "not a matrix directory" in err and len(err.strip().splitlines()) == 1
     code, _, err = run_cli("calibration", tmp_path, "--sims", "5", "--out", tmp_path / "out")
     assert code == 2 and "--sims" in err
+    code, _, err = run_cli("calibration", tmp_path, "--claims-sims", "50", "--out", tmp_path / "out")
+    assert code == 2 and "--claims-sims must be at least 100, got 50" in err and len(err.strip().splitlines()) == 1
 
 
 def test_calibration_report_judges_a_claims_matrix_at_its_design_and_on_the_aa_cells(monkeypatch):
@@ -284,9 +286,10 @@ def test_calibration_shows_its_progress_case_by_case_to_the_last(monkeypatch, ca
     from benchmarks.progress import progress
     from benchmarks.report import calibration_report, inference
 
-    calls = []
+    calls, claim_sims = [], []
     monkeypatch.setattr(inference, "family_error", lambda d, **kw: calls.append(d) or {"false_claim": 0.0})
-    monkeypatch.setattr(inference, "contrast_error", lambda *a, **kw: calls.append(a) or {"false_claim": 0.0})
+    monkeypatch.setattr(inference, "contrast_error",
+                        lambda *a, **kw: calls.append(a) or claim_sims.append(kw["sims"]) or {"false_claim": 0.0})
     design = {"matrix": "m", "task": "t", "k": 3, "n": 4, "sds": [0.01, 0.02, 0.01], "sd": 0.013}
     monkeypatch.setattr(calibration_report, "matrix_designs", lambda dirs: [design])
     monkeypatch.setattr(calibration_report, "declared_pairs", lambda dirs: pd.DataFrame())
@@ -295,8 +298,8 @@ def test_calibration_shows_its_progress_case_by_case_to_the_last(monkeypatch, ca
     calibration_report.calibration(["m"], aa=["aa"], sims=100,
                                    claims=[parse(ROOT / "benchmarks/matrices/claims_toy.toml")],
                                    plans=[parse(ROOT / "benchmarks/matrices/rg_verdict_chain_sum.toml")],
-                                   progress=progress)
+                                   progress=progress, claims_sims=500)
     # 2 scenarios at m's 3 variants, 8 at the plan's 8 x 8, 4 A/A shapes (10 cells fill none), 3 claims spreads + 1
-    assert len(calls) == 2 + 8 + 3
+    assert len(calls) == 2 + 8 + 3 and claim_sims == [500] * 3  # --claims-sims for the claims, --sims elsewhere
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("calibration (100 simulated matrices a case): 18/18 cases")
