@@ -419,7 +419,8 @@ def calibration(directories: Sequence[Path | str], *, aa: Sequence[Path | str] =
     claim_designs = [claims_design(plan) for plan in claims]  # parsed claims matrices
     cases = (sum(len(_design_scenarios(d)) for d in designs) + sum(len(_plan_scenarios(d)) for d in planned_designs)
              + len(AA_SHAPES) * len(aa) + len(claim_designs) * (len(CLAIM_SPREADS) + bool(aa)))
-    bar = progress(cases, desc=f"calibration ({sims} simulated matrices a case)", unit="case") if progress else _Silent()
+    each = f"{sims} simulated matrices a case" + (f", {claims_sims} a claims case" if claims and claims_sims else "")
+    bar = progress(cases, desc=f"calibration ({each})", unit="case") if progress else _Silent()
     sim = simulated(designs, sims=sims, tick=lambda: bar.update(1))
     planned = pd.concat([plan_simulated(d, sims=sims, tick=lambda: bar.update(1)) for d in planned_designs],
                         ignore_index=True) if planned_designs else pd.DataFrame()

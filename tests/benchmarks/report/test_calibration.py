@@ -302,4 +302,4 @@ def test_calibration_shows_its_progress_case_by_case_to_the_last(monkeypatch, ca
     # 2 scenarios at m's 3 variants, 8 at the plan's 8 x 8, 4 A/A shapes (10 cells fill none), 3 claims spreads + 1
     assert len(calls) == 2 + 8 + 3 and claim_sims == [500] * 3  # --claims-sims for the claims, --sims elsewhere
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("calibration (100 simulated matrices a case): 18/18 cases")
+    assert err[-1].startswith("calibration (100 simulated matrices a case, 500 a claims case): 18/18 cases")
