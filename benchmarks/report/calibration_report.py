@@ -412,8 +412,8 @@ def calibration(directories: Sequence[Path | str], *, aa: Sequence[Path | str] =
     """Every measurement of the report: the matrices' designs simulated, each parsed matrix file of ``plans`` at its
     planned design, each A/A matrix's cells (``aa``, directories) cut into null matrices, the declared pairs, and
     each parsed claims matrix of ``claims`` simulated (``claims_sims`` matrices a case, default ``sims``) and on the
-    first A/A matrix's cells. ``progress(total, desc=, unit=)`` (the caller's: the report reads
-    run data only) makes the object told of each case as it finishes (``update``, ``close``)."""
+    first A/A matrix's cells. ``progress(total, desc=, unit=)``, the caller's (the report reads run data only),
+    makes the object told of each case as it finishes (``update``, ``close``)."""
     designs = matrix_designs(directories)
     planned_designs = [d for plan in plans for d in plan_designs(plan)]
     claim_designs = [claims_design(plan) for plan in claims]  # parsed claims matrices
