@@ -222,6 +222,10 @@ def test_calibration_report_on_a_real_aa_matrix_and_declared_pairs(monkeypatch):
     text = calibration_report.render(sim, [(summary, rates)], pairs, "grpo-bench calibration m --aa aa")
     assert "1 of 2 declared-equivalent pairs separated" in text and "| m | t2 | `a` | `b` |" in text
     assert "on real A/A replicates of `aa` (6 x 3:" in text
+    other = ({**summary, "matrix": "aa-real", "dir": "aa-real"}, rates.iloc[:1])  # a second --aa, reported on its own
+    both = calibration_report.render(sim, [(summary, rates), other], pairs, "grpo-bench calibration m --aa aa aa-real")
+    assert both.count("## Real A/A replicates") == 1 and "`aa-real` (aa-real)" in both
+    assert "on real A/A replicates of `aa` (6 x 3:" in both and "on real A/A replicates of `aa-real` (6 x 3:" in both
 
 
 def test_calibration_command_refuses_a_directory_without_a_matrix(run_cli, tmp_path):
