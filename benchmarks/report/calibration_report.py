@@ -150,6 +150,7 @@ def real_aa(directory: Path | str, *, shapes: Sequence[tuple[int, int]] = AA_SHA
 
 
 CLAIM_SPREADS = (0.0, 0.5, 1.0)  # log-sd spreads of the variants' sds in the claims' simulations
+CLAIM_PATTERNS = 4  # the variants' sds drawn this many times at each unequal spread
 PLAN_TAIL_DF = 4.0  # heavy-tailed noise (Student t) in a planned design's scenarios
 PLAN_WIDE = 5.0  # one variant's sd against the others' in a planned design's scenarios (a variant that collapses on some seeds)
 
@@ -213,19 +214,27 @@ def claims_design(plan) -> dict:
 
 
 def claims_simulated(design: dict, *, sims: int = 2000, reps: int = 1000, seed: int = 3,
-                     tick: Callable[[], None] = lambda: None) -> pd.DataFrame:
-    """The claims' family-wise rates under the global null at the design, for each spread of the variants' sds;
-    ``tick`` after each."""
-    rows = []
+                     patterns: int = CLAIM_PATTERNS, tick: Callable[[], None] = lambda: None) -> pd.DataFrame:
+    """The claims' family-wise rates under the global null at the design: equal sds, and ``patterns`` draws of the
+    variants' sds at each unequal spread (which variants of which contrasts get the wide sds moves the rate, so one
+    draw is not the spread); ``tick`` after each. Each spread's first pattern is the one drawn before there were
+    several (the same generator, in the same order)."""
     rng = np.random.default_rng(seed)
-    for spread in CLAIM_SPREADS:
-        sds = np.exp(rng.normal(0.0, spread, design["k"])) if spread else np.ones(design["k"])
+    first = {spread: np.exp(rng.normal(0.0, spread, design["k"])) for spread in CLAIM_SPREADS if spread}
+    more = np.random.default_rng(seed + 104729)  # the further patterns: their own generator
+    cases = [(0.0, 0, np.ones(design["k"]))]
+    for spread in first:
+        cases += [(spread, j, first[spread] if j == 0 else np.exp(more.normal(0.0, spread, design["k"])))
+                  for j in range(patterns)]
+    rows = []
+    for spread, j, sds in cases:
         rates = inference.contrast_error(design["k"], design["n"], design["pairs"], sds=sds, block_sd=0.5,
-                                         margin=None, sims=sims, reps=reps, seed=seed + int(10 * spread))
+                                         margin=None, sims=sims, reps=reps, seed=seed + int(10 * spread) + 1000 * j)
+        label = "global null, equal sds" if not spread else (
+            f"global null, log-sd spread {spread:g}" + (f", sd pattern {j + 1} of {patterns}" if patterns > 1 else "")
+            + f" (largest/smallest sd {sds.max() / sds.min():.1f})")
         rows.append({"matrix": design["name"], "variants": design["k"], "seeds": design["n"],
-                     "claims": len(design["pairs"]), "scenario": "global null, equal sds" if not spread else
-                     f"global null, log-sd spread {spread:g} (largest/smallest sd {sds.max() / sds.min():.1f})",
-                     **rates})
+                     "claims": len(design["pairs"]), "scenario": label, **rates})
         tick()
     return pd.DataFrame(rows)
 
@@ -304,7 +313,8 @@ def _headline(sim: pd.DataFrame, aa: Sequence[tuple[dict, pd.DataFrame]], pairs:
     if not pairs.empty:
         head.append(f"{int(pairs['separated'].sum())} of {len(pairs)} declared-equivalent pairs separated")
     for design, rates, real in claims:
-        text = f"the claims of `{design['name']}` (simulated at most {rates['false_claim'].max():.3f}"
+        text = (f"the claims of `{design['name']}` (simulated at most {rates['false_claim'].max():.3f} over "
+                f"{len(rates)} scenarios")
         if real and real.get("draws"):
             text += f"; real A/A {real['false_claim']:.3f} [{real['low']:.3f}, {real['high']:.3f}]"
         head.append(text + ")")
@@ -395,7 +405,8 @@ def _claims_section(design: dict, rates: pd.DataFrame, real: Optional[dict]) -> 
              f"Its {len(design['pairs'])} claims (a treatment against its control each) over {design['k']} "
              f"variants x {design['n']} seeds, judged as one family by `inference.contrasts` (blocked by seed, c "
              "calibrated for these contrasts). Simulated: Gaussian cells with a shared seed part, each variant's sd "
-             "drawn once for the scenario. *False claim*: any interval wholly above or below 0 for a null contrast.",
+             "fixed within a scenario; at each unequal spread the sds are drawn several times (which variants, in "
+             "which contrasts, get the wide sds moves the rate). *False claim*: any interval wholly above or below 0 for a null contrast.",
              "", markdown_table(["scenario", "design", "claims", "false claim", "non-coverage",
                                  "simulated matrices"], rows), ""]
     if real and real.get("draws"):
@@ -418,7 +429,8 @@ def calibration(directories: Sequence[Path | str], *, aa: Sequence[Path | str] =
     planned_designs = [d for plan in plans for d in plan_designs(plan)]
     claim_designs = [claims_design(plan) for plan in claims]  # parsed claims matrices
     cases = (sum(len(_design_scenarios(d)) for d in designs) + sum(len(_plan_scenarios(d)) for d in planned_designs)
-             + len(AA_SHAPES) * len(aa) + len(claim_designs) * (len(CLAIM_SPREADS) + bool(aa)))
+             + len(AA_SHAPES) * len(aa)
+             + len(claim_designs) * (1 + CLAIM_PATTERNS * (len(CLAIM_SPREADS) - 1) + bool(aa)))
     each = f"{sims} simulated matrices a case" + (f", {claims_sims} a claims case" if claims and claims_sims else "")
     bar = progress(cases, desc=f"calibration ({each})", unit="case") if progress else _Silent()
     sim = simulated(designs, sims=sims, tick=lambda: bar.update(1))

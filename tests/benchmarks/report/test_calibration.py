@@ -247,8 +247,15 @@ def test_calibration_report_judges_a_claims_matrix_at_its_design_and_on_the_aa_c
     assert (design["k"], design["n"], len(design["pairs"]), design["margin"]) == (15, 8, 12, 0.02)
     assert design["pairs"][0] == (design["variants"].index("clip_higher_mu2"), design["variants"].index("grpo_mu2"))
     rates = calibration_report.claims_simulated(design, sims=100, reps=200)
-    assert list(rates["scenario"])[0] == "global null, equal sds" and len(rates) == 3
+    assert list(rates["scenario"])[0] == "global null, equal sds" and len(rates) == 1 + 2 * calibration_report.CLAIM_PATTERNS
     assert (rates["false_claim"] <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / 100)).all()
+    first = np.random.default_rng(3)  # each spread's first pattern is the single draw of before, the same generator
+    half, one = (np.exp(first.normal(0.0, s, design["k"])) for s in (0.5, 1.0))
+    labels = list(rates["scenario"])
+    assert labels[1] == f"global null, log-sd spread 0.5, sd pattern 1 of 4 (largest/smallest sd {half.max() / half.min():.1f})"
+    assert labels[5] == f"global null, log-sd spread 1, sd pattern 1 of 4 (largest/smallest sd {one.max() / one.min():.1f})"
+    ratios = {label.rsplit("sd ", 1)[1] for label in labels[5:]}
+    assert len(ratios) > 1  # the further patterns are other draws, not the first one again
     rng = np.random.default_rng(1)
     aa = pd.DataFrame({"task": "t", "variant": "g", "seed": range(60), "primary": 0.86 + 0.008 * rng.standard_normal(60)})
     monkeypatch.setattr(calibration_report, "_primary_cells", lambda d: ("aa", {"primary": "last_3", "margin": 0.02}, aa))
@@ -303,7 +310,8 @@ def test_calibration_shows_its_progress_case_by_case_to_the_last(monkeypatch, ca
                                    claims=[parse(ROOT / "benchmarks/matrices/claims_toy.toml")],
                                    plans=[parse(ROOT / "benchmarks/matrices/rg_verdict_chain_sum.toml")],
                                    progress=progress, claims_sims=500)
-    # 2 scenarios at m's 3 variants, 8 at the plan's 8 x 8, 4 A/A shapes (10 cells fill none), 3 claims spreads + 1
-    assert len(calls) == 2 + 8 + 3 and claim_sims == [500] * 3  # --claims-sims for the claims, --sims elsewhere
+    # 2 scenarios at m's 3 variants, 8 at the plan's 8 x 8, 4 A/A shapes (10 cells fill none), the claims' equal sds
+    # and 4 sd patterns at each of 2 unequal spreads, + 1 on the A/A cells
+    assert len(calls) == 2 + 8 + 9 and claim_sims == [500] * 9  # --claims-sims for the claims, --sims elsewhere
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("calibration (100 simulated matrices a case, 500 a claims case): 18/18 cases")
+    assert err[-1].startswith("calibration (100 simulated matrices a case, 500 a claims case): 24/24 cases")
