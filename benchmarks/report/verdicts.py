@@ -465,8 +465,8 @@ def _mark_text(r) -> str:
         return f"worse (by >= {lower_bound(r['worse_by'])})"
     if r["mark"] == inference.BEST:
         return f"**best** (by >= {lower_bound(r['gap_low'])})"
-    if r["mark"] == inference.TOO_FEW:
-        return "too few seeds (< 3)"
+    if r["mark"] == inference.TOO_FEW:  # left out of the model: its own seeds, or no second variant to compare
+        return "too few seeds (< 3)" if r["model_seeds"] < 3 else "nothing to compare (no other variant with 3+ seeds)"
     return f"could be best: {r['mark']}"
 
 

@@ -471,3 +471,17 @@ def test_peak_memory_is_a_mean_over_the_cells_that_ran_first_in_their_process(tm
     verdict = {line.split(" | ")[1]: line for line in ranked if line[2:3].isdigit() and line.split(" | ")[1] in layout}
     assert verdict["fast"].rstrip(" |").endswith("| 1000 (1 of 3 fresh)") and verdict["slow"].rstrip(" |").endswith("| -")
     assert verdict["steady"].rstrip(" |").endswith("| 920") and verdict["gpu"].rstrip(" |").endswith("| 310")
+
+
+def test_a_variant_left_out_says_why_too_few_seeds_or_nothing_to_compare():
+    """The table's mark for a variant outside the model: its own seeds (< 3), or no second variant to compare it
+    with (the real-LM A/A: one variant on 24 seeds is not "too few seeds")."""
+    from benchmarks.report.matrix import analyse, collect
+
+    root = Path(__file__).resolve().parents[3] / "results"
+    alone = verdicts.render(analyse(collect(root / "calibration" / "aa-number-sequence"))["analysis"])
+    row = next(line for line in alone.splitlines() if line.startswith("| 1 | grpo | 24 |"))
+    assert "| nothing to compare (no other variant with 3+ seeds) |" in row and "too few" not in row
+    probe = verdicts.render(analyse(collect(root / "reasoning-gym" / "grid-edge-number-sequence"))["analysis"])
+    rows = [line for line in probe.splitlines() if line.startswith("| ") and "| 2 |" in line[:40]]
+    assert len(rows) == 7 and all("| too few seeds (< 3) |" in line for line in rows)  # 2 seeds each
