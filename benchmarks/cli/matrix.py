@@ -122,6 +122,9 @@ def add_report_parser(sub, name: str) -> None:
     p.add_argument("--no-plots", action="store_true", help="tables and markdown only")
     p.add_argument("--no-verdicts-section", action="store_true",
                    help="with --readme: the header lines and a link only, not the SECTION-verdicts section")
+    p.add_argument("--cost-reference", default=None, metavar="VARIANT",
+                   help="a variant of the matrix: each other variant's cost against it, seed by seed (ratios of "
+                        "training and cell seconds and of peak memory, with 95%% intervals)")
     p.set_defaults(handler=cmd_report)
 
 
@@ -169,7 +172,7 @@ def cmd_report(args) -> int:
     if args.readme:
         writable(args.readme, "--readme")
     data = report(args.dir, readme=args.readme, section=args.section, plot=not args.no_plots,
-                  verdicts_section=not args.no_verdicts_section)
+                  verdicts_section=not args.no_verdicts_section, cost_reference=args.cost_reference)
     if "tuning_stage" in data:  # no evaluation cell yet: the grid so far
         rows = data["tuning_stage"]
         print(f"tuning stage: {sum(r['seeds'] for r in rows)} of {sum(r['planned'] for r in rows)} tuning cells "

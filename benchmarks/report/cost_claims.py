@@ -30,12 +30,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from benchmarks.errors import UsageError
 from benchmarks.report import curves as learning_curves
 from benchmarks.report import inference
 from benchmarks.report.matrix import collect
+from benchmarks.report.stats import ratio_interval
 from benchmarks.report.verdicts import analysis_spec
 
 ALPHA_PART = inference.ALPHA / 2  # accuracy and training time, Bonferroni-split
@@ -79,16 +79,6 @@ def parse_reading(path: Path | str) -> tuple[str, str, list[dict]]:
             raise _bad(path, f"claim ids repeat: {claim['id']!r}")
         seen.add(claim["id"])
     return str(table.get("name") or path.stem), stated, claims
-
-
-def _ratio(treatment: dict[int, float], control: dict[int, float], alpha: float) -> tuple[float, float, float]:
-    """Geometric mean of the per-seed ratios treatment / control with its (1 - alpha) t-interval; nan below 2 seeds."""
-    seeds = sorted(s for s in set(treatment) & set(control) if treatment[s] > 0 and control[s] > 0)
-    if len(seeds) < 2:
-        return (math.nan,) * 3
-    logs = np.log([treatment[s] / control[s] for s in seeds])
-    half = float(stats.t.ppf(1 - alpha / 2, len(logs) - 1) * logs.std(ddof=1) / math.sqrt(len(logs)))
-    return float(np.exp(logs.mean())), float(np.exp(logs.mean() - half)), float(np.exp(logs.mean() + half))
 
 
 def cost_mark(low: float, high: float, margin: float, time_high: float, time_low: float, state_ratio: float) -> str:
@@ -135,13 +125,13 @@ def _judge(claim: dict, stated: str, name: str, path: Path) -> dict:
     contrast = {"id": claim["id"], "treatment": claim["treatment"], "control": claim["control"], "expects": "equal"}
     table, _ = inference.contrasts(scores, [contrast], margin=margin, alpha=ALPHA_PART)
     accuracy = table.iloc[0]
-    time = _ratio(_per_seed(cells, claim["treatment"], "wall_clock_s"), _per_seed(cells, claim["control"], "wall_clock_s"),
-                  ALPHA_PART)
+    time = ratio_interval(_per_seed(cells, claim["treatment"], "wall_clock_s"),
+                          _per_seed(cells, claim["control"], "wall_clock_s"), 1 - ALPHA_PART)
     states = [_per_seed(cells, v, "training_state_bytes") for v in (claim["treatment"], claim["control"])]
     state = (np.mean(list(states[0].values())) / np.mean(list(states[1].values()))
              if all(states) else math.nan)
-    rss = _ratio(_per_seed(cells, claim["treatment"], "peak_memory_bytes"),
-                 _per_seed(cells, claim["control"], "peak_memory_bytes"), inference.ALPHA)
+    rss = ratio_interval(_per_seed(cells, claim["treatment"], "peak_memory_bytes"),
+                         _per_seed(cells, claim["control"], "peak_memory_bytes"), 1 - inference.ALPHA)
     missing = int((cells["variant"].isin([claim["treatment"], claim["control"]]) & (cells["status"] != "complete")).sum())
     low, high = float(accuracy.get("low", math.nan)), float(accuracy.get("high", math.nan))
     mark = (cost_mark(low, high, margin, time[2], time[1], state)

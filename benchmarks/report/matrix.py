@@ -212,12 +212,12 @@ def summarize(cells: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def phase_markdown(cells: pd.DataFrame) -> str:
+def phase_markdown(cells: pd.DataFrame, reference: Optional[str] = None) -> str:
     """What a cell costs, by phase: mean seconds over complete seeds of training's phases, training in all, every
     evaluation (before, during and after), and start-up and the rest (process start, imports, building the task and
     model, writing the store; also the work of killed attempts lost after their last checkpoint), over the cells
     where every attempt's time is known; then the cell in all (the sum of those three means), its threads, and its
-    ratio to the task's first variant. Where a cell timed its critic inside the update (PPO's ``time/critic``), a
+    ratio to the task's ``reference`` variant (default: the task's first). Where a cell timed its critic inside the update (PPO's ``time/critic``), a
     column after the update shows that part of it ("-" for a variant without one). Where cells recorded their steps'
     CPU seconds (``training_cpu_s``), a column after training's wall clock shows them: the core-seconds training
     used, which a pause of the process or other processes' turns on the cores do not lengthen ("-" where not
@@ -241,8 +241,8 @@ def phase_markdown(cells: pd.DataFrame) -> str:
     columns = parts + ["wall_clock_s"] + (["training_cpu_s"] if cpu else []) + ["evaluation", "other"]
     means = done.groupby(["task", "variant"], sort=False)[columns + ["threads"]].mean()
     means.insert(len(columns), "total", means["wall_clock_s"] + means["evaluation"].fillna(0.0) + means["other"])
-    first = {}  # each task's first variant: the unit of the last column
-    rows = []
+    first = {task: means.loc[(task, reference)].iloc[-2] for task, variant in means.index if variant == reference}
+    rows = []  # the unit of the last column: each task's reference variant, else its first
     for (task, variant), r in zip(means.index, means.values):
         first.setdefault(task, r[-2])
         ratio = r[-2] / first[task] if first[task] and not math.isnan(r[-2]) else math.nan
@@ -250,7 +250,42 @@ def phase_markdown(cells: pd.DataFrame) -> str:
                     + ["-" if math.isnan(r[-1]) else f"{r[-1]:g}", "-" if math.isnan(ratio) else f"{ratio:.2f}"])
     phase_headers = [*PHASES] + (["of the update, the critic"] if critic else [])
     return markdown_table(["task", "variant", *phase_headers, "training total", *(["training CPU s"] if cpu else []),
-                           "evaluation", "start-up and other", "cell", "threads", "cell / first variant's"], rows)
+                           "evaluation", "start-up and other", "cell", "threads",
+                           f"cell / `{reference}`'s" if reference else "cell / first variant's"], rows)
+
+
+RATIO_COSTS = (("training", "wall_clock_s"), ("cell", "process_wall_clock_s"), ("peak memory", "peak_memory_bytes"))
+
+
+def cost_ratio_markdown(cells: pd.DataFrame, reference: str) -> str:
+    """Each variant's cost against ``reference`` on its task, seed by seed over the seeds both completed: the
+    geometric mean of the per-seed ratios of training seconds, of the whole cell's seconds (its process, start-up and
+    evaluations included) and of fresh-process peak memory, each with its 95% t-interval on the log ratios
+    (``stats.ratio_interval``); "-" below 2 shared seeds. Cells that ran at the same time shared the machine: the
+    interval carries that noise."""
+    done = cells[cells["status"] == "complete"]
+    rows = []
+    for task, group in done.groupby("task", sort=False):
+        base = group[group["variant"] == reference]
+        if base.empty:
+            continue
+        for variant, mine in group.groupby("variant", sort=False):
+            if variant == reference:
+                continue
+            row = [task, variant]
+            for _, column in RATIO_COSTS:
+                if column not in group:
+                    row.append("-")
+                    continue
+                geo, low, high = stats.ratio_interval(dict(zip(mine["seed"], mine[column])),
+                                                      dict(zip(base["seed"], base[column])))
+                row.append("-" if math.isnan(geo) else f"{geo:.2f} [{low:.2f}, {high:.2f}]")
+            row.append(len(set(mine["seed"]) & set(base["seed"])))
+            rows.append(row)
+    if not rows:
+        return ""
+    return markdown_table(["task", "variant"] + [f"{name} / `{reference}`'s" for name, _ in RATIO_COSTS]
+                          + ["seeds both completed"], rows)
 
 
 def _steps_used(planned, taken, used: str) -> str:
@@ -322,10 +357,17 @@ def render(data: dict, summary: pd.DataFrame, images: list[tuple[str, str]], pre
               "cell did, 'k of n fresh' where only some did); "
               "params+grads+optim counts what training adds (a critic included).",
               "", summary_markdown(summary)]
-    phases = phase_markdown(cells) if "status" in cells else ""
+    reference = data.get("cost_reference")
+    phases = phase_markdown(cells, reference) if "status" in cells else ""
     if phases:
         lines += ["", "What a cell costs, by phase (wall-clock seconds per cell, mean over seeds; times the threads, "
                   "core-seconds):", "", phases]
+    ratios = cost_ratio_markdown(cells, reference) if reference and "status" in cells else ""
+    if ratios:
+        lines += ["", f"What a cell costs against `{reference}`'s, seed by seed (the geometric mean of the per-seed "
+                  "ratios over the seeds both completed, with its 95% t-interval on the log ratios; cells that ran at "
+                  "the same time shared the machine, and the interval carries that noise; peak memory from fresh "
+                  "processes only):", "", ratios]
     failed = cells[cells["status"] == "failed"] if "status" in cells else cells.iloc[:0]
     if not failed.empty:
         lines += ["", "Failed cells:", "", markdown_table(
@@ -339,7 +381,8 @@ def render(data: dict, summary: pd.DataFrame, images: list[tuple[str, str]], pre
     links = [f"[{prefix}tables/{name}.csv]({prefix}tables/{name}.csv)" + note for name, note in TABLES]
     lines += ["", "Tables: " + ", ".join(links) + "."]
     if meta.get("file"):
-        lines += ["", f"Regenerate: `grpo-bench matrix {meta['file']} --out {source} && grpo-bench report {source}`"]
+        again = f" --cost-reference {reference}" if reference else ""
+        lines += ["", f"Regenerate: `grpo-bench matrix {meta['file']} --out {source} && grpo-bench report {source}{again}`"]
     return "\n".join(lines) + "\n"
 
 
@@ -478,14 +521,21 @@ def _results_root(out: Path) -> Optional[Path]:
 
 
 def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[str] = None, plot: bool = True,
-           verdicts_section: bool = True) -> dict:
+           verdicts_section: bool = True, cost_reference: Optional[str] = None) -> dict:
     """Tables, statistics, plots and README.md of DIR; with ``readme`` (and always for results/README.md when DIR
-    is under results/) two sections of that README: SECTION (the header lines and a link) and SECTION-verdicts."""
+    is under results/) two sections of that README: SECTION (the header lines and a link) and SECTION-verdicts.
+    ``cost_reference``: a variant of the matrix, the unit of the cost tables (each variant's cost against it, seed
+    by seed)."""
     out = Path(out)
     meta = read_json(out / "matrix.json")
     if tuning_stage.in_tuning_stage(meta):
         return _tuning_stage_report(out, meta, readme, section)
     data = analyse(collect(out))
+    variants = list(dict.fromkeys(data["cells"]["variant"])) if "variant" in data["cells"] else []
+    if cost_reference is not None and cost_reference not in variants:
+        raise UsageError(f"--cost-reference {cost_reference}: not a variant of {out} (its variants: "
+                         f"{', '.join(variants)})")
+    data["cost_reference"] = cost_reference
     summary = summarize(data["cells"])
     curves, analysis = data["curves"], data["analysis"]
     # Every step's metrics stay in the store alone (a steps.csv repeated them: 26 MB on the default matrix).

@@ -147,6 +147,20 @@ def paired_t_interval(x, y, confidence: float = CONFIDENCE) -> tuple[float, floa
     return diff, diff - half, diff + half
 
 
+def ratio_interval(treatment: Mapping[int, float], control: Mapping[int, float], confidence: float = CONFIDENCE
+                   ) -> tuple[float, float, float]:
+    """Geometric mean of the per-seed ratios treatment / control (the seeds both have, each value > 0) with its
+    Student-t interval on the log ratios, n - 1 degrees of freedom; nan below 2 seeds."""
+    from scipy import stats as st
+
+    seeds = sorted(s for s in set(treatment) & set(control) if treatment[s] > 0 and control[s] > 0)
+    if len(seeds) < 2:
+        return (math.nan,) * 3
+    logs = np.log([treatment[s] / control[s] for s in seeds])
+    half = float(st.t.ppf(0.5 + confidence / 2, len(logs) - 1) * logs.std(ddof=1) / math.sqrt(len(logs)))
+    return float(np.exp(logs.mean())), float(np.exp(logs.mean() - half)), float(np.exp(logs.mean() + half))
+
+
 def minimum_detectable_difference(sd: float, n: int, *, alpha: float = 0.05, power: float = 0.8) -> float:
     """The smallest true difference of two variants' means that a two-sided level-``alpha`` t test on
     ``n`` seeds each (seed-to-seed standard deviation ``sd`` in both, 2n - 2 degrees of freedom, the

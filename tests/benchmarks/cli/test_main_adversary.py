@@ -407,3 +407,33 @@ def test_a_store_of_tuning_cells_only_passes_the_check_between_the_stages(tmp_pa
     (directory / "matrix.json").write_text(json.dumps(plan))
     with pytest.raises(UsageError, match="belongs to another matrix"):
         check_store_matches_plan(directory)
+
+
+def test_report_costs_against_a_named_variant_seed_by_seed_and_refuses_an_unknown_one(run_cli, tmp_path):
+    """--cost-reference VARIANT: each other variant's training, cell and peak-memory ratios against it over the
+    seeds both completed (the geometric mean and its 95% t-interval); an unknown variant is one line, nothing
+    written."""
+    import pandas as pd
+
+    from benchmarks.report.stats import ratio_interval
+
+    directory = tmp_path / "int8"
+    directory.mkdir()
+    for name in ("matrix.json", "results.parquet"):
+        shutil.copy(RESULTS / "int8-rollouts" / name, directory)
+    assert_one_line_error(run_cli("report", directory, "--no-plots", "--cost-reference", "grpo_fp8"),
+                          "--cost-reference grpo_fp8: not a variant of", "grpo, grpo_int8")
+    assert sorted(p.name for p in directory.iterdir()) == ["matrix.json", "results.parquet"]
+    assert run_cli("report", directory, "--no-plots", "--cost-reference", "grpo")[0] == 0
+    text = (directory / "README.md").read_text()
+    cells = pd.read_csv(directory / "tables" / "cells.csv")
+    rg = cells[cells["task"] == "reasoning_gym"]
+    per_seed = {v: dict(zip(g["seed"], g["wall_clock_s"])) for v, g in rg.groupby("variant")}
+    geo, low, high = ratio_interval(per_seed["grpo_int8"], per_seed["grpo"])
+    cell = ratio_interval(*({s: w for s, w in zip(g["seed"], g["process_wall_clock_s"])}
+                            for _, g in (("", rg[rg["variant"] == "grpo_int8"]), ("", rg[rg["variant"] == "grpo"]))))
+    row = f"| reasoning_gym | grpo_int8 | {geo:.2f} [{low:.2f}, {high:.2f}] | {cell[0]:.2f} [{cell[1]:.2f}, {cell[2]:.2f}] | - | 3 |"
+    assert row in text  # peak memory: grpo_int8 has no fresh-process peak, so no ratio
+    assert "| task | variant | training / `grpo`'s | cell / `grpo`'s | peak memory / `grpo`'s | seeds both completed |" in text
+    assert "cell / `grpo`'s |" in text.split("What a cell costs, by phase")[1].split("\n\n")[1].splitlines()[0]
+    assert text.rstrip().endswith(f"grpo-bench report {directory} --cost-reference grpo`")

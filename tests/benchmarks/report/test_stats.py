@@ -191,3 +191,16 @@ def test_equal_means_are_both_best_whatever_the_order():
     for order in (["a", "b", "c"], ["b", "a", "c"]):
         marks = mark_against_best({k: scores[k] for k in order}).set_index("variant")["mark"]
         assert marks["a"] == marks["b"] == "best" and marks["c"] == "worse"
+
+
+def test_ratio_interval_is_the_geometric_mean_of_per_seed_ratios_with_a_t_interval_on_their_logs():
+    from scipy import stats as st
+
+    treatment, control = {0: 2.0, 1: 4.0, 2: 3.0, 7: 9.0}, {0: 1.0, 1: 2.0, 2: 1.0, 3: 5.0}  # seeds 0-2 shared
+    logs = np.log([2.0, 2.0, 3.0])
+    low, high = st.t.interval(0.95, 2, loc=logs.mean(), scale=logs.std(ddof=1) / np.sqrt(3))
+    assert stats.ratio_interval(treatment, control) == pytest.approx((np.exp(logs.mean()), np.exp(low), np.exp(high)))
+    assert stats.ratio_interval({0: 2.0, 1: 0.0, 2: float("nan")}, {0: 1.0, 1: 1.0, 2: 1.0}) == pytest.approx(
+        (float("nan"),) * 3, nan_ok=True)  # one usable seed: no interval (a zero or missing value is not a ratio)
+    narrow = stats.ratio_interval(treatment, control, confidence=0.5)
+    assert np.exp(low) < narrow[1] < narrow[0] < narrow[2] < np.exp(high)
