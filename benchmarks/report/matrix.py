@@ -217,8 +217,8 @@ def phase_markdown(cells: pd.DataFrame, reference: Optional[str] = None) -> str:
     evaluation (before, during and after), and start-up and the rest (process start, imports, building the task and
     model, writing the store; also the work of killed attempts lost after their last checkpoint), over the cells
     where every attempt's time is known; then the cell in all (the sum of those three means), its threads, and its
-    ratio to the task's ``reference`` variant (default: the task's first). Where a cell timed its critic inside the update (PPO's ``time/critic``), a
-    column after the update shows that part of it ("-" for a variant without one). Where cells recorded their steps'
+    ratio to the task's ``reference`` variant (default: the task's first). Where a cell timed its critic inside the
+    update (PPO's ``time/critic``), a column after the update shows that part of it ("-" for a variant without one). Where cells recorded their steps'
     CPU seconds (``training_cpu_s``), a column after training's wall clock shows them: the core-seconds training
     used, which a pause of the process or other processes' turns on the cores do not lengthen ("-" where not
     recorded)."""
