@@ -218,10 +218,10 @@ def phase_markdown(cells: pd.DataFrame, reference: Optional[str] = None) -> str:
     model, writing the store; also the work of killed attempts lost after their last checkpoint), over the cells
     where every attempt's time is known; then the cell in all (the sum of those three means), its threads, and its
     ratio to the task's ``reference`` variant (default: the task's first). Where a cell timed its critic inside the
-    update (PPO's ``time/critic``), a column after the update shows that part of it ("-" for a variant without one). Where cells recorded their steps'
-    CPU seconds (``training_cpu_s``), a column after training's wall clock shows them: the core-seconds training
-    used, which a pause of the process or other processes' turns on the cores do not lengthen ("-" where not
-    recorded)."""
+    update (PPO's ``time/critic``), a column after the update shows that part of it ("-" for a variant without
+    one). Where cells recorded their steps' CPU seconds (``training_cpu_s``), a column after training's wall clock
+    shows them: the core-seconds training used, which a pause of the process or other processes' turns on the cores
+    do not lengthen ("-" where not recorded)."""
     done = cells[cells["status"] == "complete"].copy()
     if done.empty:
         return ""
@@ -530,11 +530,12 @@ def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[s
     meta = read_json(out / "matrix.json")
     if tuning_stage.in_tuning_stage(meta):
         return _tuning_stage_report(out, meta, readme, section)
-    data = analyse(collect(out))
-    variants = list(dict.fromkeys(data["cells"]["variant"])) if "variant" in data["cells"] else []
-    if cost_reference is not None and cost_reference not in variants:
+    collected = collect(out)
+    variants = list(dict.fromkeys(collected["cells"]["variant"])) if "variant" in collected["cells"] else []
+    if cost_reference is not None and cost_reference not in variants:  # before the analysis, not after it
         raise UsageError(f"--cost-reference {cost_reference}: not a variant of {out} (its variants: "
                          f"{', '.join(variants)})")
+    data = analyse(collected)
     data["cost_reference"] = cost_reference
     summary = summarize(data["cells"])
     curves, analysis = data["curves"], data["analysis"]
