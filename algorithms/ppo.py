@@ -26,12 +26,16 @@ from algorithms.losses import (
 from algorithms.rollout import Rollout, completion_outputs, sequence_inputs
 
 
+MINIBATCH_ROWS = ("random", "groups")
+
+
 @dataclass
 class PPOConfig(AlgoConfig):
     samples_per_prompt: int = field(default=4, metadata={"help": "completions sampled per prompt"})
     # 2 x 2 rather than TRL's 4 x 1: as many updates per batch as 4 epochs of one, twice the policy refreshes per pass.
     epochs: int = field(default=2, metadata={"help": "passes over each batch (TRL: num_ppo_epochs 4)"})
     minibatches: int = field(default=2, metadata={"help": "minibatches per epoch; must divide the batch"})
+    minibatch_rows: str = field(default="random", metadata={"help": "what a minibatch holds: random rows (TRL, OpenRLHF: the batch's rows in a fresh random order each epoch), or groups (verl's minibatches of whole prompts: each prompt's completions in one minibatch, the prompts in a fresh random order each epoch; a minibatch encodes each of its prompts once, so a pass encodes each prompt once, not once per minibatch); groups needs minibatches to divide prompts_per_step", "choices": MINIBATCH_ROWS})
     epsilon: float = field(default=0.2, metadata={"help": "policy clip range 1 +/- epsilon (PPO: 0.2)"})
     value_clip: float = field(default=0.2, metadata={"help": "value clip range around the old values (TRL: 0.2)"})
     gamma: float = field(default=1.0, metadata={"help": "discount over completion tokens (RLHF: 1.0)"})
@@ -50,6 +54,10 @@ class PPOConfig(AlgoConfig):
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.completions_per_step() % self.minibatches:
             raise ValueError(f"minibatches={self.minibatches} must divide the batch of {self.completions_per_step()} completions")
+        if self.minibatch_rows not in MINIBATCH_ROWS:
+            raise ValueError(f"minibatch_rows must be one of {', '.join(MINIBATCH_ROWS)}, got {self.minibatch_rows!r}")
+        if self.minibatch_rows == "groups" and self.prompts_per_step % self.minibatches:
+            raise ValueError(f"minibatch_rows=groups needs minibatches={self.minibatches} to divide prompts_per_step={self.prompts_per_step} (whole prompts per minibatch)")
         for name in ("epsilon", "value_clip", "gamma", "lam", "kl_coef"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -165,6 +173,22 @@ class PPO(Algorithm):
             advantages = self.whiten(advantages, mask)
         return advantages, returns, raw_std, tied
 
+    def minibatch_indices(self, rollout: Rollout) -> list[torch.Tensor]:
+        """One epoch's minibatches, each its row indices sorted (each group's rows together, in group order: its
+        log-probs and values encode each of its prompts once). ``random``: a random permutation of the rows split
+        in ``minibatches``; ``groups``: a random permutation of the groups, split likewise, so a prompt's rows share
+        one minibatch."""
+        c: PPOConfig = self.config
+        if c.minibatch_rows == "random":
+            order = torch.randperm(rollout.num_completions, generator=self.generator, device=self.device)
+            return [idx.sort().values for idx in order.split(rollout.num_completions // c.minibatches)]
+        group = rollout.group_of_rows()
+        groups = int(group.max()) + 1
+        if groups % c.minibatches:  # under data parallelism, this rank's share of the prompts
+            raise ValueError(f"minibatch_rows=groups: {groups} prompts do not split into {c.minibatches} minibatches")
+        order = torch.randperm(groups, generator=self.generator, device=self.device)
+        return [torch.isin(group, chosen).nonzero().squeeze(1) for chosen in order.split(groups // c.minibatches)]
+
     def train_step(self, prompts: list[str]) -> dict[str, float]:
         c: PPOConfig = self.config
         rollout = self.generate(prompts, c.samples_per_prompt)  # 1 generate
@@ -177,14 +201,9 @@ class PPO(Algorithm):
 
         advantages, returns, raw_std, tied = self.gae_advantages(scores, mask, old_logps, ref_logps, old_values)  # 4
 
-        batch, size = mask.size(0), mask.size(0) // c.minibatches
         sums = dict.fromkeys(("loss/policy", "loss/value", "clipfrac", "grad_norm", "entropy", "skipped_update"), 0.0)
         for _ in range(c.epochs):  # 5 epochs x minibatches
-            order = torch.randperm(batch, generator=self.generator, device=self.device)
-            for idx in order.split(size):
-                # Each group's rows together (a minibatch's loss is a mean over its rows, in any order): its
-                # log-probs and values encode each prompt once, as the whole batch's do.
-                idx = idx.sort().values
+            for idx in self.minibatch_indices(rollout):
                 mb, mb_mask = rollout.select(idx, grouped=True), mask[idx]
                 with self.timer("update"):
                     logps, entropy = self.logps(self.policy, mb, with_entropy=True)

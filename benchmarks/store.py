@@ -49,9 +49,10 @@ NOT_THE_EXPERIMENT = ("checkpoint_every",)
 # Settings added after cells were stored, at the value every earlier cell ran with: a stored spec without one is
 # the same experiment as a planned spec that has it at this value. handle_zero_tail: optimal_token_baseline's
 # option (algorithms/estimators.py), always on before it was a setting; count_pair_samples: DPO's pairs were built
-# outside the budget before it was a setting (verdicts-tuned-v2's DPO tuning cells ran so).
+# outside the budget before it was a setting (verdicts-tuned-v2's DPO tuning cells ran so); minibatch_rows: PPO's
+# minibatches were random rows before it was a setting.
 ADDED_DEFAULTS = {"replicate": 0, "eval_share_prefix": False, "logits_precision": "same", "handle_zero_tail": True,
-                  "count_pair_samples": False}
+                  "count_pair_samples": False, "minibatch_rows": "random"}
 
 
 def experiment(spec: dict) -> dict:
