@@ -35,7 +35,7 @@ def _wrote(settings) -> str:
 @dataclass
 class AgreementSettings(StudySettings):
     first: str = field(metadata={"help": "a matrix directory (the committed run)", "matrix": "FIRST"})
-    second: str = field(metadata={"help": "the rerun's directory (the same matrix file)", "matrix": "SECOND"})
+    second: str = field(metadata={"help": "the rerun's directory (the same matrix file; or another matrix that repeats some of its cells, compared cell by cell)", "matrix": "SECOND"})
     out: str = option("out", required=True, file="the markdown report to write")
 
 
@@ -80,17 +80,19 @@ class Agreement(Study):
 
     def run(self, s: AgreementSettings, command: str) -> int:
         shared_variants(s.first, s.second)  # the inputs first: a typo is one line before pandas loads
-        from benchmarks.report.agreement import agreement  # heavy: pandas, scipy
+        from benchmarks.report.agreement import agreement, shared_cells  # heavy: pandas, scipy
 
-        text = self.write(agreement(s.first, s.second), s, command)
+        names = tuple(planned_cells(matrix_directory(d, label))[0] for label, d in (("FIRST", s.first), ("SECOND", s.second)))
+        text = self.write((agreement(s.first, s.second), shared_cells(s.first, s.second), names), s, command)
         print(text.splitlines()[2] if len(text.splitlines()) > 2 else text)
         print(_wrote(s))
         return 0
 
-    def render(self, table, s: AgreementSettings, command: str) -> str:
+    def render(self, result, s: AgreementSettings, command: str) -> str:
         from benchmarks.report.agreement import render  # heavy: pandas, scipy
 
-        return render(table, str(s.first), str(s.second))  # its title names the two folders
+        table, cells, names = result
+        return render(table, str(s.first), str(s.second), cells, names)  # its title names the two folders
 
 
 @dataclass

@@ -13,18 +13,26 @@ from there. What a rerun should agree on is what the statistics claim, within th
     matrix's stated ``[analysis] primary``): each of B's means inside A's 95% interval for that variant
     (stratified bootstrap over its seeds, as the report's), again in all but about 5% of the variants.
 
-The report lists both, variant by variant, and a headline with the counts. It reads the two result
-stores and matrix.json files only.
+The report lists both, variant by variant, and a headline with the counts. Where the two stores hold the same
+experiment (a cell of each with the same settings, seed, budget, task and evaluation, whatever its variant is called:
+a matrix repeating another's cells), it also says whether the second reproduced the first exactly: every evaluation's
+answer to every question (``questions/correct``; its accuracy where the task records no answers), and every
+training step's mean reward. On one machine and thread
+count a cell is deterministic, so a difference there is a change in the code or the libraries, not noise. It reads
+the two result stores and matrix.json files only.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Optional
 
 import pandas as pd
 
 from benchmarks.markdown import markdown_table, with_interval
 from benchmarks.report.matrix import matrix_verdicts
+from benchmarks.store import ResultStore, experiment
 
 
 def agreement(first: Path | str, second: Path | str) -> pd.DataFrame:
@@ -40,12 +48,92 @@ def agreement(first: Path | str, second: Path | str) -> pd.DataFrame:
     return both
 
 
-def render(table: pd.DataFrame, first: str, second: str) -> str:
+def _experiment_key(spec: dict) -> str:
+    """What a cell computes, whatever its matrix calls its variant and task."""
+    spec = experiment(spec)
+    spec.pop("variant", None), spec.pop("task_label", None)
+    return json.dumps(spec, sort_keys=True, default=str)
+
+
+def _evaluations(store: ResultStore, relpath: str) -> dict[str, tuple[Optional[str], Optional[float]]]:
+    """A cell's evaluations, before training, at each evaluated step and after: each one's answers question by
+    question (``questions/correct``; None where the task records none) and its accuracy."""
+    summary = store.summary(relpath) or {}
+    found = {f"step {row['step']}": (row.get("questions/correct"), row.get("eval/accuracy"))
+             for row in store.steps.get(relpath, []) if "eval/accuracy" in row or "questions/correct" in row}
+    for when in ("before", "after"):
+        answers = (summary.get("eval_questions") or {}).get(when, {}).get("questions/correct")
+        if answers is not None or f"accuracy_{when}" in summary:
+            found[when] = (answers, summary.get(f"accuracy_{when}"))
+    return {when: (answers if isinstance(answers, str) else None, accuracy) for when, (answers, accuracy) in found.items()}
+
+
+def shared_cells(first: Path | str, second: Path | str) -> pd.DataFrame:
+    """Each complete cell of ``second`` whose experiment a complete cell of ``first`` ran too: how many of their
+    evaluations are the same (answer by answer where the task records its answers, else the accuracy), how many
+    answers differ, and how many training steps' mean rewards are the same."""
+    a, b = ResultStore.open(first), ResultStore.open(second)
+
+    def complete(store: ResultStore) -> dict[str, str]:
+        return {_experiment_key(cell["spec"]): relpath for relpath, cell in sorted(store.cells.items())
+                if (cell.get("summary") or {}).get("status") == "complete"}
+
+    ours = complete(a)
+    rows = []
+    for key, relpath in complete(b).items():
+        match = ours.get(key)
+        if match is None:
+            continue
+        evals_a, evals_b = _evaluations(a, match), _evaluations(b, relpath)
+        both = [when for when in evals_a if when in evals_b]
+        answered = [w for w in both if evals_a[w][0] is not None and evals_b[w][0] is not None]
+        same = sum((evals_a[w][0] == evals_b[w][0]) if w in answered else (evals_a[w][1] == evals_b[w][1]) for w in both)
+        differing = sum(sum(x != y for x, y in zip(evals_a[w][0], evals_b[w][0]))
+                        + abs(len(evals_a[w][0]) - len(evals_b[w][0])) for w in answered)
+        rewards_a = {row["step"]: row.get("reward/mean") for row in a.steps.get(match, [])}
+        rewards_b = {row["step"]: row.get("reward/mean") for row in b.steps.get(relpath, [])}
+        steps = [step for step in rewards_a if step in rewards_b]
+        rows.append({"first": match, "second": relpath, "evaluations": len(both), "same_evaluations": same,
+                     "questions": sum(len(evals_a[w][0]) for w in answered), "questions_differing": differing,
+                     "steps": len(steps), "same_rewards": sum(rewards_a[t] == rewards_b[t] for t in steps)})
+    return pd.DataFrame(rows, columns=["first", "second", "evaluations", "same_evaluations", "questions",
+                                       "questions_differing", "steps", "same_rewards"])
+
+
+def render_shared_cells(cells: pd.DataFrame) -> list[str]:
+    """The section on the experiments both stores ran: reproduced exactly or not, cell by cell."""
+    if cells.empty:
+        return []
+    exact = cells[(cells["same_evaluations"] == cells["evaluations"]) & (cells["same_rewards"] == cells["steps"])
+                  & (cells["evaluations"] > 0)]
+    lines = ["", "## Cells both ran", "",
+             f"**{len(exact)} of {len(cells)} cells that ran the same experiment in both (the same settings, seed, "
+             "budget, task and evaluation) reproduced the first exactly: every evaluation (answer by answer where the "
+             "task records its answers, else its accuracy) and every training step's mean reward.** A cell is deterministic on one machine and thread count with "
+             "the same code and libraries; a cell that differs ran with another of them (summing in another order, "
+             "it diverges from its first step).", ""]
+    rows = [[r.first, r.second, f"{r.same_evaluations} of {r.evaluations}",
+             f"{r.questions_differing} of {r.questions}" if r.questions else "- (not recorded)",
+             f"{r.same_rewards} of {r.steps}"] for r in cells.itertuples()]
+    lines.append(markdown_table(["first", "second", "evaluations the same", "answers that differ",
+                                 "training steps' mean reward the same"], rows))
+    return lines
+
+
+def render(table: pd.DataFrame, first: str, second: str, cells: Optional[pd.DataFrame] = None,
+           matrices: Optional[tuple[str, str]] = None) -> str:
+    """The report; ``matrices``: the two runs' matrix names, where they differ their marks are not a rerun's."""
+    shared = render_shared_cells(cells if cells is not None else pd.DataFrame())
     if table.empty:
-        return f"# Agreement of `{second}` with `{first}`\n\nNo complete cells in common: nothing to compare.\n"
+        return "\n".join([f"# Agreement of `{second}` with `{first}`", "", "No complete cells in common: nothing to compare.",
+                          *shared]) + "\n"
     ranking = table[~table["saturated_a"]]
     metrics = dict.fromkeys(list(table["primary_metric_a"]) + list(table["primary_metric_b"]))
     marks = f"{int(ranking['same_mark'].sum())} of {len(ranking)} marks agree on the tasks that rank"
+    if matrices and matrices[0] != matrices[1]:
+        marks = (f"Different matrices (`{matrices[0]}`, `{matrices[1]}`): each marks its variants against its own "
+                 f"others, so their marks ({int(ranking['same_mark'].sum())} of {len(ranking)} the same) are not a "
+                 "rerun's")
     means = f"{int(table['mean_b_in_a'].sum())} of {len(table)} means of the rerun lie inside the first run's 95% interval"
     lines = [f"# Agreement of `{second}` with `{first}`", "",
              f"**{marks}; {means}.**", "",
@@ -62,4 +150,4 @@ def render(table: pd.DataFrame, first: str, second: str) -> str:
             for r in table.itertuples()]
     lines.append(markdown_table(["task", "variant", "seeds", "first: mean [95% CI]", "rerun: mean [95% CI]",
                                  "first: mark", "rerun: mark", "same mark", "rerun mean in first's CI"], rows))
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + shared) + "\n"

@@ -485,3 +485,67 @@ def test_a_variant_left_out_says_why_too_few_seeds_or_nothing_to_compare():
     probe = verdicts.render(analyse(collect(root / "reasoning-gym" / "grid-edge-number-sequence"))["analysis"])
     rows = [line for line in probe.splitlines() if line.startswith("| ") and "| 2 |" in line[:40]]
     assert len(rows) == 7 and all("| too few seeds (< 3) |" in line for line in rows)  # 2 seeds each
+
+
+def test_agreement_compares_the_cells_both_stores_ran_answer_by_answer(tmp_path):
+    """A cell of the second store with the same experiment as one of the first (whatever either matrix calls its
+    variant) is compared question by question at every evaluation and step by step on the mean reward; a cell with
+    another seed or setting, or one not complete, is not compared."""
+    from benchmarks.report import agreement
+    from benchmarks.store import ResultStore
+
+    def spec(variant, seed, lr=1e-5, checkpoint_every=10):
+        return {"algo": "ppo", "algo_options": {"learning_rate": lr}, "budget": 64, "seed": seed, "steps": 2,
+                "task": "reasoning_gym", "task_label": "t", "variant": variant, "checkpoint_every": checkpoint_every}
+
+    def cell(store, relpath, spec, after="0110", step_answers="0100", rewards=(0.25, 0.5), status="complete"):
+        summary = {"status": status, "eval_questions": {"before": {"questions/correct": "0100"},
+                                                        "after": {"questions/correct": after}}}
+        rows = [{"step": 1, "reward/mean": rewards[0], "questions/correct": step_answers},
+                {"step": 2, "reward/mean": rewards[1]}]
+        store.put(relpath, spec, summary, rows)
+
+    def toy_cell(store, relpath, spec, after):  # a task that records accuracies, not answers
+        store.put(relpath, spec, {"status": "complete", "accuracy_before": 0.25, "accuracy_after": after},
+                  [{"step": 1, "reward/mean": 0.5, "eval/accuracy": 0.5}, {"step": 2, "reward/mean": 0.5}])
+
+    first, second = ResultStore.open(tmp_path / "a"), ResultStore.open(tmp_path / "b")
+    for seed in (0, 1, 2):
+        cell(first, f"t/ppo/seed{seed}", spec("ppo", seed))
+    cell(first, "t/ppo/seed3", spec("ppo", 3), status="failed")
+    cell(second, "t/ppo_1epoch/seed0", spec("ppo_1epoch", 0, checkpoint_every=5))  # the same experiment: exact
+    cell(second, "t/ppo_1epoch/seed1", spec("ppo_1epoch", 1), after="1111", rewards=(0.25, 0.75))  # 2 answers, 1 reward
+    cell(second, "t/ppo_1epoch/seed2", spec("ppo_1epoch", 2, lr=3e-5))  # another setting: not the same experiment
+    cell(second, "t/ppo_1epoch/seed3", spec("ppo_1epoch", 3))  # the first's failed: nothing to compare
+    cell(second, "t/ppo_1epoch/seed4", spec("ppo_1epoch", 4), status="failed")
+    toy_cell(first, "t/ppo/seed5", spec("ppo", 5), after=0.75)
+    toy_cell(second, "t/ppo_1epoch/seed5", spec("ppo_1epoch", 5), after=0.8)
+    table = agreement.shared_cells(tmp_path / "a", tmp_path / "b").set_index("second")
+    assert list(table.index) == ["t/ppo_1epoch/seed0", "t/ppo_1epoch/seed1", "t/ppo_1epoch/seed5"]
+    assert table.loc["t/ppo_1epoch/seed0", "first"] == "t/ppo/seed0"
+    assert table[["evaluations", "same_evaluations", "questions", "questions_differing", "steps", "same_rewards"]
+                 ].to_dict("index") == {
+        "t/ppo_1epoch/seed0": {"evaluations": 3, "same_evaluations": 3, "questions": 12, "questions_differing": 0,
+                               "steps": 2, "same_rewards": 2},
+        "t/ppo_1epoch/seed1": {"evaluations": 3, "same_evaluations": 2, "questions": 12, "questions_differing": 2,
+                               "steps": 2, "same_rewards": 1},
+        "t/ppo_1epoch/seed5": {"evaluations": 3, "same_evaluations": 2, "questions": 0, "questions_differing": 0,
+                               "steps": 2, "same_rewards": 2}}  # accuracies 0.25 and 0.5 alike, 0.75 against 0.8
+    text = agreement.render(pd.DataFrame(), "a", "b", table.reset_index())
+    assert "**1 of 3 cells that ran the same experiment in both" in text
+    assert "| t/ppo/seed5 | t/ppo_1epoch/seed5 | 2 of 3 | - (not recorded) | 2 of 2 |" in text
+    assert "| t/ppo/seed1 | t/ppo_1epoch/seed1 | 2 of 3 | 2 of 12 | 1 of 2 |" in text
+
+
+def test_agreement_of_two_different_matrices_says_their_marks_are_not_a_reruns():
+    from benchmarks.report import agreement
+
+    table = pd.DataFrame([{"task": "t", "variant": "a", "seeds_a": 5, "seeds_b": 5, "primary_all_mean_a": 0.5,
+                           "primary_all_low_a": 0.4, "primary_all_high_a": 0.6, "primary_all_mean_b": 0.5,
+                           "primary_all_low_b": 0.4, "primary_all_high_b": 0.6, "mark_a": "worse", "mark_b": "best",
+                           "same_mark": False, "mean_b_in_a": True, "saturated_a": False, "primary_metric_a": "final",
+                           "primary_metric_b": "final"}])
+    assert "**0 of 1 marks agree" in agreement.render(table, "a", "b", matrices=("m", "m"))
+    text = agreement.render(table, "a", "b", matrices=("m", "n"))
+    assert "**Different matrices (`m`, `n`): each marks its variants against its own others" in text
+    assert "0 of 1 marks agree" not in text
