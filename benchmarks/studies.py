@@ -54,9 +54,10 @@ def planned_cells(directory: Path, *, tuning: bool = False) -> tuple[str, list[d
     return str(meta.get("name", directory.name)), [c for c in cells if isinstance(c, dict)]
 
 
-def shared_variants(first, second) -> set[tuple[str, str]]:
-    """The (task, variant) pairs two matrix directories both plan; none is one UsageError line naming each side's
-    (``agreement`` compares a rerun of the same matrix, and two different ones had read "0 of 0 agree")."""
+def shared_variants(first, second) -> tuple[tuple[str, str], set[tuple[str, str]]]:
+    """The two matrix directories' matrix names and the (task, variant) pairs both plan; none is one UsageError line
+    naming each side's (``agreement`` compares a rerun of the same matrix, and two different ones had read "0 of 0
+    agree")."""
     sides = []
     for label, directory in (("FIRST", first), ("SECOND", second)):
         name, cells = planned_cells(matrix_directory(directory, label))
@@ -69,7 +70,7 @@ def shared_variants(first, second) -> set[tuple[str, str]]:
         raise UsageError(f"{first} (matrix {sides[0][0]}) and {second} (matrix {sides[1][0]}) share no variant of a "
                          f"task: {listed(sides[0][1]) or 'no cells'} against {listed(sides[1][1]) or 'no cells'}; "
                          "agreement compares a rerun of the same matrix")
-    return shared
+    return (sides[0][0], sides[1][0]), shared
 
 
 @register_study
@@ -79,10 +80,9 @@ class Agreement(Study):
     Settings = AgreementSettings
 
     def run(self, s: AgreementSettings, command: str) -> int:
-        shared_variants(s.first, s.second)  # the inputs first: a typo is one line before pandas loads
+        names, _ = shared_variants(s.first, s.second)  # the inputs first: a typo is one line before pandas loads
         from benchmarks.report.agreement import agreement, shared_cells  # heavy: pandas, scipy
 
-        names = tuple(planned_cells(matrix_directory(d, label))[0] for label, d in (("FIRST", s.first), ("SECOND", s.second)))
         text = self.write((agreement(s.first, s.second), shared_cells(s.first, s.second), names), s, command)
         print(text.splitlines()[2] if len(text.splitlines()) > 2 else text)
         print(_wrote(s))
