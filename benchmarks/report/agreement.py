@@ -35,6 +35,15 @@ from benchmarks.report.matrix import matrix_verdicts
 from benchmarks.store import ResultStore, experiment
 
 
+# What a variant is marked when the procedure made no claim about it (benchmarks/report/verdicts.py): a run with too
+# few of its seeds yet, or nothing to compare it with, disagrees with no mark.
+UNMARKED = ("too few seeds", "nothing to compare")
+
+
+def marked(mark) -> bool:
+    return isinstance(mark, str) and not mark.startswith(UNMARKED)
+
+
 def agreement(first: Path | str, second: Path | str) -> pd.DataFrame:
     """Per (task, variant) present in both: each run's mark and primary mean with its 95% interval, whether the
     marks agree and whether the second's mean lies inside the first's interval."""
@@ -127,13 +136,16 @@ def render(table: pd.DataFrame, first: str, second: str, cells: Optional[pd.Data
     if table.empty:
         return "\n".join([f"# Agreement of `{second}` with `{first}`", "", "No complete cells in common: nothing to compare.",
                           *shared]) + "\n"
-    ranking = table[~table["saturated_a"]]
+    both_marked = table["mark_a"].map(marked) & table["mark_b"].map(marked)
+    ranking = table[~table["saturated_a"] & both_marked]
     metrics = dict.fromkeys(list(table["primary_metric_a"]) + list(table["primary_metric_b"]))
     marks = f"{int(ranking['same_mark'].sum())} of {len(ranking)} marks agree on the tasks that rank"
     if matrices and matrices[0] != matrices[1]:
         marks = (f"Different matrices (`{matrices[0]}`, `{matrices[1]}`): each marks its variants against its own "
                  f"others, so their marks ({int(ranking['same_mark'].sum())} of {len(ranking)} the same) are not a "
                  "rerun's")
+    if not both_marked.all():
+        marks += f" ({int((~both_marked).sum())} without a mark in one run, too few seeds or nothing to compare, not counted)"
     means = f"{int(table['mean_b_in_a'].sum())} of {len(table)} means of the rerun lie inside the first run's 95% interval"
     lines = [f"# Agreement of `{second}` with `{first}`", "",
              f"**{marks}; {means}.**", "",
@@ -146,7 +158,8 @@ def render(table: pd.DataFrame, first: str, second: str, cells: Optional[pd.Data
     rows = [[r.task, r.variant, f"{r.seeds_a} / {r.seeds_b}",
              with_interval(r.primary_all_mean_a, r.primary_all_low_a, r.primary_all_high_a, seeds=r.seeds_a),
              with_interval(r.primary_all_mean_b, r.primary_all_low_b, r.primary_all_high_b, seeds=r.seeds_b),
-             r.mark_a, r.mark_b, "yes" if r.same_mark else "**no**", "yes" if r.mean_b_in_a else "**no**"]
+             r.mark_a, r.mark_b, ("yes" if r.same_mark else "**no**") if marked(r.mark_a) and marked(r.mark_b) else "-",
+             "yes" if r.mean_b_in_a else "**no**"]
             for r in table.itertuples()]
     lines.append(markdown_table(["task", "variant", "seeds", "first: mean [95% CI]", "rerun: mean [95% CI]",
                                  "first: mark", "rerun: mark", "same mark", "rerun mean in first's CI"], rows))

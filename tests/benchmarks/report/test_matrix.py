@@ -321,6 +321,11 @@ def test_agreement_counts_flipped_marks_and_means_outside_the_first_runs_interva
             "95% interval.**") in text
     assert "Primary metric (the marks' and the means'): `last_3`." in text
     assert "| t | a | 5 / 16 | 0.800 [0.780, 0.820] | 0.810 [0.790, 0.830] | best | best | yes | yes |" in text
+    rerun.loc[rerun["variant"] == "b", "mark"] = "too few seeds (< 3)"  # a partial rerun makes no claim about b
+    text = agreement.render(agreement.agreement(tmp_path / "first", tmp_path / "rerun"), "first", "rerun")
+    assert ("**2 of 2 marks agree on the tasks that rank (1 without a mark in one run, too few seeds or nothing to "
+            "compare, not counted);") in text
+    assert "| t | b | 5 / 16 | 0.790 [0.770, 0.810] | 0.700 [0.680, 0.720] | tied with best | too few seeds (< 3) | - | **no** |" in text
     rerun["primary_metric"] = "final"  # another design: said, not silently compared
     assert "the runs measure different things" in agreement.render(agreement.agreement(tmp_path / "first", tmp_path / "rerun"), "first", "rerun")
 
