@@ -142,6 +142,9 @@ REPORTS = (
     ("results/perf/perf.md", "One GRPO step against TRL's GRPOTrainer", "grpo-bench bench grpo-vs-trl"),
     ("results/perf/bf16/perf.md", "One GRPO step against TRL's GRPOTrainer, both sides in bf16 (TRL bf16=True)",
      "grpo-bench bench grpo-vs-trl --precision bf16"),
+    ("results/perf/bf16-quiet/perf.md", "The same in bf16 on an idle host at torch's own thread count (its bandwidth and "
+     "load in its header): issue 43's good host, beside the loaded, low-bandwidth run above",
+     "grpo-bench bench grpo-vs-trl --precision bf16 --bf16-steps 0 --scaling-steps 0 --out results/perf/bf16-quiet"),
     ("results/same_batch/report.md", "The GRPO step's loss against TRL's on the same sampled batches, part by part "
      "(loss function, advantages, log-probs; transformers against itself for scale)", "grpo-bench check same-batch"),
     ("results/gpu/perf.md", "One GRPO step against TRL's GRPOTrainer on an NVIDIA H200 (SmolLM2-135M's architecture "
