@@ -17,9 +17,8 @@ The report lists both, variant by variant, and a headline with the counts. Where
 experiment (a cell of each with the same settings, seed, budget, task and evaluation, whatever its variant is called:
 a matrix repeating another's cells), it also says whether the second reproduced the first exactly: every evaluation's
 answer to every question (``questions/correct``; its accuracy where the task records no answers), and every
-training step's mean reward. On one machine and thread
-count a cell is deterministic, so a difference there is a change in the code or the libraries, not noise. It reads
-the two result stores and matrix.json files only.
+training step's mean reward. On one machine and thread count a cell is deterministic, so a difference there is a
+change in the code or the libraries, not noise. It reads the two result stores and matrix.json files only.
 """
 
 from __future__ import annotations
@@ -31,17 +30,15 @@ from typing import Optional
 import pandas as pd
 
 from benchmarks.markdown import markdown_table, with_interval
+from benchmarks.report.inference import TOO_FEW
 from benchmarks.report.matrix import matrix_verdicts
 from benchmarks.store import ResultStore, experiment
 
 
-# What a variant is marked when the procedure made no claim about it (benchmarks/report/verdicts.py): a run with too
-# few of its seeds yet, or nothing to compare it with, disagrees with no mark.
-UNMARKED = ("too few seeds", "nothing to compare")
-
-
 def marked(mark) -> bool:
-    return isinstance(mark, str) and not mark.startswith(UNMARKED)
+    """Whether the procedure made a claim about the variant: not TOO_FEW, its mark where a run has too few of its
+    seeds or nothing to compare it with (a variant without a claim disagrees with none)."""
+    return isinstance(mark, str) and not mark.startswith(TOO_FEW)
 
 
 def agreement(first: Path | str, second: Path | str) -> pd.DataFrame:
@@ -67,14 +64,17 @@ def _experiment_key(spec: dict) -> str:
 def _evaluations(store: ResultStore, relpath: str) -> dict[str, tuple[Optional[str], Optional[float]]]:
     """A cell's evaluations, before training, at each evaluated step and after: each one's answers question by
     question (``questions/correct``; None where the task records none) and its accuracy."""
+    def answers(found) -> Optional[str]:
+        return found if isinstance(found, str) else None
+
     summary = store.summary(relpath) or {}
-    found = {f"step {row['step']}": (row.get("questions/correct"), row.get("eval/accuracy"))
+    found = {f"step {row['step']}": (answers(row.get("questions/correct")), row.get("eval/accuracy"))
              for row in store.steps.get(relpath, []) if "eval/accuracy" in row or "questions/correct" in row}
     for when in ("before", "after"):
-        answers = (summary.get("eval_questions") or {}).get(when, {}).get("questions/correct")
-        if answers is not None or f"accuracy_{when}" in summary:
-            found[when] = (answers, summary.get(f"accuracy_{when}"))
-    return {when: (answers if isinstance(answers, str) else None, accuracy) for when, (answers, accuracy) in found.items()}
+        correct = (summary.get("eval_questions") or {}).get(when, {}).get("questions/correct")
+        if correct is not None or f"accuracy_{when}" in summary:
+            found[when] = (answers(correct), summary.get(f"accuracy_{when}"))
+    return found
 
 
 def shared_cells(first: Path | str, second: Path | str) -> pd.DataFrame:
@@ -118,9 +118,9 @@ def render_shared_cells(cells: pd.DataFrame) -> list[str]:
     lines = ["", "## Cells both ran", "",
              f"**{len(exact)} of {len(cells)} cells that ran the same experiment in both (the same settings, seed, "
              "budget, task and evaluation) reproduced the first exactly: every evaluation (answer by answer where the "
-             "task records its answers, else its accuracy) and every training step's mean reward.** A cell is deterministic on one machine and thread count with "
-             "the same code and libraries; a cell that differs ran with another of them (summing in another order, "
-             "it diverges from its first step).", ""]
+             "task records its answers, else its accuracy) and every training step's mean reward.** A cell is "
+             "deterministic on one machine and thread count with the same code and libraries; a cell that differs ran "
+             "with another of them (summing in another order, it diverges from its first step).", ""]
     rows = [[r.first, r.second, f"{r.same_evaluations} of {r.evaluations}",
              f"{r.questions_differing} of {r.questions}" if r.questions else "- (not recorded)",
              f"{r.same_rewards} of {r.steps}"] for r in cells.itertuples()]
