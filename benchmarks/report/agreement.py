@@ -18,7 +18,9 @@ experiment (a cell of each with the same settings, seed, budget, task and evalua
 a matrix repeating another's cells), it also says whether the second reproduced the first exactly: every evaluation's
 answer to every question (``questions/correct``; its accuracy where the task records no answers), and every
 training step's mean reward. On one machine and thread count a cell is deterministic, so a difference there is a
-change in the code or the libraries, not noise. It reads the two result stores and matrix.json files only.
+change in the code or the libraries, not noise: each compared pair says which of what its cells recorded (the code's
+commit, the library versions, the rounding settings, the device) differs, and the headline counts the pairs that
+differ with none of it different. It reads the two result stores and matrix.json files only.
 """
 
 from __future__ import annotations
@@ -77,10 +79,35 @@ def _evaluations(store: ResultStore, relpath: str) -> dict[str, tuple[Optional[s
     return found
 
 
+def environment_difference(first: dict, second: dict) -> str:
+    """What differs between two cells' recorded environments (``config.environment`` of their summaries) among what
+    can change a cell's numbers: the code's commit (or uncommitted changes), each library's version, the rounding
+    settings (threads, the CPU's vector capability) and the device. '' where none does; 'not recorded' where a
+    cell has no environment."""
+    envs = [((s.get("config") or {}).get("environment") or None) for s in (first, second)]
+    if not all(envs):
+        return "not recorded"
+    a, b = envs
+    found = []
+    code_a, code_b = a.get("code") or {}, b.get("code") or {}
+    if code_a.get("commit") != code_b.get("commit"):
+        found.append(f"code {str(code_a.get('commit'))[:7]} -> {str(code_b.get('commit'))[:7]}")
+    if code_a.get("dirty") or code_b.get("dirty"):
+        found.append("code with uncommitted changes")
+    for group in ("versions", "rounding"):
+        ga, gb = a.get(group) or {}, b.get(group) or {}
+        found += [f"{key} {ga.get(key, '-')} -> {gb.get(key, '-')}" for key in sorted(set(ga) | set(gb))
+                  if ga.get(key) != gb.get(key)]
+    if a.get("device_name") != b.get("device_name"):
+        found.append(f"device {a.get('device_name')} -> {b.get('device_name')}")
+    return "; ".join(found)
+
+
 def shared_cells(first: Path | str, second: Path | str) -> pd.DataFrame:
     """Each complete cell of ``second`` whose experiment a complete cell of ``first`` ran too: how many of their
     evaluations are the same (answer by answer where the task records its answers, else the accuracy), how many
-    answers differ, and how many training steps' mean rewards are the same."""
+    answers differ, how many training steps' mean rewards are the same, and what differs in what the two cells
+    recorded of their environment (``environment_difference``)."""
     a, b = ResultStore.open(first), ResultStore.open(second)
 
     def complete(store: ResultStore) -> dict[str, str]:
@@ -104,9 +131,10 @@ def shared_cells(first: Path | str, second: Path | str) -> pd.DataFrame:
         steps = [step for step in rewards_a if step in rewards_b]
         rows.append({"first": match, "second": relpath, "evaluations": len(both), "same_evaluations": same,
                      "questions": sum(len(evals_a[w][0]) for w in answered), "questions_differing": differing,
-                     "steps": len(steps), "same_rewards": sum(rewards_a[t] == rewards_b[t] for t in steps)})
+                     "steps": len(steps), "same_rewards": sum(rewards_a[t] == rewards_b[t] for t in steps),
+                     "environment": environment_difference(a.summary(match) or {}, b.summary(relpath) or {})})
     return pd.DataFrame(rows, columns=["first", "second", "evaluations", "same_evaluations", "questions",
-                                       "questions_differing", "steps", "same_rewards"])
+                                       "questions_differing", "steps", "same_rewards", "environment"])
 
 
 def render_shared_cells(cells: pd.DataFrame) -> list[str]:
@@ -115,17 +143,24 @@ def render_shared_cells(cells: pd.DataFrame) -> list[str]:
         return []
     exact = cells[(cells["same_evaluations"] == cells["evaluations"]) & (cells["same_rewards"] == cells["steps"])
                   & (cells["evaluations"] > 0)]
+    differing = cells.drop(exact.index)
+    unexplained = int((differing["environment"] == "").sum())
     lines = ["", "## Cells both ran", "",
              f"**{len(exact)} of {len(cells)} cells that ran the same experiment in both (the same settings, seed, "
              "budget, task and evaluation) reproduced the first exactly: every evaluation (answer by answer where the "
-             "task records its answers, else its accuracy) and every training step's mean reward.** A cell is "
+             "task records its answers, else its accuracy) and every training step's mean reward"
+             + (f"; of the {len(differing)} that did not, {unexplained} ran with the same recorded code, libraries, "
+                "rounding settings and device (a difference those do not explain)" if len(differing) else "")
+             + ".** A cell is "
              "deterministic on one machine and thread count with the same code and libraries; a cell that differs ran "
-             "with another of them (summing in another order, it diverges from its first step).", ""]
+             "with another of them (summing in another order, it diverges from its first step). The last column says "
+             "which of them the two cells recorded differently.", ""]
     rows = [[r.first, r.second, f"{r.same_evaluations} of {r.evaluations}",
              f"{r.questions_differing} of {r.questions}" if r.questions else "- (not recorded)",
-             f"{r.same_rewards} of {r.steps}"] for r in cells.itertuples()]
+             f"{r.same_rewards} of {r.steps}", r.environment or "nothing recorded differs"] for r in cells.itertuples()]
     lines.append(markdown_table(["first", "second", "evaluations the same", "answers that differ",
-                                 "training steps' mean reward the same"], rows))
+                                 "training steps' mean reward the same", "what the two cells recorded differently"],
+                                rows))
     return lines
 
 

@@ -503,9 +503,16 @@ def test_agreement_compares_the_cells_both_stores_ran_answer_by_answer(tmp_path)
         return {"algo": "ppo", "algo_options": {"learning_rate": lr}, "budget": 64, "seed": seed, "steps": 2,
                 "task": "reasoning_gym", "task_label": "t", "variant": variant, "checkpoint_every": checkpoint_every}
 
-    def cell(store, relpath, spec, after="0110", step_answers="0100", rewards=(0.25, 0.5), status="complete"):
+    def environment(transformers="5.25.0", commit="9338659aa", threads="1"):
+        return {"code": {"commit": commit, "dirty": False}, "device_name": "cpu (1 threads)",
+                "rounding": {"OMP_NUM_THREADS": threads}, "versions": {"torch": "2.13.0", "transformers": transformers}}
+
+    def cell(store, relpath, spec, after="0110", step_answers="0100", rewards=(0.25, 0.5), status="complete",
+             env=None):
         summary = {"status": status, "eval_questions": {"before": {"questions/correct": "0100"},
                                                         "after": {"questions/correct": after}}}
+        if env is not None:
+            summary["config"] = {"environment": env}
         rows = [{"step": 1, "reward/mean": rewards[0], "questions/correct": step_answers},
                 {"step": 2, "reward/mean": rewards[1]}]
         store.put(relpath, spec, summary, rows)
@@ -516,17 +523,26 @@ def test_agreement_compares_the_cells_both_stores_ran_answer_by_answer(tmp_path)
 
     first, second = ResultStore.open(tmp_path / "a"), ResultStore.open(tmp_path / "b")
     for seed in (0, 1, 2):
-        cell(first, f"t/ppo/seed{seed}", spec("ppo", seed))
+        cell(first, f"t/ppo/seed{seed}", spec("ppo", seed), env=environment(transformers="5.24.0", commit="d1fb0d8ff"))
     cell(first, "t/ppo/seed3", spec("ppo", 3), status="failed")
-    cell(second, "t/ppo_1epoch/seed0", spec("ppo_1epoch", 0, checkpoint_every=5))  # the same experiment: exact
-    cell(second, "t/ppo_1epoch/seed1", spec("ppo_1epoch", 1), after="1111", rewards=(0.25, 0.75))  # 2 answers, 1 reward
+    cell(first, "t/ppo/seed6", spec("ppo", 6), env=environment())
+    cell(second, "t/ppo_1epoch/seed0", spec("ppo_1epoch", 0, checkpoint_every=5),  # the same experiment: exact
+         env=environment(threads="2"))
+    cell(second, "t/ppo_1epoch/seed1", spec("ppo_1epoch", 1), after="1111", rewards=(0.25, 0.75),  # 2 answers, 1 reward
+         env=environment())
+    cell(second, "t/ppo_1epoch/seed6", spec("ppo_1epoch", 6), after="0000", env=environment())  # nothing explains it
     cell(second, "t/ppo_1epoch/seed2", spec("ppo_1epoch", 2, lr=3e-5))  # another setting: not the same experiment
     cell(second, "t/ppo_1epoch/seed3", spec("ppo_1epoch", 3))  # the first's failed: nothing to compare
     cell(second, "t/ppo_1epoch/seed4", spec("ppo_1epoch", 4), status="failed")
     toy_cell(first, "t/ppo/seed5", spec("ppo", 5), after=0.75)
     toy_cell(second, "t/ppo_1epoch/seed5", spec("ppo_1epoch", 5), after=0.8)
     table = agreement.shared_cells(tmp_path / "a", tmp_path / "b").set_index("second")
-    assert list(table.index) == ["t/ppo_1epoch/seed0", "t/ppo_1epoch/seed1", "t/ppo_1epoch/seed5"]
+    assert list(table.index) == ["t/ppo_1epoch/seed0", "t/ppo_1epoch/seed1", "t/ppo_1epoch/seed5",
+                                 "t/ppo_1epoch/seed6"]
+    assert table["environment"].to_dict() == {
+        "t/ppo_1epoch/seed0": "code d1fb0d8 -> 9338659; transformers 5.24.0 -> 5.25.0; OMP_NUM_THREADS 1 -> 2",
+        "t/ppo_1epoch/seed1": "code d1fb0d8 -> 9338659; transformers 5.24.0 -> 5.25.0",
+        "t/ppo_1epoch/seed5": "not recorded", "t/ppo_1epoch/seed6": ""}
     assert table.loc["t/ppo_1epoch/seed0", "first"] == "t/ppo/seed0"
     assert table[["evaluations", "same_evaluations", "questions", "questions_differing", "steps", "same_rewards"]
                  ].to_dict("index") == {
@@ -535,11 +551,19 @@ def test_agreement_compares_the_cells_both_stores_ran_answer_by_answer(tmp_path)
         "t/ppo_1epoch/seed1": {"evaluations": 3, "same_evaluations": 2, "questions": 12, "questions_differing": 2,
                                "steps": 2, "same_rewards": 1},
         "t/ppo_1epoch/seed5": {"evaluations": 3, "same_evaluations": 2, "questions": 0, "questions_differing": 0,
-                               "steps": 2, "same_rewards": 2}}  # accuracies 0.25 and 0.5 alike, 0.75 against 0.8
+                               "steps": 2, "same_rewards": 2},  # accuracies 0.25 and 0.5 alike, 0.75 against 0.8
+        "t/ppo_1epoch/seed6": {"evaluations": 3, "same_evaluations": 2, "questions": 12, "questions_differing": 2,
+                               "steps": 2, "same_rewards": 2}}
     text = agreement.render(pd.DataFrame(), "a", "b", table.reset_index())
-    assert "**1 of 3 cells that ran the same experiment in both" in text
-    assert "| t/ppo/seed5 | t/ppo_1epoch/seed5 | 2 of 3 | - (not recorded) | 2 of 2 |" in text
-    assert "| t/ppo/seed1 | t/ppo_1epoch/seed1 | 2 of 3 | 2 of 12 | 1 of 2 |" in text
+    assert ("**1 of 4 cells that ran the same experiment in both (the same settings, seed, budget, task and evaluation) "
+            "reproduced the first exactly") in text
+    assert "; of the 3 that did not, 1 ran with the same recorded code, libraries, rounding settings and device" in text
+    assert "| t/ppo/seed5 | t/ppo_1epoch/seed5 | 2 of 3 | - (not recorded) | 2 of 2 | not recorded |" in text
+    assert ("| t/ppo/seed1 | t/ppo_1epoch/seed1 | 2 of 3 | 2 of 12 | 1 of 2 | code d1fb0d8 -> 9338659; "
+            "transformers 5.24.0 -> 5.25.0 |") in text
+    assert "| t/ppo/seed6 | t/ppo_1epoch/seed6 | 2 of 3 | 2 of 12 | 2 of 2 | nothing recorded differs |" in text
+    exact = agreement.render(pd.DataFrame(), "a", "b", table.reset_index().iloc[:1])
+    assert "**1 of 1 cells that ran the same experiment in both" in exact and "that did not" not in exact
 
 
 def test_agreement_of_two_different_matrices_says_their_marks_are_not_a_reruns():
