@@ -496,7 +496,7 @@ def matrix_verdicts(out: Path | str) -> pd.DataFrame:
     """One row per (task, variant) of a matrix directory: its seeds, mark and final accuracy, and its primary
     metric (named in ``primary_metric``) as the marks read it: the mean over its complete seeds with a
     stratified-bootstrap 95% interval (``primary_all_mean``, ``_low``, ``_high``; the final accuracy's own when the
-    primary metric is the final accuracy)."""
+    primary metric is the final accuracy), and its seeds' values in seed order (``primary_values``)."""
     data = analyse(collect(Path(out)))
     tasks, per_cell = data["analysis"]["tasks"], data["curves"]["cells"]
     if tasks.empty:
@@ -508,7 +508,8 @@ def matrix_verdicts(out: Path | str) -> pd.DataFrame:
         runs = {v: g.sort_values("seed")["primary"].to_numpy(float) for v, g in frame.groupby("variant", sort=False)}
         estimates = stats.mean_and_iqm(runs)
         intervals.append(pd.DataFrame({"task": task, "variant": estimates["name"], "primary_all_mean": estimates["mean"],
-                                       "primary_all_low": estimates["mean_low"], "primary_all_high": estimates["mean_high"]}))
+                                       "primary_all_low": estimates["mean_low"], "primary_all_high": estimates["mean_high"],
+                                       "primary_values": [tuple(runs[v]) for v in estimates["name"]]}))
     return tasks.merge(pd.concat(intervals), on=["task", "variant"], how="left").assign(
         primary_metric=data["analysis"]["spec"]["primary"])
 
