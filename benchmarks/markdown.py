@@ -185,6 +185,15 @@ REPORTS = (
     ("results/executors-default/executors.md", "Matrix executors on the default matrix: warm workers against fresh processes",
      "grpo-bench bench executors benchmarks/matrices/default.toml --seeds 0"),
     ("results/ablation/group_size.md", "GRPO's group size on the bandit", "grpo-bench ablation"),
+    ("results/reasoning-gym/ppo-epochs/agreement.md", "The number_sequence verdict's PPO and GRPO cells, repeated by "
+     "rg-ppo-epochs, compared cell by cell and by their means",
+     "grpo-bench agreement results/reasoning-gym/verdict-number-sequence results/reasoning-gym/ppo-epochs --out "
+     "results/reasoning-gym/ppo-epochs/agreement.md"),
+    ("results/reasoning-gym/ppo-cost-chain-sum/agreement.md", "The chain_sum verdict's GRPO cells, repeated on another "
+     "CPU by rg-ppo-cost-chain-sum", "grpo-bench agreement results/reasoning-gym/verdict-chain-sum "
+     "results/reasoning-gym/ppo-cost-chain-sum --out results/reasoning-gym/ppo-cost-chain-sum/agreement.md"),
+    ("results/ppo-ties-threads2/agreement.md", "The ppo-ties matrix run again (both runs at one thread a cell)",
+     "grpo-bench agreement results/ppo-ties results/ppo-ties-threads2 --out results/ppo-ties-threads2/agreement.md"),
     ("results/reasoning-gym/survey.md", "Reasoning Gym with SmolLM2-135M-Instruct: start accuracy of candidate datasets",
      "grpo-bench survey --task reasoning_gym"),
     ("results/reasoning-gym/paired/README.md", "Reasoning Gym: GRPO before and after on 500 held-out questions (McNemar)",

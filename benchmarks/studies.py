@@ -92,7 +92,7 @@ class Agreement(Study):
         from benchmarks.report.agreement import render  # heavy: pandas, scipy
 
         table, cells, names = result
-        return render(table, str(s.first), str(s.second), cells, names)  # its title names the two folders
+        return render(table, str(s.first), str(s.second), cells, names) + f"\nRegenerate: `{command}`\n"  # title: the folders
 
 
 @dataclass

@@ -146,12 +146,17 @@ def shared_cells(first: Path | str, second: Path | str) -> pd.DataFrame:
                                        "questions_differing", "steps", "same_rewards", "environment"])
 
 
+def reproduced(cells: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``shared_cells`` whose second cell reproduced the first exactly (every evaluation, every reward)."""
+    return cells[(cells["same_evaluations"] == cells["evaluations"]) & (cells["same_rewards"] == cells["steps"])
+                 & (cells["evaluations"] > 0)]
+
+
 def render_shared_cells(cells: pd.DataFrame) -> list[str]:
     """The section on the experiments both stores ran: reproduced exactly or not, cell by cell."""
     if cells.empty:
         return []
-    exact = cells[(cells["same_evaluations"] == cells["evaluations"]) & (cells["same_rewards"] == cells["steps"])
-                  & (cells["evaluations"] > 0)]
+    exact = reproduced(cells)
     differing = cells.drop(exact.index)
     unexplained = int((differing["environment"] == "").sum())
     lines = ["", "## Cells both ran", "",
@@ -197,7 +202,9 @@ def render(table: pd.DataFrame, first: str, second: str, cells: Optional[pd.Data
     if not compared.all():
         means += f" ({int((~compared).sum())} with fewer than 2 seeds in a run, not compared)"
     lines = [f"# Agreement of `{second}` with `{first}`", "",
-             f"**{marks}; {means}.**", "",
+             f"**{marks}; {means}"
+             + (f"; {len(reproduced(cells))} of {len(cells)} cells both ran reproduced the first exactly"
+                if cells is not None and not cells.empty else "") + ".**", "",
              "Primary metric (the marks' and the means'): " + " in the first run, ".join(
                  f"`{m}`" for m in metrics) + ("" if len(metrics) == 1 else " in the rerun: the runs measure different "
                                                "things, and their marks cannot be compared") + ".", "",

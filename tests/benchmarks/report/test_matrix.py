@@ -580,6 +580,15 @@ def test_agreement_compares_the_cells_both_stores_ran_answer_by_answer(tmp_path)
     assert ("| t/ppo/seed1 | t/ppo_1epoch/seed1 | 2 of 3 | 2 of 12 | 1 of 2 | code d1fb0d8 -> 9338659; "
             "transformers 5.24.0 -> 5.25.0 |") in text
     assert "| t/ppo/seed6 | t/ppo_1epoch/seed6 | 2 of 3 | 2 of 12 | 2 of 2 | nothing recorded differs |" in text
+    assert "No complete cells in common" in text  # no variant in common: the cells' section alone
+    verdict = pd.DataFrame([{"task": "t", "variant": "ppo", "seeds_a": 3, "seeds_b": 3, "primary_all_mean_a": 0.5,
+                             "primary_all_low_a": 0.4, "primary_all_high_a": 0.6, "primary_all_mean_b": 0.5,
+                             "primary_all_low_b": 0.4, "primary_all_high_b": 0.6, "mark_a": "best", "mark_b": "best",
+                             "same_mark": True, "consistent": True, "difference": 0.0, "difference_low": -0.1,
+                             "difference_high": 0.1, "saturated_a": False, "primary_metric_a": "final",
+                             "primary_metric_b": "final"}])
+    headline = agreement.render(verdict, "a", "b", table.reset_index()).splitlines()[2]
+    assert headline.endswith("cover 0; 1 of 4 cells both ran reproduced the first exactly.**")
     exact = agreement.render(pd.DataFrame(), "a", "b", table.reset_index().iloc[:1])
     assert "**1 of 1 cells that ran the same experiment in both" in exact and "that did not" not in exact
 
