@@ -60,6 +60,9 @@ RUN_KEYS = {
     "timeout_s": "seconds before a cell is stopped and recorded as failed (0: none)",
     "num_cpus": "CPU cores (torch threads) per cell; also settable per [tasks.X] / [algorithms.Y] table",
     "num_gpus": "GPUs per cell (Ray's num_gpus, may be a fraction); also settable per table",
+    "order": "the order the cells run in: variant (default; each variant's seeds in turn) or seed (each seed's "
+             "variants in turn, so cells of different variants run beside each other and at the same time of the "
+             "session: what a cost ratio between variants wants)",
     "equivalent": "groups of variants that compute the same gradient (A/A controls): the report measures how often "
                   "its procedure separates them",
     "tuning": "[tuning]: seeds of its own and a grid of algorithm settings (learning_rate = [...]; "
@@ -204,9 +207,10 @@ class Plan:
     tuning: list[TuningGroup] = dataclasses.field(default_factory=list)
     tuning_seeds: list[int] = dataclasses.field(default_factory=list)
     analysis: Optional["Analysis"] = None
+    order: str = "variant"  # the order the cells run in (in_order)
 
     def tuning_cells(self) -> list[Cell]:
-        return [c for group in self.tuning for cells in group.tuning_cells for c in cells]
+        return in_order([c for group in self.tuning for cells in group.tuning_cells for c in cells], self.order)
 
     def candidate_cells(self) -> list[Cell]:
         return [c for group in self.tuning for cells in group.candidates for c in cells]
@@ -214,7 +218,7 @@ class Plan:
     def choose(self, chosen: list[int]) -> "Plan":
         """This plan with its evaluation cells at grid point ``chosen[i]`` of tuning group i."""
         cells = [c for group, i in zip(self.tuning, chosen) for c in group.candidates[i]]
-        return dataclasses.replace(self, cells=cells)
+        return dataclasses.replace(self, cells=in_order(cells, self.order))
 
 
 def variant_settings(path: str | Path, task: Optional[str] = None,
@@ -303,8 +307,9 @@ def parse(path: str | Path) -> Plan:
     if not cells and not groups:
         check.fail((), None, "the matrix has no cells: add [tasks.NAME] and [algorithms.NAME] tables")
     _check_equivalent(check, data.get("equivalent", []), {c.variant for c in cells} | {g.variant for g in groups})
-    plan = Plan(str(path), text, str(data.get("name", path.stem)), str(data.get("description", "")), cells,
-                float(run.timeout_s), groups, tuning_seeds, _analysis(check, data, run.eval_every, run.budget))
+    plan = Plan(str(path), text, str(data.get("name", path.stem)), str(data.get("description", "")),
+                in_order(cells, run.order), float(run.timeout_s), groups, tuning_seeds,
+                _analysis(check, data, run.eval_every, run.budget), run.order)
     _check_folders(check, plan)
     _check_claims(check, plan)
     return plan
@@ -333,6 +338,20 @@ class _RunSettings:
     device: str
     precision: str
     resources: dict
+    order: str = "variant"
+
+
+ORDERS = ("variant", "seed")
+
+
+def in_order(cells: list["Cell"], order: str) -> list["Cell"]:
+    """``cells`` in the order they run: as planned (each variant's seeds in turn) for "variant"; for "seed", each
+    task's cells seed by seed, the variants of a seed in their planned order."""
+    if order == "variant":
+        return list(cells)
+    tasks = list(dict.fromkeys(c.task_label for c in cells))
+    seeds = list(dict.fromkeys(c.seed for c in cells))
+    return sorted(cells, key=lambda c: (tasks.index(c.task_label), seeds.index(c.seed)))  # stable: variants in turn
 
 
 def _run_settings(check: _Checker, data: dict) -> _RunSettings:
@@ -363,8 +382,11 @@ def _run_settings(check: _Checker, data: dict) -> _RunSettings:
         check.fail((), "device", f"device must be auto, cpu or cuda, got {device!r}")
     if precision not in ("auto", "fp32", "bf16"):
         check.fail((), "precision", f"precision must be auto, fp32 or bf16, got {precision!r}")
+    order = data.get("order", "variant")
+    if order not in ORDERS:
+        check.fail((), "order", f"order must be {' or '.join(ORDERS)}, got {order!r}")
     return _RunSettings(seeds, budget, eval_every, checkpoint_every, timeout_s, device, precision,
-                        _resources(check, data, ()))
+                        _resources(check, data, ()), order)
 
 
 def _variant_cells(check: _Checker, task: tuple, algo: tuple, per_task: dict, run: _RunSettings,

@@ -47,6 +47,30 @@ def _matrix(args, **kw):
 # ------------------------------------------------------------------------------------------------
 
 
+def test_order_seed_runs_each_seeds_variants_in_turn_tuning_and_chosen_cells_too(tmp_path):
+    """``order = "seed"``: the cells of a seed side by side (a cost ratio's two cells run at the same time of the
+    session), each task's in turn, the variants in the file's order; the default keeps each variant's seeds
+    together. With [tuning] the tuning cells and the chosen evaluation cells follow the same order."""
+    two_tasks = GOOD.replace("seeds = [0]", "seeds = [0, 1]") + "\n[tasks.bandit]\n[algorithms.rloo]\n"
+    path = tmp_path / "m.toml"
+    path.write_text(two_tasks)
+    assert [c.relpath for c in parse(path).cells][:3] == [
+        "pizza/grpo_level=token/seed0", "pizza/grpo_level=token/seed1", "pizza/grpo_level=sequence/seed0"]
+    path.write_text('order = "seed"\n' + two_tasks)
+    assert [(c.task_label, c.variant, c.seed) for c in parse(path).cells] == [
+        (task, variant, seed) for task in ("pizza", "bandit") for seed in (0, 1)
+        for variant in ("grpo(level=token)", "grpo(level=sequence)", "rloo")]
+    path.write_text('order = "seed"\n' + two_tasks.replace('level = ["token", "sequence"]', "")
+                    + "\n[tuning]\nseeds = [10, 11]\nlearning_rate = [1e-5, 1e-3]\n")
+    plan = parse(path)
+    assert [(c.task_label, c.seed, c.variant) for c in plan.tuning_cells()][:4] == [
+        ("pizza", 10, "grpo"), ("pizza", 10, "grpo"), ("pizza", 10, "rloo"), ("pizza", 10, "rloo")]
+    chosen = plan.choose([1, 0, 0, 1])  # per tuning group (task x variant) its grid point
+    assert [(c.task_label, c.seed, c.variant) for c in chosen.cells] == [
+        (task, seed, variant) for task in ("pizza", "bandit") for seed in (0, 1) for variant in ("grpo", "rloo")]
+    assert [c.algo_options["learning_rate"] for c in chosen.cells[:2]] == [1e-3, 1e-5]
+
+
 @pytest.mark.parametrize("text, line, words", [
     ("bogus = 1\n" + GOOD, 1, ["unknown key 'bogus'"]),
     (GOOD.replace("[tasks.pizza]", "[tasks.pizzza]"), 4, ["unknown task 'pizzza'"]),
@@ -60,6 +84,7 @@ def _matrix(args, **kw):
     (GOOD.replace("eval_samples = 16", "reward_mode = \"dense\""), 5, ["task pizza has no reward mode 'dense'"]),
     (GOOD.replace("budget = 64", "budget = 16"), 2, ["budget 16 completions is less than one step", "32 completions per step"]),
     (GOOD.replace("seeds = [0]", "seeds = [0, 0]"), 1, ["seeds has duplicates"]),
+    ('order = "seeds"\n' + GOOD, 1, ["order must be variant or seed, got 'seeds'"]),
     (GOOD + "\n[tasks.pizza.algorithms.ppo]\nepochs = 2\n", 10, ["no [algorithms.ppo] table"]),
     (GOOD + "\n[tasks.pizza.algorithms.grpo]\nepochs = 2\n", 11, ["'epochs' is not an option of grpo"]),
     (GOOD + "\n[tasks.pizza.algorithms.grpo]\nmu = [1, 2]\n", 11, ["mu of grpo on pizza must be one int"]),
