@@ -92,7 +92,8 @@ class Agreement(Study):
         from benchmarks.report.agreement import render  # heavy: pandas, scipy
 
         table, cells, names = result
-        return render(table, str(s.first), str(s.second), cells, names) + f"\nRegenerate: `{command}`\n"  # title: the folders
+        text = render(table, str(s.first), str(s.second), cells, names)  # its title names the two folders
+        return text + f"\nRegenerate: `{command}`\n"
 
 
 @dataclass

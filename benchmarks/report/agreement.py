@@ -164,7 +164,7 @@ def render_shared_cells(cells: pd.DataFrame) -> list[str]:
              "budget, task and evaluation) reproduced the first exactly: every evaluation (answer by answer where the "
              "task records its answers, else its accuracy) and every training step's mean reward"
              + ("" if not len(differing) else
-                f"; each of the {len(differing)} that did not recorded another code, library version, rounding "
+                f"; every one that did not ({len(differing)}) recorded another code, library version, rounding "
                 "setting or device" if not unexplained else
                 f"; of the {len(differing)} that did not, {unexplained} ran with the same recorded code, libraries, "
                 "rounding settings and device (a difference those do not explain)")

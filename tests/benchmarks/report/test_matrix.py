@@ -592,7 +592,7 @@ def test_agreement_compares_the_cells_both_stores_ran_answer_by_answer(tmp_path)
     explained = agreement.render(pd.DataFrame(), "a", "b", table.reset_index().iloc[1:2])
     assert ("**0 of 1 cells that ran the same experiment in both (the same settings, seed, budget, task and evaluation) "
             "reproduced the first exactly: every evaluation (answer by answer where the task records its answers, else "
-            "its accuracy) and every training step's mean reward; each of the 1 that did not recorded another code, "
+            "its accuracy) and every training step's mean reward; every one that did not (1) recorded another code, "
             "library version, rounding setting or device.**") in explained
     exact = agreement.render(pd.DataFrame(), "a", "b", table.reset_index().iloc[:1])
     assert "**1 of 1 cells that ran the same experiment in both" in exact and "that did not" not in exact
