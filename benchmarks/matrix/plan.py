@@ -349,9 +349,9 @@ def in_order(cells: list["Cell"], order: str) -> list["Cell"]:
     task's cells seed by seed, the variants of a seed in their planned order."""
     if order == "variant":
         return list(cells)
-    tasks = list(dict.fromkeys(c.task_label for c in cells))
-    seeds = list(dict.fromkeys(c.seed for c in cells))
-    return sorted(cells, key=lambda c: (tasks.index(c.task_label), seeds.index(c.seed)))  # stable: variants in turn
+    tasks = {task: i for i, task in enumerate(dict.fromkeys(c.task_label for c in cells))}
+    seeds = {seed: i for i, seed in enumerate(dict.fromkeys(c.seed for c in cells))}
+    return sorted(cells, key=lambda c: (tasks[c.task_label], seeds[c.seed]))  # stable: a seed's variants in turn
 
 
 def _run_settings(check: _Checker, data: dict) -> _RunSettings:

@@ -60,7 +60,7 @@ def agreement(first: Path | str, second: Path | str) -> pd.DataFrame:
                    for values_a, values_b in zip(both["primary_values_a"], both["primary_values_b"])]
     for i, column in enumerate(("difference", "difference_low", "difference_high")):
         both[column] = [d[i] for d in differences]
-    both["consistent"] = [None if low != low else bool(low <= 0.0 <= high)  # nan: fewer than 2 seeds in a run
+    both["consistent"] = [None if pd.isna(low) else bool(low <= 0.0 <= high)  # nan: fewer than 2 seeds in a run
                           for low, high in zip(both["difference_low"], both["difference_high"])]
     return both
 
