@@ -15,8 +15,10 @@ or else as ``W @ x.T`` in a step of at most ``FEW_ROWS`` rows (``WIDE_FEW_ROWS``
 output layer): same products, another summation order, so those logits differ in the last bits (~1e-6
 relative). Log-probs and their gradients always take F.linear, transformers' own.
 
-Under autocast the same ops take the same casts, so the numbers still equal transformers' (tested);
-decoding then runs the separate projections, whose bf16 copies autocast caches per parameter. Inside
+Under autocast the same ops take the same casts, so the logits still equal transformers' (tested); the gradients
+too, but for attention's backward on a CPU, which runs at fp32 (``_CpuAttentionFp32Backward``: torch's bf16 one is
+2-5x slower there, and no closer to the exact gradient). Decoding then runs the separate projections, whose bf16
+copies autocast caches per parameter. Inside
 ``fp32_head()`` the output layer alone runs in fp32 under bf16 autocast (ScaleRL's fp32 LM head, Khatri et al.
 2025): the logits are the fp32 product of the final hidden states and the fp32 weights, where autocast would round
 both to bf16 (a logit of magnitude 20 then carries an error of up to 0.06).
@@ -455,6 +457,54 @@ def _attention_mask(attention_mask, query_length: int, key_length: int, device: 
     return attention_mask.bool()[:, None, None, :] & causal[None, None]
 
 
+# On a CPU, torch's flash-attention backward at bf16 runs 2-5x slower than at fp32 (torch 2.13, one thread:
+# (24, 9, 23, 64) queries over 85 keys 16.3 vs 4.8 ms; 62 over 62 keys 33.8 vs 6.8 ms): in a bf16 update it was
+# the largest op. Where a gradient will be taken, attention runs the same forward kernel on the same bf16 inputs
+# (the output is sdpa's bit for bit) and its backward runs that kernel's fp32 version on the bf16 inputs, output
+# and saved log-sum-exp, the gradient rounded to bf16 at the end.
+_flash_cpu = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+_flash_cpu_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+
+
+def _fp32_backward_applies(query, keys, values, mask) -> bool:
+    """A CPU attention of several queries at bf16 (autocast's dtype, which sdpa takes, or the inputs' own) whose
+    gradient will be taken, under a bool mask or none."""
+    if query.device.type != "cpu" or query.size(2) < 2 or not torch.is_grad_enabled():
+        return False
+    dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else query.dtype
+    return (dtype == torch.bfloat16 and any(t.requires_grad for t in (query, keys, values))
+            and (mask is None or mask.dtype == torch.bool))
+
+
+def _additive(mask: Optional[torch.Tensor], dtype: torch.dtype) -> Optional[torch.Tensor]:
+    """A bool mask as sdpa hands it to the kernel: 0 where a key is seen, -inf elsewhere, in ``dtype``."""
+    if mask is None:
+        return None
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+
+
+class _CpuAttentionFp32Backward(torch.autograd.Function):
+    """sdpa's CPU flash attention at bf16, its backward at fp32: (B, H, L, D) x 3 -> (B, H, L, D)."""
+
+    @staticmethod
+    def forward(ctx, query, keys, values, mask, scale: float, is_causal: bool):
+        out, logsumexp = _flash_cpu(query, keys, values, 0.0, is_causal, attn_mask=_additive(mask, query.dtype),
+                                    scale=scale)
+        ctx.save_for_backward(query, keys, values, out, logsumexp, mask)
+        ctx.scale, ctx.is_causal = scale, is_causal
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):
+        query, keys, values, out, logsumexp, mask = ctx.saved_tensors
+        with torch.autocast("cpu", enabled=False):
+            grads = _flash_cpu_backward(grad_out.float(), query.float(), keys.float(), values.float(), out.float(),
+                                        logsumexp, 0.0, ctx.is_causal, attn_mask=_additive(mask, torch.float32),
+                                        scale=ctx.scale)
+        return (*(g.to(t.dtype) for g, t in zip(grads, (query, keys, values))), None, None, None)
+
+
 def _attend(query, keys, values, mask, scaling: float, groups: int) -> torch.Tensor:
     """(B, H, L, D) queries over (B, KVH, K, D) keys/values -> (B, L, H * D), as transformers' sdpa path."""
     batch, heads, length, dim = query.shape
@@ -468,7 +518,13 @@ def _attend(query, keys, values, mask, scaling: float, groups: int) -> torch.Ten
             keys = keys[:, :, None].expand(-1, -1, groups, -1, -1).reshape(batch, heads, keys.size(2), dim)
             values = values[:, :, None].expand(-1, -1, groups, -1, -1).reshape(batch, heads, values.size(2), dim)
     is_causal = length > 1 and mask is None
-    out = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=scaling, is_causal=is_causal, **kwargs)
+    if _fp32_backward_applies(query, keys, values, mask):
+        query, keys, values = (t.to(torch.bfloat16) for t in (query, keys, values))  # autocast's casts for sdpa
+        if kwargs:  # what enable_gqa does: each kv head repeated for its group of query heads
+            keys, values = keys.repeat_interleave(groups, dim=1), values.repeat_interleave(groups, dim=1)
+        out = _CpuAttentionFp32Backward.apply(query, keys, values, mask, scaling, is_causal)
+    else:
+        out = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=scaling, is_causal=is_causal, **kwargs)
     if length == 1:  # (B, heads, 1, D) and (B, 1, heads * D) are the same memory order
         return out.reshape(batch, 1, -1)
     out = out.reshape(batch, -1, length, values.size(-1)).transpose(1, 2).contiguous()

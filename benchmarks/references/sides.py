@@ -57,6 +57,7 @@ class Workload:
     # Both sides' training precision: "fp32", or "bf16" (ours: --precision bf16, autocast for sampling, log-probs and
     # the update; TRL: bf16=True, accelerate's autocast around the model's forward, generation included).
     precision: str = "fp32"
+    trl_side: bool = True  # False: a step for bench revisions only, which bench grpo-vs-trl does not run by default
 
     def settings(self) -> dict:
         """Our GRPOConfig (or RLOOConfig) fields, which both sides train with: ours as its config, TRL's through
@@ -99,6 +100,10 @@ WORKLOADS = {
                  lora_r=16),
         Workload("chain_sum-lora-mu2", "reasoning_gym", group_size=8, max_new_tokens=24, mu=2, task_options=CHAIN_SUM,
                  lora_r=16),
+        # GRPO at the real-LM verdict's step (benchmarks/matrices/rg_verdict_chain_sum.toml): 4 prompts x 8, bf16, its
+        # chosen learning rate, beside chain_sum-ppo. For bench revisions (grpo-vs-trl runs it only when named).
+        Workload("chain_sum-grpo", "reasoning_gym", group_size=8, max_new_tokens=24, mu=1, prompts_per_step=4,
+                 precision="bf16", learning_rate=1e-5, task_options=CHAIN_SUM, trl_side=False),
         # RLOO as TRL's RLOOTrainer defines it: k1 KL folded into the reward, beta 0.05 (TRL's and ours)
         Workload("pizza-rloo", "pizza", group_size=8, max_new_tokens=12, mu=1, beta=0.05, algo="rloo"),
         Workload("pizza-rloo-mu2", "pizza", group_size=8, max_new_tokens=12, mu=2, beta=0.05, algo="rloo"),
@@ -124,8 +129,8 @@ def workloads_of(algo: str) -> dict[str, Workload]:
 
 
 def default_workloads(algo: str) -> list[str]:
-    """Every GRPO workload; RLOO's first."""
-    names = list(workloads_of(algo))
+    """Every GRPO workload with a TRL side by default; RLOO's first."""
+    names = [name for name, w in workloads_of(algo).items() if w.trl_side]
     return names if algo == "grpo" else names[:1]
 
 
