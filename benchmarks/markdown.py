@@ -175,6 +175,10 @@ REPORTS = (
     ("results/perf/revisions-dpo/revisions.md", "DPO's step at the real-LM verdict's settings before and after "
      "its pairs' prompts were packed and its reference log-probs kept per pair", "grpo-bench bench revisions 9f182c9 "
      "2eb0612 --workloads chain_sum-dpo --rounds 5 --threads 1 --out results/perf/revisions-dpo"),
+    ("results/perf/revisions-attention-backward/revisions.md", "GRPO's, PPO's and DPO's bf16 step at the real-LM "
+     "verdict's settings before and after attention's backward moved to fp32 on a CPU", "grpo-bench bench revisions "
+     "ec863bd a000109 --workloads chain_sum-grpo,chain_sum-ppo,chain_sum-dpo --rounds 4 --threads 1 "
+     "--out results/perf/revisions-attention-backward"),
     ("results/precision/gradients.md", "One step's gradient at bf16, and at bf16 with fp32 logits, against fp32's on the "
      "same batch, per algorithm (SmolLM2-135M-Instruct on chain_sum)", "grpo-bench check precision"),
     ("results/perf/precision.md", "Each algorithm's training step at fp32, bf16 and bf16 with fp32 logits, side by side",
