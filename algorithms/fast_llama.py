@@ -457,23 +457,23 @@ def _attention_mask(attention_mask, query_length: int, key_length: int, device: 
     return attention_mask.bool()[:, None, None, :] & causal[None, None]
 
 
-# On a CPU, torch's flash-attention backward at bf16 runs 2-5x slower than at fp32 (torch 2.13, one thread:
-# (24, 9, 23, 64) queries over 85 keys 16.3 vs 4.8 ms; 62 over 62 keys 33.8 vs 6.8 ms): in a bf16 update it was
-# the largest op. Where a gradient will be taken, attention runs the same forward kernel on the same bf16 inputs
-# (the output is sdpa's bit for bit) and its backward runs that kernel's fp32 version on the bf16 inputs, output
-# and saved log-sum-exp, the gradient rounded to bf16 at the end.
+# bf16 attention of several queries on a CPU calls sdpa's kernel itself. Its backward at bf16 runs 2-5x slower
+# than at fp32 (torch 2.13, one thread: (24, 9, 23, 64) queries over 85 keys 16.3 vs 4.8 ms; 62 over 62 keys 33.8
+# vs 6.8 ms), and in a bf16 update it was the largest op: where a gradient will be taken, the backward runs the fp32
+# kernel on the bf16 inputs, output and saved log-sum-exp, the gradient rounded to bf16 at the end. The kernel takes
+# grouped-query keys as they are (the kv head of query head h is h // groups, as repeating each kv head would
+# make it), so nothing copies the keys and values out per query head. The forward's output is sdpa's bit for bit.
 _flash_cpu = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 _flash_cpu_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
 
 
-def _fp32_backward_applies(query, keys, values, mask) -> bool:
-    """A CPU attention of several queries at bf16 (autocast's dtype, which sdpa takes, or the inputs' own) whose
-    gradient will be taken, under a bool mask or none."""
-    if query.device.type != "cpu" or query.size(2) < 2 or not torch.is_grad_enabled():
+def _cpu_bf16_attention(query, mask) -> bool:
+    """Several queries on a CPU at bf16 (autocast's dtype, which sdpa takes, or the inputs' own), under a bool mask or
+    none: the attention ``_attend`` runs through the kernel itself."""
+    if query.device.type != "cpu" or query.size(2) < 2 or not (mask is None or mask.dtype == torch.bool):
         return False
     dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else query.dtype
-    return (dtype == torch.bfloat16 and any(t.requires_grad for t in (query, keys, values))
-            and (mask is None or mask.dtype == torch.bool))
+    return dtype == torch.bfloat16
 
 
 def _additive(mask: Optional[torch.Tensor], dtype: torch.dtype) -> Optional[torch.Tensor]:
@@ -484,7 +484,8 @@ def _additive(mask: Optional[torch.Tensor], dtype: torch.dtype) -> Optional[torc
 
 
 class _CpuAttentionFp32Backward(torch.autograd.Function):
-    """sdpa's CPU flash attention at bf16, its backward at fp32: (B, H, L, D) x 3 -> (B, H, L, D)."""
+    """sdpa's CPU flash attention at bf16, its backward at fp32: (B, H, L, D) queries over (B, KVH, K, D) keys and
+    values -> (B, H, L, D)."""
 
     @staticmethod
     def forward(ctx, query, keys, values, mask, scale: float, is_causal: bool):
@@ -508,6 +509,14 @@ class _CpuAttentionFp32Backward(torch.autograd.Function):
 def _attend(query, keys, values, mask, scaling: float, groups: int) -> torch.Tensor:
     """(B, H, L, D) queries over (B, KVH, K, D) keys/values -> (B, L, H * D), as transformers' sdpa path."""
     batch, heads, length, dim = query.shape
+    if _cpu_bf16_attention(query, mask):
+        query, keys, values = (t.to(torch.bfloat16) for t in (query, keys, values))  # autocast's casts for sdpa
+        if torch.is_grad_enabled() and any(t.requires_grad for t in (query, keys, values)):
+            out = _CpuAttentionFp32Backward.apply(query, keys, values, mask, scaling, mask is None)
+        else:
+            out, _ = _flash_cpu(query, keys, values, 0.0, mask is None, attn_mask=_additive(mask, torch.bfloat16),
+                                scale=scaling)
+        return out.transpose(1, 2).reshape(batch, length, -1)
     kwargs = {}
     if groups > 1:
         if mask is None:
@@ -518,13 +527,7 @@ def _attend(query, keys, values, mask, scaling: float, groups: int) -> torch.Ten
             keys = keys[:, :, None].expand(-1, -1, groups, -1, -1).reshape(batch, heads, keys.size(2), dim)
             values = values[:, :, None].expand(-1, -1, groups, -1, -1).reshape(batch, heads, values.size(2), dim)
     is_causal = length > 1 and mask is None
-    if _fp32_backward_applies(query, keys, values, mask):
-        query, keys, values = (t.to(torch.bfloat16) for t in (query, keys, values))  # autocast's casts for sdpa
-        if kwargs:  # what enable_gqa does: each kv head repeated for its group of query heads
-            keys, values = keys.repeat_interleave(groups, dim=1), values.repeat_interleave(groups, dim=1)
-        out = _CpuAttentionFp32Backward.apply(query, keys, values, mask, scaling, is_causal)
-    else:
-        out = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=scaling, is_causal=is_causal, **kwargs)
+    out = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=scaling, is_causal=is_causal, **kwargs)
     if length == 1:  # (B, heads, 1, D) and (B, 1, heads * D) are the same memory order
         return out.reshape(batch, 1, -1)
     out = out.reshape(batch, -1, length, values.size(-1)).transpose(1, 2).contiguous()

@@ -608,7 +608,8 @@ def _completion_logits(model, prompt_ids, prompt_mask, completion_ids, completio
     sampling. The result is the same function of the weights as one forward of each full sequence, and
     its gradient is the same sum over the G completions; only the floating-point order differs (~1e-6),
     while the prompt's share of the compute falls by a factor G. Llama-architecture models run
-    ``fast_llama.forward``, whose logits and gradients equal transformers' bit for bit (tested).
+    ``fast_llama.forward``, whose logits and gradients equal transformers' bit for bit (tested; at bf16 on a
+    CPU, attention's backward runs at fp32 there).
     """
     attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
     positions = _positions(attention_mask)

@@ -225,10 +225,10 @@ def test_bf16_autocast_gives_transformers_numbers_too(which):
 
 @pytest.mark.parametrize("heads, kv_heads, masked", [(4, 2, True), (4, 2, False), (4, 4, True)])
 def test_bf16_attention_backward_runs_the_fp32_kernel(heads, kv_heads, masked, monkeypatch):
-    """Where a gradient is taken at bf16 on a CPU, attention's output is sdpa's bit for bit, and its backward runs
-    the fp32 kernel (on the bf16 inputs, output and output gradient): its gradient is within bf16 rounding of the
-    float64 one and, over q, k and v together, closer to it than sdpa's own bf16 backward. Grouped-query heads
-    without a mask take enable_gqa's route; a row whose keys are all masked stays 0 with a 0 gradient, as in sdpa."""
+    """At bf16 on a CPU, attention's output is sdpa's bit for bit (with a gradient and without), and its backward
+    runs the fp32 kernel (on the bf16 inputs, output and output gradient): its gradient is within bf16 rounding of
+    the float64 one and, over q, k and v together, closer to it than sdpa's own bf16 backward. Grouped-query keys
+    go in unrepeated, masked or not; a row whose keys are all masked stays 0 with a 0 gradient, as in sdpa."""
     torch.manual_seed(0)
     B, L, D = 3, 20, 16
     groups = heads // kv_heads
@@ -253,9 +253,11 @@ def test_bf16_attention_backward_runs_the_fp32_kernel(heads, kv_heads, masked, m
 
     ours, ours_grads = attend()
     assert kernel_dtypes == [torch.float32]
-    monkeypatch.setattr(fast_llama, "_fp32_backward_applies", lambda *args: False)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        no_grad = fast_llama._attend(*leaves, mask, 0.25, groups)
+    monkeypatch.setattr(fast_llama, "_cpu_bf16_attention", lambda *args: False)  # transformers' route: sdpa
     theirs, theirs_grads = attend()
-    assert ours.dtype == torch.bfloat16 and torch.equal(ours, theirs)
+    assert ours.dtype == torch.bfloat16 and torch.equal(ours, theirs) and torch.equal(no_grad, theirs)
     if masked:
         assert ours[1, :3].abs().sum() == 0 and ours_grads[0][1, :, :3].abs().sum() == 0
 
