@@ -17,11 +17,11 @@ relative). Log-probs and their gradients always take F.linear, transformers' own
 
 Under autocast the same ops take the same casts, so the logits still equal transformers' (tested); the gradients
 too, but for attention's backward on a CPU, which runs at fp32 (``_CpuAttentionFp32Backward``: torch's bf16 one is
-2-5x slower there, and no closer to the exact gradient). Decoding then runs the separate projections, whose bf16
-copies autocast caches per parameter. Inside
-``fp32_head()`` the output layer alone runs in fp32 under bf16 autocast (ScaleRL's fp32 LM head, Khatri et al.
-2025): the logits are the fp32 product of the final hidden states and the fp32 weights, where autocast would round
-both to bf16 (a logit of magnitude 20 then carries an error of up to 0.06).
+2-5x slower there, and its gradient no closer to the exact one). Decoding then runs the separate projections, whose
+bf16 copies autocast caches per parameter. Inside ``fp32_head()`` the output layer alone runs in fp32 under bf16
+autocast (ScaleRL's fp32 LM head, Khatri et al. 2025): the logits are the fp32 product of the final hidden states
+and the fp32 weights, where autocast would round both to bf16 (a logit of magnitude 20 then carries an error of up
+to 0.06).
 
 ``llama_of(model)`` says when it applies: a plain Llama (``supports``) or one under PEFT LoRA adapters, which
 it runs as PEFT does; everything else (other architectures, eager/flash attention, merged or DoRA adapters,

@@ -101,8 +101,9 @@ def environment_difference(first: dict, second: dict) -> str:
     code_a, code_b = a.get("code") or {}, b.get("code") or {}
     if code_a.get("commit") != code_b.get("commit"):
         found.append(f"code {str(code_a.get('commit'))[:7]} -> {str(code_b.get('commit'))[:7]}")
-    if code_a.get("dirty") or code_b.get("dirty"):
-        found.append("code with uncommitted changes")
+    dirty = [name for name, code in (("first", code_a), ("second", code_b)) if code.get("dirty")]
+    if dirty:
+        found.append(f"code with uncommitted changes ({'both' if len(dirty) == 2 else dirty[0]})")
     for group in ("versions", "rounding"):
         ga, gb = a.get(group) or {}, b.get(group) or {}
         found += [f"{key} {ga.get(key, '-')} -> {gb.get(key, '-')}" for key in sorted(set(ga) | set(gb))

@@ -521,8 +521,8 @@ def test_agreement_compares_the_cells_both_stores_ran_answer_by_answer(tmp_path)
         return {"algo": "ppo", "algo_options": {"learning_rate": lr}, "budget": 64, "seed": seed, "steps": 2,
                 "task": "reasoning_gym", "task_label": "t", "variant": variant, "checkpoint_every": checkpoint_every}
 
-    def environment(transformers="5.25.0", commit="9338659aa", threads="1"):
-        return {"code": {"commit": commit, "dirty": False}, "device_name": "cpu (1 threads)",
+    def environment(transformers="5.25.0", commit="9338659aa", threads="1", dirty=False):
+        return {"code": {"commit": commit, "dirty": dirty}, "device_name": "cpu (1 threads)",
                 "rounding": {"OMP_NUM_THREADS": threads}, "versions": {"torch": "2.13.0", "transformers": transformers}}
 
     def cell(store, relpath, spec, after="0110", step_answers="0100", rewards=(0.25, 0.5), status="complete",
@@ -541,7 +541,8 @@ def test_agreement_compares_the_cells_both_stores_ran_answer_by_answer(tmp_path)
 
     first, second = ResultStore.open(tmp_path / "a"), ResultStore.open(tmp_path / "b")
     for seed in (0, 1, 2):
-        cell(first, f"t/ppo/seed{seed}", spec("ppo", seed), env=environment(transformers="5.24.0", commit="d1fb0d8ff"))
+        cell(first, f"t/ppo/seed{seed}", spec("ppo", seed), env=environment(transformers="5.24.0", commit="d1fb0d8ff",
+                                                                           dirty=seed == 1))
     cell(first, "t/ppo/seed3", spec("ppo", 3), status="failed")
     cell(first, "t/ppo/seed6", spec("ppo", 6), env=environment())
     cell(second, "t/ppo_1epoch/seed0", spec("ppo_1epoch", 0, checkpoint_every=5),  # the same experiment: exact
@@ -559,7 +560,8 @@ def test_agreement_compares_the_cells_both_stores_ran_answer_by_answer(tmp_path)
                                  "t/ppo_1epoch/seed6"]
     assert table["environment"].to_dict() == {
         "t/ppo_1epoch/seed0": "code d1fb0d8 -> 9338659; transformers 5.24.0 -> 5.25.0; OMP_NUM_THREADS 1 -> 2",
-        "t/ppo_1epoch/seed1": "code d1fb0d8 -> 9338659; transformers 5.24.0 -> 5.25.0",
+        "t/ppo_1epoch/seed1": "code d1fb0d8 -> 9338659; code with uncommitted changes (first); transformers 5.24.0 -> "
+                              "5.25.0",
         "t/ppo_1epoch/seed5": "not recorded", "t/ppo_1epoch/seed6": ""}
     assert table.loc["t/ppo_1epoch/seed0", "first"] == "t/ppo/seed0"
     assert table[["evaluations", "same_evaluations", "questions", "questions_differing", "steps", "same_rewards"]
@@ -578,7 +580,7 @@ def test_agreement_compares_the_cells_both_stores_ran_answer_by_answer(tmp_path)
     assert "; of the 3 that did not, 1 ran with the same recorded code, libraries, rounding settings and device" in text
     assert "| t/ppo/seed5 | t/ppo_1epoch/seed5 | 2 of 3 | - (not recorded) | 2 of 2 | not recorded |" in text
     assert ("| t/ppo/seed1 | t/ppo_1epoch/seed1 | 2 of 3 | 2 of 12 | 1 of 2 | code d1fb0d8 -> 9338659; "
-            "transformers 5.24.0 -> 5.25.0 |") in text
+            "code with uncommitted changes (first); transformers 5.24.0 -> 5.25.0 |") in text
     assert "| t/ppo/seed6 | t/ppo_1epoch/seed6 | 2 of 3 | 2 of 12 | 2 of 2 | nothing recorded differs |" in text
     assert "No complete cells in common" in text  # no variant in common: the cells' section alone
     verdict = pd.DataFrame([{"task": "t", "variant": "ppo", "seeds_a": 3, "seeds_b": 3, "primary_all_mean_a": 0.5,
