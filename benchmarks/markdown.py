@@ -196,6 +196,10 @@ REPORTS = (
     ("results/reasoning-gym/ppo-cost-chain-sum/agreement.md", "The chain_sum verdict's GRPO cells, repeated on another "
      "CPU by rg-ppo-cost-chain-sum", "grpo-bench agreement results/reasoning-gym/verdict-chain-sum "
      "results/reasoning-gym/ppo-cost-chain-sum --out results/reasoning-gym/ppo-cost-chain-sum/agreement.md"),
+    ("results/reasoning-gym/cost-attention-backward/agreement.md", "rg-ppo-cost-chain-sum's GRPO and PPO cells, "
+     "repeated after bf16 attention's rework by rg-cost-attention-backward", "grpo-bench agreement "
+     "results/reasoning-gym/ppo-cost-chain-sum results/reasoning-gym/cost-attention-backward --out "
+     "results/reasoning-gym/cost-attention-backward/agreement.md"),
     ("results/ppo-ties-threads2/agreement.md", "The ppo-ties matrix run again (both runs at one thread a cell)",
      "grpo-bench agreement results/ppo-ties results/ppo-ties-threads2 --out results/ppo-ties-threads2/agreement.md"),
     ("results/reasoning-gym/survey.md", "Reasoning Gym with SmolLM2-135M-Instruct: start accuracy of candidate datasets",
