@@ -85,6 +85,15 @@ def test_real_model_workloads_cover_both_tasks_both_mus_and_lora():
     assert real == {(task, mu, lora) for task in ("gsm8k", "reasoning_gym") for mu in (1, 2) for lora in (False, True)}
 
 
+def test_grpo_vs_trl_runs_by_default_only_workloads_with_a_trl_side():
+    from benchmarks.references.sides import default_workloads
+
+    grpo = default_workloads("grpo")
+    assert "chain_sum-grpo" not in grpo and WORKLOADS["chain_sum-grpo"].algo == "grpo"  # bench revisions' own step
+    assert grpo == [n for n, w in WORKLOADS.items() if w.algo == "grpo" and n != "chain_sum-grpo"]
+    assert default_workloads("rloo") == ["pizza-rloo"]
+
+
 @pytest.mark.parametrize("name", ["pizza-rloo", "pizza-rloo-mu2"])
 def test_same_batch_rloo_loss_matches_trl(pizza, name):
     torch.manual_seed(0)
