@@ -160,16 +160,19 @@ def render_shared_cells(cells: pd.DataFrame) -> list[str]:
     exact = reproduced(cells)
     differing = cells.drop(exact.index)
     unexplained = int((differing["environment"] == "").sum())
+    if differing.empty:
+        why = ""
+    elif unexplained:
+        why = (f"; of the {len(differing)} that did not, {unexplained} ran with the same recorded code, libraries, "
+               "rounding settings and device (a difference those do not explain)")
+    else:
+        why = (f"; every one that did not ({len(differing)}) recorded another code, library version, rounding "
+               "setting or device")
     lines = ["", "## Cells both ran", "",
              f"**{len(exact)} of {len(cells)} cells that ran the same experiment in both (the same settings, seed, "
              "budget, task and evaluation) reproduced the first exactly: every evaluation (answer by answer where the "
              "task records its answers, else its accuracy) and every training step's mean reward"
-             + ("" if not len(differing) else
-                f"; every one that did not ({len(differing)}) recorded another code, library version, rounding "
-                "setting or device" if not unexplained else
-                f"; of the {len(differing)} that did not, {unexplained} ran with the same recorded code, libraries, "
-                "rounding settings and device (a difference those do not explain)")
-             + ".** A cell is "
+             + why + ".** A cell is "
              "deterministic on one machine and thread count with the same code and libraries; a cell that differs ran "
              "with another of them (summing in another order, it diverges from its first step). The last column says "
              "which of them the two cells recorded differently.", ""]
