@@ -37,10 +37,18 @@ def tied_rows(grouped: torch.Tensor) -> torch.Tensor:
     return (grouped == grouped[:, :1]).all(dim=1, keepdim=True)
 
 
+ROUNDING_ULPS = 64  # how far apart, in float eps of their magnitude, two numbers may be and still count as one
+
+
 def _active_values_differ(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """0-dim bool: the active entries of ``values`` are not all equal (no sync with the host)."""
+    """0-dim bool: the active entries of ``values`` differ by more than rounding, their spread above ROUNDING_ULPS
+    float eps of the largest magnitude among them (no sync with the host). One number computed in two rows of a
+    batch need not come out equal bit for bit: a critic's value of the same state in two rows differed by 1 ulp on
+    an AVX2 EPYC, and whitening would make that rounding a unit-size advantage."""
     active = mask.bool()
-    return values.masked_fill(~active, -math.inf).amax() > values.masked_fill(~active, math.inf).amin()
+    high = values.masked_fill(~active, -math.inf).amax()
+    low = values.masked_fill(~active, math.inf).amin()
+    return high - low > ROUNDING_ULPS * torch.finfo(values.dtype).eps * torch.maximum(high.abs(), low.abs())
 
 
 def carries_signal(advantages: torch.Tensor, mask: torch.Tensor) -> bool:
@@ -185,7 +193,7 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -
     mean = masked_mean(values, mask)
     n = mask.sum()
     var = (((values - mean) ** 2) * mask).sum() / (n - 1).clamp(min=1.0)
-    centred = (values - mean) * _active_values_differ(values, mask)  # a constant whitens to exactly 0
+    centred = (values - mean) * _active_values_differ(values, mask)  # a constant (to rounding) whitens to exactly 0
     return centred * torch.rsqrt(var + eps) * mask
 
 
@@ -397,7 +405,7 @@ def batch_whiten(values: torch.Tensor, mask: torch.Tensor, std_norm: bool = True
     mask = mask.to(values.dtype)
     n = mask.sum().clamp(min=1.0)
     mean = (values * mask).sum() / n
-    centred = (values - mean) * _active_values_differ(values, mask)  # a constant centres to exactly 0
+    centred = (values - mean) * _active_values_differ(values, mask)  # a constant (to rounding) centres to exactly 0
     if std_norm:
         centred = centred * torch.rsqrt((centred.pow(2) * mask).sum().div(n).clamp(min=1e-8))
     return centred * mask

@@ -150,6 +150,9 @@ def build(rc: RunConfig, algo_config, task_options: dict, task: Optional[Task] =
         precision = measure.resolve_precision(rc.precision, device)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    notice = measure.emulated_bf16_notice(precision, device)
+    if notice:
+        tqdm.write(f"grpo-bench: {notice}", file=sys.stderr)
     torch.manual_seed(training_seed(rc))
     random.seed(training_seed(rc))
     task = task or make_evaluated_task(rc.task, **task_options)

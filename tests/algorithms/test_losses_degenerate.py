@@ -116,6 +116,16 @@ def test_tied_groups_give_exactly_zero_advantages():
     mask = torch.ones(8, 3)
     constant = torch.full((8, 3), TIE)
     assert masked_whiten(constant, mask).eq(0).all() and batch_whiten(constant, mask).eq(0).all()
+    # one number computed in two rows of a batch can differ in its last bit (a critic's value on an AVX2 EPYC):
+    # still a constant, where whitening would blow that rounding up to unit size
+    ulp = torch.tensor([0.5209, 0.5209 + 2 * torch.finfo(torch.float32).eps]).repeat_interleave(4).reshape(8, 1)
+    assert ulp.unique().numel() == 2
+    assert masked_whiten(ulp, torch.ones(8, 1)).eq(0).all() and batch_whiten(ulp, torch.ones(8, 1)).eq(0).all()
+    for relative in (1e-5, 1e-2):  # beyond rounding (1e-5 is 84 float32 eps): centred, then whitened
+        apart = (ulp[:1] * torch.tensor([1.0, 1.0 + relative])).repeat_interleave(4).reshape(8, 1)
+        assert masked_whiten(apart, torch.ones(8, 1)).ne(0).all() and batch_whiten(apart, torch.ones(8, 1)).ne(0).all()
+    assert torch.allclose(masked_whiten(apart, torch.ones(8, 1)).abs(), torch.full((8, 1), math.sqrt(7 / 8)), rtol=1e-3)
+    assert torch.allclose(batch_whiten(apart, torch.ones(8, 1)).abs(), torch.ones(8, 1), rtol=1e-3)
     assert not carries_signal(torch.zeros(8), mask) and carries_signal(group_advantages(rewards, 8), torch.ones(16, 3))
     # a nonzero advantage on a completion with no active token carries nothing
     assert not carries_signal(torch.tensor([1.0, 0.0]), torch.tensor([[0, 0], [1, 1]]))

@@ -141,3 +141,22 @@ def test_the_matrix_evaluates_only_resampling_variants_by_completion_count():
     dapo, rloo = cells[("addition", "dapo")], cells[("addition", "rloo")]
     assert dapo.settings["eval_every_completions"] == 1024 and dapo.settings["dynamic_sampling"]
     assert rloo.settings["eval_every_completions"] == 0 and rloo.settings["eval_every"] * 8 == 1024
+
+
+@pytest.mark.parametrize("precision, native, said", [("bf16", False, True), ("bf16", True, False), ("bf16", None, False),
+                                                     ("fp32", False, False), ("auto", False, False)])
+def test_bf16_on_a_cpu_that_emulates_it_says_so_in_one_line(monkeypatch, capsys, precision, native, said):
+    from benchmarks.harness import measure
+    from benchmarks.harness.loop import build
+
+    monkeypatch.setattr(measure, "cpu_bf16_native", lambda: native)
+    _, _, algo, resolved = build(RunConfig(task="pizza", algo="grpo", device="cpu", precision=precision),
+                                 GRPOConfig(), {"eval_samples": 1})
+    err = capsys.readouterr().err
+    assert resolved["precision"] == ("bf16" if precision == "bf16" else "fp32")  # the notice changes nothing
+    if said:
+        lines = [line for line in err.splitlines() if "bf16" in line]
+        assert len(lines) == 1 and lines[0].startswith("grpo-bench: note: --precision bf16 on ")
+        assert "emulates" in lines[0] and "--precision fp32" in lines[0]
+    else:
+        assert "emulates" not in err
