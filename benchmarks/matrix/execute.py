@@ -36,6 +36,7 @@ from typing import Callable, Optional, Protocol, Sequence
 from tqdm.auto import tqdm
 
 from benchmarks.errors import UsageError
+from benchmarks.harness import measure
 from benchmarks.harness.config import flat_settings, resolve
 from benchmarks.harness.loop import discard_checkpoints
 from benchmarks.progress import progress as progress_bar
@@ -407,6 +408,11 @@ def _run_locked(plan: Plan, cells: list[Cell], out: Path, store: ResultStore, *,
             session.skipped(cell)
         else:
             jobs.append(CellJob(cell, cell_dir, resume, plan.timeout_s, queued_at=session.start, out_dir=out))
+    if getattr(executor, "name", "") in ("local", "subprocess"):  # cells on this machine: say it once, here
+        notices = {measure.emulated_bf16_notice(job.cell.precision, measure.resolve_device(job.cell.device))
+                   for job in jobs if job.cell.precision == "bf16" and not job.cell.device.startswith("cuda")}
+        for notice in sorted(filter(None, notices)):
+            tqdm.write(f"grpo-bench: {notice}", file=sys.stderr)
     try:
         executor.run(first_cell_of_each_task_first(jobs), session.cell_done)
     finally:

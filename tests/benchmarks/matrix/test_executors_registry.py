@@ -113,6 +113,25 @@ def test_a_plugin_executor_is_usable_by_name_and_its_option_is_a_flag(plugin_exe
     assert json.loads((out / "matrix.json").read_text())["sessions"][-1]["executor"] == "recording"
 
 
+@pytest.mark.parametrize("executor_name, native, said", [("local", False, 1), ("subprocess", False, 1),
+                                                         ("local", True, 0), ("ray", False, 0)])
+def test_a_bf16_matrix_on_a_cpu_that_emulates_bf16_says_so_once(tmp_path, monkeypatch, capsys, executor_name, native,
+                                                                  said):
+    """Its cells would each say it in their own log; the one running the matrix hears it once, before they run.
+    Not where the cells run elsewhere (ray, slurm): this machine's CPU says nothing of theirs."""
+    from benchmarks.harness import measure
+    from benchmarks.matrix import parse
+    from benchmarks.matrix.execute import run_matrix
+
+    path = tmp_path / "bf16.toml"
+    path.write_text(TINY.replace('device = "cpu"\n', 'device = "cpu"\nprecision = "bf16"\n'))
+    monkeypatch.setattr(measure, "cpu_bf16_native", lambda: native)
+    executor = type("Here", (RecordingExecutor,), {"name": executor_name})()
+    counts = run_matrix(parse(path), tmp_path / "out", executor=executor, progress=False)
+    assert counts["failed"] == 2  # both cells were handed over (and recorded as not run)
+    assert capsys.readouterr().err.count("torch emulates bf16 products") == said
+
+
 # ------------------------------------------------------------------------------------------------
 # subprocess --jobs N
 # ------------------------------------------------------------------------------------------------
