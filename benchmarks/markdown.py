@@ -145,6 +145,10 @@ REPORTS = (
     ("results/perf/bf16-quiet/perf.md", "The same in bf16 on an idle host at torch's own thread count (its bandwidth and "
      "load in its header): issue 43's good host, beside the loaded, low-bandwidth run above",
      "grpo-bench bench grpo-vs-trl --precision bf16 --bf16-steps 0 --scaling-steps 0 --out results/perf/bf16-quiet"),
+    ("results/perf/fp32-avx2/perf.md", "The same in fp32 on an AVX2 CPU, where bf16 is emulated and fp32 is what a user "
+     "has (its bandwidth and load in its header)",
+     "grpo-bench bench grpo-vs-trl --workloads chain_sum-mu1,gsm8k-mu1,chain_sum-mu2,gsm8k-mu2,chain_sum-lora-mu1,"
+     "gsm8k-lora-mu1,chain_sum-lora-mu2,gsm8k-lora-mu2 --bf16-steps 0 --scaling-steps 0 --out results/perf/fp32-avx2"),
     ("results/same_batch/report.md", "The GRPO step's loss against TRL's on the same sampled batches, part by part "
      "(loss function, advantages, log-probs; transformers against itself for scale)", "grpo-bench check same-batch"),
     ("results/gpu/perf.md", "One GRPO step against TRL's GRPOTrainer on an NVIDIA H200 (SmolLM2-135M's architecture "
