@@ -312,7 +312,8 @@ class PerfSettings(StudySettings):
     out: Optional[str] = option("out", None, shown="results/perf, or results/gpu on CUDA; at bf16 their bf16/ folder")
     bf16_steps: int = 0  # GRPO only: timed steps of our bf16-autocast step (0: none)
     scaling_steps: int = 0  # GRPO only: timed steps of our step per scaling point, after one warm-up (0: none)
-    readme: str = option("readme", "results/checks.md")  # section perf or perf-rloo
+    # section perf or perf-rloo (perf-bf16 at bf16): the default folder's report's; another --out writes none unasked
+    readme: Optional[str] = option("readme", shown="results/checks.md with the default --out, none with another")
     model: Optional[str] = field(default=None, metadata={
         "help": "hub id or local directory in place of the workloads' model, in the tasks that take one "
                 "(default: the workloads')"})

@@ -5,6 +5,7 @@ writes it."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -37,8 +38,13 @@ class VsTrl(Study):
         return render_markdown(report) + "\n"  # the command the report quotes is the json's
 
     def readme_section(self, settings: PerfSettings) -> tuple[Optional[str], str]:
-        """The README section, at a precision other than fp32 its own (perf-bf16), beside the fp32 one."""
+        """The README section, at a precision other than fp32 its own (perf-bf16), beside the fp32 one. Unless
+        --readme names a page, results/checks.md's section is written only by a report in the default folder: the
+        section shows that report, and a run elsewhere (another host's, say) would replace it with its own."""
         page, section = super().readme_section(settings)
+        if page is None:
+            default = out_folder(dataclasses.replace(settings, out=None))
+            page = "results/checks.md" if Path(settings.out or default) == default else ""
         return page, section if settings.precision == "fp32" else f"{section}-{settings.precision}"
 
 

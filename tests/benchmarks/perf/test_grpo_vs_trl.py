@@ -672,8 +672,13 @@ def test_at_bf16_both_sides_train_in_bf16_and_the_same_batch_check_stays_fp32(pi
     assert [x.precision for x in _planned(settings, {"pizza-mu1": WORKLOADS["pizza-mu1"]}, ["pizza-mu1"], {})] == ["bf16"]
     assert out_folder(settings) == grpo_vs_trl.Path("results/perf/bf16")
     assert out_folder(dataclasses.replace(settings, precision="fp32")) == grpo_vs_trl.Path("results/perf")
-    assert GrpoVsTrl().readme_section(settings)[1] == "perf-bf16"
-    assert GrpoVsTrl().readme_section(dataclasses.replace(settings, precision="fp32"))[1] == "perf"
+    assert GrpoVsTrl().readme_section(settings) == ("results/checks.md", "perf-bf16")
+    assert GrpoVsTrl().readme_section(dataclasses.replace(settings, precision="fp32")) == ("results/checks.md", "perf")
+    # checks.md's section is the default folder's report: a run elsewhere writes it only when --readme asks
+    assert GrpoVsTrl().readme_section(dataclasses.replace(settings, out="results/perf/bf16"))[0] == "results/checks.md"
+    assert GrpoVsTrl().readme_section(dataclasses.replace(settings, out="results/perf/bf16-quiet"))[0] == ""
+    assert GrpoVsTrl().readme_section(dataclasses.replace(settings, precision="fp32", out="results/perf/bf16"))[0] == ""
+    assert GrpoVsTrl().readme_section(dataclasses.replace(settings, out="x", readme="page.md"))[0] == "page.md"
     # A kept workload measured at fp32 (a report from before the setting has no precision) is not a bf16 one
     fp32_kept = {"workload": dataclasses.asdict(WORKLOADS["pizza-mu1"]), "pairs": 5}
     fp32_kept["workload"].pop("precision")
