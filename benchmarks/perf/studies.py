@@ -5,8 +5,7 @@ writes it."""
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
@@ -43,7 +42,7 @@ class VsTrl(Study):
         section shows that report, and a run elsewhere (another host's, say) would replace it with its own."""
         page, section = super().readme_section(settings)
         if page is None:
-            default = out_folder(dataclasses.replace(settings, out=None))
+            default = out_folder(replace(settings, out=None))
             page = "results/checks.md" if Path(settings.out or default) == default else ""
         return page, section if settings.precision == "fp32" else f"{section}-{settings.precision}"
 
