@@ -119,15 +119,21 @@ def _evaluation_scores(directory: Path, data: dict, primary: str) -> tuple[list,
     for (task, variant, seed), frame in evals.groupby(["task", "variant", "seed"], sort=False):
         if task not in grids:
             continue
-        try:
-            scores, _ = question_contributions(frame, primary, grids[task][-1])
-        except ValueError:
+        if frame["questions"].isna().any():
             continue  # an evaluation without a record: the cell cannot be split by question
+        scores = _contributions(frame, primary, grids[task][-1], dirs[(task, variant, seed)])
         if np.isnan(scores).all():
             continue  # fewer evaluations than the metric needs
         rows.append(_cell_frame(task, variant, seed, scores))
         _note_options(options, task, variant, specs.get(dirs[(task, variant, seed)]))
     return rows, options
+
+
+def _contributions(frame: pd.DataFrame, primary: str, budget: float, cell: str) -> np.ndarray:
+    try:
+        return question_contributions(frame, primary, budget)[0]
+    except ValueError as exc:  # a record another writer made: counts that do not decode
+        raise UsageError(f"cell {cell}: its per-question records cannot be read ({exc})") from None
 
 
 def _note_options(options: dict, task: str, variant: str, spec: Optional[dict]) -> None:
@@ -139,8 +145,10 @@ def _note_options(options: dict, task: str, variant: str, spec: Optional[dict]) 
 def _tuning_scores(directory: Path, meta: dict, primary: str) -> tuple[list, dict]:
     """A tuning cell's evaluations as ``curve.accuracy_curve`` reads them: x the completions generated so far, the
     after-training one at the cell's ``completions_generated``."""
-    store = ResultStore.read(directory)
-    planned = ((meta.get("tuning") or {}).get("cells") or []) if store else []
+    store = ResultStore.read(directory) if directory.is_dir() else None
+    if store is None:
+        raise UsageError(f"no result store in {directory}")
+    planned = (meta.get("tuning") or {}).get("cells") or []
     rows, options = [], {}
     for spec in planned:
         summary = store.summary(spec["dir"]) if store.holds(spec) else None
@@ -157,7 +165,7 @@ def _tuning_scores(directory: Path, meta: dict, primary: str) -> tuple[list, dic
             continue
         frame = pd.DataFrame({"samples": [x for x, _ in points], "questions": [r[QUESTIONS_CORRECT] for _, r in points],
                               "question_samples": [r[QUESTIONS_SAMPLES] for _, r in points]})
-        scores, _ = question_contributions(frame, primary, float(spec["budget"]))
+        scores = _contributions(frame, primary, float(spec["budget"]), spec["dir"])
         if np.isnan(scores).all():
             continue
         point = Path(spec["dir"]).parent.name
@@ -172,6 +180,8 @@ def _frame(store_or_frame, primary: Optional[str]) -> pd.DataFrame:
         if missing:
             raise UsageError(f"a per-question frame needs the columns {', '.join(SCORE_COLUMNS)}; "
                              f"missing {', '.join(sorted(missing))}")
+        if primary and store_or_frame.attrs.get("primary", primary) != primary:
+            raise UsageError(f"the per-question frame holds {store_or_frame.attrs['primary']} scores, not {primary}")
         return store_or_frame
     return question_scores(store_or_frame, primary)
 

@@ -265,3 +265,14 @@ def test_bad_input_is_one_usage_error(tmp_path):
         crossed.question_scores(tmp_path / "new", stage="final")
     with pytest.raises(UsageError, match="no such directory"):
         crossed.question_scores(tmp_path / "absent")
+    with pytest.raises(UsageError, match="no result store"):
+        crossed.question_scores(tmp_path / "absent", stage="tuning")
+    with pytest.raises(UsageError, match="holds last_2 scores, not auc"):
+        crossed.pair_variances(frame, "auc")
+    broken = _write(tmp_path / "broken")
+    store = ResultStore.open(broken)
+    summary = store.summary("addition/grpo/seed0")
+    summary["eval_questions"]["after"]["questions/correct"] = "7" * 30  # 7 right of 1 sample
+    store.put("addition/grpo/seed0", store.spec("addition/grpo/seed0"), summary, store.metrics("addition/grpo/seed0"))
+    with pytest.raises(UsageError, match="cell addition/grpo/seed0: its per-question records cannot be read"):
+        crossed.question_scores(broken)
