@@ -27,6 +27,7 @@ from typing import Callable, Optional
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from benchmarks.errors import UsageError
 from benchmarks.git import git
@@ -106,7 +107,7 @@ def _host(summary: dict) -> dict:
     if not device.startswith("cuda"):
         capability = (env.get("rounding") or {}).get("cpu_capability")
         parts += [str(capability)] if capability else []
-        bf16 = env.get("cpu_bf16")  # the CPU's bf16 instructions (AMX-BF16, AVX512-BF16), where the harness records them
+        bf16 = env.get("cpu_bf16")  # its bf16 instructions (AMX-BF16, AVX512-BF16), where the harness records them
         parts += [f"bf16 {bf16}"] if bf16 else []
     return {"host": ", ".join(parts), "precision": summary.get("precision")}
 
@@ -170,7 +171,8 @@ def code_versions(records: list[dict], in_history: Optional[Callable] = commits_
             variants.setdefault(r["variant"], Counter())[code_label(r)] += 1
         codes = set().union(*variants.values())
         if len(codes) > 1:
-            comparisons.append({"task": task, "codes": len(codes), "variants": {v: dict(c) for v, c in variants.items()}})
+            comparisons.append({"task": task, "codes": len(codes),
+                                "variants": {v: dict(c) for v, c in variants.items()}})
     return {"cells": len(records), "commits": dict(commits), "not_recorded": sum(1 for r in records if not r["commit"]),
             "not_in_history": None if known is None else {c: n for c, n in commits.items() if not known.get(c)},
             "dirty": sum(1 for r in records if r["dirty"]),
@@ -195,8 +197,6 @@ def update_counts(records: list[dict], scores: Optional[dict] = None) -> list[di
     completions: each variant's (fewest, most) updates per cell, and, given ``scores`` {(task, variant): the
     variant's mean primary metric} over 3 or more variants, the Spearman correlation of its median updates with
     its score (``spearman``, None otherwise): near +1, the ranking follows the update count."""
-    from scipy import stats
-
     out = []
     for task, mine in _by_task([r for r in records if r["stage"] == "evaluation" and r["updates"]]).items():
         budgets = sorted({r["budget"] for r in mine}, key=lambda b: (b is None, b))
@@ -209,10 +209,10 @@ def update_counts(records: list[dict], scores: Optional[dict] = None) -> list[di
             if len(set(medians.values())) < 2:
                 continue
             rho = None
-            scored = [v for v in counts if scores and not _missing((scores or {}).get((task, v)))]
-            if len(scored) >= 3:
-                rho = float(stats.spearmanr([medians[v] for v in scored], [scores[(task, v)] for v in scored])[0])
-                rho = None if math.isnan(rho) else rho
+            scored = [v for v in counts if not _missing((scores or {}).get((task, v)))]
+            xs, ys = [medians[v] for v in scored], [scores[(task, v)] for v in scored]
+            if len(scored) >= 3 and len(set(xs)) > 1 and len(set(ys)) > 1:  # a constant side has no ranks to compare
+                rho = float(stats.spearmanr(xs, ys)[0])
             out.append({"task": task, "budget": budget, "spearman": rho,
                         "variants": {v: (min(c), max(c)) for v, c in counts.items()}})
     return out
@@ -299,7 +299,8 @@ def grid_edges(meta: Optional[dict]) -> list[dict]:
             if len(values) < 2 or not all(isinstance(v, (int, float)) for v in values):
                 continue
             if value in (min(values), max(values)):
-                edges.append({"setting": name, "value": value, "side": "smallest" if value == min(values) else "largest"})
+                side = "smallest" if value == min(values) else "largest"
+                edges.append({"setting": name, "value": value, "side": side})
         if edges:
             task["at_edge"].append({"variant": group["variant"], "point": points[group["chosen"]]["point"],
                                     "edges": edges})
@@ -362,7 +363,8 @@ def lines(found: dict) -> list[str]:
     out = _code_lines(found["code"])
     for u in found["updates"]:
         counts = ", ".join(f"`{v}` {_span(c)}" for v, c in sorted(u["variants"].items(), key=lambda kv: kv[1]))
-        rho = "" if u["spearman"] is None else f"; Spearman of the primary metric with the update count {u['spearman']:+.2f}"
+        rho = ("" if u["spearman"] is None else
+               f"; Spearman of the primary metric with the update count {u['spearman']:+.2f}")
         at = f"{u['budget']:,.0f} completions" if isinstance(u["budget"], (int, float)) else "equal completions"
         out.append(f"Optimizer updates per cell differ at {at} on {u['task']}: {counts}{rho}.")
     for h in found["hosts"]:
@@ -378,7 +380,8 @@ def lines(found: dict) -> list[str]:
         if e["at_edge"]:
             chosen = "; ".join(f"`{a['variant']}` " + ", ".join(f"{x['setting']} {x['value']:g} ({x['side']})"
                                                                for x in a["edges"]) for a in e["at_edge"])
-            out.append(f"Tuning at a grid edge on {e['task']}: {len(e['at_edge'])} of {e['groups']} variants ({chosen}).")
+            out.append(f"Tuning at a grid edge on {e['task']}: {len(e['at_edge'])} of {e['groups']} variants "
+                       f"({chosen}).")
     out += _reliability_lines(found["reliability"])
     return out
 
@@ -441,9 +444,11 @@ def _reliability_lines(rows: list[dict]) -> list[str]:
         low = [r for r in mine if r["probability"] < RELIABLE]
         if not low:
             continue
-        probabilities = [r["probability"] for r in mine]
-        each = ", ".join(f"`{r['variant']}` {r['probability']:.2f}" for r in sorted(low, key=lambda r: r["probability"]))
+        low_p, high_p = min(r["probability"] for r in mine), max(r["probability"] for r in mine)
+        spread = f"{low_p:.2f}" if f"{low_p:.2f}" == f"{high_p:.2f}" else f"{low_p:.2f} to {high_p:.2f}"
+        each = ", ".join(f"`{r['variant']}` {r['probability']:.2f}"
+                         for r in sorted(low, key=lambda r: r["probability"]))
         out.append(f"Tuning reliability on {task}: a rerun of the tuning picks the same point with probability "
-                   f"{min(probabilities):.2f} to {max(probabilities):.2f}; under {RELIABLE:.2f} for {len(low)} of "
+                   f"{spread}; under {RELIABLE:.2f} for {len(low)} of "
                    f"{len(mine)} variants ({each}).")
     return out

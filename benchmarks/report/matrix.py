@@ -13,7 +13,8 @@ Writes under DIR:
     tables/curve_metrics.csv   per cell: final accuracy, AUC, completions to the threshold
     tables/verdicts.csv / overall.csv / probability_of_improvement.csv / performance_profiles.csv
     plots/*.png        learning curves, training reward, bars, per-task diagnostics, rliable plots
-    README.md          the flags, verdicts, tables and plots; also a section of results/README.md when DIR is under results/
+    README.md          the flags, verdicts, tables and plots; also a section of results/README.md when DIR is under
+                       results/
 
 Over a partial directory it says which cells are missing and reports the rest; failed cells are
 listed with their error and left out of the means and the statistics.

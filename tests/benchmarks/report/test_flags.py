@@ -73,8 +73,8 @@ def _tuning(points, *, chosen, host=EPYC):
     for lr, finals in points:
         rels = []
         for seed, final in zip((100, 101), finals):
-            cell, summary, rows = _cell(f"tune/t/a/learning_rate={lr}/seed{seed}", "t", "a", seed, finals=(final, final),
-                                        host=host)
+            cell, summary, rows = _cell(f"tune/t/a/learning_rate={lr}/seed{seed}", "t", "a", seed,
+                                        finals=(final, final), host=host)
             cell["settings"]["learning_rate"] = lr
             cells.append((cell, summary, rows))
             rels.append(cell["dir"])
@@ -116,14 +116,15 @@ def test_a_clean_store_flags_nothing(clean):
 def test_a_different_update_count_at_equal_completions_is_flagged(tmp_path):
     out = _matrix(tmp_path, {"a": _noise, "b": lambda s: {"mu": 2, "noise": 0.1 + 0.01 * s, "step_noise": 1.0}})
     found = _found(out)
-    assert found["updates"] == [{"task": "t", "budget": BUDGET, "spearman": None, "variants": {"a": (4, 4), "b": (8, 8)}}]
+    assert found["updates"] == [{"task": "t", "budget": BUDGET, "spearman": None,
+                                 "variants": {"a": (4, 4), "b": (8, 8)}}]
     assert flags.lines(found) == ["Optimizer updates per cell differ at 64 completions on t: `a` 4, `b` 8."]
 
 
 def test_the_update_count_is_set_against_the_ranking(tmp_path):
     out = _matrix(tmp_path, {"a": {"mu": 1}, "b": {"mu": 2, "step_noise": 1.0}, "c": {"mu": 3, "step_noise": 2.0}})
-    found = flags.update_counts(flags.cell_records(json.loads((out / "matrix.json").read_text()), ResultStore.open(out)),
-                                scores={("t", "a"): 0.5, ("t", "b"): 0.4, ("t", "c"): 0.6})
+    records = flags.cell_records(json.loads((out / "matrix.json").read_text()), ResultStore.open(out))
+    found = flags.update_counts(records, scores={("t", "a"): 0.5, ("t", "b"): 0.4, ("t", "c"): 0.6})
     assert found[0]["spearman"] == pytest.approx(0.5)  # ranks of (4, 8, 12) against ranks of (0.5, 0.4, 0.6)
 
 
@@ -152,7 +153,8 @@ def test_a_stores_own_dirty_column_wins_and_an_unreadable_history_is_not_known(t
     store.cells["t/a/seed1"]["summary"]["config"]["environment"]["code"] = {"commit": HEAD, "dirty": None}
     del store.cells["t/a/seed2"]["summary"]["config"]  # a store from before the environment was recorded
     records = {r["cell"]: r for r in flags.cell_records(meta, store)}
-    assert records["t/a/seed0"]["dirty"] is True and flags.code_label(records["t/a/seed0"]) == HEAD[:7] + "+changes abcdef1"
+    assert records["t/a/seed0"]["dirty"] is True
+    assert flags.code_label(records["t/a/seed0"]) == HEAD[:7] + "+changes abcdef1"
     code = flags.code_versions(list(records.values()), in_history=lambda commits: flags.commits_in_history(
         commits, repo=tmp_path))  # tmp_path is no git checkout
     assert code["not_in_history"] is None and code["not_recorded"] == 1 and code["dirty_unknown"] == 1
@@ -167,8 +169,8 @@ def test_a_host_mix_is_flagged_across_variants_and_between_tuning_and_evaluation
     assert hosts == [{"task": "t", "evaluation": {f"{EPYC}, AVX512": {"a": 3, "b": 1}, f"{XEON}, AVX512": {"b": 2}},
                       "tuning": {f"{XEON}, AVX512": 6}, "across_stages": True, "precisions": ["bf16"]}]
     assert flags.lines(_found(out)) == [
-        f"Mixed hosts on t (bf16): tuning cells on {XEON}, AVX512 x6; evaluation cells on {EPYC}, AVX512 x4 (a x3, b x1); "
-        f"{XEON}, AVX512 x2 (b x2)."]
+        f"Mixed hosts on t (bf16): tuning cells on {XEON}, AVX512 x6; evaluation cells on {EPYC}, AVX512 x4 "
+        f"(a x3, b x1); {XEON}, AVX512 x2 (b x2)."]
 
 
 def test_tuning_on_another_host_alone_is_flagged(tmp_path):
@@ -180,20 +182,22 @@ def test_a_bit_identical_pair_is_flagged_whatever_its_timings(tmp_path):
     out = _matrix(tmp_path, {"a": _noise, "b": lambda s: {"noise": 0.2 + 0.01 * s, "step_noise": 1.0},
                              "a_twin": _noise})  # a's numbers, its own timings (time/step depends on the name)
     steps = collect(out)["steps"]
-    assert steps[steps["variant"] == "a"]["time/step"].tolist() != steps[steps["variant"] == "a_twin"]["time/step"].tolist()
+    timings = {v: steps[steps["variant"] == v]["time/step"].tolist() for v in ("a", "a_twin")}
+    assert timings["a"] != timings["a_twin"]
     assert flags.identical_pairs(steps) == [{"task": "t", "first": "a", "second": "a_twin", "seeds": 3, "identical": 3}]
     assert ("Identical runs, not a comparison: `a` and `a_twin` on t are bit-identical on all 3 shared seed(s)."
             in flags.lines(_found(out)))
 
 
 def test_a_pair_identical_on_some_seeds_only_is_not_a_twin(tmp_path):
-    out = _matrix(tmp_path, {"a": _noise, "a_near": lambda s: {"noise": 0.01 * s, "step_noise": 1e-12 if s == 0 else 0}})
+    out = _matrix(tmp_path, {"a": _noise,
+                             "a_near": lambda s: {"noise": 0.01 * s, "step_noise": 1e-12 if s == 0 else 0}})
     steps = collect(out)["steps"]
     assert flags.identical_pairs(steps) == []  # one seed differs in its last bit
     assert flags.identical_pairs(steps, least=0.5) == [{"task": "t", "first": "a", "second": "a_near", "seeds": 3,
                                                         "identical": 2}]
-    assert "Mostly identical runs: `a` and `a_near` on t are bit-identical on 2 of their 3 shared seeds." in flags.lines(
-        _found(out))
+    line = "Mostly identical runs: `a` and `a_near` on t are bit-identical on 2 of their 3 shared seeds."
+    assert line in flags.lines(_found(out))
 
 
 def test_a_choice_at_the_grid_edge_is_flagged(tmp_path):
@@ -203,7 +207,8 @@ def test_a_choice_at_the_grid_edge_is_flagged(tmp_path):
     assert edges == [{"task": "t", "groups": 1, "at_edge": [
         {"variant": "a", "point": "learning_rate=0.001", "edges": [{"setting": "learning_rate", "value": 1e-3,
                                                                     "side": "largest"}]}]}]
-    assert flags.lines(_found(out)) == ["Tuning at a grid edge on t: 1 of 1 variants (`a` learning_rate 0.001 (largest))."]
+    assert flags.lines(_found(out)) == [
+        "Tuning at a grid edge on t: 1 of 1 variants (`a` learning_rate 0.001 (largest))."]
 
 
 def test_a_rerun_of_a_close_tuning_picks_the_same_point_as_often_as_the_spread_says(tmp_path):
@@ -213,9 +218,9 @@ def test_a_rerun_of_a_close_tuning_picks_the_same_point_as_often_as_the_spread_s
     (row,) = _found(out)["reliability"]
     expected = stats.norm.cdf(0.02 / math.sqrt(2 * 0.05 ** 2))  # P(the chosen mean's redraw beats the other's)
     assert row["probability"] == pytest.approx(expected, abs=0.01) and row["points"] == 3
-    assert flags.lines(_found(out)) == [
-        f"Tuning reliability on t: a rerun of the tuning picks the same point with probability {row['probability']:.2f} "
-        f"to {row['probability']:.2f}; under 0.90 for 1 of 1 variants (`a` {row['probability']:.2f})."]
+    p = f"{row['probability']:.2f}"
+    assert flags.lines(_found(out)) == [f"Tuning reliability on t: a rerun of the tuning picks the same point with "
+                                        f"probability {p}; under 0.90 for 1 of 1 variants (`a` {p})."]
 
 
 def test_a_point_with_one_seed_leaves_the_reliability_unknown(tmp_path):
