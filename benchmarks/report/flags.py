@@ -158,7 +158,8 @@ def code_label(record: dict) -> str:
 
 
 def code_versions(records: list[dict], in_history: Optional[Callable] = commits_in_history) -> dict:
-    """The code every cell ran: ``commits`` {commit: cells} over every cell (tuning ones included), ``not_recorded``
+    """The code every cell ran: ``cells`` and ``tuning_cells`` (how many of them are tuning cells), ``commits``
+    {commit: cells} over every cell (tuning ones included), ``not_recorded``
     (cells without a commit), ``not_in_history`` {commit: cells} (None where the history cannot be read),
     ``dirty`` and ``dirty_unknown`` (cells with uncommitted changes, and with a commit but no word on changes), and
     ``comparisons``: per task whose evaluation cells ran at more than one code, each variant's {code: cells}."""
@@ -173,7 +174,8 @@ def code_versions(records: list[dict], in_history: Optional[Callable] = commits_
         if len(codes) > 1:
             comparisons.append({"task": task, "codes": len(codes),
                                 "variants": {v: dict(c) for v, c in variants.items()}})
-    return {"cells": len(records), "commits": dict(commits), "not_recorded": sum(1 for r in records if not r["commit"]),
+    return {"cells": len(records), "tuning_cells": sum(1 for r in records if r["stage"] == "tuning"),
+            "commits": dict(commits), "not_recorded": sum(1 for r in records if not r["commit"]),
             "not_in_history": None if known is None else {c: n for c, n in commits.items() if not known.get(c)},
             "dirty": sum(1 for r in records if r["dirty"]),
             "dirty_unknown": sum(1 for r in records if r["commit"] and r["dirty"] is None),
@@ -402,7 +404,8 @@ def _span(pair) -> str:
 def _code_lines(code: dict) -> list[str]:
     out = []
     if len(code["commits"]) > 1:
-        out.append(f"Code versions: {sum(code['commits'].values())} cells (tuning cells included) ran at "
+        tuning = f" ({code['tuning_cells']} tuning cells included)" if code.get("tuning_cells") else ""
+        out.append(f"Code versions: {sum(code['commits'].values())} cells{tuning} ran at "
                    f"{len(code['commits'])} commits ({_counts(code['commits'], 7)}).")
     outside = code["not_in_history"] or {}
     if outside:
@@ -413,7 +416,8 @@ def _code_lines(code: dict) -> list[str]:
         out.append(f"Uncommitted changes: {code['dirty']} of {code['cells']} cells ran with changes no commit holds.")
     for c in code["comparisons"]:
         each = "; ".join(f"`{v}` {_counts(codes)}" for v, codes in c["variants"].items())
-        out.append(f"Variants at different code on {c['task']} ({c['codes']} versions): {each}.")
+        what = "Variants" if len(c["variants"]) > 1 else "Cells"  # one variant: its seeds or replicates compared
+        out.append(f"{what} at different code on {c['task']} ({c['codes']} versions): {each}.")
     return out
 
 

@@ -139,10 +139,19 @@ def test_a_code_version_mix_is_flagged_with_a_commit_not_in_history(tmp_path):
     assert code["comparisons"] == [{"task": "t", "codes": 3, "variants": {"a": {HEAD[:7]: 2, HEAD[:7] + "+changes": 1},
                                                                          "b": {HEAD[:7]: 2, GONE[:7]: 1}}}]
     text = flags.lines(_found(out))
-    assert text[0] == f"Code versions: 6 cells (tuning cells included) ran at 2 commits ({HEAD[:7]} x5, deadbee x1)."
+    assert text[0] == f"Code versions: 6 cells ran at 2 commits ({HEAD[:7]} x5, deadbee x1)."
     assert text[1] == ("Code not in this repository's history: 1 of 6 cells ran at 1 of their 2 commits that it lacks "
                        "(deadbee x1).")
     assert text[2] == "Uncommitted changes: 1 of 6 cells ran with changes no commit holds."
+
+
+def test_a_tuning_cell_at_other_code_counts_and_one_variant_is_cells_not_variants(tmp_path):
+    cells, table = _tuning(CLEAN_TUNING, chosen=1)
+    cells[0][1]["config"]["environment"]["code"]["commit"] = GONE
+    out = _matrix(tmp_path, {"a": lambda s: {"noise": 0.01 * s, "dirty": s == 0}}, tuning=(cells, table))
+    text = flags.lines(_found(out))
+    assert text[0] == f"Code versions: 9 cells (6 tuning cells included) ran at 2 commits ({HEAD[:7]} x8, deadbee x1)."
+    assert text[3] == f"Cells at different code on t (2 versions): `a` {HEAD[:7]} x2, {HEAD[:7]}+changes x1."
 
 
 def test_a_stores_own_dirty_column_wins_and_an_unreadable_history_is_not_known(tmp_path):
