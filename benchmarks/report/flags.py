@@ -231,8 +231,9 @@ def _missing(value) -> bool:
 
 def mixed_hosts(records: list[dict]) -> list[dict]:
     """Per task whose cells ran on more than one host: ``evaluation`` {host: {variant: cells}}, ``tuning`` {host:
-    cells} and the precisions they ran in, where the evaluation cells span hosts or the tuning cells ran on
-    hosts the evaluation cells did not (or the other way round)."""
+    cells} and the precisions they ran in, where the evaluation cells span hosts, the tuning cells do (their grid
+    points then compared across machines), or the tuning cells ran on hosts the evaluation cells did not (or the
+    other way round)."""
     out = []
     for task, mine in _by_task(records).items():
         evaluation: dict[str, Counter] = {}
@@ -243,7 +244,7 @@ def mixed_hosts(records: list[dict]) -> list[dict]:
             else:
                 tuning[r["host"]] += 1
         across_stages = bool(tuning) and bool(evaluation) and set(tuning) != set(evaluation)
-        if len(evaluation) > 1 or across_stages:
+        if len(evaluation) > 1 or len(tuning) > 1 or across_stages:
             out.append({"task": task, "evaluation": {h: dict(v) for h, v in evaluation.items()}, "tuning": dict(tuning),
                         "across_stages": across_stages,
                         "precisions": sorted({str(r["precision"]) for r in mine if r["precision"]})})
@@ -423,19 +424,23 @@ def _code_lines(code: dict) -> list[str]:
 
 def _counts(counts: dict, width: int = 0, most: int = 3) -> str:
     """'abc1234 x5, def5678 x3 and 2 more (4 cells)': the most frequent few of {name: cells}."""
-    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))
+    ranked = _most_first(counts)
     shown = ", ".join(f"{str(k)[:width] if width else k} x{n}" for k, n in ranked[:most])
     rest = ranked[most:]
     return shown + (f" and {len(rest)} more ({sum(n for _, n in rest)} cells)" if rest else "")
+
+
+def _most_first(counts: dict) -> list[tuple]:
+    return sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))
 
 
 def _host_line(h: dict) -> str:
     precision = f" ({', '.join(h['precisions'])})" if h["precisions"] else ""
     parts = []
     if h["tuning"]:
-        parts.append("tuning cells on " + "; ".join(f"{host} x{n}" for host, n in h["tuning"].items()))
+        parts.append("tuning cells on " + "; ".join(f"{host} x{n}" for host, n in _most_first(h["tuning"])))
     evaluation = [f"{host} x{sum(v.values())}" + (f" ({_counts(v)})" if len(h["evaluation"]) > 1 else "")
-                  for host, v in h["evaluation"].items()]
+                  for host, v in sorted(h["evaluation"].items(), key=lambda kv: -sum(kv[1].values()))]
     if evaluation:
         parts.append("evaluation cells on " + "; ".join(evaluation))
     return f"Mixed hosts on {h['task']}{precision}: " + "; ".join(parts) + "."

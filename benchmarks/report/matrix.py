@@ -602,10 +602,12 @@ def _readme_targets(out: Path, readme: Optional[str], verdicts_section: bool) ->
 def _tuning_stage_report(out: Path, meta: dict, readme: Optional[str], section: Optional[str]) -> dict:
     """DIR/README.md (and the READMEs' sections) of a matrix still in its tuning stage: the grid so far."""
     store = ResultStore.read(out) or ResultStore(out / STORE_FILE, {}, {})
-    atomic_write_text(out / "README.md", "# grpo-bench results\n\n" + tuning_stage.render(meta, store))
+    found = flags.find(meta, store)  # what the tuning cells so far rest on: their code and hosts
+    atomic_write_text(out / "README.md", "# grpo-bench results\n\n" + tuning_stage.render(meta, store) + "\n"
+                      + flags.render(found))
     targets = _readme_targets(out, readme, False)
     for target, _ in targets:
         prefix = Path(os.path.relpath(out.resolve(), target.resolve().parent)).as_posix() + "/"
         update_section(target, section or f"matrix-{out.name}", tuning_stage.render(meta, store, prefix, brief=True))
-    return {"meta": meta, "tuning_stage": tuning_stage.progress_rows(meta, store), "analysis": {},
+    return {"meta": meta, "tuning_stage": tuning_stage.progress_rows(meta, store), "analysis": {}, "flags": found,
             "written": [str(out / "README.md")] + [str(t) for t, _ in targets]}

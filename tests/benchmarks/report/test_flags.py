@@ -247,3 +247,14 @@ def test_the_report_lists_what_fires(tmp_path):
 
 def test_an_empty_steps_frame_has_no_pairs():
     assert flags.identical_pairs(pd.DataFrame()) == []
+
+
+def test_a_tuning_stage_page_flags_its_tuning_cells(tmp_path):
+    cells, _ = _tuning(CLEAN_TUNING, chosen=1, host=XEON)
+    cells[0][1]["config"]["environment"]["device_name"] = EPYC
+    out = _matrix(tmp_path, {}, tuning=(cells, None))
+    data = report(out, plot=False)
+    assert "tuning_stage" in data and data["flags"]["hosts"][0]["tuning"] == {f"{XEON}, AVX512": 5,
+                                                                             f"{EPYC}, AVX512": 1}
+    page = (out / "README.md").read_text()
+    assert page.endswith(f"- Mixed hosts on t (bf16): tuning cells on {XEON}, AVX512 x5; {EPYC}, AVX512 x1.\n")
