@@ -192,7 +192,7 @@ def own_readme(path: Path | str) -> bool:
     try:
         with open(path, errors="replace") as f:
             return f.readline().rstrip("\n") == README_HEADING
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return True
     except OSError:
         return False

@@ -287,7 +287,8 @@ def _refuse_overwrite(out: Path, cells: list[Cell], store: ResultStore) -> None:
 
 def run_matrix(plan: Plan, out: Path, *, resume: bool = False, overwrite: bool = False, progress: bool = True,
                executor: Optional[Executor] = None, tasks: Optional[Sequence[str]] = None,
-               rerun: Optional[Sequence[str]] = None, allow_dirty: bool = False) -> dict[str, int]:
+               rerun: Optional[Sequence[str]] = None, allow_dirty: bool = False,
+               procedure: Optional[str] = None) -> dict[str, int]:
     """Run (or resume) every cell through ``executor``; returns counts of complete, failed and skipped cells.
 
     With ``[tuning]``: the tuning cells first, then each variant's evaluation cells at its chosen grid point
@@ -301,7 +302,8 @@ def run_matrix(plan: Plan, out: Path, *, resume: bool = False, overwrite: bool =
     --overwrite``). The cells run from the checkout's committed code; ``allow_dirty`` runs uncommitted code (or
     code outside a git checkout), each cell marked ``dirty`` with the diff's hash. ``out`` must be a folder the
     tool may write (``benchmarks.io.check_output_dir``). A disk that fills is one UsageError line saying what
-    was kept."""
+    was kept. ``procedure`` names the verdicts' procedure the matrix's [analysis] is stated for (recorded with it).
+    """
     out = check_output_dir(out, records=("matrix.json", STORE_FILE), ours=(LOCK_FILE,), checkout=CODE_ROOT)
     again = _rerun_cells(plan, rerun, resume) if rerun is not None else set()
     if tasks is not None:
@@ -331,11 +333,12 @@ def run_matrix(plan: Plan, out: Path, *, resume: bool = False, overwrite: bool =
             store = ResultStore(store.path, {}, {})
             store.write()  # --overwrite: the previous cells are gone from the store now, not when a cell ends
         return _run_stages(plan, out, store, executor or SubprocessExecutor(), resume=resume, overwrite=overwrite,
-                           progress=progress, tasks=tasks, again=again, code=code)
+                           progress=progress, tasks=tasks, again=again, code=code, procedure=procedure)
 
 
 def _run_stages(plan: Plan, out: Path, store: ResultStore, executor: Executor, *, resume: bool, overwrite: bool,
-                progress: bool, tasks: Optional[Sequence[str]], again: set, code: dict) -> dict[str, int]:
+                progress: bool, tasks: Optional[Sequence[str]], again: set, code: dict,
+                procedure: Optional[str]) -> dict[str, int]:
     """run_matrix's work in the locked directory: the tuning stage (with [tuning]), then the evaluation cells."""
     counts, tuned, stages_run = {"complete": 0, "failed": 0, "skipped": 0}, None, 0
     staged = bool(plan.tuning)
@@ -346,7 +349,7 @@ def _run_stages(plan: Plan, out: Path, store: ResultStore, executor: Executor, *
             cells = [c for c in cells if c.task_label in tasks]
         more = _run_locked(plan, cells, out, store, resume=resume, progress=progress, executor=executor,
                            stage=stage, tuned=tuned, staged=staged, same_invocation=stages_run > 0, again=again,
-                           overwrite=overwrite, code=code)
+                           overwrite=overwrite, code=code, procedure=procedure)
         stages_run += 1
         for key in counts:
             counts[key] += more[key]
@@ -464,19 +467,14 @@ def _rerun_cells(plan: Plan, patterns: Sequence[str], resume: bool) -> set[str]:
 ANALYSIS_RECORD_KEYS = ("stated_at", "procedure", "restated_at")
 
 
-def verdict_procedure() -> str:
-    """The version name of the verdicts' procedure the analysis is stated for (benchmarks/report/inference.py)."""
-    from benchmarks.report import inference  # here, not at the top: scipy, for one constant
-
-    return getattr(inference, "PROCEDURE", "pairs-v2")
-
-
-def _stated_analysis(plan: Plan, previous: dict, sessions: list[dict], amend: bool = False) -> Optional[dict]:
+def _stated_analysis(plan: Plan, previous: dict, sessions: list[dict], amend: bool = False,
+                     procedure: Optional[str] = None) -> Optional[dict]:
     """The matrix's ``[analysis]`` with when it was first stated (the start of the first session that ran under
     it): ``previous["analysis"]`` is the analysis recorded before the first cell, ``sessions`` the sessions that
     ran. Pre-registration: a resumed matrix whose cells ran under another primary metric or margin is refused, a
     change after seeing results being a new experiment; with ``amend`` (--resume --overwrite) the change is
-    recorded as stated now, after cells ran: not pre-registered."""
+    recorded as stated now, after cells ran: not pre-registered. ``procedure``: the version name of the verdicts'
+    procedure it is stated for (the caller's to name: the matrix sits below the report)."""
     stated = plan.analysis.as_dict() if plan.analysis is not None else None
     before = previous.get("analysis") if sessions else None
     claim = None if before is None else {k: v for k, v in before.items() if k not in ANALYSIS_RECORD_KEYS}
@@ -487,7 +485,7 @@ def _stated_analysis(plan: Plan, previous: dict, sessions: list[dict], amend: bo
                                              f"({claim} -> {stated})")
             raise UsageError(f"{change}: a change of the primary metric or the margin after cells ran is a new "
                              "experiment: use a new --out (--resume --overwrite records it as not pre-registered)")
-        return None if stated is None else {**stated, "stated_at": None, "procedure": verdict_procedure(),
+        return None if stated is None else {**stated, "stated_at": None, "procedure": procedure,
                                             "restated_at": _now()}
     if before is not None:
         return before
@@ -495,20 +493,21 @@ def _stated_analysis(plan: Plan, previous: dict, sessions: list[dict], amend: bo
         return None
     if any(s.get("cells_run") for s in sessions):
         # added to a matrix that had already run: not pre-registered
-        return {**stated, "stated_at": None, "procedure": verdict_procedure()}
-    return {**stated, "stated_at": _now(), "procedure": verdict_procedure()}
+        return {**stated, "stated_at": None, "procedure": procedure}
+    return {**stated, "stated_at": _now(), "procedure": procedure}
 
 
 def _run_locked(plan: Plan, cells: list[Cell], out: Path, store: ResultStore, *, resume: bool, progress: bool,
                 executor: Executor, stage: str = "evaluation", tuned: Optional[dict] = None, staged: bool = False,
                 same_invocation: bool = False, again: frozenset = frozenset(), overwrite: bool = False,
-                code: Optional[dict] = None) -> dict[str, int]:
+                code: Optional[dict] = None, procedure: Optional[str] = None) -> dict[str, int]:
     """One session of ``cells`` (one stage: tuning or evaluation) in the locked matrix directory: matrix.json opened
     with the session, the finished cells skipped with --resume, the rest run through ``executor``, each recorded in
     the store and matrix.json as it ends. Returns the session's counts of complete, failed and skipped cells."""
     code = code if code is not None else code_record(allow_dirty=True)
     meta = _open_session(plan, out, store, executor, resume=resume, continues=resume or same_invocation,
-                         stage=stage if staged else None, tuned=tuned, amend=resume and overwrite, code=code)
+                         stage=stage if staged else None, tuned=tuned, amend=resume and overwrite, code=code,
+                         procedure=procedure)
     # on a terminal a bar; in a file the per-cell lines say it all
     bar = progress_bar(len(cells), desc=f"matrix {plan.name}" + (f" ({stage})" if staged else ""), unit="cell",
                        enabled=progress and sys.stderr.isatty())
@@ -538,7 +537,8 @@ def _run_locked(plan: Plan, cells: list[Cell], out: Path, store: ResultStore, *,
 
 
 def _open_session(plan: Plan, out: Path, store: ResultStore, executor: Executor, *, resume: bool, continues: bool,
-                  stage: Optional[str], tuned: Optional[dict], amend: bool = False, code: Optional[dict] = None) -> dict:
+                  stage: Optional[str], tuned: Optional[dict], amend: bool = False, code: Optional[dict] = None,
+                  procedure: Optional[str] = None) -> dict:
     """matrix.json's record with a new session entry (the last in ``sessions``), written at once: the sessions
     before it where this one ``continues`` them, the stated analysis, the cells and, with [tuning], the tuning.
 
@@ -564,7 +564,7 @@ def _open_session(plan: Plan, out: Path, store: ResultStore, executor: Executor,
         session["code"] = code
     if stage is not None:
         session["stage"] = stage
-    analysis = _stated_analysis(plan, previous, ran, amend)
+    analysis = _stated_analysis(plan, previous, ran, amend, procedure)
     sessions.append(session)
     meta = {"name": plan.name, "description": plan.description, "file": plan.path, "toml": plan.text,
             "unit": "generated completions per cell", "cells": [{"dir": c.relpath, **c.spec()} for c in plan.cells],
