@@ -99,9 +99,10 @@ def cmd_matrix(args) -> int:
                   + (" (at the chosen grid point)" if plan.tuning and not cell.tuning_point else ""))
         return 0
     tasks = None if args.tasks is None else comma_list(args.tasks)
+    # run_matrix takes --out as given: an empty name is refused there, where Path("") would have read as "."
     from benchmarks.report import inference  # heavy: scipy (the report below imports it anyway)
 
-    counts = run_matrix(plan, out, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress,
+    counts = run_matrix(plan, args.out, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress,
                         executor=executor, tasks=tasks, rerun=None if args.rerun is None else comma_list(args.rerun),
                         allow_dirty=args.allow_dirty, procedure=getattr(inference, "PROCEDURE", "pairs-v2"))
     sessions = (read_json(out / "matrix.json") or {}).get("sessions", [])

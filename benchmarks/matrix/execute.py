@@ -285,7 +285,7 @@ def _refuse_overwrite(out: Path, cells: list[Cell], store: ResultStore) -> None:
                          f"runs the rest, --overwrite runs every cell again")
 
 
-def run_matrix(plan: Plan, out: Path, *, resume: bool = False, overwrite: bool = False, progress: bool = True,
+def run_matrix(plan: Plan, out: Path | str, *, resume: bool = False, overwrite: bool = False, progress: bool = True,
                executor: Optional[Executor] = None, tasks: Optional[Sequence[str]] = None,
                rerun: Optional[Sequence[str]] = None, allow_dirty: bool = False,
                procedure: Optional[str] = None) -> dict[str, int]:
