@@ -81,7 +81,8 @@ def test_a_corrupt_or_foreign_store_is_one_line_and_exit_2(tmp_path, capsys, con
     assert words in err and len(err.splitlines()) == 1 and "Traceback" not in err
     matrix = tmp_path / "m.toml"
     matrix.write_text('seeds = [0]\nbudget = 64\n[tasks.pizza]\neval_samples = 8\n[algorithms.grpo]\n')
-    assert main(["matrix", str(matrix), "--out", str(tmp_path), "--resume", "--no-report", "--allow-dirty"]) == 2  # before any work
+    assert main(["matrix", str(matrix), "--out", str(tmp_path), "--resume", "--no-report",
+                 "--allow-dirty"]) == 2  # before any work
     assert words in capsys.readouterr().err
 
 

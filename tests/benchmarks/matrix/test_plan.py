@@ -366,15 +366,18 @@ def test_tasks_runs_a_subset_now_and_resume_the_rest_later(tmp_path, monkeypatch
     plan = parse(path)
     monkeypatch.setattr(execute, "cell_command", lambda cell_dir, resume: [sys.executable, "-c", FAKE_CELLS[2], str(cell_dir)])
     out = tmp_path / "out"
-    assert execute.run_matrix(plan, out, progress=False, tasks=["bandit"], allow_dirty=True) == {"complete": 1, "failed": 0, "skipped": 0}
+    counts = execute.run_matrix(plan, out, progress=False, tasks=["bandit"], allow_dirty=True)
+    assert counts == {"complete": 1, "failed": 0, "skipped": 0}
     store = ResultStore.open(out)
     assert sorted(store.cells) == ["bandit/grpo/seed0"]
     assert [c["dir"] for c in json.loads((out / "matrix.json").read_text())["cells"]] == ["pizza/grpo/seed0", "bandit/grpo/seed0"]
     # the other task later: the first one's cell is kept, not run again
-    assert execute.run_matrix(plan, out, resume=True, progress=False, allow_dirty=True) == {"complete": 1, "failed": 0, "skipped": 1}
+    assert execute.run_matrix(plan, out, resume=True,
+                              progress=False, allow_dirty=True) == {"complete": 1, "failed": 0, "skipped": 1}
     assert sorted(ResultStore.open(out).cells) == ["bandit/grpo/seed0", "pizza/grpo/seed0"]
     # --overwrite --tasks runs that task again and keeps the other's finished cell
-    assert execute.run_matrix(plan, out, overwrite=True, progress=False, tasks=["pizza"], allow_dirty=True) == {"complete": 1, "failed": 0, "skipped": 0}
+    counts = execute.run_matrix(plan, out, overwrite=True, progress=False, tasks=["pizza"], allow_dirty=True)
+    assert counts == {"complete": 1, "failed": 0, "skipped": 0}
     assert sorted(ResultStore.open(out).cells) == ["bandit/grpo/seed0", "pizza/grpo/seed0"]
 
 
@@ -429,7 +432,8 @@ def test_checkpointing_added_later_keeps_the_finished_cells(tmp_path, monkeypatc
     path.write_text(TWO_TASKS.replace("budget = 64", "budget = 64\ncheckpoint_every = 32"))
     later = parse(path)
     assert later.cells[0].checkpoint_every > 0
-    assert execute.run_matrix(later, out, resume=True, progress=False, allow_dirty=True) == {"complete": 1, "failed": 0, "skipped": 1}
+    assert execute.run_matrix(later, out, resume=True,
+                              progress=False, allow_dirty=True) == {"complete": 1, "failed": 0, "skipped": 1}
     from benchmarks.report.matrix import collect  # the report counts the cell that ran without checkpoints too
 
     assert sorted(collect(out)["cells"]["status"]) == ["complete", "complete"]
@@ -457,7 +461,8 @@ def test_a_finished_cell_keeps_no_checkpoints(tmp_path, monkeypatch):
         return [sys.executable, "-c", fakes[Path(cell_dir).parts[-3]], str(cell_dir)]
 
     monkeypatch.setattr(execute, "cell_command", command)
-    assert execute.run_matrix(plan, tmp_path / "out", progress=False, allow_dirty=True) == {"complete": 1, "failed": 1, "skipped": 0}
+    assert execute.run_matrix(plan, tmp_path / "out",
+                              progress=False, allow_dirty=True) == {"complete": 1, "failed": 1, "skipped": 0}
     assert not list((tmp_path / "out" / "pizza/grpo/seed0/checkpoints").glob("*.pt"))
     assert (tmp_path / "out" / "bandit/grpo/seed0/checkpoints/step_0000001.pt").exists()
 

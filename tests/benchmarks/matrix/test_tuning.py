@@ -154,7 +154,8 @@ def test_a_tuned_matrix_runs_chooses_resumes_and_reports(tmp_path, capsys):
     # candidates (a pattern that matched only the tuning cells refused every evaluation cell)
     (out / "pizza/grpo/seed0").mkdir(parents=True, exist_ok=True)
     (out / "pizza/grpo/seed0/stale.txt").write_text("from the first run")
-    rerun = run_matrix(plan, out, resume=True, progress=False, executor=_warm(), rerun=["pizza/grpo/seed0"], allow_dirty=True)
+    rerun = run_matrix(plan, out, resume=True,
+                       progress=False, executor=_warm(), rerun=["pizza/grpo/seed0"], allow_dirty=True)
     assert rerun == {"complete": 1, "failed": 0, "skipped": 4 * 2 + 1}
     assert not (out / "pizza/grpo/seed0/stale.txt").exists()
     from benchmarks.report.matrix import report
