@@ -13,7 +13,8 @@ runs at another precision than the update; and verl's registered variants: advan
 per-token optimal_token_baseline; algorithms/estimators.py), policy losses (``loss_type``: dual_clip, gmpo,
 clip_cov, kl_cov, dppo_tv, dppo_kl), its loss aggregations (``loss_aggregation``) and KL estimators
 (``kl_loss_type``); and an entropy bonus (``entropy_coef``, TRL's, verl's and OpenRLHF's knob; off in the paper).
-Plug-ins add estimators and policy losses by name.
+From the 2026 frameworks: SkyRL's maxrl and OpenRLHF's flash_reinforce estimators, ms-swift's real and fipo
+losses. Plug-ins add estimators and policy losses by name.
 """
 
 from __future__ import annotations
@@ -47,12 +48,13 @@ ESTIMATOR_OPTIONS = OptionGroup("advantage_estimator",
 # knob every policy loss shares is one field. A loss's own knobs are its ``Options`` (POLICY_LOSS_OPTIONS).
 @dataclass(init=False)
 class GRPOConfig(AlgoConfig):
-    group_size: int = field(default=8, metadata={"help": "G, completions per prompt (>= 2; the paper uses 64)"})
+    group_size: int = field(default=8, metadata={
+        "loss_option": True, "help": "G, completions per prompt (>= 2; the paper uses 64)"})
     mu: int = field(default=1, metadata={"help": "policy updates per generation batch (TRL's num_iterations)"})
     level: str = field(default="token", metadata={"loss_option": True, "help": "importance ratio per token, or per sequence (GSPO; TRL's importance_sampling_level)", "choices": GRPO_LEVELS})
     # The two registries' choices are live views: a plug-in registered before the parser is built is a choice.
-    advantage_estimator: str = field(default="grpo", metadata={"help": "advantage estimator, by its registered name (algorithms/estimators.py): grpo (paper: group-standardised), rloo, reinforce_plus_plus(_baseline), remax (greedy-completion baseline), gpg, opo, grpo_passk, optimal_token_baseline (verl's per-token baseline; an extra no-grad forward per step); plug-ins. scale_rewards applies to grpo and grpo_passk", "choices": ADVANTAGE_ESTIMATORS.keys()})
-    loss_type: str = field(default="grpo", metadata={"loss_option": True, "help": "policy loss, by its registered name: grpo (paper), bnpo, dr_grpo, dapo, cispo (MiniMax-M1), sapo (Qwen SAPO), luspo (LUSPO; use level sequence), vespo (VESPO): TRL 1.16's loss types; dual_clip, gmpo (epsilon is a log-ratio bound; paper: 0.4), clip_cov, kl_cov, dppo_tv, dppo_kl (epsilon, epsilon_high are divergence bounds; clip_ratio_c truncates the IS weight): verl's; plug-ins", "choices": POLICY_LOSSES.keys()})
+    advantage_estimator: str = field(default="grpo", metadata={"help": "advantage estimator, by its registered name (algorithms/estimators.py): grpo (paper: group-standardised), rloo, reinforce_plus_plus(_baseline), remax (greedy-completion baseline), gpg, opo, grpo_passk, optimal_token_baseline (verl's per-token baseline; an extra no-grad forward per step), maxrl (SkyRL: divided by the group mean), flash_reinforce (OpenRLHF: minus the batch mean); plug-ins. scale_rewards applies to grpo and grpo_passk", "choices": ADVANTAGE_ESTIMATORS.keys()})
+    loss_type: str = field(default="grpo", metadata={"loss_option": True, "help": "policy loss, by its registered name: grpo (paper), bnpo, dr_grpo, dapo, cispo (MiniMax-M1), sapo (Qwen SAPO), luspo (LUSPO; use level sequence), vespo (VESPO): TRL 1.16's loss types; dual_clip, gmpo (epsilon is a log-ratio bound; paper: 0.4), clip_cov, kl_cov, dppo_tv, dppo_kl (epsilon, epsilon_high are divergence bounds; clip_ratio_c truncates the IS weight): verl's; real (group ranking loss), fipo (future-KL weighted clip): ms-swift's; plug-ins", "choices": POLICY_LOSSES.keys()})
     loss_aggregation: Optional[str] = field(default=None, metadata={"loss_option": True, "help": "replace the loss type's aggregation: grpo, bnpo, dr_grpo, dapo, luspo, or verl's token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm (default: the loss type's own)", "choices": tuple(LOSS_AGGREGATIONS)})
     kl_loss_type: str = field(default="k3", metadata={"loss_option": True, "help": "KL term's estimator (verl's kl_loss_type): k1, k2, k3 (paper), low_var_kl (verl's clamped k3), abs; a '+' suffix keeps the value with k2's gradient", "choices": tuple(KL_PENALTIES)})
     entropy_coef: float = field(default=0.0, metadata={"loss_option": True, "help": "entropy bonus: loss -= coef * mean entropy of the trained tokens (TRL's entropy_coef, verl's entropy_coeff; off in the paper; typical 1e-3)"})
