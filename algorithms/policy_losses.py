@@ -24,6 +24,9 @@ import torch
 
 from algorithms.kl import KL_PENALTIES
 from algorithms.registry import Configurable, lookup_named, register_function, register_member, register_named
+from algorithms.sampler_corrections import (  # noqa: F401 (re-exported: callers import them from here too)
+    IMPORTANCE_SAMPLING_MODES, SAMPLER_CORRECTIONS, sampler_correction, sampling_importance_ratio,
+)
 
 GRPO_LEVELS = ("token", "sequence")
 
@@ -779,45 +782,8 @@ CLIPPED_LOSS_TYPES = tuple(name for name in GRPO_LOSS_TYPES if POLICY_LOSSES[nam
 
 
 # --------------------------------------------------------------------------------------------
-# Token and sequence masks, and the sampler/trainer mismatch correction
+# Token and sequence masks (the sampler/trainer mismatch corrections: algorithms/sampler_corrections.py)
 # --------------------------------------------------------------------------------------------
-
-IMPORTANCE_SAMPLING_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
-
-
-@torch.no_grad()
-def sampling_importance_ratio(
-    old_logps: torch.Tensor,
-    sampling_logps: torch.Tensor,
-    mask: torch.Tensor,
-    mode: str = "sequence_mask",
-    clip_min: Optional[float] = None,
-    clip_max: Optional[float] = 3.0,
-) -> torch.Tensor:
-    """Truncated or masked importance sampling for the sampler/trainer mismatch (Yao et al. 2025, "Your
-    efficient RL framework secretly brings you off-policy RL training"; TRL's vllm_importance_sampling_*):
-
-        rho_{i,t} = pi_old(o_{i,t}) / pi_sampler(o_{i,t})      token_* modes      (B, T)
-        rho_i     = prod_t rho_{i,t}                           sequence_* modes   (B, 1)
-        *_truncate: rho <- clip(rho, C_min, C_max)             *_mask: rho <- 0 outside [C_min, C_max]
-
-    ``pi_old`` is the trainer's view of the sampling policy (its first-iteration log-probs), ``pi_sampler``
-    what the sampler computed while sampling (e.g. in bf16). Padding and NaN sampler log-probs count as
-    no mismatch (rho = 1). No gradient.
-    """
-    if mode not in IMPORTANCE_SAMPLING_MODES:
-        raise ValueError(f"unknown importance_sampling_mode {mode!r}; expected one of {IMPORTANCE_SAMPLING_MODES}")
-    diff = torch.nan_to_num((old_logps - sampling_logps) * mask.to(old_logps.dtype), nan=0.0)
-    if mode.startswith("sequence"):
-        diff = diff.sum(-1, keepdim=True)
-    ratio = torch.exp(diff)
-    if mode.endswith("truncate"):
-        if clip_min is None and clip_max is None:
-            raise ValueError(f"importance_sampling_mode {mode!r} needs importance_sampling_clip_min or _clip_max")
-        return torch.clamp(ratio, min=clip_min, max=clip_max)
-    low = -math.inf if clip_min is None else clip_min
-    high = math.inf if clip_max is None else clip_max
-    return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
 
 
 @torch.no_grad()
@@ -921,8 +887,10 @@ def grpo_loss(
         off_policy_mask_threshold: delta of DeepSeek-V3.2's off-policy sequence mask; None: off.
         sampling_logps: (B, T) the sampler's own log-probs of the sampled tokens, or None.
         importance_sampling_correction, importance_sampling_mode, importance_sampling_clip_min,
-            importance_sampling_clip_max: weight the loss by ``sampling_importance_ratio`` when
-            sampling_logps is given (TRL's vllm_importance_sampling_*).
+            importance_sampling_clip_max: when sampling_logps is given, correct for the sampler by the registered
+            ``SAMPLER_CORRECTIONS`` member ``importance_sampling_mode`` (algorithms/sampler_corrections.py): TRL's
+            vllm_importance_sampling_* weight, SkyRL's sequence masks, OpenRLHF's gate, or verl's bypass (the
+            sampler's log-probs as old_logps); ``options`` carry its own knobs too.
         loss_aggregation: a ``LOSS_AGGREGATIONS`` name replacing the loss type's own (e.g. verl's
             "seq-mean-token-sum-norm"); None: the loss type's.
         kl_loss_type: the KL term's estimator, a ``KL_PENALTIES`` name ("k3": the paper's).
@@ -938,21 +906,26 @@ def grpo_loss(
     Returns:
         scalar loss tensor; with ``return_parts``, (loss, {part: value}).
     """
-    loss_cls = policy_loss(loss_type)
-    policy = loss_cls.with_options(options)
+    loss_cls, correction_cls = policy_loss(loss_type), sampler_correction(importance_sampling_mode)
+    correction_names = {f.name for f in fields(correction_cls.Options)}
+    policy = loss_cls.with_options({k: v for k, v in options.items() if k not in correction_names})
+    correction = correction_cls.with_options({k: v for k, v in options.items() if k in correction_names})
     kl_estimator = lookup_named(KL_PENALTIES, "kl_loss_type", kl_loss_type)
     aggregate = lookup_named(LOSS_AGGREGATIONS, "loss_aggregation", loss_aggregation or loss_cls.aggregation)
     if epsilon < 0 or (epsilon_high is not None and epsilon_high < 0) or beta < 0:
         raise ValueError("epsilon, epsilon_high and beta must be >= 0")
     mask = mask.to(logps.dtype)
     old_logps = logps.detach() if old_logps is None else old_logps
-    ratio = importance_ratio(logps, old_logps, mask, level)  # (B, T) or (B, 1)
     is_ratio = None
     if sampling_logps is not None and importance_sampling_correction:
-        if loss_cls.folds_sampling_weight and importance_sampling_mode.startswith("sequence"):
-            raise ValueError(f"loss_type {loss_type!r} needs a token_* importance_sampling_mode (TRL refuses sequence modes)")
-        is_ratio = sampling_importance_ratio(old_logps, sampling_logps, mask, importance_sampling_mode,
-                                             importance_sampling_clip_min, importance_sampling_clip_max)
+        if loss_cls.folds_sampling_weight and correction.sequence_level:
+            raise ValueError(f"loss_type {loss_type!r} needs a token-level importance_sampling_mode (TRL refuses "
+                             f"sequence modes), got {importance_sampling_mode!r}")
+        if correction.bypass:
+            old_logps = correction.old_logps(old_logps, sampling_logps)
+        is_ratio = correction.weights(old_logps, sampling_logps, mask, importance_sampling_clip_min,
+                                      importance_sampling_clip_max)
+    ratio = importance_ratio(logps, old_logps, mask, level)  # (B, T) or (B, 1)
     per_token = policy.objective(LossInputs(
         logps=logps, old_logps=old_logps, log_ratio=logps - old_logps, ratio=ratio, adv=per_token_advantages(advantages),
         mask=mask, is_ratio=is_ratio, epsilon=epsilon, epsilon_high=epsilon if epsilon_high is None else epsilon_high,
