@@ -14,7 +14,9 @@ per-token optimal_token_baseline; algorithms/estimators.py), policy losses (``lo
 clip_cov, kl_cov, dppo_tv, dppo_kl), its loss aggregations (``loss_aggregation``) and KL estimators
 (``kl_loss_type``); and an entropy bonus (``entropy_coef``, TRL's, verl's and OpenRLHF's knob; off in the paper).
 From the 2026 frameworks: SkyRL's maxrl and OpenRLHF's flash_reinforce estimators, ms-swift's real and fipo
-losses. Plug-ins add estimators and policy losses by name.
+losses, and the sampler corrections (``importance_sampling_mode``, algorithms/sampler_corrections.py: SkyRL's
+geometric-mean and outlier-token masks, OpenRLHF's gate, verl's bypass). Plug-ins add estimators and policy
+losses by name.
 """
 
 from __future__ import annotations

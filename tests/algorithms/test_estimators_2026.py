@@ -53,3 +53,21 @@ def test_reinforce_batch_mean_baseline_is_flash_reinforce():
     assert algo._advantages(rewards).tolist() == [0.75, -0.25, -0.25, -0.25]
     # ... and the next one on the moving average 0.9 * 0.25 + 0.1 * 0.25 = 0.25, not on its own mean 1
     assert algo._advantages(torch.tensor([1.0, 1.0])).tolist() == [0.75, 0.75]
+
+
+def test_run_help_offers_the_new_estimators_and_the_batch_mean_baseline(run_cli, capsys):
+    with pytest.raises(SystemExit):
+        run_cli("run", "--help")
+    out = capsys.readouterr().out
+    estimators = out[out.index("--advantage-estimator {"):]
+    assert "maxrl" in estimators[:400] and "flash_reinforce" in estimators[:400]
+    assert "--baseline {moving_average,batch_mean,none}" in out
+
+
+def test_grpo_config_takes_the_new_estimators_by_name():
+    from algorithms.grpo import GRPOConfig
+
+    for name in ("maxrl", "flash_reinforce"):
+        config = GRPOConfig(learning_rate=1e-3, advantage_estimator=name)
+        config.validate()
+        assert config.estimator().name == name
