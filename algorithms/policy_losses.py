@@ -718,7 +718,8 @@ def fipo_influence_weights(
 
     a token whose continuation the update already made more likely weighs more. Padding (and, with ``delta``, a
     token whose ratio exceeds delta: dual clip's participation mask) adds nothing to the future KL. ``clip_range``
-    None or 0 and ``safety_threshold`` None turn those off. ``ratio`` (B, T) or (B, 1), ``advantages`` (B, 1)."""
+    None or 0 and ``safety_threshold`` None or 0 turn those off (ms-swift: None; a threshold 0 would cap every
+    negative-advantage token, no use). ``ratio`` (B, T) or (B, 1), ``advantages`` (B, 1)."""
     mask = mask.to(log_ratio.dtype)
     step = log_ratio * mask
     if delta is not None:
@@ -730,7 +731,7 @@ def fipo_influence_weights(
     weight = torch.exp((step @ decay.T) * mask)
     if clip_range:
         weight = weight.clamp(min=1.0 if clip_high_only else 1.0 - clip_range, max=1.0 + clip_range)
-    if safety_threshold is not None:
+    if safety_threshold:
         unsafe = (advantages < 0) & (ratio > safety_threshold)
         weight = torch.where(unsafe.expand_as(weight), weight.clamp(min=0.8, max=1.0), weight)
     return weight
@@ -741,17 +742,19 @@ class FIPOOptions:
     fipo_decay_rate: float = field(default=32.0, metadata={
         "help": "fipo: half-life in tokens of the future-KL discount, gamma = 2^(-1/rate) (ms-swift: 32)"})
     fipo_clip_range: Optional[float] = field(default=0.2, metadata={
-        "help": "fipo: clip the influence weight to 1 +- this; none or 0: no clip (ms-swift: 0.2)"})
+        "help": "fipo: clip the influence weight to 1 +- this; 0: no clip (ms-swift: 0.2)"})
     fipo_clip_high_only: bool = field(default=True, metadata={
         "help": "fipo: clip the influence weight to [1, 1 + fipo_clip_range] (ms-swift: on)"})
     fipo_safety_threshold: Optional[float] = field(default=4.0, metadata={
-        "help": "fipo: cap the weight to [0.8, 1] of A < 0 tokens whose ratio exceeds this; none: off (ms-swift: 4.0)"})
+        "help": "fipo: cap the weight to [0.8, 1] of A < 0 tokens whose ratio exceeds this; 0: off (ms-swift: 4.0)"})
 
     def validate(self) -> None:
         if self.fipo_decay_rate <= 0:
             raise ValueError(f"fipo_decay_rate must be > 0, got {self.fipo_decay_rate}")
         if self.fipo_clip_range is not None and not 0 <= self.fipo_clip_range < 1:
             raise ValueError(f"fipo_clip_range must be in [0, 1), got {self.fipo_clip_range}")
+        if self.fipo_safety_threshold is not None and self.fipo_safety_threshold < 0:
+            raise ValueError(f"fipo_safety_threshold must be >= 0, got {self.fipo_safety_threshold}")
 
 
 @register_policy_loss

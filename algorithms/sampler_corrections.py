@@ -175,17 +175,17 @@ class OutlierTokenMask(SamplerCorrection):
         w_i = [ for every active t:  low <= pi_old(o_{i,t}) / pi_sampler(o_{i,t}) <= high ]
 
     (B, 1) of 0/1, the ratio's log clamped to +-20 first (SkyRL's); SkyRL suggests [1e-4, 100]. None: that side
-    unbounded."""
+    unbounded (on the command line: 0 below, a huge value above)."""
 
     name, sequence_level = "sequence_outlier_mask", True
 
     @dataclass
     class Options(Configurable.Options):
         outlier_token_is_threshold_low: Optional[float] = field(default=1e-4, metadata={
-            "help": "sequence_outlier_mask: reject a completion with a token ratio below this; none: no bound "
+            "help": "sequence_outlier_mask: reject a completion with a token ratio below this; 0: no bound "
                     "(SkyRL suggests 1e-4)"})
         outlier_token_is_threshold_high: Optional[float] = field(default=100.0, metadata={
-            "help": "sequence_outlier_mask: reject a completion with a token ratio above this; none: no bound "
+            "help": "sequence_outlier_mask: reject a completion with a token ratio above this; 1e30: in effect none "
                     "(SkyRL suggests 100)"})
 
         def validate(self) -> None:

@@ -90,6 +90,7 @@ def test_fipo_influence_weight_is_the_discounted_future_kl():
     # token's ratio e^0.3 is under 4 and keeps e^0.3; row 1 has A > 0, untouched
     safe = weights(safety_threshold=4.0)
     assert safe[1].tolist() == pytest.approx([1.0, math.exp(0.3), 1.0], rel=1e-6) and torch.equal(safe[0], raw[0])
+    assert torch.equal(weights(safety_threshold=0.0), raw)  # 0: off, as None
     # delta 1.3: tokens whose ratio exceeds it add nothing (row 2's both: e^1.5 and e^0.3 = 1.35)
     capped = weights(delta=1.3)
     assert capped[1].tolist() == pytest.approx([1.0, 1.0, 1.0]) and torch.equal(capped[0], raw[0])
