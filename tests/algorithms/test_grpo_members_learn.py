@@ -4,8 +4,8 @@ started. Pizza at seed 0 is in the fast tier; the other seed and addition (about
 The runs are short (pizza 12 steps of 32 completions, 32 evaluation samples; addition 20 steps, 64 held-out
 problems) and the margins (pizza +0.2 from 0.13-0.16, addition +0.1 from 0.44-0.52) sit under what every
 member reached on both seeds (pizza 0.44-0.88, addition 0.56-0.83; the smallest gain +0.125, addition seed 1), yet
-a member whose update did nothing or pushed the wrong way would miss them. The sampler corrections sample in bf16, so the sampler's log-probs differ from the
-trainer's and the correction has something to act on.
+a member whose update did nothing or pushed the wrong way would miss them. The sampler corrections sample in
+bf16, so the sampler's log-probs differ from the trainer's and the correction has something to act on.
 """
 
 import tempfile
