@@ -71,3 +71,31 @@ def test_grpo_config_takes_the_new_estimators_by_name():
         config = GRPOConfig(learning_rate=1e-3, advantage_estimator=name)
         config.validate()
         assert config.estimator().name == name
+
+
+class _TwoRanks:
+    """Rank 1 of 2 whose peer (rank 0) drew ``peer``: gather puts rank 0's rows first."""
+
+    world_size, rank = 2, 1
+
+    def __init__(self, peer):
+        self.peer = peer
+
+    def gather(self, tensor):
+        return torch.cat([self.peer, tensor])
+
+
+def test_the_batch_mean_is_the_global_batch_s_under_data_parallelism():
+    # rank 0 drew [1, 1], this rank [0, 0]: the global mean is 1/2, so this rank's advantages are -1/2 (its own
+    # mean would give 0, a wrong, silent no-op)
+    algo = REINFORCE.__new__(REINFORCE)
+    algo.config, algo.data_parallel, algo.baseline = REINFORCEConfig(baseline="batch_mean"), _TwoRanks(
+        torch.tensor([1.0, 1.0])), None
+    assert algo._advantages(torch.tensor([0.0, 0.0])).tolist() == [-0.5, -0.5]
+
+    from algorithms.grpo import GRPO, GRPOConfig
+
+    grpo = GRPO.__new__(GRPO)
+    grpo.config, grpo.data_parallel = GRPOConfig(group_size=2, advantage_estimator="flash_reinforce"), _TwoRanks(
+        torch.tensor([1.0, 1.0]))
+    assert grpo.advantages(grpo.config.estimator(), torch.tensor([0.0, 0.0])).tolist() == [-0.5, -0.5]
