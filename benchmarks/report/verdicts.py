@@ -167,7 +167,8 @@ def analyse(cells: pd.DataFrame, curves: dict, *, reps: int = stats.REPS, seed: 
 
 def _scores(frame: pd.DataFrame) -> dict[str, dict[int, float]]:
     """{variant: {seed: primary metric}} of one task's cells."""
-    return {v: dict(zip(g["seed"].astype(int), g["primary"].astype(float))) for v, g in frame.groupby("variant", sort=False)}
+    return {v: dict(zip(g["seed"].astype(int), g["primary"].astype(float)))
+            for v, g in frame.groupby("variant", sort=False)}
 
 
 def _current_marks(per_cell: pd.DataFrame, tasks: list[str], spec: dict, seed: int) -> pd.DataFrame:
