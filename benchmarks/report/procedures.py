@@ -11,7 +11,6 @@ Written as a markdown page (default: results/calibration/procedures.md), atomica
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
@@ -119,19 +118,28 @@ def render(frame: pd.DataFrame) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("dirs", nargs="*", help="result stores (default: every committed one under results/)")
-    parser.add_argument("--out", default=DEFAULT_OUT, help=f"the page to write (default {DEFAULT_OUT})")
-    args = parser.parse_args(argv)
-    directories = [Path(d) for d in args.dirs] or stores()
+    """``[DIR ...] [--out FILE]``: no flags beyond --out (this module stays out of the command line's argparse)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    out = DEFAULT_OUT
+    if "--out" in args:
+        at = args.index("--out")
+        if at + 1 >= len(args):
+            print("error: --out needs a file", file=sys.stderr)
+            return 2
+        out = args[at + 1]
+        del args[at:at + 2]
+    unknown = [a for a in args if a.startswith("-")]
+    directories = [Path(d) for d in args] or stores()
     missing = [str(d) for d in directories if not (d / "matrix.json").exists()]
-    if missing:
-        print(f"error: not a result store (no matrix.json): {', '.join(missing)}", file=sys.stderr)
+    if unknown or missing:
+        print(f"error: {'unknown option ' + unknown[0] if unknown else 'not a result store (no matrix.json): '}"
+              f"{', '.join(missing) if not unknown else ''}; usage: python -m benchmarks.report.procedures "
+              "[DIR ...] [--out FILE]", file=sys.stderr)
         return 2
     frame = table(directories)
     renamed = frame.rename(columns=lambda c: c.replace("-", "_").replace(" ", "_"))
-    atomic_write_text(Path(args.out), render(renamed))
-    print(f"wrote {args.out} ({len(frame)} designs)")
+    atomic_write_text(Path(out), render(renamed))
+    print(f"wrote {out} ({len(frame)} designs)")
     return 0
 
 

@@ -544,7 +544,9 @@ def _band_text(p) -> str:
 def _power_text(p: pd.Series, spec: dict) -> str:
     if p.get("model", "none") == "none":
         return "No model: fewer than two variants with 3 or more seeds."
-    parts = [f"Model: {p['model']} ({int(p['variants'])} variants x {p['seeds']:.0f} seeds, residual df {int(p['df'])}"
+    df = (f"each pair's sd on its {p['seeds'] - 1:.0f} per-seed differences" if p.get("procedure") == "mcb-v3"
+          and p["model"] == inference.BLOCKED else f"residual df {int(p['df'])}")
+    parts = [f"Model: {p['model']} ({int(p['variants'])} variants x {p['seeds']:.0f} seeds, {df}"
              + (f"; {int(p['seeds_left_out'])} cells outside the complete seeds left out" if p.get("seeds_left_out") else "")
              + f"), pooled seed-to-seed sd {p['sd']:.4f}"
              + (f", mean correlation of two variants' cells over a shared seed {p['seed_correlation']:+.2f}"
