@@ -5,8 +5,12 @@ sentences those marks support.
 The procedure (benchmarks/report/inference.py): one primary metric per matrix, stated in its ``[analysis]`` before
 its cells run (final accuracy when a matrix stated none: the report says so); simultaneous 95% intervals for each
 variant's gap to the best of the others (Hsu's multiple comparisons with the best), blocked on the seed that
-cells of different variants share (common random numbers), each pair's interval with its own two variants'
-seed-to-seed spread and a critical value calibrated by simulation for unequal spreads. The marks:
+cells of different variants share (common random numbers), each pair's interval with its own spread and a critical
+value calibrated by simulation for unequal spreads. A matrix is marked by the procedure it registered (its
+analysis's ``procedure``, else the one in use when its analysis was stated: ``inference.registered``; none
+registered: the current one); where the current procedure (``inference.PROCEDURE``) marks a variant differently,
+the task's section lists those marks below the registered ones. A mark that changes when the critical value moves
+within its Monte Carlo error is printed *fragile*. The marks:
 
   * *best*: better than every other variant (its interval above 0);
   * *worse*: below the best by at least the amount shown (its interval below 0);
