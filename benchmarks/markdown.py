@@ -6,6 +6,7 @@ the checks, the perf benches and the report all write markdown through it.
 
 from __future__ import annotations
 
+import decimal
 import math
 import os
 import re
@@ -53,9 +54,16 @@ def number_or_na(value: float, fmt: str = "{:.3f}", seeds: int | None = None) ->
 
 
 def lower_bound(value: float) -> str:
-    """A positive lower bound to three decimals, or to two significant digits when it is below 0.0005, so a
-    bound that is above 0 never reads "0.000"."""
-    return f"{value:.2g}" if 0 < value < 0.0005 else f"{value:.3f}"
+    """A positive lower bound to three decimals, or to two significant digits when it is below 0.001, so a
+    bound that is above 0 never reads "0.000"; rounded toward zero (0.0055 reads 0.005, 0.00096 reads 0.00096), so
+    that a bound a reader quotes never overstates."""
+    if not math.isfinite(value):
+        return f"{value}"
+    exact = decimal.Decimal(repr(float(value)))  # the shortest decimal that round-trips: 0.006 stays 0.006
+    if 0 < value < 0.001:
+        step = decimal.Decimal(1).scaleb(exact.adjusted() - 1)  # two significant digits
+        return f"{float(exact.quantize(step, rounding=decimal.ROUND_DOWN)):.2g}"
+    return f"{exact.quantize(decimal.Decimal('0.001'), rounding=decimal.ROUND_DOWN):f}"
 
 
 def plus_minus(mean: float, half: float, fmt: str = "{:.3f}", scale: float = 1.0, seeds: int | None = None) -> str:

@@ -5,8 +5,12 @@ sentences those marks support.
 The procedure (benchmarks/report/inference.py): one primary metric per matrix, stated in its ``[analysis]`` before
 its cells run (final accuracy when a matrix stated none: the report says so); simultaneous 95% intervals for each
 variant's gap to the best of the others (Hsu's multiple comparisons with the best), blocked on the seed that
-cells of different variants share (common random numbers), each pair's interval with its own two variants'
-seed-to-seed spread and a critical value calibrated by simulation for unequal spreads. The marks:
+cells of different variants share (common random numbers), each pair's interval with its own spread and a critical
+value calibrated by simulation for unequal spreads. A matrix is marked by the procedure it registered (its
+analysis's ``procedure``, else the one in use when its analysis was stated: ``inference.registered``; none
+registered: the current one); where the current procedure (``inference.PROCEDURE``) marks a variant differently,
+the task's section lists those marks below the registered ones. A mark that changes when the critical value moves
+within its Monte Carlo error is printed *fragile*. The marks:
 
   * *best*: better than every other variant (its interval above 0);
   * *worse*: below the best by at least the amount shown (its interval below 0);
@@ -133,6 +137,8 @@ def analyse(cells: pd.DataFrame, curves: dict, *, reps: int = stats.REPS, seed: 
     if "primary" not in per_cell:
         per_cell = per_cell.assign(primary=per_cell["final_accuracy"])
     groups = _equivalent_groups(meta) if equivalent is None else equivalent
+    registered = inference.registered((meta or {}).get("analysis"))
+    procedure = registered or inference.PROCEDURE
     done = cells[cells["status"] == "complete"]
     cost_columns = ["wall_clock_s", "peak_memory_bytes"] + [c for c in ("training_cpu_s", "steps", "steps_planned")
                                                             if c in done]  # where the cells recorded them
@@ -142,7 +148,7 @@ def analyse(cells: pd.DataFrame, curves: dict, *, reps: int = stats.REPS, seed: 
     cost["peak_memory_n"] = done.groupby(["task", "variant"], sort=False)["peak_memory_bytes"].count()
     tasks = list(dict.fromkeys(per_cell["task"]))
     judged = [_judge_task(task, per_cell[per_cell["task"] == task], curves["thresholds"][task], cost, spec, groups,
-                          reps=reps, seed=seed) for task in tasks]
+                          reps=reps, seed=seed, procedure=procedure) for task in tasks]
     table = pd.DataFrame([row for j in judged for row in j["rows"]])
     overall, profiles, all_poi = _over_tasks(per_cell, tasks, reps=reps, seed=seed)
     power_table = pd.DataFrame([j["power"] for j in judged])
@@ -154,24 +160,41 @@ def analyse(cells: pd.DataFrame, curves: dict, *, reps: int = stats.REPS, seed: 
               "pooled_tasks": [t for t in tasks if per_cell[per_cell["task"] == t]["accuracy_before"].mean() < 1.0],
               "power": power_table, "curve_metrics": curve_ok, "equivalent": groups,
               "aa": pd.DataFrame([pair for j in judged for pair in j["aa"]],
-                                 columns=["task", "a", "b", "diff", "half_width", "separated"])}
+                                 columns=["task", "a", "b", "diff", "half_width", "separated"]),
+              "procedure": procedure, "registered": registered,
+              "current": _current_marks(per_cell, tasks, spec, seed) if procedure != inference.PROCEDURE else None}
     result["sentences"] = guidance(table, power_table, spec)
     result["scaling_fits"] = (fits.scaling_fits(curves.get("completions"), seed=seed) if scaling and any(curve_ok.values())
                               else pd.DataFrame(columns=fits.COLUMNS))
     return result
 
 
+def _scores(frame: pd.DataFrame) -> dict[str, dict[int, float]]:
+    """{variant: {seed: primary metric}} of one task's cells."""
+    return {v: dict(zip(g["seed"].astype(int), g["primary"].astype(float)))
+            for v, g in frame.groupby("variant", sort=False)}
+
+
+def _current_marks(per_cell: pd.DataFrame, tasks: list[str], spec: dict, seed: int) -> pd.DataFrame:
+    """Per (task, variant), the marks of the current procedure (inference.PROCEDURE), for a matrix that registered
+    another: what the verdict section shows beside the registered marks."""
+    frames = []
+    for task in tasks:
+        marks, _ = inference.compare(_scores(per_cell[per_cell["task"] == task]), margin=spec["margin"], seed=seed)
+        frames.append(marks.assign(task=task, model_seeds=marks["seeds"], gap_low=marks["low"], gap_high=marks["high"]))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
 def _judge_task(task: str, frame: pd.DataFrame, threshold: float, cost: pd.DataFrame, spec: dict, groups: list, *,
-                reps: int, seed: int) -> dict:
+                reps: int, seed: int, procedure: str = inference.PROCEDURE) -> dict:
     """One task's verdict: a row per variant (``rows``), the procedure's power summary, its declared pairs, the
     pairwise P(X > Y) of final accuracy, and whether the task is saturated and its curves carry curve metrics."""
     final, auc = _runs(frame, "final_accuracy"), _runs(frame, "auc")
-    scores = {v: dict(zip(g["seed"].astype(int), g["primary"].astype(float)))
-              for v, g in frame.groupby("variant", sort=False)}
+    scores = _scores(frame)
     means = {v: float(np.nanmean(list(s.values()))) for v, s in scores.items()}
     saturated = all(m >= SATURATED_HIGH for m in means.values()) or all(m <= SATURATED_LOW for m in means.values())
     curve_ok = bool((frame["evaluations"] >= CURVE_EVALUATIONS).all()) if "evaluations" in frame else True
-    marks, fit = inference.compare(scores, margin=spec["margin"], seed=seed)
+    marks, fit = inference.compare(scores, margin=spec["margin"], seed=seed, procedure=procedure)
     marks = marks.set_index("variant")
     power = {"task": task, **inference.summary(fit, margin=spec["margin"], target=spec["target_mdd"], seed=seed,
                                                  contenders=list(marks.index[marks["in_best_set"].astype(bool)]))}
@@ -188,6 +211,7 @@ def _judge_task(task: str, frame: pd.DataFrame, threshold: float, cost: pd.DataF
                **_threshold_and_collapse(frame[frame["variant"] == variant], threshold),
                "gap_low": float(m["low"]), "gap_high": float(m["high"]), "mark": m["mark"],
                "worse_by": float(m["worse_by"]), "in_best_set": bool(m["in_best_set"]), "p_best": float(m["p_best"]),
+               "fragile": bool(m["fragile"]),
                "saturated": saturated, "curve_metrics": curve_ok,
                "curve_evaluations": int(frame.loc[frame["variant"] == variant, "evaluations"].min())
                if "evaluations" in frame else CURVE_EVALUATIONS}
@@ -460,7 +484,14 @@ def _collapse_text(r) -> str:
     return f"{r['collapsed']}/{r['seeds']} [{r['collapse_low']:.2f}, {r['collapse_high']:.2f}]"
 
 
+FRAGILE = " (fragile: changes within c's Monte Carlo error)"
+
+
 def _mark_text(r) -> str:
+    return _bare_mark(r) + (FRAGILE if r.get("fragile") else "")
+
+
+def _bare_mark(r) -> str:
     if r["mark"] == inference.WORSE:
         return f"worse (by >= {lower_bound(r['worse_by'])})"
     if r["mark"] == inference.BEST:
@@ -470,20 +501,61 @@ def _mark_text(r) -> str:
     return f"could be best: {r['mark']}"
 
 
+def procedure_line(analysis: dict) -> str:
+    """Which procedure made the marks, and why that one: the one the matrix registered, or the current one."""
+    name, registered = analysis.get("procedure") or inference.PROCEDURE, analysis.get("registered")
+    why = ("the one this matrix registered before its cells ran" if registered else
+           "the current one: this matrix registered none (no analysis stated before its cells ran)")
+    line = f"Procedure `{name}` ({why}): {inference.PROCEDURES[name].summary}."
+    if analysis.get("current") is not None:
+        line += (f" Where the current procedure `{inference.PROCEDURE}` marks a variant differently, the task says so "
+                 "below its table.")
+    return line
+
+
+def changed_marks_line(analysis: dict, task: str, frame: pd.DataFrame) -> Optional[str]:
+    """The marks the current procedure gives differently from the registered ones, on one task (None: no current
+    procedure to compare); a mark printed with its bound, "registered -> current"."""
+    current = analysis.get("current")
+    if current is None or current.empty:
+        return None
+    now = current[current["task"] == task].set_index("variant")
+    changed = [f"`{r['variant']}` {_bare_mark(r)} -> {_bare_mark(now.loc[r['variant']])}"
+               for r in (row._asdict() for row in frame.itertuples(index=False))
+               if r["variant"] in now.index and (now.loc[r["variant"], "mark"] != r["mark"]
+                                                 or now.loc[r["variant"], "in_best_set"] != r["in_best_set"])]
+    name = inference.PROCEDURE
+    if not changed:
+        return f"The current procedure `{name}` gives every variant the same mark."
+    return (f"The current procedure `{name}` marks {len(changed)} variant(s) differently (registered -> current): "
+            + "; ".join(changed) + f". Why: `{name}` takes {inference.PROCEDURES[name].summary}; the registered "
+            f"`{analysis['procedure']}` takes {inference.PROCEDURES[analysis['procedure']].summary}.")
+
+
 def seeds_needed(need) -> str:
     """Seeds a variant an MDD needs (``inference.seeds_for_mdd``), or its search's limit when none was found."""
     return f"{int(need)}" if need and np.isfinite(need) else "more than 2000"
 
 
+def _band_text(p) -> str:
+    """c's Monte Carlo band, where the summary carries one."""
+    band = p.get("critical_band")
+    if band is None or not all(np.isfinite(band)):
+        return ""
+    return f" (Monte Carlo band +-2 SE: [{band[0]:.2f}, {band[1]:.2f}])"
+
+
 def _power_text(p: pd.Series, spec: dict) -> str:
     if p.get("model", "none") == "none":
         return "No model: fewer than two variants with 3 or more seeds."
-    parts = [f"Model: {p['model']} ({int(p['variants'])} variants x {p['seeds']:.0f} seeds, residual df {int(p['df'])}"
+    df = (f"each pair's sd on its {p['seeds'] - 1:.0f} per-seed differences" if p.get("procedure") == "mcb-v3"
+          and p["model"] == inference.BLOCKED else f"residual df {int(p['df'])}")
+    parts = [f"Model: {p['model']} ({int(p['variants'])} variants x {p['seeds']:.0f} seeds, {df}"
              + (f"; {int(p['seeds_left_out'])} cells outside the complete seeds left out" if p.get("seeds_left_out") else "")
              + f"), pooled seed-to-seed sd {p['sd']:.4f}"
              + (f", mean correlation of two variants' cells over a shared seed {p['seed_correlation']:+.2f}"
                 if np.isfinite(p.get("seed_correlation", math.nan)) else "") + ".",
-             f"Critical value {p['critical_value']:.2f}, each pair's interval with its own two variants' spread "
+             f"Critical value {p['critical_value']:.2f}" + _band_text(p) + ", each pair's interval with its own spread "
              f"(Tukey's, for equal spreads and a pooled sd: {p['tukey_value']:.2f}): a pair of the pooled sd's spread has "
              f"a simultaneous interval of +-{p['half_width']:.3f}.",
              f"MDD (the gap to the best called \"worse\" with 80% probability) {p['mdd']:.3f}; with 2x the seeds "
@@ -514,9 +586,11 @@ def _power_text(p: pd.Series, spec: dict) -> str:
 HOW_TO_READ = (
     "How to read the marks (benchmarks/report/inference.py): every claim comes from one family of simultaneous "
     "95% intervals for each variant's *gap to the best of the others* (Hsu's multiple comparisons with the best, "
-    "blocked on the seed that cells of different variants share, each pair with its own two variants' seed-to-seed "
-    "spread, the critical value calibrated by simulation for unequal spreads), so all the marks of a task hold together with probability "
-    ">= 95%. *Could be best*: the gap's interval reaches 0 (the set of these is a 95% confidence set for the best); "
+    "blocked on the seed that cells of different variants share, each pair's interval with its own spread, the "
+    "critical value calibrated by simulation for unequal spreads; the procedure is named below), so all the marks "
+    "of a task hold together with probability "
+    ">= 95%; a mark marked *fragile* changes when the critical value moves within its Monte Carlo error (+-2 "
+    "SE). *Could be best*: the gap's interval reaches 0 (the set of these is a 95% confidence set for the best); "
     "*worse*: below the best by at least the amount shown; *equivalent*: the interval inside +-margin; *not "
     "resolved*: could be best, and the seeds cannot say more. *P(best)*: the posterior probability of having the "
     "highest mean. *MDD*: the gap to the best that this design calls worse with 80% probability. Final accuracy "
@@ -537,7 +611,7 @@ def render(analysis: dict, *, scaling: bool = True) -> str:
         for task in ([] if tuned is None or tuned.empty else dict.fromkeys(tuned["task"])):
             lines += ["", f"#### `{task}`"] + _tuning_lines(analysis, task)
         return "\n".join(lines) + "\n"
-    lines = ["### Verdicts", "", HOW_TO_READ, ""]
+    lines = ["### Verdicts", "", HOW_TO_READ, "", procedure_line(analysis), ""]
     lines += [f"- {s}" for s in analysis["sentences"]]
     lines += _aa_check_lines(analysis.get("aa", pd.DataFrame()))
     power_by_task = analysis.get("power", pd.DataFrame())
@@ -584,6 +658,9 @@ def _task_section(analysis: dict, task: str, frame: pd.DataFrame, spec: dict, po
                     "completion counts after the start (a before-and-after curve's AUC is (before + after) / 2; "
                     "an algorithm that draws its samples before its first step has one).")
     lines = ["", f"#### `{task}`{note}", "", " ".join(head), "", _variants_table(frame, curve_ok)]
+    changed = changed_marks_line(analysis, task, frame)
+    if changed:
+        lines += ["", changed]
     lines += _tuning_lines(analysis, task)
     if scaling and curve_ok:
         lines += _scaling_lines(analysis, task, frame)

@@ -88,7 +88,9 @@ def test_a_bad_claim_is_one_line_naming_the_file(tmp_path, claims, message):
     (0.01, 0.03, "worse", inference.CONTRADICTED),
     (-0.01, 0.015, "equal", inference.SUPPORTED),
     (0.001, 0.015, "equal", inference.SUPPORTED),  # separated from 0 but within the margin: practically equal
-    (0.001, 0.03, "equal", inference.CONTRADICTED),
+    (0.001, 0.03, "equal", inference.CLAIM_OPEN),  # separated from 0, not from the margin: the margin both ways
+    (0.02, 0.03, "equal", inference.CONTRADICTED),  # a difference of at least the margin
+    (-0.05, -0.021, "equal", inference.CONTRADICTED),
     (-0.01, 0.03, "equal", inference.CLAIM_OPEN),
 ])
 def test_marks(low, high, expects, mark):
@@ -96,9 +98,9 @@ def test_marks(low, high, expects, mark):
 
 
 @pytest.mark.parametrize("low, high, mark", [
-    (0.01, 0.03, inference.SUPPORTED),       # separated from 0, either sign
-    (-0.05, -0.001, inference.SUPPORTED),
-    (0.001, 0.03, inference.SUPPORTED),      # reaches past the margin: not a negligible difference
+    (0.02, 0.03, inference.SUPPORTED),       # outside +-margin, either sign: a difference that matters
+    (-0.05, -0.021, inference.SUPPORTED),
+    (0.001, 0.03, inference.CLAIM_OPEN),     # separated from 0 but could be inside the margin
     (-0.01, 0.015, inference.CONTRADICTED),  # inside +-margin: no difference that matters
     (0.001, 0.015, inference.CONTRADICTED),  # separated but inside the margin: as "equal" reads it
     (-0.01, 0.03, inference.CLAIM_OPEN),
@@ -351,3 +353,20 @@ def test_the_matrix_command_refuses_a_reading(run_cli, tmp_path):
     code, _, err = run_cli("matrix", ROOT / "benchmarks" / "matrices" / "claims_cost.toml", "--out", tmp_path / "o",
                            "--dry-run")
     assert code == 2 and "a reading of stored matrices ([[cost_claims]]), not a matrix" in err
+
+
+def test_an_equal_claim_is_contradicted_only_outside_the_margin():
+    # separated from 0 but inside +-0.02 is equal within the margin (was "contradicted"); straddling it, open
+    assert inference.contrast_mark(0.004, 0.018, "equal", margin=0.02) == inference.SUPPORTED
+    assert inference.contrast_mark(0.004, 0.025, "equal", margin=0.02) == inference.CLAIM_OPEN
+    assert inference.contrast_mark(-0.03, -0.021, "equal", margin=0.02) == inference.CONTRADICTED
+    assert inference.contrast_mark(0.004, 0.025, "equal", margin=None) == inference.CONTRADICTED
+
+
+def test_bit_identical_runs_are_not_a_comparison():
+    scores = _planted({"control": 0.0, "other": 0.03})
+    scores["copy"] = dict(scores["control"])
+    claims = [{"id": "a", "treatment": "copy", "control": "control", "expects": "equal"},
+              {"id": "b", "treatment": "other", "control": "control", "expects": "better"}]
+    table, _ = inference.contrasts(scores, claims, margin=0.03)
+    assert list(table["mark"]) == [inference.IDENTICAL, inference.SUPPORTED]

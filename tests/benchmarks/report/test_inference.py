@@ -82,7 +82,8 @@ def test_a_planted_difference_is_found():
     assert (by.drop("v0")["mark"] == inference.WORSE).all()
     assert by.loc["v5", "worse_by"] > 0.2  # at least 0.3 below in truth, claimed at least 0.2
     assert by.loc["v0", "p_best"] > 0.99 and math.isclose(by["p_best"].sum(), 1.0)
-    assert fit.model == inference.BLOCKED and fit.df == 5 * 4
+    # mcb-v3: each variant's variance split from the pairs' n - 1 = 4 per-seed differences (pairs-v2: (k-1)(n-1))
+    assert fit.model == inference.BLOCKED and fit.df == 6 * 4
 
 
 def test_a_planted_null_is_not_separated():
@@ -162,7 +163,9 @@ def test_summary_says_what_more_seeds_buy():
     assert s["mdd_x4"] < s["mdd_x2"] < s["mdd"]
     assert s["seeds_for_target"] > 5 and 0.0 <= s["set_reproduced"] <= 1.0
     assert math.isclose(s["mdd"], (fit.c + __import__("scipy").stats.t.ppf(0.8, fit.pair_df)) * fit.sd * math.sqrt(2 / 5))
-    assert math.isclose(fit.pair_df, 2 * 2 * 4 / 3)  # two variants' shares of (k - 1)(n - 1) = 8 residual df
+    assert math.isclose(fit.pair_df, 4)  # mcb-v3: a pair's n - 1 per-seed differences
+    _, v2 = inference.compare(_matrix([0.8, 0.79, 0.7], sd=0.02), procedure="pairs-v2")
+    assert math.isclose(v2.pair_df, 2 * 2 * 4 / 3)  # pairs-v2: two variants' shares of (k - 1)(n - 1) = 8
 
 
 def test_the_mdd_among_the_contenders_rests_on_their_own_spreads():

@@ -372,3 +372,10 @@ def test_a_curve_is_drawn_at_the_completion_counts_it_was_measured_at(monkeypatc
     at = drawn["accuracy_vs_completions.png"].groupby("variant")["completions"].unique()
     assert sorted(at["dpo"]) == [0.0, 256.0]
     assert sorted(at["grpo"]) == [0.0, 64.0, 128.0, 192.0, 256.0]
+
+
+def test_a_lower_bound_is_rounded_toward_zero():
+    # a bound a reader quotes must never overstate: 0.0055 is at least 0.005, not 0.006
+    assert lower_bound(0.0055) == "0.005" and lower_bound(0.0129) == "0.012"
+    assert lower_bound(0.006) == "0.006"  # a float just under 0.006 in binary is still read as 0.006
+    assert lower_bound(0.000459) == "0.00045" and lower_bound(0.00096) == "0.00096"  # never "0.000"

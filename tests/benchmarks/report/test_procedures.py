@@ -1,0 +1,171 @@
+"""The verdict procedures by name (benchmarks/report/inference.py's PROCEDURES): the one a matrix registered, each
+pair's spread from its own cells in mcb-v3, marks within c's Monte Carlo error printed as fragile, both procedures'
+marks in the verdict section, and mcb-v3's family-wise error at the committed designs and on the real A/A cells."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from benchmarks.report import inference, stats, verdicts
+from tests.conftest import ROOT
+
+RESULTS = ROOT / "results"
+
+
+def _limit(sims: int, rate: float = 0.05) -> float:
+    """The nominal rate plus two binomial standard errors of a simulation of ``sims`` matrices."""
+    return rate + 2 * math.sqrt(rate * (1 - rate) / sims)
+
+
+def test_the_registered_procedure_follows_the_analysis():
+    assert inference.PROCEDURE == "mcb-v3" and set(inference.PROCEDURES) == {"pooled-v1", "pairs-v2", "mcb-v3"}
+    assert inference.registered({"procedure": "pairs-v2", "stated_at": "2026-12-07T00:00:00+00:00"}) == "pairs-v2"
+    assert inference.registered({"stated_at": "2026-11-27T23:59:59+00:00"}) == "pooled-v1"
+    assert inference.registered({"stated_at": "2026-11-28T04:31:23+00:00"}) == "pairs-v2"
+    assert inference.registered({"margin": 0.02}) is None and inference.registered(None) is None
+
+
+def _crn(n: int = 8, seed: int = 0) -> dict:
+    """Two close variants sharing most of each seed's noise (common random numbers) and a third, far below,
+    whose seeds spread 0.2: a 0.01 gap that the pair's own per-seed differences resolve."""
+    rng = np.random.default_rng(seed)
+    shared = 0.02 * rng.standard_normal(n)
+    return {"a": dict(enumerate(0.80 + shared + 0.002 * rng.standard_normal(n))),
+            "b": dict(enumerate(0.79 + shared + 0.002 * rng.standard_normal(n))),
+            "wide": dict(enumerate(0.50 + 0.2 * rng.standard_normal(n)))}
+
+
+def test_each_pair_rests_on_its_own_per_seed_differences():
+    """mcb-v3's standard error of a pair is the sd of its per-seed differences over sqrt(n): no other variant's
+    noise in it (pairs-v2's two-way residuals give the close pair a share of the wide variant's)."""
+    data = _crn()
+    _, f = inference.compare(data, procedure="mcb-v3")
+    d = np.array(list(data["a"].values())) - np.array(list(data["b"].values()))
+    assert math.isclose(f.pair_se[0, 1], d.std(ddof=1) / math.sqrt(8), rel_tol=1e-9)
+    _, without = inference.compare({v: data[v] for v in ("a", "b")}, procedure="mcb-v3")
+    assert math.isclose(without.pair_se[0, 1], f.pair_se[0, 1], rel_tol=1e-9)  # the wide variant changes nothing
+    _, v2 = inference.compare(data, procedure="pairs-v2")
+    assert v2.half_widths[0, 1] / v2.c > 5 * f.pair_se[0, 1]  # the leak the pair's own cells remove
+    marks = inference.compare(data, procedure="mcb-v3")[0].set_index("variant")
+    assert marks.loc["b", "mark"] == inference.WORSE and marks.loc["a", "mark"] == inference.BEST
+    assert inference.compare(data, procedure="pairs-v2")[0].set_index("variant").loc["b", "mark"] != inference.WORSE
+
+
+def test_a_mark_within_the_critical_values_monte_carlo_error_is_fragile():
+    """Two variants whose gap sits between c's lower band and c: "worse" at c - 2 SE, not at c; printed fragile."""
+    rng = np.random.default_rng(1)
+    base, noise = 0.5 + 0.05 * rng.standard_normal(10), 0.01 * rng.standard_normal(10)
+    data = {"a": dict(enumerate(base + noise)), "b": dict(enumerate(base))}
+    _, f = inference.compare(data)
+    assert f.c_low < f.c < f.c_high and f.c_high - f.c_low < 0.2  # 20,000 matrices: a band of about +-0.04
+    gap = (f.c_low + f.c) / 2 * f.pair_se[0, 1] - noise.mean()
+    data["a"] = dict(enumerate(base + noise + gap))
+    marks = inference.compare(data)[0].set_index("variant")
+    assert marks.loc["b", "mark"] == inference.NOT_RESOLVED and marks.loc["b", "fragile"]
+    assert not inference.compare(_crn())[0]["fragile"].any()
+    row = {"mark": inference.NOT_RESOLVED, "fragile": True, "model_seeds": 10}
+    assert verdicts._mark_text(row).endswith(verdicts.FRAGILE)
+
+
+def _analysis(data: dict, meta: dict):
+    grid = np.linspace(0, 1024, 5)
+    per_cell, long, cells = [], [], []
+    for variant, by_seed in data.items():
+        for seed, final in by_seed.items():
+            curve = np.concatenate([[0.27], np.linspace(0.5, final, 4)])
+            per_cell.append({"task": "t", "variant": variant, "seed": seed, "budget": 1024.0, "accuracy_before": 0.27,
+                             "final_accuracy": final, "auc": stats.normalised_auc(grid, curve, 1024),
+                             "collapsed": False, "completions_to_threshold": 300.0})
+            long += [{"task": "t", "variant": variant, "seed": seed, "completions": c, "accuracy": y}
+                     for c, y in zip(grid, curve)]
+            cells.append({"task": "t", "variant": variant, "seed": seed, "status": "complete", "wall_clock_s": 1.0,
+                          "peak_memory_bytes": 2.0 ** 20})
+    curves = {"cells": pd.DataFrame(per_cell), "completions": pd.DataFrame(long), "thresholds": {"t": 0.5}}
+    return verdicts.analyse(pd.DataFrame(cells), curves, reps=50, scaling=False, meta=meta)
+
+
+def test_the_verdicts_show_the_registered_marks_first_and_what_the_current_procedure_changes():
+    registered = _analysis(_crn(), {"analysis": {"stated_at": "2026-12-01T00:00:00+00:00"}})
+    assert registered["procedure"] == "pairs-v2"
+    text = verdicts.render(registered, scaling=False)
+    assert "Procedure `pairs-v2` (the one this matrix registered" in text
+    table, changed = text.index("| rank |"), text.index("The current procedure `mcb-v3` marks 2 variant(s) differently")
+    assert table < changed  # the registered table first
+    assert "`a` could be best: not resolved -> **best** (by >= " in text
+    assert "`b` could be best: not resolved -> worse (by >= " in text
+    current = _analysis(_crn(), {"analysis": {"stated_at": "2026-12-01T00:00:00+00:00", "procedure": "mcb-v3"}})
+    assert current["current"] is None and "differently" not in verdicts.render(current, scaling=False)
+    unregistered = verdicts.render(_analysis(_crn(), {}), scaling=False)
+    assert "Procedure `mcb-v3` (the current one: this matrix registered none" in unregistered
+
+
+def _committed_design(store: str, task: str) -> tuple[int, int, np.ndarray]:
+    """(variants, seeds, each variant's sd split from its pairs' per-seed differences) of a committed store."""
+    from benchmarks.report.procedures import task_scores
+
+    _, by_task = task_scores(RESULTS / store)
+    _, f = inference.compare(by_task[task], procedure="mcb-v3")
+    return len(f.variants), int(np.median(f.n)), f.sds
+
+
+@pytest.mark.parametrize("store, task", [("verdicts-toy-like-real", "addition")])
+def test_family_wise_error_at_a_committed_design(store, task):
+    """verdicts-toy-like-real's 8 x 8 with its own spreads (one variant 6x the others): under the global null and
+    with the top 2 tied, P(any false claim), false equivalence included, stays within simulation error of 5%."""
+    k, n, sds = _committed_design(store, task)
+    sims = 300
+    for means in (None, inference.partial_null(k, 2, 0.02)):
+        rates = inference.family_error(inference.Design(k, n, sds=sds, means=means, margin=0.02), sims=sims,
+                                       reps=300, procedure="mcb-v3")
+        assert rates["false_claim"] <= _limit(sims) and rates["noncoverage"] <= _limit(sims), (means, rates)
+
+
+def _stores_and_tasks() -> list[tuple[str, str]]:
+    from benchmarks.report.procedures import stores, task_scores
+
+    out = []
+    for directory in stores(RESULTS):
+        try:
+            _, by_task = task_scores(directory)
+        except Exception:  # a tuned matrix between its stages has nothing to judge
+            continue
+        out += [(str(directory.relative_to(RESULTS)), task) for task in by_task]
+    return out
+
+
+@pytest.mark.slow
+def test_family_wise_error_at_every_committed_design():
+    """Every committed store's every task, at its own variants, seeds and spreads: the global null, the top 2 and
+    3 tied with the rest a pooled sd apart, false equivalence at the margin included."""
+    sims = 1000
+    for store, task in _stores_and_tasks():
+        k, n, sds = _committed_design(store, task)
+        sd = float(np.sqrt(np.mean(sds ** 2)))
+        for means in [None] + [inference.partial_null(k, m, sd) for m in (2, 3) if m < k]:
+            rates = inference.family_error(inference.Design(k, n, sds=sds, means=means, margin=sd), sims=sims,
+                                           reps=500, procedure="mcb-v3")
+            assert rates["false_claim"] <= _limit(sims), (store, task, means, rates)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("store", ["calibration/aa", "calibration/aa-number-sequence"])
+def test_family_wise_error_on_the_real_aa_cells(store):
+    """The A/A stores' cells (one variant, many seeds) cut at random into null matrices of the verdict shapes:
+    mcb-v3 one-way (the cells share no seeds) marks nothing falsely in more than 5% of them."""
+    from benchmarks.report.procedures import task_scores
+
+    _, by_task = task_scores(RESULTS / store)
+    values = np.array([x for by_variant in by_task.values() for s in by_variant.values() for x in s.values()])
+    rng = np.random.default_rng(0)
+    draws = 500
+    for k, n in ((4, 5), (6, 3), (8, 3)):
+        if k * n > len(values):
+            continue
+        y = values[np.argsort(rng.random((draws, len(values))), axis=1)[:, : k * n]].reshape(draws, k, n)
+        low, high, in_set = inference.mcb_procedure(y, blocked=False, reps=500, seed=3)
+        rates = inference.error_rates(low, high, np.zeros(k), 0.02, in_set)
+        assert rates["false_claim"] <= _limit(draws), (store, k, n, rates)
