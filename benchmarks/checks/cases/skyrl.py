@@ -1,0 +1,98 @@
+"""SkyRL 0.4.0's cases: its registered ``maxrl`` estimator (and GRPO's, beside it), and its off-policy correction's
+sequence masks -- ``sequence_mask_metric`` geometric and product, the outlier-token rejection -- alone and applied
+in ``ppo_policy_loss``, against ours (benchmarks/references/skyrl.py calls SkyRL's own functions). The sampler's
+log-probs are the batch's ``sampling_logps``, pi_old its ``old_logps``."""
+
+from __future__ import annotations
+
+from algorithms import estimators, losses, policy_losses
+from benchmarks.checks.cases.tensors import (Grid, TensorCases, knobs, loss_pair, missing, ours_correction, ours_loss,
+                                             sampler_corrections, value_pair)
+from benchmarks.checks.engine import register_cases
+from benchmarks.references import skyrl
+
+GEOMETRIC, OUTLIER = "sequence_geometric_mask", "sequence_outlier_mask"
+GEO_BANDS = ((0.99, 1.01), (0.97, 1.03), (0.995, 1.2))
+PRODUCT_BANDS = ((0.5, 2.0), (0.9, 1.1))
+OUTLIER_BOUNDS = ((0.95, 1.05), (0.9, 1.1), (None, 1.05), (0.95, None), (1e-4, 100.0))
+
+
+def _estimators(grid: Grid) -> None:
+    """MaxRL: (r - mean) / (mean + 1e-6) per group, and the raw reward of a lone completion (G = 1); GRPO's group
+    standardisation with SkyRL's epsilon."""
+    skip = missing(estimators.ADVANTAGE_ESTIMATORS, "maxrl", "advantage estimator")
+    grid.add("estimator", "maxrl", "maxrl", "-", value_pair(
+        lambda b: estimators.advantages("maxrl", b.rewards, group_size=b.group_size),
+        lambda b: skyrl.advantages("maxrl", b.rewards, b.mask, b.group_size)), skip=skip)
+    grid.add("estimator", "maxrl", "maxrl", "group_size=1", value_pair(
+        lambda b: estimators.advantages("maxrl", b.rewards, group_size=1),
+        lambda b: skyrl.advantages("maxrl", b.rewards, b.mask, 1)), skip=skip)
+    grid.add("estimator", "group_advantages(eps=1e-6)", "grpo", "scale=group", value_pair(
+        lambda b: losses.group_advantages(b.rewards, b.group_size, "group", eps=1e-6),
+        lambda b: skyrl.advantages("grpo", b.rewards, b.mask, b.group_size)))
+
+
+def _skip(name: str):
+    return missing(sampler_corrections(), name, "sampler correction")
+
+
+def _product_rejection(low: float, high: float):
+    """TRL's sequence_mask mode as a 0/1 mask: where its weight (the product ratio, or 0 outside the band) is 0."""
+    def kept(b):
+        weight = policy_losses.sampling_importance_ratio(b.old_logps, b.sampling_logps, b.mask, "sequence_mask",
+                                                         low, high)
+        return (weight != 0).to(b.mask.dtype)
+
+    return kept
+
+
+def _masks(grid: Grid) -> None:
+    """The off-policy correction's sequence masks, 1 where a completion is kept: the geometric-mean band (ours
+    sequence_geometric_mask), the product band (where TRL's sequence_mask mode weighs 0), the outlier tokens."""
+    for low, high in GEO_BANDS:
+        grid.add("sampler_correction", GEOMETRIC, "compute_sequence_mask(geometric)",
+                 knobs(geo_mask_low=low, geo_mask_high=high), value_pair(
+                     ours_correction(GEOMETRIC, geo_mask_low=low, geo_mask_high=high),
+                     lambda b, lo=low, hi=high: skyrl.sequence_mask(b.old_logps, b.sampling_logps, b.mask,
+                                                                    "geometric", geo_mask_low=lo, geo_mask_high=hi)),
+                 skip=_skip(GEOMETRIC))
+    for low, high in PRODUCT_BANDS:
+        grid.add("sampler_correction", "sequence_mask (rejected where 0)", "compute_sequence_mask(product)",
+                 knobs(clip_min=low, clip_max=high), value_pair(
+                     _product_rejection(low, high),
+                     lambda b, lo=low, hi=high: skyrl.sequence_mask(b.old_logps, b.sampling_logps, b.mask, "product",
+                                                                    product_mask_low=lo, product_mask_high=hi)))
+    for low, high in OUTLIER_BOUNDS:
+        grid.add("sampler_correction", OUTLIER, "compute_outlier_token_mask",
+                 knobs(outlier_token_is_threshold_low=low, outlier_token_is_threshold_high=high), value_pair(
+                     ours_correction(OUTLIER, outlier_token_is_threshold_low=low,
+                                     outlier_token_is_threshold_high=high),
+                     lambda b, lo=low, hi=high: skyrl.outlier_token_mask(b.old_logps, b.sampling_logps, b.mask,
+                                                                         low=lo, high=hi)),
+                 skip=_skip(OUTLIER))
+
+
+def _corrected_losses(grid: Grid) -> None:
+    """ppo_policy_loss with the correction applied (token_mean reduction: SkyRL scales the advantages by the tokens
+    before the masks, as our bnpo divides by them) against our bnpo loss under the same importance_sampling_mode."""
+    cases = ((GEOMETRIC, dict(geo_mask_low=0.99, geo_mask_high=1.01),
+              dict(sequence_mask_metric="geometric", geo_mask_low=0.99, geo_mask_high=1.01)),
+             (OUTLIER, dict(outlier_token_is_threshold_low=0.95, outlier_token_is_threshold_high=1.05),
+              dict(outlier_token_is_threshold_low=0.95, outlier_token_is_threshold_high=1.05)))
+    for mode, ours_options, theirs_options in cases:
+        for eps_high in (None, 0.28):
+            ours = ours_loss("bnpo", epsilon=0.2, epsilon_high=eps_high, with_sampling=True,
+                             importance_sampling_mode=mode, **ours_options)
+            theirs = (lambda b, eh=eps_high, o=theirs_options: skyrl.policy_loss(
+                b.logps, b.old_logps, b.sampling_logps, b.advantages, b.mask, epsilon=0.2, epsilon_high=eh, **o))
+            grid.add("sampler_correction", f"bnpo + {mode}", "ppo_policy_loss(regular) + off_policy_correction",
+                     knobs(epsilon_high=eps_high or 0.2, **ours_options), loss_pair(ours, theirs), skip=_skip(mode))
+
+
+@register_cases
+class SkyRLCases(TensorCases):
+    name, adapter = skyrl.FRAMEWORK, skyrl.SkyRL
+
+    def add_configs(self, grid: Grid) -> None:
+        for part in (_estimators, _masks, _corrected_losses):
+            part(grid)

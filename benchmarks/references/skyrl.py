@@ -1,0 +1,163 @@
+"""SkyRL 0.4.0 as a reference: its registered advantage estimators (``compute_maxrl_advantage``, GRPO's, RLOO's) and
+its off-policy correction (``skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py``: the sequence masks of
+``sequence_mask_metric`` product / geometric, the outlier-token rejection, and ``ppo_policy_loss`` with them applied),
+called on our tensors.
+
+SkyRL 0.4.0 declares Python >= 3.12, but the two modules the adapter imports (``ppo_utils`` and
+``off_policy_correction_utils``) use nothing newer than 3.11, so they run in this interpreter: its wheel is fetched
+as a 3.12 wheel into its own folder (``install.PINNED["skyrl"]``, with jaxtyping and loguru beside it). No engine is
+imported: the packages whose ``__init__`` pulls in the Tinker backends are registered bare, and ``skyrl_gym`` (whose
+two environment configs the config module names) is a stand-in while the modules import.
+
+Our tensors are the suite's: ``mask`` (B, T), one reward per completion (SkyRL reads it as a token-level reward and
+sums it back), ``old_logps`` the trainer's log-probs before the update and ``rollout_logps`` the sampler's.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import torch
+
+from benchmarks.references import install
+from benchmarks.references.adapters import Adapter, register_adapter
+
+FRAMEWORK = "skyrl"
+VERSION = install.PINNED[FRAMEWORK].version
+
+_BARE = ("skyrl.backends", "skyrl.backends.skyrl_train", "skyrl.backends.skyrl_train.utils")
+_STAND_INS = ("skyrl_gym", "skyrl_gym.envs", "skyrl_gym.envs.search", "skyrl_gym.envs.search.env",
+              "skyrl_gym.envs.sql", "skyrl_gym.envs.sql.env")
+
+# Our advantage estimator -> SkyRL's registered name (AdvantageEstimatorRegistry).
+ESTIMATORS = {"grpo": "grpo", "rloo": "rloo", "reinforce_plus_plus": "reinforce++", "maxrl": "maxrl", "gae": "gae"}
+# Our policy loss (loss_type) -> SkyRL's policy_loss_type (PolicyLossRegistry).
+POLICY_LOSSES = {"bnpo": "regular", "dapo": "regular", "dual_clip": "dual_clip", "cispo": "cispo", "sapo": "sapo",
+                 "clip_cov": "clip_cov", "kl_cov": "kl_cov"}
+POLICY_LOSSES_THEIRS_ONLY = ("rollout_is", "dppo", "cross_entropy", "importance_sampling")
+SEQUENCE_LEVEL_LOSS = "gspo"
+AGGREGATIONS = {"token-mean": "token_mean", "bnpo": "token_mean", "dapo": "token_mean",
+                "seq-mean-token-mean": "sequence_mean", "seq-mean-token-sum-norm": "seq_mean_token_sum_norm"}
+AGGREGATIONS_THEIRS_ONLY = ("prompt_mean",)
+KL = {"k1": "k1", "k2": "k2", "k3": "k3", "abs": "abs"}
+KNOBS = {"epsilon": "algorithm.eps_clip_low", "epsilon_high": "algorithm.eps_clip_high",
+         "clip_ratio_c": "algorithm.clip_ratio_c", "loss_aggregation": "algorithm.loss_reduction",
+         "beta": "algorithm.kl_loss_coef (use_kl_loss)", "kl_loss_type": "algorithm.kl_estimator_type",
+         "scale_rewards": "algorithm.grpo_norm_by_std", "level": "policy_loss_type=gspo"}
+# What its off-policy correction offers (the feature table's note).
+OFF_POLICY = ("off_policy_correction: tis_ratio_type token/sequence, sequence_mask_metric product/geometric, "
+              "outlier_token_is_threshold_low/high (rejects the sequence), token_mask_is_threshold_low/high")
+
+
+def ppo_utils():
+    """``skyrl.backends.skyrl_train.utils.ppo_utils`` from the cache folder (MissingFramework when absent)."""
+    return install.import_module(FRAMEWORK, "skyrl.backends.skyrl_train.utils.ppo_utils", stand_ins=_STAND_INS,
+                                 bare_packages=_BARE)
+
+
+def correction_utils():
+    return install.import_module(FRAMEWORK, "skyrl.backends.skyrl_train.utils.off_policy_correction_utils",
+                                 stand_ins=_STAND_INS, bare_packages=_BARE)
+
+
+def _config_module():
+    ppo_utils()  # imports skyrl.train.config under the stand-ins first
+    return install.import_module(FRAMEWORK, "skyrl.train.config", stand_ins=_STAND_INS, bare_packages=_BARE)
+
+
+def off_policy_config(**fields):
+    """A real ``OffPolicyCorrectionConfig`` (SkyRL's defaults, ``fields`` over them)."""
+    return _config_module().OffPolicyCorrectionConfig(**fields)
+
+
+def algorithm_config(*, epsilon: float = 0.2, epsilon_high: Optional[float] = None, clip_ratio_c: float = 3.0,
+                     policy_loss_type: str = "regular", **correction):
+    """A real ``AlgorithmConfig`` with our clip settings and the off-policy correction ``correction``."""
+    module = _config_module()
+    return module.AlgorithmConfig(
+        policy_loss_type=policy_loss_type, eps_clip_low=epsilon,
+        eps_clip_high=epsilon if epsilon_high is None else epsilon_high, clip_ratio_c=clip_ratio_c,
+        off_policy_correction=module.OffPolicyCorrectionConfig(**correction))
+
+
+def _token_rewards(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """One reward per completion as SkyRL's token_level_rewards (its estimators sum them back): on the first token,
+    which a row without an active token has all the same."""
+    token = torch.zeros_like(mask, dtype=rewards.dtype)
+    token[:, 0] = rewards
+    return token
+
+
+def advantages(name: str, rewards: torch.Tensor, mask: torch.Tensor, group_size: int, **options) -> torch.Tensor:
+    """SkyRL's registered estimator ``name`` (``AdvantageEstimatorRegistry.get``) on one reward per completion,
+    grouped ``group_size`` rows at a time; its (B, T) advantages."""
+    fn = ppo_utils().AdvantageEstimatorRegistry.get(name)
+    index = np.repeat(np.arange(rewards.numel() // group_size), group_size)
+    mask = mask.to(rewards.dtype)
+    adv, _ = fn(token_level_rewards=_token_rewards(rewards.clone(), mask), response_mask=mask, index=index, **options)
+    return adv
+
+
+def sequence_mask(old_logps: torch.Tensor, rollout_logps: torch.Tensor, mask: torch.Tensor, metric: str,
+                  **bounds) -> torch.Tensor:
+    """``compute_sequence_mask`` (metric "geometric": exp(mean log-ratio) in [geo_mask_low, geo_mask_high];
+    "product": exp(sum) in [product_mask_low, product_mask_high]): (B, 1), 1 where a sequence is kept."""
+    kept, _ = correction_utils().compute_sequence_mask(old_logps, rollout_logps, mask, metric,
+                                                      off_policy_config(sequence_mask_metric=metric, **bounds))
+    return kept
+
+
+def outlier_token_mask(old_logps: torch.Tensor, rollout_logps: torch.Tensor, mask: torch.Tensor, *,
+                       low: Optional[float] = None, high: Optional[float] = None) -> torch.Tensor:
+    """``compute_outlier_token_mask``: (B, 1), 0 for a sequence with any active token's ratio outside [low, high]."""
+    kept, _ = correction_utils().compute_outlier_token_mask(
+        old_logps, rollout_logps, mask,
+        off_policy_config(outlier_token_is_threshold_low=low, outlier_token_is_threshold_high=high))
+    return kept
+
+
+def corrected_mask(old_logps: torch.Tensor, rollout_logps: torch.Tensor, mask: torch.Tensor,
+                   **correction) -> torch.Tensor:
+    """``compute_off_policy_correction``'s loss mask: (B, T), the outlier and sequence masks applied in its order."""
+    _, _, kept = correction_utils().compute_off_policy_correction(old_logps, rollout_logps, mask,
+                                                                 off_policy_config(**correction))
+    return kept
+
+
+def policy_loss(logps, old_logps, rollout_logps, advantages, mask, *, epsilon: float = 0.2,
+                epsilon_high: Optional[float] = None, reduction: str = "token_mean", **correction) -> torch.Tensor:
+    """``ppo_policy_loss`` ("regular") with the off-policy correction ``correction``, its advantages first scaled by
+    ``apply_loss_reduction_to_advantages_minibatch`` (so its sum is the ``reduction``'s mean) as its trainer does;
+    ``advantages`` (B,) or (B, T). The scaling reads the mask before the correction; the sum, the mask after."""
+    module = ppo_utils()
+    token_adv = (advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages) * mask
+    scaled = module.apply_loss_reduction_to_advantages_minibatch(token_adv, mask, reduction, mask.size(0),
+                                                                 mask.size(1))
+    config = algorithm_config(epsilon=epsilon, epsilon_high=epsilon_high, **correction)
+    loss, _ = module.ppo_policy_loss(logps, old_logps, scaled, config, loss_mask=mask, rollout_logprobs=rollout_logps)
+    return loss
+
+
+def registered() -> dict[str, list[str]]:
+    """SkyRL's own registries as installed (a check that the mapping tables above name real entries)."""
+    module = ppo_utils()
+    return {"estimators": sorted(module.AdvantageEstimatorRegistry.list_available()),
+            "policy_losses": sorted(module.PolicyLossRegistry.list_available())}
+
+
+@register_adapter
+class SkyRL(Adapter):
+    """SkyRL in the feature table."""
+
+    name, column, heading = FRAMEWORK, "SkyRL", f"SkyRL {VERSION}"
+    has = {"estimators": ESTIMATORS, "policy_losses": POLICY_LOSSES, "aggregations": AGGREGATIONS, "kl": KL}
+    theirs_only = {"policy_losses": POLICY_LOSSES_THEIRS_ONLY, "aggregations": AGGREGATIONS_THEIRS_ONLY}
+    cells = {
+        "algorithms": {"grpo": "advantage_estimator=grpo", "ppo": "advantage_estimator=gae + critic",
+                       "rloo": "advantage_estimator=rloo", "reinforce_pp": "advantage_estimator=reinforce++"},
+        "policy_losses": {ours: f"policy_loss_type={theirs}" for ours, theirs in POLICY_LOSSES.items()},
+    }
+    options = KNOBS
+    sequence_level = f"policy_loss_type={SEQUENCE_LEVEL_LOSS}"
+    note = f"SkyRL's {OFF_POLICY}."
