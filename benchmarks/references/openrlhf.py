@@ -42,6 +42,10 @@ AGGREGATIONS = {"token-mean": "token_level_loss=True", "bnpo": "token_level_loss
 # Our KL_PENALTIES name -> OpenRLHF's kl_estimator (values clamped to [-10, 10]; "+": unbiased_gradient, k2's gradient).
 KL = {"k1": "k1", "k2": "k2", "k3": "k3", "k1+": "k1 (unbiased_gradient)", "k2+": "k2 (unbiased_gradient)",
       "k3+": "k3 (unbiased_gradient)"}
+# Our sampler correction (importance_sampling_mode) -> OpenRLHF's algo.advantage.is_correction_*.
+CORRECTIONS = {"gated": "is_correction_level / _mode / _gating (ratio, binary_kl, tv) / _threshold",
+               "token_truncate": "is_correction_level=token, mode=clip (TIS)",
+               "token_mask": "is_correction_level=token, mode=mask (ICEPOP; keeps the IS weight)"}
 KNOBS = {"epsilon": "eps_clip_low_high", "epsilon_high": "eps_clip_low_high", "clip_ratio_c": "dual_clip",
          "kl_coef": "init_kl_coef", "kl_loss_type": "kl_estimator", "beta": "init_kl_coef (use_kl_loss)",
          "value_clip": "value_clip", "gamma": "gamma", "lam": "lambd", "whiten_advantages": "(always, gae/reinforce)",
@@ -124,7 +128,8 @@ class OpenRLHF(Adapter):
     """OpenRLHF in the feature table."""
 
     name, column, heading = FRAMEWORK, "OpenRLHF", f"OpenRLHF {VERSION}"
-    has = {"estimators": ESTIMATORS, "policy_losses": POLICY_LOSSES, "aggregations": AGGREGATIONS, "kl": KL}
+    has = {"estimators": ESTIMATORS, "policy_losses": POLICY_LOSSES, "aggregations": AGGREGATIONS, "kl": KL,
+           "corrections": CORRECTIONS}
     cells = {
         "algorithms": {"grpo": "advantage_estimator=group_norm", "ppo": "advantage_estimator=gae + critic",
                        "rloo": "advantage_estimator=rloo",

@@ -45,9 +45,11 @@ KNOBS = {"epsilon": "algorithm.eps_clip_low", "epsilon_high": "algorithm.eps_cli
          "clip_ratio_c": "algorithm.clip_ratio_c", "loss_aggregation": "algorithm.loss_reduction",
          "beta": "algorithm.kl_loss_coef (use_kl_loss)", "kl_loss_type": "algorithm.kl_estimator_type",
          "scale_rewards": "algorithm.grpo_norm_by_std", "level": "policy_loss_type=gspo"}
-# What its off-policy correction offers (the feature table's note).
-OFF_POLICY = ("off_policy_correction: tis_ratio_type token/sequence, sequence_mask_metric product/geometric, "
-              "outlier_token_is_threshold_low/high (rejects the sequence), token_mask_is_threshold_low/high")
+# Our sampler correction (importance_sampling_mode) -> SkyRL's algorithm.off_policy_correction.
+CORRECTIONS = {"sequence_geometric_mask": "sequence_mask_metric=geometric (geo_mask_low/high)",
+               "sequence_outlier_mask": "outlier_token_is_threshold_low/high",
+               "token_truncate": "tis_ratio_type=token", "sequence_truncate": "tis_ratio_type=sequence"}
+CORRECTIONS_THEIRS_ONLY = ("sequence_mask_metric=product (0/1)", "token_mask_is_threshold_low/high")
 
 
 def ppo_utils():
@@ -151,8 +153,10 @@ class SkyRL(Adapter):
     """SkyRL in the feature table."""
 
     name, column, heading = FRAMEWORK, "SkyRL", f"SkyRL {VERSION}"
-    has = {"estimators": ESTIMATORS, "policy_losses": POLICY_LOSSES, "aggregations": AGGREGATIONS, "kl": KL}
-    theirs_only = {"policy_losses": POLICY_LOSSES_THEIRS_ONLY, "aggregations": AGGREGATIONS_THEIRS_ONLY}
+    has = {"estimators": ESTIMATORS, "policy_losses": POLICY_LOSSES, "aggregations": AGGREGATIONS, "kl": KL,
+           "corrections": CORRECTIONS}
+    theirs_only = {"policy_losses": POLICY_LOSSES_THEIRS_ONLY, "aggregations": AGGREGATIONS_THEIRS_ONLY,
+                   "corrections": CORRECTIONS_THEIRS_ONLY}
     cells = {
         "algorithms": {"grpo": "advantage_estimator=grpo", "ppo": "advantage_estimator=gae + critic",
                        "rloo": "advantage_estimator=rloo", "reinforce_pp": "advantage_estimator=reinforce++"},
@@ -160,4 +164,3 @@ class SkyRL(Adapter):
     }
     options = KNOBS
     sequence_level = f"policy_loss_type={SEQUENCE_LEVEL_LOSS}"
-    note = f"SkyRL's {OFF_POLICY}."

@@ -35,6 +35,8 @@ POLICY_LOSSES = {"grpo": "grpo", "bnpo": "bnpo", "dr_grpo": "dr_grpo", "dapo": "
 AGGREGATIONS = {"grpo": "loss_type=grpo", "bnpo": "loss_type=bnpo", "dr_grpo": "loss_type=dr_grpo",
                 "dapo": "loss_type=dapo"}
 KL = {"k3": "k3 (clamped to [-10, 10])"}
+CORRECTIONS = {mode: f"rollout_importance_sampling_mode={mode}" for mode in
+               ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")}
 ESTIMATORS = {"grpo": "advantage_estimator=grpo", "rloo": "advantage_estimator=rloo",
               "reinforce_plus_plus": "advantage_estimator=reinforce_plus_plus"}
 KNOBS = {"epsilon": "epsilon", "epsilon_high": "epsilon_high", "beta": "beta", "loss_aggregation": "loss_type",
@@ -157,7 +159,8 @@ class Swift(Adapter):
     """ms-swift in the feature table."""
 
     name, column, heading = FRAMEWORK, "ms-swift", f"ms-swift {VERSION}"
-    has = {"estimators": ESTIMATORS, "policy_losses": POLICY_LOSSES, "aggregations": AGGREGATIONS, "kl": KL}
+    has = {"estimators": ESTIMATORS, "policy_losses": POLICY_LOSSES, "aggregations": AGGREGATIONS, "kl": KL,
+           "corrections": CORRECTIONS}
     cells = {
         "algorithms": {"grpo": "GRPOTrainer (rlhf_type=grpo)", "dpo": "DPOTrainer (rlhf_type=dpo)",
                        "rloo": "GRPOTrainer (advantage_estimator=rloo)",

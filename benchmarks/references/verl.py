@@ -65,6 +65,12 @@ KNOBS = {
     "mu": "actor.ppo_epochs", "gamma": "algorithm.gamma", "lam": "algorithm.lam", "value_clip": "critic.cliprange_value",
     "whiten_advantages": "(always, in compute_gae_advantage_return)",
 }
+# Our sampler correction (importance_sampling_mode) -> verl's algorithm.rollout_correction.
+CORRECTIONS = {"token_truncate": "rollout_is=token (TIS)", "sequence_truncate": "rollout_is=sequence",
+               "token_mask": "rollout_is=token with LOW_HIGH (IcePop)",
+               "sequence_geometric_mask": "rollout_rs=seq_mean_k1 (Geo-RS; its band on pi_rollout / pi_old)",
+               "bypass": "bypass_mode=True, loss_type=ppo_clip"}
+CORRECTIONS_THEIRS_ONLY = ("rollout_rs=token_k*/seq_sum_k*/seq_max_k*", "bypass loss_type=reinforce")
 # The value loss, whitening and the critic's KL-in-reward, PPO's pieces.
 PPO = {"gae": "compute_gae_advantage_return", "masked_whiten": "verl.utils.torch_functional.masked_whiten",
        "value_loss": "compute_value_loss", "policy_loss": "vanilla", "kl_in_reward": "compute_rewards (k1)"}
@@ -225,9 +231,10 @@ class Verl(Adapter):
     """verl in the feature table."""
 
     name, column, heading = FRAMEWORK, "verl", f"verl {VERSION}"
-    has = {"estimators": ESTIMATORS, "policy_losses": POLICY_LOSSES, "aggregations": AGGREGATIONS, "kl": KL}
+    has = {"estimators": ESTIMATORS, "policy_losses": POLICY_LOSSES, "aggregations": AGGREGATIONS, "kl": KL,
+           "corrections": CORRECTIONS}
     theirs_only = {"estimators": ESTIMATORS_THEIRS_ONLY, "policy_losses": POLICY_LOSSES_THEIRS_ONLY,
-                   "aggregations": AGGREGATIONS_THEIRS_ONLY}
+                   "aggregations": AGGREGATIONS_THEIRS_ONLY, "corrections": CORRECTIONS_THEIRS_ONLY}
     cells = {
         "algorithms": {"grpo": "algorithm.adv_estimator=grpo", "ppo": "algorithm.adv_estimator=gae + critic",
                        "rloo": "algorithm.adv_estimator=rloo",

@@ -167,9 +167,23 @@ def _gated(grid: Grid) -> None:
         theirs = (lambda b, lv=level, md=mode, gt=gating, th=(low, high): openrlhf.policy_loss(
             b.logps, b.old_logps, b.advantages, b.mask, rollout_logps=b.sampling_logps, level=lv, mode=md, gating=gt,
             threshold=th))
-        grid.add("sampler_correction", "bnpo + gated", "PolicyLoss(ppo, is_correction)",
+        grid.add("sampler_correction", "gated (bnpo)", "PolicyLoss(ppo, is_correction)",
                  knobs(level=level, mode=mode, gating=gating, threshold=f"{low}_{high}"), loss_pair(ours, theirs),
                  skip=skip)
+
+
+def _tis_and_icepop(grid: Grid) -> None:
+    """Its token-level ratio gate against TRL's token modes, which ours has: clip is TIS (token_truncate), mask is
+    ICEPOP (token_mask, the survivors keep their IS weight)."""
+    for mode, ours_mode in (("clip", "token_truncate"), ("mask", "token_mask")):
+        for low, high in ((0.97, 1.03), (0.5, 2.0)):
+            ours = ours_loss("bnpo", with_sampling=True, importance_sampling_mode=ours_mode,
+                             importance_sampling_clip_min=low, importance_sampling_clip_max=high)
+            theirs = (lambda b, md=mode, th=(low, high): openrlhf.policy_loss(
+                b.logps, b.old_logps, b.advantages, b.mask, rollout_logps=b.sampling_logps, level="token", mode=md,
+                gating="ratio", threshold=th))
+            grid.add("sampler_correction", f"{ours_mode} (bnpo)", f"PolicyLoss(ppo, is_correction token {mode})",
+                     knobs(clip_min=low, clip_max=high), loss_pair(ours, theirs))
 
 
 @register_cases
@@ -177,5 +191,6 @@ class OpenRLHFCases(TensorCases):
     name, adapter = openrlhf.FRAMEWORK, openrlhf.OpenRLHF
 
     def add_configs(self, grid: Grid) -> None:
-        for part in (_policy_losses, _ppo_and_gspo, _kl, _value_loss_and_rewards, _estimators, _gae, _gated):
+        for part in (_policy_losses, _ppo_and_gspo, _kl, _value_loss_and_rewards, _estimators, _gae, _gated,
+                     _tis_and_icepop):
             part(grid)

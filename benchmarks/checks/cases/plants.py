@@ -11,6 +11,7 @@ import torch
 
 from algorithms import estimators, kl, losses, policy_losses
 from benchmarks.checks.engine import Plant, patched, together
+from benchmarks.references.features import sampler_corrections
 
 
 def _plant_clip_sign(self, x):
@@ -159,47 +160,45 @@ PLANTS = (
 )
 
 
-def sampler_corrections() -> dict:
-    """This suite's registry of sampler/trainer corrections (GRPO's importance_sampling_mode), {} before it exists:
-    the rows that compare one are then skipped, and its planted errors left out."""
-    try:
-        from algorithms.sampler_corrections import SAMPLER_CORRECTIONS
-    except ImportError:
-        return {}
-    return SAMPLER_CORRECTIONS
-
-
 def _new_members() -> tuple[Plant, ...]:
     """The planted errors of the 2026 members: each where this suite has the member."""
-    estimators_, losses_, corrections = estimators.ADVANTAGE_ESTIMATORS, policy_losses.POLICY_LOSSES, sampler_corrections()
+    estimators_, losses_ = estimators.ADVANTAGE_ESTIMATORS, policy_losses.POLICY_LOSSES
+    corrections = sampler_corrections()
     candidates = (
         (estimators_, "maxrl", Plant(
             "maxrl-divides-by-std", "MaxRL divides the centred reward by the group's std (GRPO's), not its mean",
-            ("estimator",), lambda: patched(estimators_["maxrl"], "advantages", _plant_maxrl_std))),
+            ("estimator",), lambda: patched(estimators_["maxrl"], "advantages", _plant_maxrl_std), ("maxrl",))),
         (estimators_, "flash_reinforce", Plant(
             "flash-reinforce-group-mean", "FlashREINFORCE's baseline is the group's mean, not the batch's",
-            ("estimator",), lambda: patched(estimators_["flash_reinforce"], "advantages", _plant_flash_group_mean))),
+            ("estimator",), lambda: patched(estimators_["flash_reinforce"], "advantages", _plant_flash_group_mean),
+            ("flash_reinforce",))),
         (losses_, "real", Plant(
             "real-signs-swapped", "REAL ranks the non-positive-advantage completions above the positive ones",
-            ("policy_loss",), lambda: patched(losses_["real"], "objective", _plant_signs(losses_["real"].objective)))),
+            ("policy_loss",), lambda: patched(losses_["real"], "objective", _plant_signs(losses_["real"].objective)),
+            ("real",))),
         (losses_, "fipo", Plant(
             "fipo-past-kl", "FIPO weighs a token by the discounted KL of the tokens before it, not after",
-            ("policy_loss",), lambda: patched(losses_["fipo"], "objective", _plant_past(losses_["fipo"].objective)))),
+            ("policy_loss",), lambda: patched(losses_["fipo"], "objective", _plant_past(losses_["fipo"].objective)),
+            ("fipo",))),
         (corrections, "sequence_geometric_mask", Plant(
             "geometric-mask-product", "the geometric-mean sequence mask bands the product of the ratios instead",
             ("sampler_correction",),
-            lambda: patched(corrections["sequence_geometric_mask"], "weights", _plant_sum_not_mean))),
+            lambda: patched(corrections["sequence_geometric_mask"], "weights", _plant_sum_not_mean),
+            ("sequence_geometric_mask", "sequence_geometric_mask (bnpo)"))),
         (corrections, "sequence_outlier_mask", Plant(
             "outlier-token-only", "outlier rejection drops the outlier token alone, not its whole sequence",
             ("sampler_correction",),
-            lambda: patched(corrections["sequence_outlier_mask"], "weights", _plant_outlier_tokens))),
+            lambda: patched(corrections["sequence_outlier_mask"], "weights", _plant_outlier_tokens),
+            ("sequence_outlier_mask", "sequence_outlier_mask (bnpo)"))),
         (corrections, "gated", Plant(
             "gate-drops-is-weight", "OpenRLHF's gate keeps a surviving token at weight 1 instead of its IS ratio",
             ("sampler_correction",),
-            lambda: patched(corrections["gated"], "weights", _plant_gate_unweighted(corrections["gated"].weights)))),
+            lambda: patched(corrections["gated"], "weights", _plant_gate_unweighted(corrections["gated"].weights)),
+            ("gated (bnpo)",))),
         (corrections, "bypass", Plant(
             "bypass-keeps-old-logps", "bypass mode keeps the trainer's old log-probs instead of the sampler's",
-            ("sampler_correction",), lambda: patched(corrections["bypass"], "bypass", False))),
+            ("sampler_correction",), lambda: patched(corrections["bypass"], "bypass", False),
+            ("bypass (bnpo)", "bypass (dual_clip)"))),
     )
     return tuple(plant for registry, name, plant in candidates if name in registry)
 

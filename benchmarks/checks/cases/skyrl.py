@@ -11,6 +11,8 @@ from benchmarks.checks.cases.tensors import (Grid, TensorCases, knobs, loss_pair
 from benchmarks.checks.engine import register_cases
 from benchmarks.references import skyrl
 
+GRPO_EPS = ("SkyRL divides by std + 1e-6 (verl's); ours by std + 1e-4 (TRL's); group_advantages(eps=1e-6) is "
+            "SkyRL's (next row)")
 GEOMETRIC, OUTLIER = "sequence_geometric_mask", "sequence_outlier_mask"
 GEO_BANDS = ((0.99, 1.01), (0.97, 1.03), (0.995, 1.2))
 PRODUCT_BANDS = ((0.5, 2.0), (0.9, 1.1))
@@ -27,6 +29,9 @@ def _estimators(grid: Grid) -> None:
     grid.add("estimator", "maxrl", "maxrl", "group_size=1", value_pair(
         lambda b: estimators.advantages("maxrl", b.rewards, group_size=1),
         lambda b: skyrl.advantages("maxrl", b.rewards, b.mask, 1)), skip=skip)
+    grid.add("estimator", "grpo", "grpo", "scale=group", value_pair(
+        lambda b: estimators.advantages("grpo", b.rewards, group_size=b.group_size),
+        lambda b: skyrl.advantages("grpo", b.rewards, b.mask, b.group_size)), GRPO_EPS)
     grid.add("estimator", "group_advantages(eps=1e-6)", "grpo", "scale=group", value_pair(
         lambda b: losses.group_advantages(b.rewards, b.group_size, "group", eps=1e-6),
         lambda b: skyrl.advantages("grpo", b.rewards, b.mask, b.group_size)))
@@ -85,8 +90,20 @@ def _corrected_losses(grid: Grid) -> None:
                              importance_sampling_mode=mode, **ours_options)
             theirs = (lambda b, eh=eps_high, o=theirs_options: skyrl.policy_loss(
                 b.logps, b.old_logps, b.sampling_logps, b.advantages, b.mask, epsilon=0.2, epsilon_high=eh, **o))
-            grid.add("sampler_correction", f"bnpo + {mode}", "ppo_policy_loss(regular) + off_policy_correction",
+            grid.add("sampler_correction", f"{mode} (bnpo)", "ppo_policy_loss(regular) + off_policy_correction",
                      knobs(epsilon_high=eps_high or 0.2, **ours_options), loss_pair(ours, theirs), skip=_skip(mode))
+
+
+def _truncated(grid: Grid) -> None:
+    """tis_ratio_type token / sequence (the IS weight capped above) against TRL's truncate modes, which ours has."""
+    for mode, level, cap in (("token_truncate", "token", 2.0), ("sequence_truncate", "sequence", 1.5)):
+        cap_field = "token_tis_ratio_clip_high" if level == "token" else "sequence_tis_ratio_clip_high"
+        ours = ours_loss("bnpo", with_sampling=True, importance_sampling_mode=mode, importance_sampling_clip_min=None,
+                         importance_sampling_clip_max=cap)
+        theirs = (lambda b, lv=level, f=cap_field, c=cap: skyrl.policy_loss(
+            b.logps, b.old_logps, b.sampling_logps, b.advantages, b.mask, tis_ratio_type=lv, **{f: c}))
+        grid.add("sampler_correction", f"{mode} (bnpo)", f"ppo_policy_loss(regular) + tis_ratio_type={level}",
+                 knobs(importance_sampling_clip_max=cap), loss_pair(ours, theirs))
 
 
 @register_cases
@@ -94,5 +111,5 @@ class SkyRLCases(TensorCases):
     name, adapter = skyrl.FRAMEWORK, skyrl.SkyRL
 
     def add_configs(self, grid: Grid) -> None:
-        for part in (_estimators, _masks, _corrected_losses):
+        for part in (_estimators, _masks, _corrected_losses, _truncated):
             part(grid)

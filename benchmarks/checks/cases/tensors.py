@@ -19,8 +19,9 @@ import torch
 
 from algorithms import kl, losses, policy_losses
 from benchmarks.checks.engine import CaseModule, Comparison, Config, Fixture, Tolerance
-from benchmarks.checks.cases.plants import PLANTS, sampler_corrections  # noqa: F401  (re-exported)
+from benchmarks.checks.cases.plants import PLANTS
 from benchmarks.references import install
+from benchmarks.references.features import sampler_corrections
 
 TOL = 1e-5
 TOLERANCE = Tolerance(TOL, scaled=True)

@@ -268,11 +268,11 @@ def _rollout_correction(grid: Grid) -> None:
     skip = missing(corrections, "bypass", "sampler correction")
     for eps, eps_high in CLIP_RANGES:
         names = knobs(epsilon=eps, epsilon_high=eps_high or eps)
-        grid.add("sampler_correction", "bnpo + bypass", "bypass_mode (ppo_clip, clip_ratio_c=1e12)", names, loss_pair(
+        grid.add("sampler_correction", "bypass (bnpo)", "bypass_mode (ppo_clip, clip_ratio_c=1e12)", names, loss_pair(
             ours_loss("bnpo", epsilon=eps, epsilon_high=eps_high, with_sampling=True, importance_sampling_mode="bypass"),
             lambda b, e=eps, eh=eps_high: verl.bypass_loss(b.logps, b.sampling_logps, b.advantages, b.mask, epsilon=e,
                                                            epsilon_high=eh, clip_ratio_c=HUGE_C)), skip=skip)
-        grid.add("sampler_correction", "dual_clip + bypass", "bypass_mode (ppo_clip)", f"{names}, clip_ratio_c=3.0",
+        grid.add("sampler_correction", "bypass (dual_clip)", "bypass_mode (ppo_clip)", f"{names}, clip_ratio_c=3.0",
                  loss_pair(ours_loss("dual_clip", epsilon=eps, epsilon_high=eps_high, clip_ratio_c=3.0,
                                      with_sampling=True, importance_sampling_mode="bypass"),
                            lambda b, e=eps, eh=eps_high: verl.bypass_loss(b.logps, b.sampling_logps, b.advantages,
