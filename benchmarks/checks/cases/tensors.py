@@ -1,6 +1,6 @@
-"""What the float64 reference checks share (verl, OpenRLHF and TRL 1.12's PPO): the batches -- one random shape and
-the edge cases -- the helpers that turn our function and the framework's into a ``Comparison``, the grid that
-expands a comparison over the chosen cases, and the case modules' common base.
+"""What the float64 reference checks share (verl, OpenRLHF, TRL 1.12's PPO, SkyRL, ms-swift): the batches -- one
+random shape and the edge cases -- the helpers that turn our function and the framework's into a ``Comparison``,
+the grid that expands a comparison over the chosen cases, and the case modules' common base.
 
 A batch is random, or an edge case (all-masked rows, tied rewards, one-token completions, long completions, ratios
 far outside the clip range). For a loss the check records the largest absolute difference of the value and of the
