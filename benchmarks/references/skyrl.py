@@ -1,31 +1,38 @@
-"""SkyRL 0.4.0 as a reference: its registered advantage estimators (``compute_maxrl_advantage``, GRPO's, RLOO's) and
-its off-policy correction (``skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py``: the sequence masks of
-``sequence_mask_metric`` product / geometric, the outlier-token rejection, and ``ppo_policy_loss`` with them applied),
-called on our tensors.
+"""SkyRL 0.4.0 as a reference: its registered advantage estimators (``compute_maxrl_advantage``, GRPO's, RLOO's,
+REINFORCE++'s, GAE), ``compute_approx_kl``, the trainer's reward shaping (``apply_reward_kl_penalty``) and its
+off-policy correction (``skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py``: the sequence masks of
+``sequence_mask_metric`` product / geometric, the outlier-token rejection, the TIS ratio, and ``ppo_policy_loss``
+with them applied), called on our tensors.
 
 SkyRL 0.4.0 declares Python >= 3.12, but the two modules the adapter imports (``ppo_utils`` and
 ``off_policy_correction_utils``) use nothing newer than 3.11, so they run in this interpreter: its wheel is fetched
 as a 3.12 wheel into its own folder (``install.PINNED["skyrl"]``, with jaxtyping and loguru beside it). No engine is
 imported: the packages whose ``__init__`` pulls in the Tinker backends are registered bare, and ``skyrl_gym`` (whose
-two environment configs the config module names) is a stand-in while the modules import.
+two environment configs the config module names) is a stand-in while the modules import. The trainer module (Ray
+actors, inference engines) is not imported: its one method compared is compiled from its file, as ms-swift's are.
 
-Our tensors are the suite's: ``mask`` (B, T), one reward per completion (SkyRL reads it as a token-level reward and
-sums it back), ``old_logps`` the trainer's log-probs before the update and ``rollout_logps`` the sampler's.
+Our tensors are the suite's: ``mask`` (B, T), one reward per completion (on the last active token, where SkyRL's
+token-level rewards put it), ``old_logps`` the trainer's log-probs before the update and ``rollout_logps`` the
+sampler's.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+import ast
+from types import SimpleNamespace
+from typing import Any, Optional
 
 import numpy as np
 import torch
 
 from benchmarks.references import install
 from benchmarks.references.adapters import Adapter, register_adapter
+from benchmarks.references.verl import outcome_rewards
 
 FRAMEWORK = "skyrl"
 VERSION = install.PINNED[FRAMEWORK].version
 
+_cache: dict = {}
 _BARE = ("skyrl.backends", "skyrl.backends.skyrl_train", "skyrl.backends.skyrl_train.utils")
 _STAND_INS = ("skyrl_gym", "skyrl_gym.envs", "skyrl_gym.envs.search", "skyrl_gym.envs.search.env",
               "skyrl_gym.envs.sql", "skyrl_gym.envs.sql.env")
@@ -83,22 +90,22 @@ def algorithm_config(*, epsilon: float = 0.2, epsilon_high: Optional[float] = No
         off_policy_correction=module.OffPolicyCorrectionConfig(**correction))
 
 
-def _token_rewards(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """One reward per completion as SkyRL's token_level_rewards (its estimators sum them back): on the first token,
-    which a row without an active token has all the same."""
-    token = torch.zeros_like(mask, dtype=rewards.dtype)
-    token[:, 0] = rewards
-    return token
-
-
 def advantages(name: str, rewards: torch.Tensor, mask: torch.Tensor, group_size: int, **options) -> torch.Tensor:
-    """SkyRL's registered estimator ``name`` (``AdvantageEstimatorRegistry.get``) on one reward per completion,
-    grouped ``group_size`` rows at a time; its (B, T) advantages."""
+    """SkyRL's registered estimator ``name`` (``AdvantageEstimatorRegistry.get``) on one reward per completion (on
+    the last active token, as verl's ``outcome_rewards`` puts it; the outcome estimators sum it back), grouped
+    ``group_size`` rows at a time; its (B, T) advantages."""
     fn = ppo_utils().AdvantageEstimatorRegistry.get(name)
     index = np.repeat(np.arange(rewards.numel() // group_size), group_size)
     mask = mask.to(rewards.dtype)
-    adv, _ = fn(token_level_rewards=_token_rewards(rewards.clone(), mask), response_mask=mask, index=index, **options)
+    adv, _ = fn(token_level_rewards=outcome_rewards(rewards.clone(), mask), response_mask=mask, index=index,
+                **{"gamma": 1.0, **options})
     return adv
+
+
+def gae(token_rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float):
+    """``compute_gae_advantage_return``: (advantages whitened over the batch's tokens, returns)."""
+    return ppo_utils().compute_gae_advantage_return(token_level_rewards=token_rewards, values=values,
+                                                    response_mask=mask, gamma=gamma, lambd=lam)
 
 
 def sequence_mask(old_logps: torch.Tensor, rollout_logps: torch.Tensor, mask: torch.Tensor, metric: str,
@@ -139,6 +146,52 @@ def policy_loss(logps, old_logps, rollout_logps, advantages, mask, *, epsilon: f
     config = algorithm_config(epsilon=epsilon, epsilon_high=epsilon_high, **correction)
     loss, _ = module.ppo_policy_loss(logps, old_logps, scaled, config, loss_mask=mask, rollout_logprobs=rollout_logps)
     return loss
+
+
+def approx_kl(logps: torch.Tensor, ref_logps: torch.Tensor, estimator: str, mask=None) -> torch.Tensor:
+    """``compute_approx_kl`` (k1, k2, k3 clamped as verl's low_var_kl, abs), per token."""
+    return ppo_utils().compute_approx_kl(logps, ref_logps, loss_mask=mask, kl_estimator_type=estimator)
+
+
+_TRAINER = "skyrl/train/trainer.py"
+_REWARD_KL = "apply_reward_kl_penalty"
+
+
+def _reward_kl_method():
+    """``RayPPOTrainer.apply_reward_kl_penalty`` compiled from its file (the trainer module imports Ray's actors and
+    the inference engines): the reward shaping of ``use_kl_in_reward``."""
+    if _REWARD_KL not in _cache:
+        tree = ast.parse(install.source_file(FRAMEWORK, _TRAINER).read_text())
+        found = [node for cls in tree.body if isinstance(cls, ast.ClassDef) for node in cls.body
+                 if isinstance(node, ast.FunctionDef) and node.name == _REWARD_KL]
+        if len(found) != 1:
+            raise install.MissingFramework(f"{install.PINNED[FRAMEWORK].label}'s {_TRAINER} has no one "
+                                           f"{_REWARD_KL}: not the pinned file")
+        module = ppo_utils()
+        namespace = {"torch": torch, "Any": Any, "TrainingInputBatch": Any, "compute_approx_kl": module.compute_approx_kl,
+                     "masked_mean": module.masked_mean}
+        exec(compile(ast.Module(body=found, type_ignores=[]), str(install.source_file(FRAMEWORK, _TRAINER)), "exec"),
+             namespace)
+        _cache[_REWARD_KL] = namespace[_REWARD_KL]
+    return _cache[_REWARD_KL]
+
+
+class _Batch(dict):
+    """The trainer's TrainingInputBatch as the method reads it: tensors by key, and ``metadata``."""
+
+    metadata: dict
+
+
+def reward_kl_penalty(scores: torch.Tensor, logps: torch.Tensor, ref_logps: torch.Tensor, mask: torch.Tensor,
+                      kl_coef: float, estimator: str = "k1") -> torch.Tensor:
+    """``apply_reward_kl_penalty`` on our tensors: the outcome reward on the last active token, minus kl_coef times
+    ``compute_approx_kl`` on every token (its fixed KL controller: ``kl_loss_coef``). (B, T)."""
+    data = _Batch(loss_mask=mask, rewards=outcome_rewards(scores, mask), base_action_log_probs=ref_logps,
+                  action_log_probs=logps)
+    data.metadata = {}
+    trainer = SimpleNamespace(reward_kl_controller=None, all_metrics={}, cfg=SimpleNamespace(trainer=SimpleNamespace(
+        algorithm=SimpleNamespace(kl_estimator_type=estimator, kl_loss_coef=kl_coef))))
+    return _reward_kl_method()(trainer, data)["rewards"]
 
 
 def registered() -> dict[str, list[str]]:

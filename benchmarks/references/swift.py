@@ -97,13 +97,15 @@ class SwiftLoss:
                  real_tau: float = DEFAULTS["real_tau"], fipo_decay_rate: float = DEFAULTS["fipo_decay_rate"],
                  fipo_clip_range: Optional[float] = DEFAULTS["fipo_clip_range"],
                  fipo_clip_high_only: bool = DEFAULTS["fipo_clip_high_only"],
-                 fipo_safety_threshold: Optional[float] = DEFAULTS["fipo_safety_threshold"]):
+                 fipo_safety_threshold: Optional[float] = DEFAULTS["fipo_safety_threshold"], tau_pos: float = 1.0,
+                 tau_neg: float = 1.05):
         namespace = methods()
         for name in METHODS:
             setattr(self, name, namespace[name].__get__(self))
         self.loss_type, self.num_generations, self.max_completion_length = loss_type, group_size, max_completion_length
         self.epsilon_low, self.epsilon_high = epsilon, epsilon if epsilon_high is None else epsilon_high
         self.beta, self.kl_in_reward, self.real_tau = beta, False, real_tau
+        self.tau_pos, self.tau_neg = tau_pos, tau_neg  # SAPO's temperatures (its defaults, TRL's)
         self.fipo_gamma = 2 ** (-1 / fipo_decay_rate)  # as GRPOTrainer.__init__ derives it
         self.fipo_clip_range, self.fipo_clip_high_only = fipo_clip_range, fipo_clip_high_only
         self.fipo_safety_threshold = fipo_safety_threshold

@@ -5,9 +5,10 @@ log-probs are the batch's ``sampling_logps``, pi_old its ``old_logps``."""
 
 from __future__ import annotations
 
-from algorithms import estimators, losses, policy_losses
+from algorithms import estimators, kl, losses, policy_losses
 from benchmarks.checks.cases.tensors import (Grid, TensorCases, knobs, loss_pair, missing, ours_correction, ours_loss,
-                                             sampler_corrections, value_pair)
+                                             sampler_corrections, token_rewards, value_pair)
+from benchmarks.checks.cases.verl import reinforce_pp_unbiased
 from benchmarks.checks.engine import register_cases
 from benchmarks.references import skyrl
 
@@ -35,6 +36,44 @@ def _estimators(grid: Grid) -> None:
     grid.add("estimator", "group_advantages(eps=1e-6)", "grpo", "scale=group", value_pair(
         lambda b: losses.group_advantages(b.rewards, b.group_size, "group", eps=1e-6),
         lambda b: skyrl.advantages("grpo", b.rewards, b.mask, b.group_size)))
+
+
+def _critic_free_and_gae(grid: Grid) -> None:
+    """RLOO (its G / (G - 1) scaling of the centred reward), REINFORCE++ (its verl port: unbiased whitening) and
+    GAE (whitened advantages, returns) on PPO's token rewards."""
+    grid.add("estimator", "rloo", "rloo", "-", value_pair(
+        lambda b: estimators.advantages("rloo", b.rewards, group_size=b.group_size),
+        lambda b: skyrl.advantages("rloo", b.rewards, b.mask, b.group_size)))
+    grid.add("estimator", "reinforce_plus_plus (cumulative_returns + masked_whiten)", "reinforce++", "-", value_pair(
+        lambda b: reinforce_pp_unbiased(b, False), lambda b: skyrl.advantages("reinforce++", b.rewards, b.mask, 1)))
+    for gamma, lam in ((1.0, 0.95), (0.99, 0.9)):
+        def ours(b, g=gamma, lam_=lam):
+            return losses.gae(token_rewards(b), b.old_values, b.mask, g, lam_)
+
+        def theirs(b, g=gamma, lam_=lam):
+            return skyrl.gae(token_rewards(b), b.old_values, b.mask, g, lam_)
+
+        names = ("compute_gae_advantage_return", knobs(gamma=gamma, lam=lam))
+        grid.add("gae", "gae + masked_whiten", *names,
+                 value_pair(lambda b, o=ours: losses.masked_whiten(o(b)[0], b.mask), lambda b, t=theirs: t(b)[0]))
+        grid.add("gae", "gae (returns)", *names, value_pair(lambda b, o=ours: o(b)[1], lambda b, t=theirs: t(b)[1]))
+
+
+def _kl(grid: Grid) -> None:
+    """compute_approx_kl against our KL estimators (its k3 clamped as verl's low_var_kl: ours low_var_kl beside it),
+    and the trainer's reward shaping (use_kl_in_reward) against ours."""
+    for ours_name, theirs_name in (("k1", "k1"), ("k2", "k2"), ("k3", "k3"), ("low_var_kl", "k3"), ("abs", "abs")):
+        clamp = (lambda case: ("SkyRL's k3 is clamped (log-ratio to [-20, 20], value to [-10, 10]), as verl's "
+                               "low_var_kl; ours is DeepSeekMath's as written; our low_var_kl is SkyRL's k3")
+                 if case == "far" else None) if ours_name == "k3" else None
+        grid.add("kl", ours_name, f"compute_approx_kl({theirs_name})", "-", loss_pair(
+            lambda b, n=ours_name: kl.KL_PENALTIES[n](b.logps, b.ref_logps),
+            lambda b, n=theirs_name: skyrl.approx_kl(b.logps, b.ref_logps, n)), clamp)
+    for coef in (0.05, 0.2):
+        grid.add("kl_in_reward", "kl_penalised_rewards", "apply_reward_kl_penalty (k1)", knobs(kl_coef=coef),
+                 value_pair(lambda b, c=coef: losses.kl_penalised_rewards(b.rewards, kl.kl_k1(b.old_logps, b.ref_logps),
+                                                                          b.mask, c),
+                            lambda b, c=coef: skyrl.reward_kl_penalty(b.rewards, b.old_logps, b.ref_logps, b.mask, c)))
 
 
 def _skip(name: str):
@@ -111,5 +150,5 @@ class SkyRLCases(TensorCases):
     name, adapter = skyrl.FRAMEWORK, skyrl.SkyRL
 
     def add_configs(self, grid: Grid) -> None:
-        for part in (_estimators, _masks, _corrected_losses, _truncated):
+        for part in (_estimators, _critic_free_and_gae, _kl, _masks, _corrected_losses, _truncated):
             part(grid)

@@ -1,6 +1,7 @@
 """ms-swift 4.6.0's cases: its GRPO trainer's loss types ``real`` (REAL's group ranking loss) and ``fipo`` (the
-clipped surrogate weighted by FIPO's future-KL influence), the trainer's own loss code run on our tensors
-(benchmarks/references/swift.py), against ours (``grpo_loss`` with loss_type real / fipo)."""
+clipped surrogate weighted by FIPO's future-KL influence), and the loss types it shares with TRL (grpo, bnpo,
+dr_grpo, dapo, cispo, sapo), the trainer's own loss code run on our tensors (benchmarks/references/swift.py),
+against ours (``grpo_loss`` of the same loss_type)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ from benchmarks.references import swift
 EMPTY_ROWS_REAL = ("ms-swift reads a completion's sign from its advantage averaged over its tokens (0 for a completion "
                    "without a token: a negative), and averages the groups' losses; ours reads A_i itself and averages "
                    "the rows' (grpo aggregation), where a row without a token counts 0")
+SAFETY_ZERO = ("fipo_safety_threshold 0: ms-swift caps the influence weight of every negative-advantage token to "
+               "[0.8, 1] (every ratio exceeds 0); ours reads 0 as off, as None (fipo_safety_threshold=None agrees, "
+               "the rows above)")
 FIPO_SETTINGS = (
     {},  # ms-swift's defaults: decay 32, clip [1, 1.2], safety 4
     dict(fipo_decay_rate=4.0),
@@ -48,10 +52,39 @@ def _fipo(grid: Grid) -> None:
                      loss_pair(ours, theirs), skip=skip)
 
 
+def _fipo_safety_zero(grid: Grid) -> None:
+    """fipo_safety_threshold 0: ms-swift caps the weight of every negative-advantage token (its ratio always exceeds
+    0); ours reads 0 as off, as None (a command line cannot say None)."""
+    ours = ours_loss("fipo", fipo_decay_rate=4.0, fipo_safety_threshold=0.0)
+    theirs = _theirs("fipo", fipo_decay_rate=4.0, fipo_safety_threshold=0.0)
+    grid.add("policy_loss", "fipo", "loss_type=fipo", knobs(fipo_decay_rate=4.0, fipo_safety_threshold=0.0),
+             loss_pair(ours, theirs), SAFETY_ZERO, skip=missing(policy_losses.POLICY_LOSSES, "fipo", "policy loss"))
+
+
+# Its other loss types, ours of the same name (CISPO: ms-swift's epsilon_high is the cap itself, as ours).
+OTHERS = (("grpo", {}), ("bnpo", {}), ("dr_grpo", dict(max_completion_length="T")), ("dapo", {}),
+          ("cispo", dict(epsilon_high=5.0)), ("sapo", {}))
+
+
+def _others(grid: Grid) -> None:
+    """ms-swift's grpo, bnpo, dr_grpo, dapo, cispo and sapo loss types (the feature table's cells), and FIPO under
+    our token-mean aggregation (its window normaliser is the batch's tokens here: one process, no accumulation)."""
+    for loss_type, options in OTHERS:
+        for eps_high in ((None, 0.28) if "epsilon_high" not in options else (options["epsilon_high"],)):
+            ours_options = {**options, "epsilon_high": eps_high}
+            theirs_options = {k: v for k, v in ours_options.items() if k != "max_completion_length"}
+            grid.add("policy_loss", loss_type, f"loss_type={loss_type}", knobs(epsilon_high=eps_high or 0.2),
+                     loss_pair(ours_loss(loss_type, **ours_options), _theirs(loss_type, **theirs_options)))
+    grid.add("policy_loss", "fipo(loss_aggregation=token-mean)", "loss_type=fipo", knobs(fipo_decay_rate=4.0),
+             loss_pair(ours_loss("fipo", fipo_decay_rate=4.0, loss_aggregation="token-mean"),
+                       _theirs("fipo", fipo_decay_rate=4.0)),
+             skip=missing(policy_losses.POLICY_LOSSES, "fipo", "policy loss"))
+
+
 @register_cases
 class SwiftCases(TensorCases):
     name, adapter = swift.FRAMEWORK, swift.Swift
 
     def add_configs(self, grid: Grid) -> None:
-        for part in (_real, _fipo):
+        for part in (_real, _fipo, _fipo_safety_zero, _others):
             part(grid)

@@ -184,7 +184,9 @@ def _theirs_estimator(name: str, norm: bool = True):
                                      sum_pi_squared=b.sum_pi_squared)[0]
 
 
-def _rpp_unbiased(b: Batch, baseline: bool):
+def reinforce_pp_unbiased(b: Batch, baseline: bool):
+    """REINFORCE++ as verl's (and SkyRL's, its port) estimator computes it: the cumulative return of the outcome
+    reward, whitened with the unbiased token variance (``losses.masked_whiten``)."""
     scores = b.rewards
     if baseline:
         grouped = scores.view(-1, b.group_size)
@@ -209,7 +211,7 @@ def _estimators(grid: Grid) -> None:
                         lambda b: verl.advantages("grpo", b.rewards, b.mask, b.group_size)[0]))
     for name, baseline in (("reinforce_plus_plus", False), ("reinforce_plus_plus_baseline", True)):
         grid.add("estimator", f"{name} (cumulative_returns + masked_whiten)", name, "-",
-                 value_pair(lambda b, bl=baseline: _rpp_unbiased(b, bl),
+                 value_pair(lambda b, bl=baseline: reinforce_pp_unbiased(b, bl),
                             lambda b, n=name: verl.advantages(n, b.rewards, b.mask, b.group_size)[0]))
 
 

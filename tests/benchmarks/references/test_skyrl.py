@@ -36,3 +36,13 @@ def test_skyrl_policy_loss_applies_the_mask_after_scaling_by_every_token(framewo
     masked = skyrl.policy_loss(old, old, sampling, adv, mask, sequence_mask_metric="geometric")
     assert plain.item() == pytest.approx(-1.0)  # ratio 1: the token mean of -A
     assert masked.item() == pytest.approx(-3 / 5)  # row 1's two tokens dropped, still divided by 5 tokens
+
+
+def test_skyrl_reward_kl_penalty_is_the_trainers_own_shaping(frameworks):
+    logps, ref = torch.zeros(2, 2, dtype=torch.float64), t([[-0.1, 0.2], [0.3, 9.0]])
+    mask = t([[1, 1], [1, 0]])
+    shaped = skyrl.reward_kl_penalty(t([1.0, 0.5]), logps, ref, mask, kl_coef=0.5)
+    # k1 = log pi - log pi_ref per active token; the score on the last active one; padding untouched
+    assert torch.allclose(shaped, t([[-0.05, 1.0 + 0.1], [0.5 + 0.15, 0.0]]), atol=1e-12)
+    k3 = skyrl.approx_kl(t([[0.0]]), t([[30.0]]), "k3")
+    assert k3.item() == 10.0  # clamped, as verl's low_var_kl (the log-ratio to 20 first)
