@@ -47,7 +47,9 @@ SEQUENCE_LEVEL_LOSS = "gspo"
 AGGREGATIONS = {"token-mean": "token_mean", "bnpo": "token_mean", "dapo": "token_mean",
                 "seq-mean-token-mean": "sequence_mean", "seq-mean-token-sum-norm": "seq_mean_token_sum_norm"}
 AGGREGATIONS_THEIRS_ONLY = ("prompt_mean",)
-KL = {"k1": "k1", "k2": "k2", "k3": "k3", "abs": "abs"}
+KL = {"k1": "k1", "k2": "k2", "k3": "k3 (clamped)", "low_var_kl": "k3", "abs": "abs"}
+PPO = {"gae": "compute_gae_advantage_return", "masked_whiten": "masked_whiten (unbiased var)",
+       "kl_in_reward": "apply_reward_kl_penalty (use_kl_in_reward)"}
 KNOBS = {"epsilon": "algorithm.eps_clip_low", "epsilon_high": "algorithm.eps_clip_high",
          "clip_ratio_c": "algorithm.clip_ratio_c", "loss_aggregation": "algorithm.loss_reduction",
          "beta": "algorithm.kl_loss_coef (use_kl_loss)", "kl_loss_type": "algorithm.kl_estimator_type",
@@ -214,6 +216,7 @@ class SkyRL(Adapter):
         "algorithms": {"grpo": "advantage_estimator=grpo", "ppo": "advantage_estimator=gae + critic",
                        "rloo": "advantage_estimator=rloo", "reinforce_pp": "advantage_estimator=reinforce++"},
         "policy_losses": {ours: f"policy_loss_type={theirs}" for ours, theirs in POLICY_LOSSES.items()},
+        "ppo": PPO,
     }
     options = KNOBS
     sequence_level = f"policy_loss_type={SEQUENCE_LEVEL_LOSS}"
