@@ -325,5 +325,60 @@ def _alone_in_the_tail(active: torch.Tensor) -> torch.Tensor:
     return alone.unsqueeze(-1) & tail
 
 
+# --------------------------------------------------------------------------------------------
+# The 2026 outcome estimators: MaxRL (SkyRL) and FlashREINFORCE (OpenRLHF)
+# --------------------------------------------------------------------------------------------
+
+
+@register_advantage_estimator
+class MaxRL(AdvantageEstimator):
+    """MaxRL (arXiv 2602.02710; SkyRL 0.4.0's "maxrl", ``compute_maxrl_advantage``): the group-relative advantage
+    normalised by the group's mean reward instead of its std,
+
+        A_i = (r_i - mean(r_group)) / (mean(r_group) + eps),   eps = 1e-6 (SkyRL's)
+        A_i = r_i                                               G = 1 (SkyRL: a lone completion's mean is 0)
+
+    For binary rewards, mean(r_group) is the group's pass rate p and a success gets (1 - p) / p: rare successes
+    weigh most (maximum likelihood of the pass@k objective). A group of all failures has mean 0 and gets 0; a
+    tied group gets 0 exactly (this module's rule). As in SkyRL, nothing guards a non-binary reward whose group
+    mean is near 0 or negative: there the advantage is huge or flips sign (use binary rewards)."""
+
+    name, group_local = "maxrl", True
+    eps: ClassVar[float] = 1e-6  # SkyRL's epsilon
+
+    def advantages(self, x: EstimatorInputs) -> torch.Tensor:
+        grouped = _grouped(x.rewards, x.group_size)
+        if x.group_size == 1:
+            return x.rewards.clone()
+        mean = grouped.mean(dim=1, keepdim=True)
+        return ((grouped - mean) / (mean + self.eps)).masked_fill(tied_rows(grouped), 0.0).view(-1)
+
+
+def batch_mean_advantages(rewards: torch.Tensor) -> torch.Tensor:
+    """FlashREINFORCE's advantage: A_i = r_i - mean_j r_j over the whole batch (B,), no group, no whitening;
+    0 exactly when every reward ties (a float32 mean of equal values can be off by an ulp)."""
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be (B,), got {tuple(rewards.shape)}")
+    if rewards.numel() == 0 or bool(tied_rows(rewards.view(1, -1))):
+        return torch.zeros_like(rewards)
+    return rewards - rewards.mean()
+
+
+@register_advantage_estimator
+class FlashREINFORCE(AdvantageEstimator):
+    """FlashREINFORCE (OpenRLHF 0.11.2's advantage estimator "flash_reinforce", critic-free single-rollout RL):
+    the batch's mean reward as the baseline, no group and no whitening,
+
+        A_i = r_i - 1/B sum_j r_j          (``batch_mean_advantages``; OpenRLHF: rewards - rewards.mean())
+
+    meant for one completion per prompt (OpenRLHF's n_samples_per_prompt 1: REINFORCE's ``baseline`` batch_mean
+    here); under GRPO the groups are ignored. Batch-wide: under data parallelism every rank's rows are gathered."""
+
+    name = "flash_reinforce"
+
+    def advantages(self, x: EstimatorInputs) -> torch.Tensor:
+        return batch_mean_advantages(x.rewards)
+
+
 # verl's "tir_optimal_token_baseline" (the multi-turn variant, tool-call tokens masked out of the path) is not here:
 # this suite's rollouts are single-turn.

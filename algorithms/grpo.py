@@ -13,7 +13,10 @@ runs at another precision than the update; and verl's registered variants: advan
 per-token optimal_token_baseline; algorithms/estimators.py), policy losses (``loss_type``: dual_clip, gmpo,
 clip_cov, kl_cov, dppo_tv, dppo_kl), its loss aggregations (``loss_aggregation``) and KL estimators
 (``kl_loss_type``); and an entropy bonus (``entropy_coef``, TRL's, verl's and OpenRLHF's knob; off in the paper).
-Plug-ins add estimators and policy losses by name.
+From the 2026 frameworks: SkyRL's maxrl and OpenRLHF's flash_reinforce estimators, ms-swift's real and fipo
+losses, and the sampler corrections (``importance_sampling_mode``, algorithms/sampler_corrections.py: SkyRL's
+geometric-mean and outlier-token masks, OpenRLHF's gate, verl's bypass). Plug-ins add estimators and policy
+losses by name.
 """
 
 from __future__ import annotations
@@ -30,10 +33,8 @@ from algorithms.base import Algorithm, AlgoConfig, OptionGroup, init_config, reg
 from algorithms.estimators import ADVANTAGE_ESTIMATORS, AdvantageEstimator, EstimatorInputs, advantage_estimator
 from algorithms.kl import KL_PENALTIES
 from algorithms.losses import ADVANTAGE_SCALES, carries_signal, masked_mean_per_sequence, overlong_penalty
-from algorithms.policy_losses import (
-    GRPO_LEVELS, IMPORTANCE_SAMPLING_MODES, LOSS_AGGREGATIONS, POLICY_LOSSES, grpo_loss, policy_loss,
-    sampling_importance_ratio,
-)
+from algorithms.policy_losses import GRPO_LEVELS, LOSS_AGGREGATIONS, POLICY_LOSSES, grpo_loss, policy_loss
+from algorithms.sampler_corrections import SAMPLER_CORRECTIONS, sampler_correction
 
 SAMPLING_PRECISIONS = ("same", "fp32", "bf16", "int8")
 # Every registered policy loss's own options (algorithms/policy_losses.py): settings of GRPO like its fields.
@@ -41,18 +42,22 @@ POLICY_LOSS_OPTIONS = OptionGroup("loss_type", lambda: {name: cls.Options for na
 # Every registered advantage estimator's own options (algorithms/estimators.py), likewise.
 ESTIMATOR_OPTIONS = OptionGroup("advantage_estimator",
                                 lambda: {name: cls.Options for name, cls in ADVANTAGE_ESTIMATORS.items()})
+# Every registered sampler correction's own options (algorithms/sampler_corrections.py), likewise.
+CORRECTION_OPTIONS = OptionGroup("importance_sampling_mode",
+                                 lambda: {name: cls.Options for name, cls in SAMPLER_CORRECTIONS.items()})
 
 
 # A field whose metadata says ``loss_option`` is an argument of ``grpo_loss`` under the same name (LOSS_OPTIONS): a
 # knob every policy loss shares is one field. A loss's own knobs are its ``Options`` (POLICY_LOSS_OPTIONS).
 @dataclass(init=False)
 class GRPOConfig(AlgoConfig):
-    group_size: int = field(default=8, metadata={"help": "G, completions per prompt (>= 2; the paper uses 64)"})
+    group_size: int = field(default=8, metadata={
+        "loss_option": True, "help": "G, completions per prompt (>= 2; the paper uses 64)"})
     mu: int = field(default=1, metadata={"help": "policy updates per generation batch (TRL's num_iterations)"})
     level: str = field(default="token", metadata={"loss_option": True, "help": "importance ratio per token, or per sequence (GSPO; TRL's importance_sampling_level)", "choices": GRPO_LEVELS})
     # The two registries' choices are live views: a plug-in registered before the parser is built is a choice.
-    advantage_estimator: str = field(default="grpo", metadata={"help": "advantage estimator, by its registered name (algorithms/estimators.py): grpo (paper: group-standardised), rloo, reinforce_plus_plus(_baseline), remax (greedy-completion baseline), gpg, opo, grpo_passk, optimal_token_baseline (verl's per-token baseline; an extra no-grad forward per step); plug-ins. scale_rewards applies to grpo and grpo_passk", "choices": ADVANTAGE_ESTIMATORS.keys()})
-    loss_type: str = field(default="grpo", metadata={"loss_option": True, "help": "policy loss, by its registered name: grpo (paper), bnpo, dr_grpo, dapo, cispo (MiniMax-M1), sapo (Qwen SAPO), luspo (LUSPO; use level sequence), vespo (VESPO): TRL 1.16's loss types; dual_clip, gmpo (epsilon is a log-ratio bound; paper: 0.4), clip_cov, kl_cov, dppo_tv, dppo_kl (epsilon, epsilon_high are divergence bounds; clip_ratio_c truncates the IS weight): verl's; plug-ins", "choices": POLICY_LOSSES.keys()})
+    advantage_estimator: str = field(default="grpo", metadata={"help": "advantage estimator, by its registered name (algorithms/estimators.py): grpo (paper: group-standardised), rloo, reinforce_plus_plus(_baseline), remax (greedy-completion baseline), gpg, opo, grpo_passk, optimal_token_baseline (verl's per-token baseline; an extra no-grad forward per step), maxrl (SkyRL: divided by the group mean), flash_reinforce (OpenRLHF: minus the batch mean); plug-ins. scale_rewards applies to grpo and grpo_passk", "choices": ADVANTAGE_ESTIMATORS.keys()})
+    loss_type: str = field(default="grpo", metadata={"loss_option": True, "help": "policy loss, by its registered name: grpo (paper), bnpo, dr_grpo, dapo, cispo (MiniMax-M1), sapo (Qwen SAPO), luspo (LUSPO; use level sequence), vespo (VESPO): TRL 1.16's loss types; dual_clip, gmpo (epsilon is a log-ratio bound; paper: 0.4), clip_cov, kl_cov, dppo_tv, dppo_kl (epsilon, epsilon_high are divergence bounds; clip_ratio_c truncates the IS weight): verl's; real (group ranking loss), fipo (future-KL weighted clip): ms-swift's; plug-ins", "choices": POLICY_LOSSES.keys()})
     loss_aggregation: Optional[str] = field(default=None, metadata={"loss_option": True, "help": "replace the loss type's aggregation: grpo, bnpo, dr_grpo, dapo, luspo, or verl's token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm (default: the loss type's own)", "choices": tuple(LOSS_AGGREGATIONS)})
     kl_loss_type: str = field(default="k3", metadata={"loss_option": True, "help": "KL term's estimator (verl's kl_loss_type): k1, k2, k3 (paper), low_var_kl (verl's clamped k3), abs; a '+' suffix keeps the value with k2's gradient", "choices": tuple(KL_PENALTIES)})
     entropy_coef: float = field(default=0.0, metadata={"loss_option": True, "help": "entropy bonus: loss -= coef * mean entropy of the trained tokens (TRL's entropy_coef, verl's entropy_coeff; off in the paper; typical 1e-3)"})
@@ -68,7 +73,7 @@ class GRPOConfig(AlgoConfig):
     off_policy_mask_threshold: Optional[float] = field(default=None, metadata={"loss_option": True, "help": "drop A < 0 completions whose mean sampler-to-policy KL exceeds this (DeepSeek-V3.2 Eq. 9; TRL default off)"})
     sampling_precision: str = field(default="same", metadata={"help": "precision of sampling; fp32, bf16 or int8 (W8A8, CPU, Llama policies) also records the sampler's log-probs for mismatch metrics and IS correction", "choices": SAMPLING_PRECISIONS})
     importance_sampling_correction: bool = field(default=True, metadata={"loss_option": True, "help": "weight the loss by the trainer/sampler IS ratio when the sampler's log-probs are recorded (TRL's vllm_importance_sampling_correction: on)"})
-    importance_sampling_mode: str = field(default="sequence_mask", metadata={"loss_option": True, "help": "token/sequence ratio, truncated or masked outside the bounds (TRL's vllm_importance_sampling_mode: sequence_mask)", "choices": IMPORTANCE_SAMPLING_MODES})
+    importance_sampling_mode: str = field(default="sequence_mask", metadata={"loss_option": True, "help": "sampler correction, by its registered name (algorithms/sampler_corrections.py): token_truncate, token_mask, sequence_truncate, sequence_mask (TRL's vllm_importance_sampling_mode: sequence_mask; bounds importance_sampling_clip_min/max); sequence_geometric_mask, sequence_outlier_mask (SkyRL; verl's Geo-RS); gated (OpenRLHF's is_correction_*); bypass (verl: the sampler's log-probs as the old policy's, no weight)", "choices": SAMPLER_CORRECTIONS.keys()})
     importance_sampling_clip_min: Optional[float] = field(default=None, metadata={"loss_option": True, "help": "IS ratio lower bound C_min (TRL's vllm_importance_sampling_clip_min: none)"})
     importance_sampling_clip_max: Optional[float] = field(default=3.0, metadata={"loss_option": True, "help": "IS ratio upper bound C_max (TRL's vllm_importance_sampling_clip_max: 3.0)"})
     dynamic_sampling: bool = field(default=False, metadata={"help": "DAPO dynamic sampling: drop groups whose rewards all tie, sample more until prompts_per_step groups remain"})
@@ -77,6 +82,7 @@ class GRPOConfig(AlgoConfig):
     overlong_penalty_factor: float = field(default=1.0, metadata={"help": "DAPO overlong penalty at the length limit (DAPO, verl: 1.0)"})
     loss_options: dict = field(default_factory=dict, metadata={"option_group": POLICY_LOSS_OPTIONS})
     estimator_options: dict = field(default_factory=dict, metadata={"option_group": ESTIMATOR_OPTIONS})
+    correction_options: dict = field(default_factory=dict, metadata={"option_group": CORRECTION_OPTIONS})
 
     def __init__(self, **settings):
         init_config(self, settings)
@@ -89,6 +95,10 @@ class GRPOConfig(AlgoConfig):
         """The configured advantage estimator, with its options."""
         return advantage_estimator(self.advantage_estimator).from_settings(self.estimator_options)
 
+    def sampler_correction(self):
+        """The configured sampler correction, with its options."""
+        return sampler_correction(self.importance_sampling_mode).from_settings(self.correction_options)
+
     def validate(self) -> None:
         super().validate()
         if self.group_size < 2:
@@ -96,14 +106,16 @@ class GRPOConfig(AlgoConfig):
         if self.mu < 1:
             raise ValueError(f"mu must be >= 1, got {self.mu}")
         for name, choices in (("level", GRPO_LEVELS), ("loss_type", POLICY_LOSSES), ("scale_rewards", ADVANTAGE_SCALES),
-                              ("sampling_precision", SAMPLING_PRECISIONS), ("importance_sampling_mode", IMPORTANCE_SAMPLING_MODES),
+                              ("sampling_precision", SAMPLING_PRECISIONS),
+                              ("importance_sampling_mode", SAMPLER_CORRECTIONS),
                               ("advantage_estimator", ADVANTAGE_ESTIMATORS), ("kl_loss_type", KL_PENALTIES)):
             if getattr(self, name) not in choices:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; choose from {', '.join(choices)}")
         if self.loss_aggregation is not None and self.loss_aggregation not in LOSS_AGGREGATIONS:
             raise ValueError(f"unknown loss_aggregation {self.loss_aggregation!r}; choose from {', '.join(LOSS_AGGREGATIONS)}")
         # every loss's and estimator's options, as every field is checked whatever it is used for
-        for members, options in ((POLICY_LOSSES, self.loss_options), (ADVANTAGE_ESTIMATORS, self.estimator_options)):
+        for members, options in ((POLICY_LOSSES, self.loss_options), (ADVANTAGE_ESTIMATORS, self.estimator_options),
+                                 (SAMPLER_CORRECTIONS, self.correction_options)):
             for member in members.values():
                 member.from_settings(options).options.validate()
         for name in ("epsilon", "epsilon_high", "beta", "advantage_clip", "delta", "off_policy_mask_threshold", "entropy_coef",
@@ -133,9 +145,10 @@ class GRPOConfig(AlgoConfig):
         if self.importance_sampling_correction and self.importance_sampling_mode.endswith("truncate") and low is None and high is None:
             raise ValueError(f"importance_sampling_mode {self.importance_sampling_mode!r} needs importance_sampling_clip_min or importance_sampling_clip_max")
         if (POLICY_LOSSES[self.loss_type].folds_sampling_weight and self.records_sampling_logps()
-                and self.importance_sampling_correction and not self.importance_sampling_mode.startswith("token")):
+                and self.importance_sampling_correction and self.sampler_correction().sequence_level):
+            token_level = [name for name, member in SAMPLER_CORRECTIONS.items() if not member.sequence_level]
             raise ValueError(f"loss_type {self.loss_type!r} with importance_sampling_correction needs importance_sampling_mode "
-                             f"token_truncate or token_mask, got {self.importance_sampling_mode!r}")
+                             f"{' or '.join(token_level)}, got {self.importance_sampling_mode!r}")
 
     def records_sampling_logps(self) -> bool:
         return self.sampling_precision != "same"
@@ -180,7 +193,8 @@ class GRPO(Algorithm):
         aggregation = LOSS_AGGREGATIONS[c.loss_aggregation or loss.aggregation]
         num_items = self.data_parallel_token_count(mask) if aggregation.token_mean else None
 
-        options = {**{name: getattr(c, name) for name in LOSS_OPTIONS}, **dataclasses.asdict(loss.options)}
+        options = {**{name: getattr(c, name) for name in LOSS_OPTIONS}, **dataclasses.asdict(loss.options),
+                   **dataclasses.asdict(c.sampler_correction().options)}
         # Every iteration needs the current policy's entropies for the entropy mask, and with their graph for the bonus.
         entropy_masked = c.top_entropy_quantile < 1.0 or c.entropy_coef != 0.0
         clip_fraction = loss.clip_fraction
@@ -377,10 +391,12 @@ class GRPO(Algorithm):
         gap = (logps - rollout.sampling_logps).abs()[active]
         metrics = {"mismatch/mean": gap.mean().item() if gap.numel() else 0.0,
                    "mismatch/max": gap.max().item() if gap.numel() else 0.0}
+        correction, ratio = c.sampler_correction(), None
         if c.importance_sampling_correction:
-            ratio = sampling_importance_ratio(logps, rollout.sampling_logps, rollout.completion_mask, c.importance_sampling_mode,
-                                              c.importance_sampling_clip_min, c.importance_sampling_clip_max)
-            ratio = ratio.flatten() if c.importance_sampling_mode.startswith("sequence") else ratio[active]
+            ratio = correction.weights(logps, rollout.sampling_logps, rollout.completion_mask,
+                                       c.importance_sampling_clip_min, c.importance_sampling_clip_max)
+        if ratio is not None:  # bypass, gated at level off: no weight
+            ratio = ratio.flatten() if correction.sequence_level else ratio[active]
             if ratio.numel():
                 metrics.update({"mismatch/is_ratio_min": ratio.min().item(), "mismatch/is_ratio_mean": ratio.mean().item(),
                                 "mismatch/is_ratio_max": ratio.max().item()})

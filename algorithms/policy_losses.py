@@ -24,6 +24,9 @@ import torch
 
 from algorithms.kl import KL_PENALTIES
 from algorithms.registry import Configurable, lookup_named, register_function, register_member, register_named
+from algorithms.sampler_corrections import (  # noqa: F401 (re-exported: callers import them from here too)
+    IMPORTANCE_SAMPLING_MODES, SAMPLER_CORRECTIONS, sampler_correction, sampling_importance_ratio,
+)
 
 GRPO_LEVELS = ("token", "sequence")
 
@@ -212,7 +215,8 @@ class LossInputs:
     """What every objective may read: logps, old_logps, log_ratio (= logps - old_logps) and mask (B, T); ratio
     (B, T) or (B, 1) by ``level``; adv (B, 1), or (B, T) per-token advantages; is_ratio, the sampler's IS weight
     (B, T), (B, 1) or None; the clip range [1 - epsilon, 1 + epsilon_high] (epsilon_high already defaulted to
-    epsilon) and two-sided clipping's cap ``delta``; generator (a torch.Generator or None, for random picks)."""
+    epsilon) and two-sided clipping's cap ``delta``; generator (a torch.Generator or None, for random picks);
+    group_size, G of a batch ordered group by group, where the caller gives it (None: unknown)."""
 
     logps: torch.Tensor
     old_logps: torch.Tensor
@@ -225,6 +229,7 @@ class LossInputs:
     epsilon_high: float
     delta: Optional[float]
     generator: Optional[torch.Generator]
+    group_size: Optional[int] = None
 
 
 class PolicyLoss(Configurable):
@@ -635,6 +640,144 @@ class DPPOKL(PolicyLoss):
         return -x.adv * _dppo_truncated_ratio(x.log_ratio, self.options.clip_ratio_c) * x.logps * keep
 
 
+# ms-swift 4.6.0's loss types that TRL and verl lack: REAL (a group-wise ranking loss) and FIPO (the clipped
+# surrogate weighted by the future KL of each token).
+
+
+def real_group_losses(scores: torch.Tensor, advantages: torch.Tensor, group_size: int, tau: float) -> torch.Tensor:
+    """REAL's loss per group (arXiv 2602.05630; ms-swift 4.6.0's loss_type "real"), (n_groups,):
+
+        L_g = log(1 + sum_{i in N_g} e^{S_i / tau}) + log(1 + sum_{i in P_g} e^{-S_i / tau})
+
+    ``scores`` (B,) S_i, each completion's mean token log-ratio log(pi_theta / pi_old); ``advantages`` (B,) only
+    their signs count: P_g = {A_i > 0}, N_g = {A_i <= 0}. A group without both a positive and a non-positive
+    completion has no pair to rank: L_g = 0. The gradient weight on S_i is bounded by 1 / tau (ms-swift: tau 0.5)."""
+    scores, signs = scores.view(-1, group_size) / tau, advantages.reshape(-1, group_size)
+    positive = signs > 0
+    valid = positive.any(dim=1) & (~positive).any(dim=1)
+    zero = scores.new_zeros(scores.size(0), 1)  # the 1 in log(1 + sum): logsumexp with e^0
+    negatives = torch.logsumexp(torch.cat([scores.masked_fill(positive, -math.inf), zero], dim=1), dim=1)
+    positives = torch.logsumexp(torch.cat([(-scores).masked_fill(~positive, -math.inf), zero], dim=1), dim=1)
+    return torch.where(valid, negatives + positives, torch.zeros_like(negatives))
+
+
+@dataclass
+class REALOptions:
+    real_tau: float = field(default=0.5, metadata={
+        "help": "real: temperature tau of the ranking loss, its gradient weight bounded by 1/tau (ms-swift: 0.5)"})
+
+    def validate(self) -> None:
+        if self.real_tau <= 0:
+            raise ValueError(f"real_tau must be > 0, got {self.real_tau}")
+
+
+@register_policy_loss
+class REAL(PolicyLoss):
+    """REAL (arXiv 2602.05630; ms-swift 4.6.0's loss_type "real"): each group's completions ranked by their
+    sequence score S_i = 1/|o_i| sum_t log(pi_theta / pi_old)(o_{i,t}), the positive-advantage ones above the rest
+    (``real_group_losses``), averaged over the batch's groups (the groups without a pair count as 0),
+
+        loss = 1/n sum_g L_g
+
+    Each row carries its group's L_g, (B, 1), so the "grpo" aggregation (the mean over rows) gives 1/n sum_g L_g
+    (exact when every row has an active token). Only the advantages' signs count, so GRPO's ``scale_rewards`` does
+    not matter (ms-swift forces "none"); epsilon and delta do not apply, and unlike ms-swift the KL term is
+    aggregated per completion (ms-swift: over tokens; equal at equal lengths). Needs whole groups (``group_size``)."""
+
+    name, aggregation = "real", "grpo"
+    per_completion_advantages = True
+    Options = REALOptions
+
+    def objective(self, x: LossInputs) -> torch.Tensor:
+        if x.group_size is None:
+            raise ValueError("loss_type 'real' ranks within groups: it needs group_size")
+        scores = (x.log_ratio * x.mask).sum(-1) / x.mask.sum(-1).clamp(min=1.0)
+        losses = real_group_losses(scores, x.adv.view(-1), x.group_size, self.options.real_tau)
+        return losses.repeat_interleave(x.group_size).unsqueeze(-1)
+
+
+@torch.no_grad()
+def fipo_influence_weights(
+    log_ratio: torch.Tensor,
+    ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    decay_rate: float = 32.0,
+    clip_range: Optional[float] = 0.2,
+    clip_high_only: bool = True,
+    safety_threshold: Optional[float] = 4.0,
+    delta: Optional[float] = None,
+) -> torch.Tensor:
+    """FIPO's token influence weight (arXiv 2603.19835; ms-swift 4.6.0's ``_compute_fipo_influence``), (B, T), no
+    gradient:
+
+        FKL_{i,t} = sum_{s >= t} gamma^(s - t) log r_{i,s},   gamma = 2^(-1 / decay_rate)   (decay_rate: half-life)
+        w_{i,t}   = clip(exp(FKL_{i,t}), 1 or 1 - c, 1 + c)     (c = clip_range; the lower bound 1 if clip_high_only)
+        w_{i,t}   = clip(w_{i,t}, 0.8, 1.0)   where A_i < 0 and r_{i,t} > safety_threshold
+
+    a token whose continuation the update already made more likely weighs more. Padding (and, with ``delta``, a
+    token whose ratio exceeds delta: dual clip's participation mask) adds nothing to the future KL. ``clip_range``
+    None or 0 and ``safety_threshold`` None or 0 turn those off (ms-swift: None; a threshold 0 would cap every
+    negative-advantage token, no use). ``ratio`` (B, T) or (B, 1), ``advantages`` (B, 1)."""
+    mask = mask.to(log_ratio.dtype)
+    step = log_ratio * mask
+    if delta is not None:
+        step = step.masked_fill((ratio > delta).expand_as(step), 0.0)
+    positions = torch.arange(step.size(-1), device=step.device)
+    distance = positions.unsqueeze(0) - positions.unsqueeze(1)  # [t, s] = s - t
+    gamma = 2.0 ** (-1.0 / decay_rate)
+    decay = torch.where(distance >= 0, gamma ** distance.clamp(min=0).to(step.dtype), torch.zeros((), dtype=step.dtype))
+    weight = torch.exp((step @ decay.T) * mask)
+    if clip_range:
+        weight = weight.clamp(min=1.0 if clip_high_only else 1.0 - clip_range, max=1.0 + clip_range)
+    if safety_threshold:
+        unsafe = (advantages < 0) & (ratio > safety_threshold)
+        weight = torch.where(unsafe.expand_as(weight), weight.clamp(min=0.8, max=1.0), weight)
+    return weight
+
+
+@dataclass
+class FIPOOptions:
+    fipo_decay_rate: float = field(default=32.0, metadata={
+        "help": "fipo: half-life in tokens of the future-KL discount, gamma = 2^(-1/rate) (ms-swift: 32)"})
+    fipo_clip_range: Optional[float] = field(default=0.2, metadata={
+        "help": "fipo: clip the influence weight to 1 +- this; 0: no clip (ms-swift: 0.2)"})
+    fipo_clip_high_only: bool = field(default=True, metadata={
+        "help": "fipo: clip the influence weight to [1, 1 + fipo_clip_range] (ms-swift: on)"})
+    fipo_safety_threshold: Optional[float] = field(default=4.0, metadata={
+        "help": "fipo: cap the weight to [0.8, 1] of A < 0 tokens whose ratio exceeds this; 0: off (ms-swift: 4.0)"})
+
+    def validate(self) -> None:
+        if self.fipo_decay_rate <= 0:
+            raise ValueError(f"fipo_decay_rate must be > 0, got {self.fipo_decay_rate}")
+        if self.fipo_clip_range is not None and not 0 <= self.fipo_clip_range < 1:
+            raise ValueError(f"fipo_clip_range must be in [0, 1), got {self.fipo_clip_range}")
+        if self.fipo_safety_threshold is not None and self.fipo_safety_threshold < 0:
+            raise ValueError(f"fipo_safety_threshold must be >= 0, got {self.fipo_safety_threshold}")
+
+
+@register_policy_loss
+class FIPO(GRPOClip):
+    """FIPO (Future-KL influenced policy optimisation, arXiv 2603.19835; ms-swift 4.6.0's loss_type "fipo"): the
+    clipped surrogate (with ``delta``'s cap), each token weighted by its influence weight (``fipo_influence_weights``),
+    token mean over the generation batch as dapo:
+
+        l_{i,t} = -min(r A, clip(r, 1-eps, 1+eps_high) A) * sg(w_{i,t})
+
+    At mu = 1 every log-ratio is 0, w = 1, and FIPO is dapo."""
+
+    name, aggregation, family = "fipo", "dapo", "fipo"
+    Options = FIPOOptions
+
+    def objective(self, x: LossInputs) -> torch.Tensor:
+        o = self.options
+        weight = fipo_influence_weights(x.log_ratio, x.ratio, x.adv, x.mask, decay_rate=o.fipo_decay_rate,
+                                        clip_range=o.fipo_clip_range, clip_high_only=o.fipo_clip_high_only,
+                                        safety_threshold=o.fipo_safety_threshold, delta=x.delta)
+        return super().objective(x) * weight
+
+
 # The loss types TRL 1.16 has (the TRL check compares each); the registry holds these and verl's above.
 GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
 CLIPPED_LOSS_TYPES = tuple(name for name in GRPO_LOSS_TYPES if POLICY_LOSSES[name].takes_delta)
@@ -642,45 +785,8 @@ CLIPPED_LOSS_TYPES = tuple(name for name in GRPO_LOSS_TYPES if POLICY_LOSSES[nam
 
 
 # --------------------------------------------------------------------------------------------
-# Token and sequence masks, and the sampler/trainer mismatch correction
+# Token and sequence masks (the sampler/trainer mismatch corrections: algorithms/sampler_corrections.py)
 # --------------------------------------------------------------------------------------------
-
-IMPORTANCE_SAMPLING_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
-
-
-@torch.no_grad()
-def sampling_importance_ratio(
-    old_logps: torch.Tensor,
-    sampling_logps: torch.Tensor,
-    mask: torch.Tensor,
-    mode: str = "sequence_mask",
-    clip_min: Optional[float] = None,
-    clip_max: Optional[float] = 3.0,
-) -> torch.Tensor:
-    """Truncated or masked importance sampling for the sampler/trainer mismatch (Yao et al. 2025, "Your
-    efficient RL framework secretly brings you off-policy RL training"; TRL's vllm_importance_sampling_*):
-
-        rho_{i,t} = pi_old(o_{i,t}) / pi_sampler(o_{i,t})      token_* modes      (B, T)
-        rho_i     = prod_t rho_{i,t}                           sequence_* modes   (B, 1)
-        *_truncate: rho <- clip(rho, C_min, C_max)             *_mask: rho <- 0 outside [C_min, C_max]
-
-    ``pi_old`` is the trainer's view of the sampling policy (its first-iteration log-probs), ``pi_sampler``
-    what the sampler computed while sampling (e.g. in bf16). Padding and NaN sampler log-probs count as
-    no mismatch (rho = 1). No gradient.
-    """
-    if mode not in IMPORTANCE_SAMPLING_MODES:
-        raise ValueError(f"unknown importance_sampling_mode {mode!r}; expected one of {IMPORTANCE_SAMPLING_MODES}")
-    diff = torch.nan_to_num((old_logps - sampling_logps) * mask.to(old_logps.dtype), nan=0.0)
-    if mode.startswith("sequence"):
-        diff = diff.sum(-1, keepdim=True)
-    ratio = torch.exp(diff)
-    if mode.endswith("truncate"):
-        if clip_min is None and clip_max is None:
-            raise ValueError(f"importance_sampling_mode {mode!r} needs importance_sampling_clip_min or _clip_max")
-        return torch.clamp(ratio, min=clip_min, max=clip_max)
-    low = -math.inf if clip_min is None else clip_min
-    high = math.inf if clip_max is None else clip_max
-    return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
 
 
 @torch.no_grad()
@@ -739,6 +845,7 @@ def grpo_loss(
     kl_loss_type: str = "k3",
     entropy_coef: float = 0.0,
     generator: Optional[torch.Generator] = None,
+    group_size: Optional[int] = None,
     return_parts: bool = False,
     **options,
 ) -> torch.Tensor | tuple[torch.Tensor, dict[str, float]]:
@@ -753,10 +860,10 @@ def grpo_loss(
 
     ``loss_type`` names the registered policy loss (``POLICY_LOSSES``) that gives the per-token objective and the
     aggregation: the clipped surrogate above with TRL 1.16's grpo / bnpo / dr_grpo / dapo / luspo aggregations,
-    cispo, sapo, vespo, verl's dual_clip, gmpo, clip_cov, kl_cov, dppo_tv, dppo_kl, and plug-ins; ``options`` are
-    that loss's own (its ``Options`` fields, e.g. sapo_temperature_pos). Then, in TRL's order: the off-policy
-    sequence mask, the high-entropy token mask, the sampler IS weight (unless the loss folds it into its own), the
-    KL term, the aggregation, the entropy bonus.
+    cispo, sapo, vespo, verl's dual_clip, gmpo, clip_cov, kl_cov, dppo_tv, dppo_kl, ms-swift's real and fipo, and
+    plug-ins; ``options`` are that loss's own (its ``Options`` fields, e.g. sapo_temperature_pos). Then, in TRL's
+    order: the off-policy sequence mask, the high-entropy token mask, the sampler IS weight (unless the loss folds
+    it into its own), the KL term, the aggregation, the entropy bonus.
 
     Args:
         logps: (B, T) per-token log-probs under the current policy (carries the gradient).
@@ -783,8 +890,10 @@ def grpo_loss(
         off_policy_mask_threshold: delta of DeepSeek-V3.2's off-policy sequence mask; None: off.
         sampling_logps: (B, T) the sampler's own log-probs of the sampled tokens, or None.
         importance_sampling_correction, importance_sampling_mode, importance_sampling_clip_min,
-            importance_sampling_clip_max: weight the loss by ``sampling_importance_ratio`` when
-            sampling_logps is given (TRL's vllm_importance_sampling_*).
+            importance_sampling_clip_max: when sampling_logps is given, correct for the sampler by the registered
+            ``SAMPLER_CORRECTIONS`` member ``importance_sampling_mode`` (algorithms/sampler_corrections.py): TRL's
+            vllm_importance_sampling_* weight, SkyRL's sequence masks, OpenRLHF's gate, or verl's bypass (the
+            sampler's log-probs as old_logps); ``options`` carry its own knobs too.
         loss_aggregation: a ``LOSS_AGGREGATIONS`` name replacing the loss type's own (e.g. verl's
             "seq-mean-token-sum-norm"); None: the loss type's.
         kl_loss_type: the KL term's estimator, a ``KL_PENALTIES`` name ("k3": the paper's).
@@ -792,6 +901,7 @@ def grpo_loss(
             (``entropy_bonus_loss``, token-mean whatever the aggregation, as TRL and OpenRLHF; ``entropies`` must
             then carry the graph). 0: off (the paper).
         generator: the generator of a loss's random pick (clip_cov).
+        group_size: G, for a loss that works within groups (real); the batch is ordered group by group.
         return_parts: also return the loss's parts, each aggregated as the loss is (no graph): ``policy`` (the
             objective with its masks and IS weight), ``kl`` (beta x the KL term, with ``kl_loss_type``'s estimator;
             present when beta > 0) and ``entropy`` (the bonus, negative; present when entropy_coef != 0). They add
@@ -799,25 +909,30 @@ def grpo_loss(
     Returns:
         scalar loss tensor; with ``return_parts``, (loss, {part: value}).
     """
-    loss_cls = policy_loss(loss_type)
-    policy = loss_cls.with_options(options)
+    loss_cls, correction_cls = policy_loss(loss_type), sampler_correction(importance_sampling_mode)
+    correction_names = {f.name for f in fields(correction_cls.Options)}
+    policy = loss_cls.with_options({k: v for k, v in options.items() if k not in correction_names})
+    correction = correction_cls.with_options({k: v for k, v in options.items() if k in correction_names})
     kl_estimator = lookup_named(KL_PENALTIES, "kl_loss_type", kl_loss_type)
     aggregate = lookup_named(LOSS_AGGREGATIONS, "loss_aggregation", loss_aggregation or loss_cls.aggregation)
     if epsilon < 0 or (epsilon_high is not None and epsilon_high < 0) or beta < 0:
         raise ValueError("epsilon, epsilon_high and beta must be >= 0")
     mask = mask.to(logps.dtype)
     old_logps = logps.detach() if old_logps is None else old_logps
-    ratio = importance_ratio(logps, old_logps, mask, level)  # (B, T) or (B, 1)
     is_ratio = None
     if sampling_logps is not None and importance_sampling_correction:
-        if loss_cls.folds_sampling_weight and importance_sampling_mode.startswith("sequence"):
-            raise ValueError(f"loss_type {loss_type!r} needs a token_* importance_sampling_mode (TRL refuses sequence modes)")
-        is_ratio = sampling_importance_ratio(old_logps, sampling_logps, mask, importance_sampling_mode,
-                                             importance_sampling_clip_min, importance_sampling_clip_max)
+        if loss_cls.folds_sampling_weight and correction.sequence_level:
+            raise ValueError(f"loss_type {loss_type!r} needs a token-level importance_sampling_mode (TRL refuses "
+                             f"sequence modes), got {importance_sampling_mode!r}")
+        if correction.bypass:
+            old_logps = correction.old_logps(old_logps, sampling_logps)
+        is_ratio = correction.weights(old_logps, sampling_logps, mask, importance_sampling_clip_min,
+                                      importance_sampling_clip_max)
+    ratio = importance_ratio(logps, old_logps, mask, level)  # (B, T) or (B, 1)
     per_token = policy.objective(LossInputs(
         logps=logps, old_logps=old_logps, log_ratio=logps - old_logps, ratio=ratio, adv=per_token_advantages(advantages),
         mask=mask, is_ratio=is_ratio, epsilon=epsilon, epsilon_high=epsilon if epsilon_high is None else epsilon_high,
-        delta=delta, generator=generator))
+        delta=delta, generator=generator, group_size=group_size))
     if off_policy_mask_threshold is not None:
         behaviour = old_logps if sampling_logps is None else sampling_logps
         per_token = per_token * off_policy_sequence_mask(logps, behaviour, advantages, mask, off_policy_mask_threshold)

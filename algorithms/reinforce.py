@@ -1,8 +1,10 @@
 """REINFORCE with a baseline (Williams 1992; Ahmadian et al. 2024, "Back to Basics", for LLMs).
 
 No critic, no groups, no clipping: every completion's sequence log-prob is pushed up in proportion to
-its reward minus a baseline. The baseline is a moving average of past batches' mean reward (option:
-none, plain REINFORCE). An optional k3 KL penalty keeps the policy near the reference.
+its reward minus a baseline. The baseline is a moving average of past batches' mean reward (options:
+batch_mean, this batch's own mean reward, which with one sample per prompt is OpenRLHF's FlashREINFORCE,
+``flash_reinforce`` in algorithms/estimators.py; none, plain REINFORCE). An optional k3 KL penalty keeps the
+policy near the reference.
 """
 
 from __future__ import annotations
@@ -13,15 +15,16 @@ from typing import Optional
 import torch
 
 from algorithms.base import Algorithm, AlgoConfig, register_algorithm
+from algorithms.estimators import batch_mean_advantages
 from algorithms.losses import carries_signal, masked_mean_per_sequence, reinforce_loss
 
-BASELINES = ("moving_average", "none")
+BASELINES = ("moving_average", "batch_mean", "none")
 
 
 @dataclass
 class REINFORCEConfig(AlgoConfig):
     samples_per_prompt: int = field(default=4, metadata={"help": "completions sampled per prompt (each scored on its own)"})
-    baseline: str = field(default="moving_average", metadata={"help": "b in (r - b): moving average of rewards, or none", "choices": BASELINES})
+    baseline: str = field(default="moving_average", metadata={"help": "b in (r - b): moving average of past batches' mean rewards, batch_mean (this batch's mean: with samples_per_prompt 1, OpenRLHF's FlashREINFORCE), or none", "choices": BASELINES})
     baseline_decay: float = field(default=0.9, metadata={"help": "b <- decay * b + (1 - decay) * mean(r) after every batch"})
     beta: float = field(default=0.0, metadata={"help": "k3 KL penalty weight to the reference, per sequence (0 skips the reference)"})
 
@@ -55,7 +58,7 @@ class REINFORCE(Algorithm):
         rewards = self.score(rollout)  # 2 score
         mask = rollout.completion_mask
         ref_logps = self.frozen_logps(self.ref_policy, rollout) if c.beta > 0 else None  # 3 ref log-probs
-        advantages = rewards - self._baseline(rewards)  # 4 advantages
+        advantages = self._advantages(rewards)  # 4 advantages
         # No signal (every advantage 0, no KL term): no step, which AdamW's momentum would still take.
         signal = self.any_rank(c.beta > 0 or carries_signal(advantages, mask))  # every rank updates, or none
 
@@ -75,6 +78,14 @@ class REINFORCE(Algorithm):
             **self.rollout_metrics(rollout, rewards),
             **self.advantage_metrics(advantages),
         }
+
+    def _advantages(self, rewards: torch.Tensor) -> torch.Tensor:
+        if self.config.baseline != "batch_mean":
+            return rewards - self._baseline(rewards)
+        if self.data_parallel is None:
+            return batch_mean_advantages(rewards)
+        # the global batch's mean, as one process would take it; this rank's rows of the result
+        return batch_mean_advantages(self.data_parallel.gather(rewards)).view(self.world_size, -1)[self.data_parallel.rank]
 
     def _baseline(self, rewards: torch.Tensor) -> float:
         """The baseline for this batch (from earlier batches only, except the first), then fold this batch in."""

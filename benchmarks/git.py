@@ -28,3 +28,38 @@ def resolve(repo: str, revision: str) -> dict:
     commit = found.stdout.strip()
     subject = git(repo, "log", "-1", "--format=%s", commit).decode().strip()
     return {"revision": revision, "commit": commit, "subject": subject}
+
+
+# What a cell runs: the code folders and the dependencies. The results and docs are data that a matrix (or its
+# report) writes into the same checkout while it runs; a change to them must not read as other code.
+CODE_PATHS = ("algorithms", "tasks", "benchmarks", "pyproject.toml")
+
+
+def code_state(root) -> dict | None:
+    """The code a checkout at ``root`` runs: ``commit`` (HEAD), ``dirty`` (tracked changes to ``CODE_PATHS`` or
+    untracked files in them) and ``diff_hash``, the sha256 of ``git diff HEAD --binary`` over them followed by each
+    untracked file's path and bytes ("" when clean). None when ``root`` is not a git checkout (an installed package):
+    no commit to check out."""
+    import hashlib
+    import os
+
+    if not os.path.exists(os.path.join(str(root), ".git")):
+        return None
+    try:
+        commit = git(root, "rev-parse", "HEAD").decode().strip()
+        diff = git(root, "diff", "HEAD", "--binary", "--", *CODE_PATHS)
+        untracked = git(root, "ls-files", "--others", "--exclude-standard", "-z", "--", *CODE_PATHS).split(b"\0")
+    except UsageError:
+        return None
+    untracked = sorted(path for path in untracked if path)
+    if not diff and not untracked:
+        return {"commit": commit, "dirty": False, "diff_hash": ""}
+    digest = hashlib.sha256(diff)
+    for path in untracked:
+        digest.update(b"\0" + path + b"\0")
+        try:
+            with open(os.path.join(os.fsencode(str(root)), path), "rb") as f:
+                digest.update(f.read())
+        except OSError:  # gone since git listed it: its path still marks the tree dirty
+            pass
+    return {"commit": commit, "dirty": True, "diff_hash": digest.hexdigest()}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -180,3 +181,69 @@ def locked_directory(directory: Path | str, lock_name: str, *, what: str, busy: 
         yield
     finally:
         lock.close()
+
+
+# The first line of every README.md the tool writes into a results folder: what tells its own from a person's.
+README_HEADING = "# grpo-bench results"
+
+
+def own_readme(path: Path | str) -> bool:
+    """Whether ``path`` is absent or a README the tool wrote (its first line ``README_HEADING``)."""
+    try:
+        with open(path, errors="replace") as f:
+            return f.readline().rstrip("\n") == README_HEADING
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except OSError:
+        return False
+
+
+def check_output_dir(out: Path | str, *, records: Sequence[str], ours: Sequence[str] = (), flag: str = "--out",
+                     checkout: Optional[Path | str] = None) -> Path:
+    """``out`` as a folder the tool may write its results into, or one UsageError line: an empty name (the current
+    folder by accident), the project's ``checkout`` or any folder holding a project (a pyproject.toml or .git), a
+    folder with files but none of the tool's ``records`` (the files that say the tool wrote it, as matrix.json), or
+    a README.md the tool did not write (it would be replaced by the report). ``ours``: further names the tool may
+    leave in a new folder (a lock file). Shared by every command that writes a results folder."""
+    if not str(out).strip():
+        raise UsageError(f"{flag} is empty: name a folder for the results (the current folder is never assumed)")
+    path = Path(out)
+    try:
+        resolved = path.resolve()
+        if checkout is not None and resolved == Path(checkout).resolve():
+            raise UsageError(f"{flag} {out} is the project's checkout: name a folder for the results, as "
+                             f"results/NAME or runs/NAME")
+        for marker in ("pyproject.toml", ".git"):
+            if (path / marker).exists():
+                raise UsageError(f"{flag} {out} holds a project ({marker}): name a folder of its own for the results")
+        names = sorted(p.name for p in path.iterdir()) if path.is_dir() else []
+    except OSError as exc:
+        raise UsageError(f"{flag} {out}: cannot read the folder ({exc.strerror or exc})") from None
+    if names and not set(records) & set(names):
+        foreign = [n for n in names if n not in ours]
+        if foreign:
+            shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+            raise UsageError(f"{flag} {out} holds files grpo-bench did not write ({shown}): name a new or empty folder")
+    if not own_readme(path / "README.md"):
+        raise UsageError(f"{flag} {out} holds a README.md grpo-bench did not write (its report would replace it): "
+                         f"move it or name another folder")
+    return path
+
+
+# The errors of a write that no retry in the same place mends: a full disk or quota, a file too large, a file system
+# gone read-only or failing.
+WRITE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO)
+
+
+@contextmanager
+def write_errors(where: Path | str, kept: Callable[[], str]):
+    """Turn a write error (``WRITE_ERRORS``) in the block into one UsageError line: what failed where, and
+    ``kept()``, what was kept (called after the failure)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in WRITE_ERRORS:
+            raise
+        what = exc.strerror or os.strerror(exc.errno)
+        raise UsageError(f"cannot write in {where}: {what}" + (f" ({exc.filename})" if exc.filename else "")
+                         + f"; {kept()}") from None

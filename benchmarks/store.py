@@ -11,6 +11,10 @@ A missing metric is null and a NaN metric stays NaN, so a row reads back exactly
 rename each time a cell is added, so a kill leaves the previous store or the new one, never a torn file;
 a matrix that grows 10x would want append-only parts, which this layout can add without changing readers.
 
+The file's metadata also carries the matrix's ``record``: what was stated before its first cell ran (the
+analysis, when) and its sessions, kept beside the cells so that a lost or rewritten matrix.json can be told
+from the store alone.
+
 A flipped bit must not read back as another number: every page carries its CRC (Parquet's page checksums)
 and the format tag carries a sha256 of the values (``_digest``), which also covers the page headers and the
 footer (column names, types). A store written before either is read unverified.
@@ -73,10 +77,12 @@ def same_experiment_spec(stored: Optional[dict], planned: dict) -> bool:
 class ResultStore:
     """The cells of one matrix directory, in memory, written back whole on every change."""
 
-    def __init__(self, path: Path, cells: dict[str, dict], steps: dict[str, list[dict]]):
+    def __init__(self, path: Path, cells: dict[str, dict], steps: dict[str, list[dict]],
+                 record: Optional[dict] = None):
         self.path = path
         self.cells = cells  # relpath -> {"spec": dict, "summary": dict}
         self.steps = steps  # relpath -> metrics rows, in step order
+        self.record = record if record is not None else {}  # the matrix's own record (module docstring)
         self._tables: dict = {}  # relpath -> its rows as a pyarrow Table, built on the first write
 
     # -- reading -----------------------------------------------------------------------------------
@@ -88,6 +94,10 @@ class ResultStore:
         if not path.exists():
             return cls(path, {}, {})
         return cls(path, *_read(path))
+
+    def finished(self) -> list[str]:
+        """The cells the store holds as complete."""
+        return [k for k, v in self.cells.items() if v["summary"].get("status") == "complete"]
 
     @classmethod
     def read(cls, out: Path | str) -> Optional["ResultStore"]:
@@ -118,6 +128,16 @@ class ResultStore:
         self._tables.pop(relpath, None)
         self.write()
 
+    def drop(self, relpaths: Iterable[str]) -> None:
+        """Remove these cells and write the store."""
+        relpaths = [k for k in relpaths if k in self.cells]
+        for key in relpaths:
+            del self.cells[key]
+            self.steps.pop(key, None)
+            self._tables.pop(key, None)
+        if relpaths:
+            self.write()
+
     def keep_only(self, same: Callable[[str, dict], bool]) -> None:
         """Drop every cell for which ``same(relpath, spec)`` is False (a changed matrix never reuses a stale cell)."""
         stale = [k for k, v in self.cells.items() if not same(k, v["spec"])]
@@ -137,7 +157,10 @@ class ResultStore:
         tables = [self._tables[k] for k in self.cells]
         table = (pa.concat_tables(tables, promote_options="permissive") if tables
                  else pa.table({k: pa.array([], pa.string()) for k in ("cell", "kind", "spec", "summary")}))
-        table = table.replace_schema_metadata({"grpo_bench": json.dumps({**FORMAT, "sha256": _digest(table)})})
+        meta = {**FORMAT, "sha256": _digest(table)}
+        if self.record:
+            meta.update(record=self.record, record_sha256=_record_digest(self.record))
+        table = table.replace_schema_metadata({"grpo_bench": json.dumps(meta, default=str)})
         atomic_write(self.path, lambda tmp: pq.write_table(table, tmp, **write_options(table)))
 
 
@@ -198,7 +221,11 @@ def _digest(table) -> str:
     return digest.hexdigest()
 
 
-def _read(path: Path) -> tuple[dict, dict]:
+def _record_digest(record: dict) -> str:
+    return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _read(path: Path) -> tuple[dict, dict, dict]:
     pa, pq = _pyarrow()
     try:
         table = pq.read_table(path, page_checksum_verification=True)
@@ -215,6 +242,9 @@ def _read(path: Path) -> tuple[dict, dict]:
         raise UsageError(f"{path}: result store version {meta.get('version')}, this grpo-bench reads version {FORMAT['version']}")
     if "sha256" in meta and meta["sha256"] != _digest(table):
         raise UsageError(f"the result store {path} is corrupted: its values do not match the sha256 it was written with")
+    record = meta.get("record") or {}
+    if not isinstance(record, dict) or ("record_sha256" in meta and meta["record_sha256"] != _record_digest(record)):
+        raise UsageError(f"the result store {path} is corrupted: its matrix record does not match its sha256")
     missing = [c for c in ("cell", "kind", "spec", "summary") if c not in columns]
     if missing:
         raise UsageError(f"{path}: a malformed result store: no {' and no '.join(missing)} column")
@@ -234,7 +264,7 @@ def _read(path: Path) -> tuple[dict, dict]:
                 {k: v for k, v in row.items() if v is not None and k not in ("spec", "summary")})
     for relpath, rows in steps.items():
         rows.sort(key=lambda r: r["step"])
-    return cells, steps
+    return cells, steps, record
 
 
 def _json_object(path: Path, relpath: str, key: str, text) -> dict:

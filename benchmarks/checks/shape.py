@@ -31,9 +31,10 @@ from benchmarks.study import StudySettings, option
 # --- the layering: the packages read, and the rules the tests enforce -----------------------------------------------
 
 PACKAGES = ("algorithms", "tasks", "benchmarks")
-# What the report may read: its own modules, run files (io, the store) and the markdown writer beside io.
+# What the report may read: its own modules, run files (io, the store), the markdown writer beside io, and the git
+# history the cells' recorded commits are looked up in.
 REPORT_READS = ("benchmarks.report", "benchmarks.io", "benchmarks.markdown", "benchmarks.errors", "benchmarks.store",
-                "benchmarks.curve")
+                "benchmarks.curve", "benchmarks.git")
 # The layers the report sits on, beside the command line: none of them imports it.
 BELOW_THE_REPORT = ("benchmarks.harness", "benchmarks.matrix", "benchmarks.checks", "benchmarks.perf", "algorithms", "tasks")
 # Correctness checks and performance benches stand side by side: what both need lives in benchmarks/references/.

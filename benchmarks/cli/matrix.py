@@ -25,7 +25,10 @@ def add_matrix_parser(sub, name: str) -> None:
     p.add_argument("file", help="matrix file (TOML), e.g. benchmarks/matrices/default.toml")
     p.add_argument("--out", required=True, help="results directory (one sub-directory per cell)")
     p.add_argument("--resume", action="store_true", help="skip finished cells; re-run unfinished ones (from a checkpoint if any)")
-    p.add_argument("--overwrite", action="store_true", help="run every cell again, replacing finished ones")
+    p.add_argument("--overwrite", action="store_true", help="run every cell again, replacing finished ones; with "
+                   "--resume: run again only the finished cells whose settings the file changed, keep the rest")
+    p.add_argument("--allow-dirty", action="store_true", help="run from uncommitted code (or outside a git checkout): "
+                   "every cell is recorded dirty, with the sha256 of the diff")
     p.add_argument("--dry-run", action="store_true", help="validate the file and list the cells without running them")
     p.add_argument("--no-report", action="store_true", help="do not write the report (tables, plots, verdicts) when the cells are done")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (the per-cell lines remain)")
@@ -96,16 +99,22 @@ def cmd_matrix(args) -> int:
                   + (" (at the chosen grid point)" if plan.tuning and not cell.tuning_point else ""))
         return 0
     tasks = None if args.tasks is None else comma_list(args.tasks)
-    counts = run_matrix(plan, out, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress,
-                        executor=executor, tasks=tasks, rerun=None if args.rerun is None else comma_list(args.rerun))
+    # run_matrix takes --out as given: an empty name is refused there, where Path("") would have read as "."
+    from benchmarks.report import inference  # heavy: scipy (the report below imports it anyway)
+
+    counts = run_matrix(plan, args.out, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress,
+                        executor=executor, tasks=tasks, rerun=None if args.rerun is None else comma_list(args.rerun),
+                        allow_dirty=args.allow_dirty, procedure=getattr(inference, "PROCEDURE", "pairs-v2"))
     sessions = (read_json(out / "matrix.json") or {}).get("sessions", [])
     print(f"matrix {plan.name}: {counts['complete']} run and complete, {counts['skipped']} already complete, "
           f"{counts['failed']} failed; {sessions[-1]['elapsed_s']:.0f} s this session, "
           f"{sum(s['elapsed_s'] for s in sessions):.0f} s in all -> {out}")
     if not args.no_report:  # failed cells are reported as failed; the rest still get their tables and verdicts
+        from benchmarks.io import write_errors  # start-up: hashlib, random (module docstring)
         from benchmarks.report.matrix import report  # heavy: pandas, scipy
 
-        data = report(out)
+        with write_errors(out, lambda: "the cells are kept in its store; grpo-bench report DIR writes the report"):
+            data = report(out)
         for sentence in data.get("analysis", {}).get("sentences", []):
             print(sentence)
         print("report: " + ", ".join(data["written"]))
@@ -166,8 +175,12 @@ def check_store_matches_plan(directory: Path) -> None:
 
 
 def cmd_report(args) -> int:
+    from benchmarks.io import README_HEADING, own_readme  # start-up: hashlib, random (module docstring)
     from benchmarks.report.matrix import report, summary_markdown  # heavy: pandas, scipy
 
+    if not own_readme(Path(args.dir) / "README.md"):
+        raise UsageError(f"{Path(args.dir) / 'README.md'} was not written by grpo-bench (its first line is not "
+                         f"{README_HEADING!r}) and the report would replace it: move it, then report")
     check_store_matches_plan(Path(args.dir))
     if args.readme:
         writable(args.readme, "--readme")

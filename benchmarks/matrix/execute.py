@@ -36,15 +36,21 @@ from typing import Callable, Optional, Protocol, Sequence
 from tqdm.auto import tqdm
 
 from benchmarks.errors import UsageError
+from benchmarks.git import CODE_PATHS, code_state
 from benchmarks.harness import measure
 from benchmarks.harness.config import flat_settings, resolve
 from benchmarks.harness.loop import discard_checkpoints
 from benchmarks.progress import progress as progress_bar
-from benchmarks.io import atomic_write_json, locked_directory, read_json, read_jsonl
+from benchmarks.io import (atomic_write_json, check_output_dir, locked_directory, read_json, read_jsonl,
+                           write_errors)
 from benchmarks.matrix import tuning
 from benchmarks.matrix.plan import CELL_COMPLETE, Cell, Plan
 from benchmarks.matrix.timing import SESSION_KEYS, cell_timing
-from benchmarks.store import ResultStore, experiment, same_experiment_spec
+from benchmarks.store import STORE_FILE, ResultStore, experiment, same_experiment_spec
+
+# The project's checkout: the code every cell runs, whose commit (and any uncommitted change) each cell records.
+CODE_ROOT = Path(__file__).absolute().parents[2]
+LOCK_FILE = ".matrix.lock"
 
 
 @dataclasses.dataclass
@@ -279,18 +285,26 @@ def _refuse_overwrite(out: Path, cells: list[Cell], store: ResultStore) -> None:
                          f"runs the rest, --overwrite runs every cell again")
 
 
-def run_matrix(plan: Plan, out: Path, *, resume: bool = False, overwrite: bool = False, progress: bool = True,
+def run_matrix(plan: Plan, out: Path | str, *, resume: bool = False, overwrite: bool = False, progress: bool = True,
                executor: Optional[Executor] = None, tasks: Optional[Sequence[str]] = None,
-               rerun: Optional[Sequence[str]] = None) -> dict[str, int]:
+               rerun: Optional[Sequence[str]] = None, allow_dirty: bool = False,
+               procedure: Optional[str] = None) -> dict[str, int]:
     """Run (or resume) every cell through ``executor``; returns counts of complete, failed and skipped cells.
 
     With ``[tuning]``: the tuning cells first, then each variant's evaluation cells at its chosen grid point
     (benchmarks/matrix/tuning.py). ``tasks`` (task labels) runs only those tasks' cells now: the others
     stay planned, their finished cells stay in the store, and a later ``resume`` runs them. ``rerun`` (with
     ``resume``: shell patterns of cell paths, as ``tune/chain_sum/dapo/*``) runs the matching cells again from
-    step 0, finished or not, replacing them: a cell that ran under a fixed fault, asked for by name."""
-    if resume and overwrite:
-        raise UsageError("--resume keeps finished cells and --overwrite runs them again: give one of them")
+    step 0, finished or not, replacing them: a cell that ran under a fixed fault, asked for by name.
+
+    The store is the record of what finished: a resume keeps the stored cells the file no longer plans, and
+    replaces finished cells whose settings the file changed only with ``overwrite`` as well (``--resume
+    --overwrite``). The cells run from the checkout's committed code; ``allow_dirty`` runs uncommitted code (or
+    code outside a git checkout), each cell marked ``dirty`` with the diff's hash. ``out`` must be a folder the
+    tool may write (``benchmarks.io.check_output_dir``). A disk that fills is one UsageError line saying what
+    was kept. ``procedure`` names the verdicts' procedure the matrix's [analysis] is stated for (recorded with it).
+    """
+    out = check_output_dir(out, records=("matrix.json", STORE_FILE), ours=(LOCK_FILE,), checkout=CODE_ROOT)
     again = _rerun_cells(plan, rerun, resume) if rerun is not None else set()
     if tasks is not None:
         known = sorted({c.task_label for c in plan.cells + plan.tuning_cells()})
@@ -303,45 +317,132 @@ def run_matrix(plan: Plan, out: Path, *, resume: bool = False, overwrite: bool =
             raise UsageError("--tasks runs a subset of the cells; a matrix with [tuning] decides over all "
                              "of them: run it whole")
     every_cell = plan.cells + plan.tuning_cells() + plan.candidate_cells()
-    with locked_directory(out, ".matrix.lock", what="matrix directory", busy="another grpo-bench matrix is running in"):
+    code = code_record(allow_dirty)
+    with locked_directory(out, LOCK_FILE, what="matrix directory", busy="another grpo-bench matrix is running in"), \
+            write_errors(out, lambda: _kept(out)):
         store = ResultStore.open(out)  # a corrupt or foreign store stops here, before any work
         if not resume and not overwrite:
             _refuse_overwrite(out, every_cell, store)
-        if resume or (overwrite and tasks is not None):
+        if resume:
+            _resume_store(plan, out, store, every_cell, again, overwrite)
+            _say_mixed_versions(store, code)
+        elif overwrite and tasks is not None:
             # --overwrite --tasks runs those tasks' cells again and keeps the other tasks' finished cells.
-            store.keep_only(still_planned([c for c in every_cell if (resume or c.task_label not in tasks)
-                                           and c.relpath not in again]))
-            for relpath in sorted(again):  # gone from disk as from the store now: an interrupted rerun resumes
-                shutil.rmtree(out / relpath, ignore_errors=True)  # the new run, never brings the old one back
+            store.keep_only(still_planned([c for c in every_cell if c.task_label not in tasks]))
         else:
             store = ResultStore(store.path, {}, {})
             store.write()  # --overwrite: the previous cells are gone from the store now, not when a cell ends
-        executor = executor or SubprocessExecutor()
-        counts, tuned, stages_run = {"complete": 0, "failed": 0, "skipped": 0}, None, 0
-        staged = bool(plan.tuning)
+        return _run_stages(plan, out, store, executor or SubprocessExecutor(), resume=resume, overwrite=overwrite,
+                           progress=progress, tasks=tasks, again=again, code=code, procedure=procedure)
 
-        def run_stage(cells: list[Cell], stage: str) -> None:
-            nonlocal stages_run
-            if tasks is not None:
-                cells = [c for c in cells if c.task_label in tasks]
-            more = _run_locked(plan, cells, out, store, resume=resume, progress=progress, executor=executor,
-                               stage=stage, tuned=tuned, staged=staged, same_invocation=stages_run > 0, again=again)
-            stages_run += 1
-            for key in counts:
-                counts[key] += more[key]
 
-        if plan.tuning:
-            tuned = {"seeds": plan.tuning_seeds, "cells": [{"dir": c.relpath, **c.spec()} for c in plan.tuning_cells()],
-                     "table": None}
-            run_stage(plan.tuning_cells(), "tuning")
-            chosen, tuned["table"] = tuning.choose(plan, store)
-            plan = plan.choose(chosen)
-            for group in tuned["table"]:
-                point = group["points"][group["chosen"]]
-                tqdm.write(f"tuning: {group['task']} {group['variant']}: {point['point']} ({point['primary_metric']} "
-                           f"{point['primary']:.3f} over {point['seeds']} tuning seed(s), on validation problems)")
-        run_stage(plan.cells, "evaluation")
-        return counts
+def _run_stages(plan: Plan, out: Path, store: ResultStore, executor: Executor, *, resume: bool, overwrite: bool,
+                progress: bool, tasks: Optional[Sequence[str]], again: set, code: dict,
+                procedure: Optional[str]) -> dict[str, int]:
+    """run_matrix's work in the locked directory: the tuning stage (with [tuning]), then the evaluation cells."""
+    counts, tuned, stages_run = {"complete": 0, "failed": 0, "skipped": 0}, None, 0
+    staged = bool(plan.tuning)
+
+    def run_stage(cells: list[Cell], stage: str) -> None:
+        nonlocal stages_run
+        if tasks is not None:
+            cells = [c for c in cells if c.task_label in tasks]
+        more = _run_locked(plan, cells, out, store, resume=resume, progress=progress, executor=executor,
+                           stage=stage, tuned=tuned, staged=staged, same_invocation=stages_run > 0, again=again,
+                           overwrite=overwrite, code=code, procedure=procedure)
+        stages_run += 1
+        for key in counts:
+            counts[key] += more[key]
+
+    if plan.tuning:
+        tuned = {"seeds": plan.tuning_seeds, "cells": [{"dir": c.relpath, **c.spec()} for c in plan.tuning_cells()],
+                 "table": None}
+        run_stage(plan.tuning_cells(), "tuning")
+        chosen, tuned["table"] = tuning.choose(plan, store)
+        plan = plan.choose(chosen)
+        for group in tuned["table"]:
+            point = group["points"][group["chosen"]]
+            tqdm.write(f"tuning: {group['task']} {group['variant']}: {point['point']} ({point['primary_metric']} "
+                       f"{point['primary']:.3f} over {point['seeds']} tuning seed(s), on validation problems)")
+    run_stage(plan.cells, "evaluation")
+    return counts
+
+
+def code_record(allow_dirty: bool) -> dict:
+    """What every cell of this session records of its code: ``commit``, ``dirty`` and ``diff_hash``
+    (``benchmarks.git.code_state``). Uncommitted code, or code outside a git checkout, is one UsageError line unless
+    ``allow_dirty``; outside a checkout the cells are then marked dirty with no commit."""
+    state = code_state(CODE_ROOT)
+    if state is None:
+        if not allow_dirty:
+            raise UsageError(f"{CODE_ROOT} is not a git checkout: no commit to check out for the code the cells run; "
+                             "--allow-dirty runs them and marks every cell dirty")
+        return {"commit": "", "dirty": True, "diff_hash": ""}
+    if state["dirty"] and not allow_dirty:
+        raise UsageError(f"the checkout {CODE_ROOT} has uncommitted changes to its code ({', '.join(CODE_PATHS)}): "
+                         "a matrix runs committed code; commit them, or --allow-dirty runs the cells and marks each "
+                         "dirty with the diff's sha256")
+    return state
+
+
+def _kept(out: Path) -> str:
+    """What a matrix stopped by a write error has kept: its store's finished cells, as far as it can be read."""
+    try:
+        store = ResultStore.read(out)
+    except (UsageError, OSError):
+        return f"its store {out / STORE_FILE} could not be read back"
+    done = len(store.finished()) if store else 0
+    return f"kept {done} finished cell(s) in {out / STORE_FILE}; free space, then --resume runs the rest"
+
+
+def _listed(relpaths: Sequence[str], most: int = 4) -> str:
+    return ", ".join(relpaths[:most]) + (f" and {len(relpaths) - most} more" if len(relpaths) > most else "")
+
+
+def _resume_store(plan: Plan, out: Path, store: ResultStore, every_cell: list[Cell], again: set,
+                  overwrite: bool) -> None:
+    """The store before a resume: the cells asked to run again (``again``) and the unfinished cells whose settings
+    the file changed are dropped; finished cells whose settings it changed are dropped only with ``overwrite``, else
+    one UsageError line names them; stored cells the file no longer plans are kept (a line says how many)."""
+    planned = still_planned(every_cell)
+    paths = {c.relpath for c in every_cell}
+    changed = sorted(r for r, entry in store.cells.items()
+                     if r in paths and r not in again and not planned(r, entry["spec"]))
+    finished = set(store.finished())
+    replaced = [r for r in changed if r in finished]
+    if replaced and not overwrite:
+        raise UsageError(f"--resume would replace {len(replaced)} finished cell(s) whose settings {plan.path} changed "
+                         f"({_listed(replaced)}): --resume --overwrite runs them again under the new settings (the "
+                         "other finished cells are kept); or use a new --out")
+    unplanned = sorted(r for r in finished if r not in paths)
+    if unplanned:
+        tqdm.write(f"{len(unplanned)} finished cell(s) of the store are not planned by {plan.path} "
+                   f"({_listed(unplanned)}): kept in the store, not in this matrix's report")
+    store.drop(changed + sorted(again))
+    for relpath in sorted(again):  # gone from disk as from the store now: an interrupted rerun resumes
+        shutil.rmtree(out / relpath, ignore_errors=True)  # the new run, never brings the old one back
+
+
+def _version(summary: dict) -> tuple:
+    """(commit, diff hash) a stored cell ran at; a cell stored before the driver recorded it: the commit its own
+    process measured, its diff unknown (None)."""
+    if "commit" in summary:
+        return summary["commit"], summary.get("diff_hash") or ""
+    return ((summary.get("environment") or {}).get("code") or {}).get("commit"), None
+
+
+def _say_mixed_versions(store: ResultStore, code: dict) -> None:
+    """One line when the finished cells of a resumed matrix ran at other code than this session's (not refused:
+    the report flags the cells)."""
+    versions = {}
+    for relpath in store.finished():
+        commit, diff = _version(store.summary(relpath))
+        if commit and (commit != code["commit"] or (diff is not None and diff != code["diff_hash"])):
+            versions.setdefault(commit[:12] + ("+" + diff[:8] if diff else ""), []).append(relpath)
+    if versions:
+        here = (code["commit"][:12] or "no commit") + ("+" + code["diff_hash"][:8] if code["diff_hash"] else "")
+        tqdm.write(f"the matrix now mixes code versions: this session runs at {here}, "
+                   + "; ".join(f"{len(cells)} finished cell(s) ran at {v}" for v, cells in sorted(versions.items())))
 
 
 def _rerun_cells(plan: Plan, patterns: Sequence[str], resume: bool) -> set[str]:
@@ -362,40 +463,55 @@ def _rerun_cells(plan: Plan, patterns: Sequence[str], resume: bool) -> set[str]:
     return again
 
 
-def _stated_analysis(plan: Plan, previous: dict, sessions: list[dict]) -> Optional[dict]:
+# What an analysis record holds beside the analysis itself: when it was stated and under which verdict procedure.
+ANALYSIS_RECORD_KEYS = ("stated_at", "procedure", "restated_at")
+
+
+def _stated_analysis(plan: Plan, previous: dict, sessions: list[dict], amend: bool = False,
+                     procedure: Optional[str] = None) -> Optional[dict]:
     """The matrix's ``[analysis]`` with when it was first stated (the start of the first session that ran under
-    it). Pre-registration: a resumed matrix whose cells ran under another primary metric or margin is refused, a
-    change after seeing results being a new experiment."""
-    if plan.analysis is None:
-        if sessions and previous.get("analysis"):
-            raise UsageError(f"the matrix in {plan.path} drops the [analysis] its first session stated "
-                             f"({previous['analysis']}); a change of analysis is a new experiment: use a new --out")
-        return None
-    stated = plan.analysis.as_dict()
+    it): ``previous["analysis"]`` is the analysis recorded before the first cell, ``sessions`` the sessions that
+    ran. Pre-registration: a resumed matrix whose cells ran under another primary metric or margin is refused, a
+    change after seeing results being a new experiment; with ``amend`` (--resume --overwrite) the change is
+    recorded as stated now, after cells ran: not pre-registered. ``procedure``: the version name of the verdicts'
+    procedure it is stated for (the caller's to name: the matrix sits below the report)."""
+    stated = plan.analysis.as_dict() if plan.analysis is not None else None
     before = previous.get("analysis") if sessions else None
+    claim = None if before is None else {k: v for k, v in before.items() if k not in ANALYSIS_RECORD_KEYS}
+    if before is not None and claim != stated:
+        if not amend:
+            change = (f"the matrix in {plan.path} drops the [analysis] its first session stated ({claim})"
+                      if stated is None else f"[analysis] changed since the first session of this matrix stated it "
+                                             f"({claim} -> {stated})")
+            raise UsageError(f"{change}: a change of the primary metric or the margin after cells ran is a new "
+                             "experiment: use a new --out (--resume --overwrite records it as not pre-registered)")
+        return None if stated is None else {**stated, "stated_at": None, "procedure": procedure,
+                                            "restated_at": _now()}
     if before is not None:
-        if {k: v for k, v in before.items() if k != "stated_at"} != stated:
-            raise UsageError(f"[analysis] changed since the first session of this matrix stated it "
-                             f"({ {k: v for k, v in before.items() if k != 'stated_at'} } -> {stated}): a change of the "
-                             "primary metric or the margin after cells ran is a new experiment: use a new --out")
         return before
+    if stated is None:
+        return None
     if any(s.get("cells_run") for s in sessions):
-        return {**stated, "stated_at": None}  # added to a matrix that had already run: not pre-registered
-    return {**stated, "stated_at": _now()}
+        # added to a matrix that had already run: not pre-registered
+        return {**stated, "stated_at": None, "procedure": procedure}
+    return {**stated, "stated_at": _now(), "procedure": procedure}
 
 
 def _run_locked(plan: Plan, cells: list[Cell], out: Path, store: ResultStore, *, resume: bool, progress: bool,
                 executor: Executor, stage: str = "evaluation", tuned: Optional[dict] = None, staged: bool = False,
-                same_invocation: bool = False, again: frozenset = frozenset()) -> dict[str, int]:
+                same_invocation: bool = False, again: frozenset = frozenset(), overwrite: bool = False,
+                code: Optional[dict] = None, procedure: Optional[str] = None) -> dict[str, int]:
     """One session of ``cells`` (one stage: tuning or evaluation) in the locked matrix directory: matrix.json opened
     with the session, the finished cells skipped with --resume, the rest run through ``executor``, each recorded in
     the store and matrix.json as it ends. Returns the session's counts of complete, failed and skipped cells."""
-    meta = _open_session(plan, out, executor, resume=resume, continues=resume or same_invocation,
-                         stage=stage if staged else None, tuned=tuned)
+    code = code if code is not None else code_record(allow_dirty=True)
+    meta = _open_session(plan, out, store, executor, resume=resume, continues=resume or same_invocation,
+                         stage=stage if staged else None, tuned=tuned, amend=resume and overwrite, code=code,
+                         procedure=procedure)
     # on a terminal a bar; in a file the per-cell lines say it all
     bar = progress_bar(len(cells), desc=f"matrix {plan.name}" + (f" ({stage})" if staged else ""), unit="cell",
                        enabled=progress and sys.stderr.isatty())
-    session = _Session(meta, cells, out, store, executor, bar)
+    session = _Session(meta, cells, out, store, executor, bar, code)
     jobs = []
     for cell in cells:
         cell_dir = out / cell.relpath
@@ -420,26 +536,47 @@ def _run_locked(plan: Plan, cells: list[Cell], out: Path, store: ResultStore, *,
     return session.counts
 
 
-def _open_session(plan: Plan, out: Path, executor: Executor, *, resume: bool, continues: bool, stage: Optional[str],
-                  tuned: Optional[dict]) -> dict:
+def _open_session(plan: Plan, out: Path, store: ResultStore, executor: Executor, *, resume: bool, continues: bool,
+                  stage: Optional[str], tuned: Optional[dict], amend: bool = False, code: Optional[dict] = None,
+                  procedure: Optional[str] = None) -> dict:
     """matrix.json's record with a new session entry (the last in ``sessions``), written at once: the sessions
-    before it where this one ``continues`` them, the stated analysis, the cells and, with [tuning], the tuning."""
-    previous = read_json(out / "matrix.json") or {}
+    before it where this one ``continues`` them, the stated analysis, the cells and, with [tuning], the tuning.
+
+    The store keeps its own copy of the record (``ResultStore.record``: the analysis as stated before the first
+    cell, the sessions), written here before any cell of the session runs. The analysis recorded there is the
+    one a resume is held to, whatever matrix.json says; a lost matrix.json is rebuilt from it (``"rebuilt":
+    true``), and where the store has no record of its own, the rebuilt record claims no pre-registration."""
+    previous = read_json(out / "matrix.json")
+    rebuilt = previous is None and bool(store.cells or store.record)
+    previous = previous or {}
+    if "sessions" in store.record and (rebuilt or "sessions" not in previous):
+        previous = {**previous, "sessions": store.record["sessions"]}
+    if "analysis" in store.record:  # stated before the first cell: matrix.json may have been edited or lost since
+        previous = {**previous, "analysis": store.record["analysis"]}
+    elif rebuilt:
+        previous = {**previous, "analysis": None}
     sessions = previous.get("sessions", []) if continues else []
+    ran = sessions + ([{"cells_run": len(store.cells)}] if continues and store.cells else [])
     session = {"started": _now(), "elapsed_s": 0.0, "cells_run": 0, "cells_skipped": 0, "resume": resume,
                "executor": getattr(executor, "name", type(executor).__name__), "jobs": getattr(executor, "jobs", None),
                "timing": dict.fromkeys(SESSION_KEYS, 0.0)}
+    if code is not None:
+        session["code"] = code
     if stage is not None:
         session["stage"] = stage
-    analysis = _stated_analysis(plan, previous, sessions)
+    analysis = _stated_analysis(plan, previous, ran, amend, procedure)
     sessions.append(session)
     meta = {"name": plan.name, "description": plan.description, "file": plan.path, "toml": plan.text,
             "unit": "generated completions per cell", "cells": [{"dir": c.relpath, **c.spec()} for c in plan.cells],
             "sessions": sessions}
+    if rebuilt or (continues and previous.get("rebuilt")):
+        meta["rebuilt"] = True
     if analysis:
         meta["analysis"] = analysis
     if tuned is not None:
         meta["tuning"] = tuned
+    store.record.update(analysis=analysis, sessions=sessions)
+    store.write()
     atomic_write_json(out / "matrix.json", meta)
     return meta
 
@@ -448,8 +585,9 @@ class _Session:
     """A session's running record: its counts, its entry in matrix.json (``meta``'s last session), the progress
     bar and a line per cell, numbered in the session's order."""
 
-    def __init__(self, meta: dict, cells: list[Cell], out: Path, store: ResultStore, executor: Executor, bar):
-        self.meta, self.entry = meta, meta["sessions"][-1]
+    def __init__(self, meta: dict, cells: list[Cell], out: Path, store: ResultStore, executor: Executor, bar,
+                 code: dict):
+        self.meta, self.entry, self.code = meta, meta["sessions"][-1], code
         self.out, self.store, self.executor, self.bar = out, store, executor, bar
         self.counts = {"complete": 0, "failed": 0, "skipped": 0}
         self.start = time.perf_counter()
@@ -468,7 +606,10 @@ class _Session:
         counts and timing updated, its line written and matrix.json rewritten."""
         self.counts["complete" if summary.get("status") == CELL_COMPLETE else "failed"] += 1
         # which session made the cell: the report's wall-clock counts the sessions whose cells it shows
-        summary = {**summary, "matrix_session": len(self.meta["sessions"]) - 1, "finished_at": _now()}
+        # and the code it ran: commit, dirty and diff_hash (code_record)
+        summary = {**summary, "matrix_session": len(self.meta["sessions"]) - 1, "finished_at": _now(), **self.code}
+        self.entry["elapsed_s"] = time.perf_counter() - self.start
+        self.store.record["sessions"] = self.meta["sessions"]
         store_cell(self.store, job.cell, job.cell_dir, summary)
         if summary.get("status") == CELL_COMPLETE:  # stored and finished: never resumed, only rerun from scratch
             discard_checkpoints(job.cell_dir)
@@ -477,7 +618,6 @@ class _Session:
         self.entry["jobs"] = getattr(self.executor, "jobs", None) or self.entry["jobs"]
         for key, value in cell_timing(summary).items():
             self.entry["timing"][key] += value
-        self.entry["elapsed_s"] = time.perf_counter() - self.start
         tqdm.write(cell_line(self.index[job.cell.relpath], self.n, job.cell, summary))
         atomic_write_json(self.out / "matrix.json", self.meta)
         self.bar.update(1)
@@ -487,4 +627,6 @@ class _Session:
         self.bar.close()
         self.entry["elapsed_s"] = time.perf_counter() - self.start
         self.entry["finished"] = _now()
+        self.store.record["sessions"] = self.meta["sessions"]
+        self.store.write()
         atomic_write_json(self.out / "matrix.json", self.meta)

@@ -706,6 +706,7 @@ def _tasks(check: _Checker, data: dict) -> list[tuple[str, str, dict, Optional[i
                     check.fail(where, key, f"task {name} has no reward mode {v!r}; "
                                            f"choose from {', '.join(TASKS[name].reward_modes)}")
         for full, varying in _expand(options):
+            _check_folder_name(check, where, "task", _label(table_name, varying))
             out.append((name, _label(table_name, varying), full, task_budget, task_eval, resources, table_name))
     return out
 
@@ -779,6 +780,7 @@ def _algorithms(check: _Checker, data: dict) -> list[tuple[str, str, dict, str, 
             if isinstance(value, list) and not value:
                 check.fail(where, key, f"{key} is an empty list")
         for full, varying in _expand(options):
+            _check_folder_name(check, where, "algorithm variant", _label(table_name, varying))
             out.append((algo, _label(table_name, varying), full, table_name, resources))
     labels = [v for _, v, _, _, _ in out]
     for label in labels:
@@ -792,6 +794,14 @@ def _algorithms(check: _Checker, data: dict) -> list[tuple[str, str, dict, str, 
                        f"algorithm variants {other!r} and {label!r} would share the folder {_slug(label)!r} (a folder "
                        "name keeps letters, digits and . = + -, the rest becomes _): rename one")
     return out
+
+
+def _check_folder_name(check: _Checker, where: tuple, kind: str, label: str) -> None:
+    """A task's or variant's label names one folder of each of its cells: its folder name must be one path component
+    of its own (".." would put the cells of one task into another's folder)."""
+    if _slug(label) in ("", ".", ".."):
+        check.fail(where[:-1], where[-1], f"{kind} {label!r} cannot name a folder (its folder name would be "
+                                          f"{_slug(label)!r}): name it with a letter or digit")
 
 
 def _check_folders(check: _Checker, plan: "Plan") -> None:

@@ -1,8 +1,9 @@
 """``grpo-bench report DIR``: a matrix directory's result store (``DIR/results.parquet``) as tidy tables, learning curves, robust
 statistics, verdicts and plots. This module collects the cells and orchestrates; the parts live by concern:
 ``curves`` (learning curves from the evaluations), ``stats`` (AUC, thresholds, t and bootstrap intervals),
-``verdicts`` (rankings and the guidance sentences), ``plots``; markdown through ``benchmarks.markdown``. The
-report reads the store and matrix.json only: never a cell's folder, the harness or the command line.
+``verdicts`` (rankings and the guidance sentences), ``flags`` (the confounds the verdicts do not say), ``plots``;
+markdown through ``benchmarks.markdown``. The report reads the store and matrix.json only (and the git history the
+cells' commits are looked up in): never a cell's folder, the harness or the command line.
 
 Writes under DIR:
     tables/cells.csv   one row per cell (complete, failed or missing), every measured number
@@ -12,7 +13,8 @@ Writes under DIR:
     tables/curve_metrics.csv   per cell: final accuracy, AUC, completions to the threshold
     tables/verdicts.csv / overall.csv / probability_of_improvement.csv / performance_profiles.csv
     plots/*.png        learning curves, training reward, bars, per-task diagnostics, rliable plots
-    README.md          the verdicts, tables and plots; also a section of results/README.md when DIR is under results/
+    README.md          the flags, verdicts, tables and plots; also a section of results/README.md when DIR is under
+                       results/
 
 Over a partial directory it says which cells are missing and reports the rest; failed cells are
 listed with their error and left out of the means and the statistics.
@@ -31,7 +33,7 @@ from benchmarks.errors import UsageError
 from benchmarks.io import PHASES, QUESTIONS_CORRECT, QUESTIONS_SAMPLES, atomic_write_text, read_json
 from benchmarks.markdown import markdown_table, plus_minus, update_section
 from benchmarks.report import curves as learning_curves
-from benchmarks.report import stats, tuning_stage, verdicts
+from benchmarks.report import flags, stats, tuning_stage, verdicts
 from benchmarks.report.curves import CELL_KEYS
 from benchmarks.report.plots import plots
 from benchmarks.report.stats import t_interval
@@ -149,7 +151,7 @@ def collect(out: Path) -> dict:
         if column not in cells:
             cells[column] = math.nan
     return {"meta": meta, "cells": fresh_process_peaks(cells), "evals": pd.DataFrame(eval_rows),
-            "steps": pd.DataFrame(step_rows)}
+            "steps": pd.DataFrame(step_rows), "store": store}
 
 
 def fresh_process_peaks(cells: pd.DataFrame) -> pd.DataFrame:
@@ -348,6 +350,8 @@ def render(data: dict, summary: pd.DataFrame, images: list[tuple[str, str]], pre
     if brief:
         return "\n".join(lines + [f"The verdicts, every measured number, the learning curves, the diagnostics and the "
                                       f"statistics plots: [{prefix}README.md]({prefix}README.md)."]) + "\n"
+    if data.get("flags") is not None:
+        lines += ["", flags.render(data["flags"]).rstrip()]
     if data.get("analysis") is not None:
         lines += ["", verdicts.render(data["analysis"]).rstrip()]
     lines += ["", "#### Every measured number", "",
@@ -492,6 +496,15 @@ def analyse(data: dict) -> dict:
     return data
 
 
+def matrix_flags(data: dict) -> dict:
+    """``flags.find`` over a collected and analysed matrix: its store, its steps and each variant's mean primary
+    metric per task (what an update count's correlation with the ranking reads)."""
+    per_cell = data.get("curves", {}).get("cells", pd.DataFrame())
+    scores = (per_cell.groupby(["task", "variant"])["primary"].mean().to_dict()
+              if not per_cell.empty and "primary" in per_cell else {})
+    return flags.find(data["meta"], data["store"], data["steps"], scores=scores)
+
+
 def matrix_verdicts(out: Path | str) -> pd.DataFrame:
     """One row per (task, variant) of a matrix directory: its seeds, mark and final accuracy, and its primary
     metric (named in ``primary_metric``) as the marks read it: the mean over its complete seeds with a
@@ -538,6 +551,7 @@ def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[s
                          f"{', '.join(variants)})")
     data = analyse(collected)
     data["cost_reference"] = cost_reference
+    data["flags"] = matrix_flags(data)
     summary = summarize(data["cells"])
     curves, analysis = data["curves"], data["analysis"]
     # Every step's metrics stay in the store alone (a steps.csv repeated them: 26 MB on the default matrix).
@@ -588,10 +602,12 @@ def _readme_targets(out: Path, readme: Optional[str], verdicts_section: bool) ->
 def _tuning_stage_report(out: Path, meta: dict, readme: Optional[str], section: Optional[str]) -> dict:
     """DIR/README.md (and the READMEs' sections) of a matrix still in its tuning stage: the grid so far."""
     store = ResultStore.read(out) or ResultStore(out / STORE_FILE, {}, {})
-    atomic_write_text(out / "README.md", "# grpo-bench results\n\n" + tuning_stage.render(meta, store))
+    found = flags.find(meta, store)  # what the tuning cells so far rest on: their code and hosts
+    atomic_write_text(out / "README.md", "# grpo-bench results\n\n" + tuning_stage.render(meta, store) + "\n"
+                      + flags.render(found))
     targets = _readme_targets(out, readme, False)
     for target, _ in targets:
         prefix = Path(os.path.relpath(out.resolve(), target.resolve().parent)).as_posix() + "/"
         update_section(target, section or f"matrix-{out.name}", tuning_stage.render(meta, store, prefix, brief=True))
-    return {"meta": meta, "tuning_stage": tuning_stage.progress_rows(meta, store), "analysis": {},
+    return {"meta": meta, "tuning_stage": tuning_stage.progress_rows(meta, store), "analysis": {}, "flags": found,
             "written": [str(out / "README.md")] + [str(t) for t, _ in targets]}

@@ -20,6 +20,7 @@ names stay in the legend, highlighted ones in bold. Every title sits above the p
 
 from __future__ import annotations
 
+import copy
 import re
 import textwrap
 from pathlib import Path
@@ -91,9 +92,12 @@ class _Style:
     variants in it are drawn bold in those colours on top, the others thin in greys (still with their own line
     style and marker, and their names in the legend) and without bands."""
 
-    def __init__(self, cells: pd.DataFrame, highlight: set[str] | None = None, highlight_label: str = "highlighted"):
+    def __init__(self, cells: pd.DataFrame, highlight: set[str] | None = None, highlight_label: str = "highlighted",
+                 per_task: dict[str, set[str]] | None = None):
         self.variants = list(dict.fromkeys(cells["variant"]))
         self.tasks = list(dict.fromkeys(cells["task"]))
+        # a highlight that is a verdict per task (could be best on it): each task's panel highlights its own set
+        self.per_task = per_task
         chosen = set(highlight or ())
         self.highlighted = [v for v in self.variants if v in chosen]
         self.highlight_label = highlight_label
@@ -111,6 +115,20 @@ class _Style:
                 self.looks[v] = {"color": COLOURS[i % 9], "linestyle": LINESTYLES[(i // 9) % 4],
                                  "marker": MARKERS[i % 10], "linewidth": 1.5, "markersize": 4.0, "alpha": 1.0, "zorder": 2}
         self.palette = {v: look["color"] for v, look in self.looks.items()}
+
+    def panel(self, task: str) -> "_Style":
+        """The style of ``task``'s panel: its own highlighted set where the highlight is per task; a variant
+        highlighted on another task only keeps its line style and marker, thin and grey, as the others."""
+        if self.per_task is None or task not in self.per_task:
+            return self
+        own = copy.copy(self)
+        own.per_task = None
+        own.highlighted = [v for v in self.highlighted if v in self.per_task[task]]
+        demoted = [v for v in self.highlighted if v not in own.highlighted]
+        own.looks = {**self.looks, **{v: {**self.looks[v], "color": GREYS[k % 3], "linewidth": 0.9, "markersize": 3.0,
+                                          "alpha": 0.85, "zorder": 2} for k, v in enumerate(demoted)}}
+        own.palette = {v: look["color"] for v, look in own.looks.items()}
+        return own
 
     def look(self, variant: str) -> dict:
         """A variant not in the matrix's cells (a profile's name, say) gets a plain grey look."""
@@ -152,7 +170,8 @@ class _Style:
 
     def legend(self, figure, present, **kwargs) -> None:
         """One legend for the figure, outside its panels on the right; highlighted names in bold."""
-        title = "variant" + (f" (bold: {self.highlight_label})" if self.highlighted else "")
+        where = " on a task; thick in its task's panels" if self.per_task is not None else ""
+        title = "variant" + (f" (bold: {self.highlight_label}{where})" if self.highlighted else "")
         options = {"loc": "center left", "bbox_to_anchor": (1.0, 0.5), "fontsize": 8, "title": title,
                    "title_fontsize": 8, "frameon": False, "handlelength": 3.2}
         options.update(kwargs)
@@ -181,7 +200,7 @@ def plots(data: dict, curves: dict, analysis: dict, out: Path, *, highlight: set
     sns.set_theme(style="whitegrid", context="paper")
     out.mkdir(parents=True, exist_ok=True)
     cells = data["cells"]
-    style = _Style(cells, highlight, highlight_label)
+    style = _Style(cells, highlight, highlight_label, _per_task(analysis, highlight))
     written = []
     written += _learning_curves(curves, style, out)
     written += _training_reward(data["steps"], style, out)
@@ -190,6 +209,18 @@ def plots(data: dict, curves: dict, analysis: dict, out: Path, *, highlight: set
     written += _collapse(data, curves, out)
     written += _robust(analysis, style, out)
     return written
+
+
+def _per_task(analysis: dict, highlight: set[str] | None) -> dict[str, set[str]] | None:
+    """Each task's best set (the verdicts' ``in_best_set``) when ``highlight`` is their union over tasks, as the
+    report passes it: a panel of one task then bolds that task's set, not every task's."""
+    tasks = analysis.get("tasks")
+    if not highlight or not isinstance(tasks, pd.DataFrame) or "in_best_set" not in tasks:
+        return None
+    best = tasks[tasks["in_best_set"].astype(bool)]
+    per_task = {str(t): set(group["variant"]) for t, group in best.groupby("task", sort=False)}
+    per_task.update({str(t): set() for t in tasks["task"].unique() if str(t) not in per_task})
+    return per_task if set().union(*per_task.values()) == set(highlight) else None
 
 
 def _t_half(std: pd.Series, count: pd.Series) -> np.ndarray:
@@ -238,7 +269,7 @@ def _curve_plot(frame: pd.DataFrame, x: str, y: str, style: _Style, path: Path, 
     tasks = [t for t in style.tasks if t in set(frame["task"])]
     fig, panels = _panels(style, tasks)
     for task, ax in panels.items():
-        _draw_lines(ax, frame[frame["task"] == task], x, y, style, markers=markers)
+        _draw_lines(ax, frame[frame["task"] == task], x, y, style.panel(task), markers=markers)
         ax.set_title(task, fontsize=10)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
@@ -306,16 +337,16 @@ def _bars(cells: pd.DataFrame, style: _Style, out: Path) -> list[tuple[str, str]
         n = len(set(done["variant"]))
         fig, panels = _panels(style, tasks, width=max(3.6, 1.2 + 0.34 * n), height=3.6)
         for task, ax in panels.items():
-            part = done[done["task"] == task]
+            part, panel = done[done["task"] == task], style.panel(task)
             order = [v for v in style.variants if v in set(part["variant"])]
             agg = part.groupby("variant")[column].agg(["mean", "std", "count"]).reindex(order)
             half = _t_half(agg["std"], agg["count"])
-            colours = [style.look(v)["color"] for v in order]
+            colours = [panel.look(v)["color"] for v in order]
             ax.bar(range(len(order)), agg["mean"].to_numpy(float), yerr=half, color=colours, capsize=2,
-                   edgecolor="black", linewidth=[1.2 if style.is_highlighted(v) else 0.3 for v in order],
+                   edgecolor="black", linewidth=[1.2 if panel.is_highlighted(v) else 0.3 for v in order],
                    error_kw={"elinewidth": 0.9})
             ax.set_xticks(range(len(order)), order, rotation=40, ha="right", rotation_mode="anchor", fontsize=8)
-            style.ticks(ax.get_xticklabels())
+            panel.ticks(ax.get_xticklabels())
             ax.set_title(task, fontsize=10)
             ax.set_ylabel(column)
             ax.grid(axis="x", visible=False)
@@ -339,7 +370,7 @@ def _diagnostics(steps: pd.DataFrame, style: _Style, out: Path) -> list[tuple[st
         steps["tokens per completion"] = steps["tokens/generated"] / steps["completions"].replace(0, np.nan)
     written = []
     for task in style.tasks:
-        frame = steps[steps["task"] == task]
+        frame, panel = steps[steps["task"] == task], style.panel(task)
         metrics = [(m, label) for m, label in DIAGNOSTICS if m in frame and frame[m].notna().any()]
         if frame.empty or not metrics:
             continue
@@ -351,14 +382,14 @@ def _diagnostics(steps: pd.DataFrame, style: _Style, out: Path) -> list[tuple[st
             # Per-step metrics are noisy: a trailing mean over ~5% of each run, then the mean over seeds.
             part = part.assign(value=part.groupby(["variant", "seed"], sort=False)[metric].transform(
                 lambda s: s.rolling(max(1, len(s) // 20), min_periods=1).mean()))
-            _draw_lines(ax, part, "samples", "value", style, band=False, width=0.7)  # jagged: thinner
+            _draw_lines(ax, part, "samples", "value", panel, band=False, width=0.7)  # jagged: thinner
             ax.set_title(f"{label} ({metric})" if label != metric else label, fontsize=9)
             ax.set_xlabel("generated completions")
             ax.set_ylabel("")
         for ax in list(axes.flat)[len(metrics):]:
             ax.set_visible(False)
         fig.tight_layout()
-        style.legend(fig, frame["variant"])
+        panel.legend(fig, frame["variant"])
         name = f"diagnostics_{_slug(task)}.png"
         _save(fig, out / name, f"{task}: per-step diagnostics (mean over seeds, smoothed)")
         written.append((name, f"{task}: per-step diagnostics"))

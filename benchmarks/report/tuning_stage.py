@@ -24,9 +24,22 @@ def in_tuning_stage(meta: Optional[dict]) -> bool:
     return bool(((meta or {}).get("tuning") or {}).get("cells")) and not (meta or {}).get("cells")
 
 
+def finished_scores(meta: dict, store: ResultStore) -> dict[str, tuple[float, float, float]]:
+    """{tuning cell: its (primary metric, AUC, final accuracy)} for each planned tuning cell the store holds as that
+    cell and complete, scored as the choice scores it (``cell_scores`` on the matrix's primary metric)."""
+    primary = (meta.get("analysis") or {}).get("primary") or PRIMARY_DEFAULT
+    scores = {}
+    for spec in (meta.get("tuning") or {}).get("cells") or []:
+        summary = store.summary(spec["dir"]) if store.holds(spec) else None
+        if summary is not None and summary.get("status") == "complete":
+            scores[spec["dir"]] = cell_scores(summary, store.metrics(spec["dir"]), primary, spec["budget"])
+    return scores
+
+
 def progress_rows(meta: dict, store: ResultStore) -> list[dict]:
     """One row per (task, variant, grid point), in the matrix's order, over its planned tuning cells."""
     primary = (meta.get("analysis") or {}).get("primary") or PRIMARY_DEFAULT
+    finished = finished_scores(meta, store)
     rows: dict[tuple, dict] = {}
     for spec in meta["tuning"]["cells"]:
         relpath = spec["dir"]
@@ -38,10 +51,10 @@ def progress_rows(meta: dict, store: ResultStore) -> list[dict]:
         summary = store.summary(relpath) if store.holds(spec) else None
         if summary is None:
             continue
-        if summary.get("status") != "complete":
+        if relpath not in finished:
             row["failed"] += 1
             continue
-        row["scores"].append(cell_scores(summary, store.metrics(relpath), primary, spec["budget"]))
+        row["scores"].append(finished[relpath])
         row["completions"].append(int(summary.get("completions_generated", 0)))
         row["train_s"].append(float(summary.get("wall_clock_s", math.nan)))
     out = []

@@ -30,7 +30,7 @@ def test_small_matrix_end_to_end(tmp_path):
                     + "".join(f"[algorithms.{name}]\n" for name in sorted(ALGORITHMS)))
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-    for args in (["matrix", str(toml), "--out", str(out), "--no-progress"], ["report", str(out)]):
+    for args in (["matrix", str(toml), "--out", str(out), "--no-progress", "--allow-dirty"], ["report", str(out)]):
         done = subprocess.run([sys.executable, "-m", "benchmarks.cli.main", *args], cwd=ROOT, env=env, capture_output=True, text=True)
         assert done.returncode == 0, done.stdout + done.stderr
 

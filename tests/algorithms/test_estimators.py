@@ -338,7 +338,7 @@ def test_an_unknown_name_is_one_line_listing_the_choices():
             lookup("nope")
         message = str(info.value)
         assert message.startswith(f"unknown {kind} 'nope'; choose from ") and "\n" not in message
-    assert "gpg, grpo, grpo_passk, opo, optimal_token_baseline, reinforce_plus_plus" in str(pytest.raises(ValueError, advantage_estimator, "x").value)
+    assert "gpg, grpo, grpo_passk, maxrl, opo, optimal_token_baseline, reinforce_plus_plus" in str(pytest.raises(ValueError, advantage_estimator, "x").value)
     assert "clip_cov" in str(pytest.raises(ValueError, grpo_loss, LOGPS, None, None, ADV, MASK, loss_type="x").value)
     for field, value in (("advantage_estimator", "nope"), ("loss_type", "nope"), ("kl_loss_type", "k9"), ("loss_aggregation", "sum")):
         with pytest.raises(ValueError, match=f"unknown {field} '{value}'; choose from "):

@@ -130,7 +130,7 @@ def test_the_needs_are_declared_not_named(plugins):
     declared = lambda prop: [n for n, c in ADVANTAGE_ESTIMATORS.items() if getattr(c, prop)]  # noqa: E731
     assert declared("needs_greedy_baseline") == ["remax"]
     assert declared("needs_token_statistics") == ["optimal_token_baseline", "token_counter_test"]
-    assert declared("group_local") == ["grpo", "optimal_token_baseline"]
+    assert declared("group_local") == ["grpo", "optimal_token_baseline", "maxrl"]
 
 
 def test_a_taken_name_and_a_second_default_are_refused(plugins):

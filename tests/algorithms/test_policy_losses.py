@@ -91,11 +91,12 @@ def test_an_option_name_keeps_one_default_across_losses():
 
 
 def test_what_a_loss_needs_is_declared_not_named_in_the_pipeline():
-    assert [n for n, c in POLICY_LOSSES.items() if c.takes_delta] == ["grpo", "bnpo", "dr_grpo", "dapo", "luspo"]
-    assert {n for n, c in POLICY_LOSSES.items() if c.per_completion_advantages} == {"vespo", "gmpo"}
+    takes_delta = ["grpo", "bnpo", "dr_grpo", "dapo", "luspo", "fipo"]
+    assert [n for n, c in POLICY_LOSSES.items() if c.takes_delta] == takes_delta
+    assert {n for n, c in POLICY_LOSSES.items() if c.per_completion_advantages} == {"vespo", "gmpo", "real"}
     assert [n for n, c in POLICY_LOSSES.items() if c.folds_sampling_weight] == ["vespo"]
     assert {n for n, c in POLICY_LOSSES.items() if c.clip_fraction} == {"grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo",
-                                                                      "dual_clip", "clip_cov"}
+                                                                      "dual_clip", "clip_cov", "fipo"}
     config = GRPOConfig(learning_rate=1e-3, loss_type="gmpo", advantage_estimator="optimal_token_baseline")
     with pytest.raises(ValueError, match="needs one advantage per completion"):
         config.validate()
@@ -109,7 +110,7 @@ def _grpo_step(monkeypatch, **options) -> list[dict]:
 
     torch.manual_seed(0)
     task = make_evaluated_task("pizza", eval_samples=16)
-    config = GRPOConfig(learning_rate=1e-3, prompts_per_step=2, group_size=4, **options)
+    config = GRPOConfig(**{"learning_rate": 1e-3, "prompts_per_step": 2, "group_size": 4, **options})
     config.validate()
     sampling = Sampling(max_new_tokens=task.generation.max_new_tokens, temperature=task.generation.temperature)
     ref = task.load_policy(torch.device("cpu")) if config.beta > 0 else None
@@ -131,7 +132,7 @@ def test_every_field_declared_a_loss_option_reaches_grpo_loss(monkeypatch):
                   kl_bias_correction=True, top_entropy_quantile=0.9, off_policy_mask_threshold=0.5,
                   importance_sampling_correction=False, importance_sampling_mode="token_mask",
                   importance_sampling_clip_min=0.1, importance_sampling_clip_max=4.0,
-                  loss_aggregation="seq-mean-token-sum", kl_loss_type="k2", entropy_coef=0.01)
+                  loss_aggregation="seq-mean-token-sum", kl_loss_type="k2", entropy_coef=0.01, group_size=4)
     assert set(values) == set(grpo_module.LOSS_OPTIONS)
     defaults = {f.name: f.default for f in fields(GRPOConfig)}
     assert all(value != defaults[name] for name, value in values.items())

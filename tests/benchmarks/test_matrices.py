@@ -49,7 +49,7 @@ def tiny(name: str, substitutions, tmp_path: Path) -> Path:
 def test_gpu_reasoning_gym_matrix_runs_tiny_on_cpu(run_cli, tmp_path):
     path = tiny("gpu_reasoning_gym.toml", REASONING_GYM, tmp_path)
     out = tmp_path / "rg"
-    code, stdout, err = run_cli("matrix", path, "--out", out)
+    code, stdout, err = run_cli("matrix", path, "--out", out, "--allow-dirty")
     assert code == 0, stdout[-2000:] + err[-2000:]
     assert "6 run and complete, 0 already complete, 0 failed" in stdout, stdout[-1500:]
     text = (out / "README.md").read_text()
@@ -61,7 +61,7 @@ def test_gpu_reasoning_gym_matrix_runs_tiny_on_cpu(run_cli, tmp_path):
 def test_gpu_gsm8k_matrix_runs_tiny_on_cpu(run_cli, tmp_path, gsm8k_data):
     path = tiny("gpu_gsm8k.toml", GSM8K, tmp_path)
     out = tmp_path / "gsm8k"
-    code, stdout, err = run_cli("matrix", path, "--out", out)
+    code, stdout, err = run_cli("matrix", path, "--out", out, "--allow-dirty")
     assert code == 0, stdout[-2000:] + err[-2000:]
     assert "1 run and complete, 0 already complete, 0 failed" in stdout, stdout[-1500:]
     assert "| grpo |" in (out / "README.md").read_text()

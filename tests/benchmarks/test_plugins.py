@@ -92,7 +92,8 @@ def test_plugin_cells_in_a_matrix(plugin_env, tmp_path):
                     "[algorithms.plain_reinforce]\n")
     out = tmp_path / "out"
     # One warm worker runs both cells (one process to start, not two), then the matrix writes its report.
-    done = _grpo_bench(plugin_env, "matrix", str(toml), "--out", str(out), "--no-progress", "--jobs", "1")
+    done = _grpo_bench(plugin_env, "matrix", str(toml), "--out", str(out), "--no-progress", "--jobs", "1",
+                       "--allow-dirty")
     assert done.returncode == 0, done.stdout + done.stderr
     summaries = sorted(out.glob("*/*/seed*/summary.json"))
     assert len(summaries) == 2

@@ -81,7 +81,8 @@ def test_a_corrupt_or_foreign_store_is_one_line_and_exit_2(tmp_path, capsys, con
     assert words in err and len(err.splitlines()) == 1 and "Traceback" not in err
     matrix = tmp_path / "m.toml"
     matrix.write_text('seeds = [0]\nbudget = 64\n[tasks.pizza]\neval_samples = 8\n[algorithms.grpo]\n')
-    assert main(["matrix", str(matrix), "--out", str(tmp_path), "--resume", "--no-report"]) == 2  # before any work
+    assert main(["matrix", str(matrix), "--out", str(tmp_path), "--resume", "--no-report",
+                 "--allow-dirty"]) == 2  # before any work
     assert words in capsys.readouterr().err
 
 
@@ -107,7 +108,7 @@ def test_a_matrix_resumes_from_its_store_alone_and_reports_it(tmp_path, capsys):
     matrix = tmp_path / "m.toml"
     matrix.write_text('seeds = [0, 1]\nbudget = 64\ndevice = "cpu"\n[tasks.pizza]\neval_samples = 8\n[algorithms.grpo]\n')
     out = tmp_path / "out"
-    assert main(["matrix", str(matrix), "--out", str(out), "--jobs", "1", "--no-progress"]) == 0
+    assert main(["matrix", str(matrix), "--out", str(out), "--jobs", "1", "--no-progress", "--allow-dirty"]) == 0
     first = (out / "tables" / "summary.csv").read_text()
     store = ResultStore.open(out)
     for relpath in store.cells:
@@ -115,12 +116,14 @@ def test_a_matrix_resumes_from_its_store_alone_and_reports_it(tmp_path, capsys):
         assert (cell_dir / ".gitignore").read_text() == "*\n"  # working space, never committed
         rows = [json.loads(line) for line in (cell_dir / "metrics.jsonl").read_text().splitlines()]
         assert same_rows(store.metrics(relpath), rows)
-        # the store's copy adds which session ran the cell and when it ended
-        assert store.summary(relpath) == {**json.loads((cell_dir / "summary.json").read_text()),
+        # the store's copy adds which session ran the cell, when it ended and the code it ran
+        code = {k: store.summary(relpath)[k] for k in ("commit", "dirty", "diff_hash")}
+        assert store.summary(relpath) == {**json.loads((cell_dir / "summary.json").read_text()), **code,
                                           "matrix_session": 0, "finished_at": store.summary(relpath)["finished_at"]}
         shutil.rmtree(cell_dir)
     capsys.readouterr()
-    assert main(["matrix", str(matrix), "--out", str(out), "--resume", "--jobs", "1", "--no-progress"]) == 0
+    assert main(["matrix", str(matrix), "--out", str(out), "--resume", "--jobs", "1", "--no-progress",
+                 "--allow-dirty"]) == 0
     printed = capsys.readouterr().out
     assert "0 run and complete, 2 already complete" in printed
     assert (out / "tables" / "summary.csv").read_text() == first

@@ -159,7 +159,8 @@ def test_a_corrupted_store_is_one_line_and_exit_2_in_report_and_resume(matrix_di
     (tmp_path / STORE_FILE).write_bytes(_flip(data, end - 3, 0))  # inside the last page's values
     assert_one_line_error(_run(capsys, "report", tmp_path), f"the result store {tmp_path / STORE_FILE} is corrupted")
     (tmp_path / "m.toml").write_text(MATRIX_TOML)
-    assert_one_line_error(_run(capsys, "matrix", tmp_path / "m.toml", "--out", tmp_path, "--resume", "--no-report"),
+    assert_one_line_error(_run(capsys, "matrix", tmp_path / "m.toml", "--out", tmp_path, "--resume", "--no-report",
+                               "--allow-dirty"),
                           "is corrupted")
 
 
@@ -211,7 +212,8 @@ def test_a_malformed_store_is_one_line_and_exit_2(matrix_dir, tmp_path, capsys, 
     shutil.copy(matrix_dir / "matrix.json", tmp_path)
     assert_one_line_error(_run(capsys, "report", tmp_path), str(tmp_path / STORE_FILE), words)
     (tmp_path / "m.toml").write_text(MATRIX_TOML)
-    assert_one_line_error(_run(capsys, "matrix", tmp_path / "m.toml", "--out", tmp_path, "--resume", "--no-report"),
+    assert_one_line_error(_run(capsys, "matrix", tmp_path / "m.toml", "--out", tmp_path, "--resume", "--no-report",
+                               "--allow-dirty"),
                           str(tmp_path / STORE_FILE), words)
 
 

@@ -226,7 +226,7 @@ def fake_cells(monkeypatch, tmp_path):
 
 def matrix(run_cli, path, out, *flags, report=False):
     """The matrix command; its report (tables, plots) only when asked: the cells and the exit status are the point here."""
-    return run_cli("matrix", path, "--out", out, "--executor", "subprocess", "--no-progress",
+    return run_cli("matrix", path, "--out", out, "--executor", "subprocess", "--no-progress", "--allow-dirty",
                    *([] if report else ["--no-report"]), *flags)
 
 

@@ -48,7 +48,7 @@ def _env():
 def _matrix(args, **kw):
     # --no-report: the report (tables, plots, verdicts) is tested elsewhere; here only the cells matter.
     return subprocess.Popen([sys.executable, "-m", "benchmarks.cli.main", "matrix", *map(str, args), "--no-progress",
-                             "--no-report"],
+                             "--no-report", "--allow-dirty"],
                             cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
 
 
@@ -66,7 +66,7 @@ def _run_matrix_here(args) -> str:
 
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
-        code = main(["matrix", *map(str, args), "--no-progress", "--no-report"])
+        code = main(["matrix", *map(str, args), "--no-progress", "--no-report", "--allow-dirty"])
     assert code == 0, printed.getvalue()
     return printed.getvalue()
 

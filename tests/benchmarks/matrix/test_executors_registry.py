@@ -107,7 +107,7 @@ def test_a_plugin_executor_is_usable_by_name_and_its_option_is_a_flag(plugin_exe
     assert "--label LABEL" in capsys.readouterr().out
     out = tmp_path / "out"
     code, text, err = run_cli("matrix", tiny, "--out", out, "--executor", "recording", "--label", "seen",
-                              "--no-report", "--no-progress")
+                              "--no-report", "--no-progress", "--allow-dirty")
     assert code == 1, err  # the cells it was handed are recorded as failed, by design
     assert text.count("FAILED: not run, label seen") == 2
     assert json.loads((out / "matrix.json").read_text())["sessions"][-1]["executor"] == "recording"
@@ -127,7 +127,7 @@ def test_a_bf16_matrix_on_a_cpu_that_emulates_bf16_says_so_once(tmp_path, monkey
     path.write_text(TINY.replace('device = "cpu"\n', 'device = "cpu"\nprecision = "bf16"\n'))
     monkeypatch.setattr(measure, "cpu_bf16_native", lambda: native)
     executor = type("Here", (RecordingExecutor,), {"name": executor_name})()
-    counts = run_matrix(parse(path), tmp_path / "out", executor=executor, progress=False)
+    counts = run_matrix(parse(path), tmp_path / "out", executor=executor, progress=False, allow_dirty=True)
     assert counts["failed"] == 2  # both cells were handed over (and recorded as not run)
     assert capsys.readouterr().err.count("torch emulates bf16 products") == said
 
@@ -173,7 +173,7 @@ def test_fresh_processes_side_by_side_each_get_their_share_of_the_cores(tmp_path
 def test_subprocess_jobs_2_writes_the_rows_of_jobs_1(tiny, tmp_path, run_cli):
     for jobs in ("1", "2"):
         code, _, err = run_cli("matrix", tiny, "--out", tmp_path / jobs, "--executor", "subprocess", "--jobs", jobs,
-                               "--no-report", "--no-progress")
+                               "--no-report", "--no-progress", "--allow-dirty")
         assert code == 0, err
     assert json.loads((tmp_path / "2" / "matrix.json").read_text())["sessions"][-1]["jobs"] == 2
     for cell in ("pizza/grpo_level=token/seed0", "pizza/grpo_level=sequence/seed0"):

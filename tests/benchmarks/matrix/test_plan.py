@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from benchmarks.cli.main import main
+from benchmarks.errors import UsageError
 from benchmarks.io import atomic_write, atomic_write_json, append_jsonl, read_jsonl
 from benchmarks.matrix import line_of, parse
 from benchmarks.store import ResultStore
@@ -38,7 +39,8 @@ def _env():
 
 
 def _matrix(args, **kw):
-    return subprocess.Popen([sys.executable, "-m", "benchmarks.cli.main", "matrix", *args, "--no-progress"], cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "benchmarks.cli.main", "matrix", *args, "--no-progress",
+                             "--allow-dirty"], cwd=ROOT,
                             env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
 
 
@@ -312,7 +314,7 @@ def test_failing_cells_are_recorded_and_the_matrix_goes_on(tmp_path, monkeypatch
     plan = parse(path)
     seeds = {str(tmp_path / "out" / c.relpath): c.seed for c in plan.cells}
     monkeypatch.setattr(execute, "cell_command", lambda cell_dir, resume: [sys.executable, "-c", FAKE_CELLS[seeds[str(cell_dir)]], str(cell_dir)])
-    counts = execute.run_matrix(plan, tmp_path / "out", progress=False)
+    counts = execute.run_matrix(plan, tmp_path / "out", progress=False, allow_dirty=True)
     assert counts == {"complete": 1, "failed": 2, "skipped": 0}
     summaries = [json.loads((tmp_path / "out" / c.relpath / "summary.json").read_text()) for c in plan.cells]
     assert [s["status"] for s in summaries] == ["failed", "failed", "complete"]
@@ -324,7 +326,7 @@ def test_failing_cells_are_recorded_and_the_matrix_goes_on(tmp_path, monkeypatch
     assert lines[2].startswith("[3/3] pizza grpo seed 2: accuracy 0.100 -> 0.900")
     # --resume re-runs the failed cells only.
     monkeypatch.setitem(FAKE_CELLS, 0, FAKE_CELLS[2])
-    counts = execute.run_matrix(plan, tmp_path / "out", resume=True, progress=False)
+    counts = execute.run_matrix(plan, tmp_path / "out", resume=True, progress=False, allow_dirty=True)
     assert counts == {"complete": 1, "failed": 1, "skipped": 1}
 
 
@@ -364,15 +366,18 @@ def test_tasks_runs_a_subset_now_and_resume_the_rest_later(tmp_path, monkeypatch
     plan = parse(path)
     monkeypatch.setattr(execute, "cell_command", lambda cell_dir, resume: [sys.executable, "-c", FAKE_CELLS[2], str(cell_dir)])
     out = tmp_path / "out"
-    assert execute.run_matrix(plan, out, progress=False, tasks=["bandit"]) == {"complete": 1, "failed": 0, "skipped": 0}
+    counts = execute.run_matrix(plan, out, progress=False, tasks=["bandit"], allow_dirty=True)
+    assert counts == {"complete": 1, "failed": 0, "skipped": 0}
     store = ResultStore.open(out)
     assert sorted(store.cells) == ["bandit/grpo/seed0"]
     assert [c["dir"] for c in json.loads((out / "matrix.json").read_text())["cells"]] == ["pizza/grpo/seed0", "bandit/grpo/seed0"]
     # the other task later: the first one's cell is kept, not run again
-    assert execute.run_matrix(plan, out, resume=True, progress=False) == {"complete": 1, "failed": 0, "skipped": 1}
+    assert execute.run_matrix(plan, out, resume=True,
+                              progress=False, allow_dirty=True) == {"complete": 1, "failed": 0, "skipped": 1}
     assert sorted(ResultStore.open(out).cells) == ["bandit/grpo/seed0", "pizza/grpo/seed0"]
     # --overwrite --tasks runs that task again and keeps the other's finished cell
-    assert execute.run_matrix(plan, out, overwrite=True, progress=False, tasks=["pizza"]) == {"complete": 1, "failed": 0, "skipped": 0}
+    counts = execute.run_matrix(plan, out, overwrite=True, progress=False, tasks=["pizza"], allow_dirty=True)
+    assert counts == {"complete": 1, "failed": 0, "skipped": 0}
     assert sorted(ResultStore.open(out).cells) == ["bandit/grpo/seed0", "pizza/grpo/seed0"]
 
 
@@ -386,10 +391,10 @@ def test_rerun_runs_the_named_cells_again_and_keeps_the_rest(tmp_path, monkeypat
     child = FAKE_CELLS[2] + f"; open({str(ran)!r}, 'a').write(sys.argv[1] + chr(10))"
     monkeypatch.setattr(execute, "cell_command", lambda cell_dir, resume: [sys.executable, "-c", child, str(cell_dir)])
     out = tmp_path / "out"
-    assert execute.run_matrix(plan, out, progress=False)["complete"] == 2
+    assert execute.run_matrix(plan, out, progress=False, allow_dirty=True)["complete"] == 2
     (out / "pizza/grpo/seed0/stale.txt").write_text("from the first run")
     ran.write_text("")
-    counts = execute.run_matrix(plan, out, resume=True, progress=False, rerun=["pizza/*"])
+    counts = execute.run_matrix(plan, out, resume=True, progress=False, rerun=["pizza/*"], allow_dirty=True)
     assert counts == {"complete": 1, "failed": 0, "skipped": 1}
     assert [Path(p).relative_to(out).as_posix() for p in ran.read_text().split()] == ["pizza/grpo/seed0"]
     assert not (out / "pizza/grpo/seed0/stale.txt").exists()  # run from step 0 in a cleared directory
@@ -423,17 +428,21 @@ def test_checkpointing_added_later_keeps_the_finished_cells(tmp_path, monkeypatc
     path.write_text(TWO_TASKS)
     monkeypatch.setattr(execute, "cell_command", lambda cell_dir, resume: [sys.executable, "-c", FAKE_CELLS[2], str(cell_dir)])
     out = tmp_path / "out"
-    assert execute.run_matrix(parse(path), out, progress=False, tasks=["pizza"])["complete"] == 1
+    assert execute.run_matrix(parse(path), out, progress=False, tasks=["pizza"], allow_dirty=True)["complete"] == 1
     path.write_text(TWO_TASKS.replace("budget = 64", "budget = 64\ncheckpoint_every = 32"))
     later = parse(path)
     assert later.cells[0].checkpoint_every > 0
-    assert execute.run_matrix(later, out, resume=True, progress=False) == {"complete": 1, "failed": 0, "skipped": 1}
+    assert execute.run_matrix(later, out, resume=True,
+                              progress=False, allow_dirty=True) == {"complete": 1, "failed": 0, "skipped": 1}
     from benchmarks.report.matrix import collect  # the report counts the cell that ran without checkpoints too
 
     assert sorted(collect(out)["cells"]["status"]) == ["complete", "complete"]
-    # ...but a change to what a cell computes still makes its stored result stale
+    # ...but a change to what a cell computes still makes its stored result stale: replaced when asked to
     path.write_text(TWO_TASKS.replace("budget = 64", "budget = 64\ncheckpoint_every = 32").replace("eval_samples = 16", "eval_samples = 32"))
-    assert execute.run_matrix(parse(path), out, resume=True, progress=False) == {"complete": 1, "failed": 0, "skipped": 1}
+    with pytest.raises(UsageError, match="would replace 1 finished cell"):
+        execute.run_matrix(parse(path), out, resume=True, progress=False, allow_dirty=True)
+    assert execute.run_matrix(parse(path), out, resume=True, overwrite=True, progress=False,
+                              allow_dirty=True) == {"complete": 1, "failed": 0, "skipped": 1}
 
 
 def test_a_finished_cell_keeps_no_checkpoints(tmp_path, monkeypatch):
@@ -452,7 +461,8 @@ def test_a_finished_cell_keeps_no_checkpoints(tmp_path, monkeypatch):
         return [sys.executable, "-c", fakes[Path(cell_dir).parts[-3]], str(cell_dir)]
 
     monkeypatch.setattr(execute, "cell_command", command)
-    assert execute.run_matrix(plan, tmp_path / "out", progress=False) == {"complete": 1, "failed": 1, "skipped": 0}
+    assert execute.run_matrix(plan, tmp_path / "out",
+                              progress=False, allow_dirty=True) == {"complete": 1, "failed": 1, "skipped": 0}
     assert not list((tmp_path / "out" / "pizza/grpo/seed0/checkpoints").glob("*.pt"))
     assert (tmp_path / "out" / "bandit/grpo/seed0/checkpoints/step_0000001.pt").exists()
 

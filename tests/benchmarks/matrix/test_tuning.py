@@ -124,7 +124,7 @@ def test_a_tuned_matrix_runs_chooses_resumes_and_reports(tmp_path, capsys):
                  .replace("[algorithms.dpo]\n", "[algorithms.reinforce]\n")
                  .replace("learning_rate = [1e-5, 1e-3]", "learning_rate = [1e-3, 1e-5]"))
     out = tmp_path / "out"
-    counts = run_matrix(plan, out, progress=False, executor=_warm())
+    counts = run_matrix(plan, out, progress=False, executor=_warm(), allow_dirty=True)
     assert counts == {"complete": 4 * 2 + 2, "failed": 0, "skipped": 0}
     meta = json.loads((out / "matrix.json").read_text())
     assert [s["stage"] for s in meta["sessions"]] == ["tuning", "evaluation"]
@@ -147,14 +147,15 @@ def test_a_tuned_matrix_runs_chooses_resumes_and_reports(tmp_path, capsys):
     # at whichever grid point the tuning chose included, with the session that made it, and runs none again.
     for relpath in made:
         shutil.rmtree(out / relpath)
-    again = run_matrix(plan, out, resume=True, progress=False, executor=_warm())
+    again = run_matrix(plan, out, resume=True, progress=False, executor=_warm(), allow_dirty=True)
     assert again == {"complete": 0, "failed": 0, "skipped": 4 * 2 + 2}
     assert {c: ResultStore.open(out).summary(c)["matrix_session"] for c in made} == made
     # --rerun names an evaluation cell by its path: before the tuning has chosen, it is one of the grid's
     # candidates (a pattern that matched only the tuning cells refused every evaluation cell)
     (out / "pizza/grpo/seed0").mkdir(parents=True, exist_ok=True)
     (out / "pizza/grpo/seed0/stale.txt").write_text("from the first run")
-    rerun = run_matrix(plan, out, resume=True, progress=False, executor=_warm(), rerun=["pizza/grpo/seed0"])
+    rerun = run_matrix(plan, out, resume=True,
+                       progress=False, executor=_warm(), rerun=["pizza/grpo/seed0"], allow_dirty=True)
     assert rerun == {"complete": 1, "failed": 0, "skipped": 4 * 2 + 1}
     assert not (out / "pizza/grpo/seed0/stale.txt").exists()
     from benchmarks.report.matrix import report
