@@ -73,7 +73,7 @@ def test_a_registered_case_module_is_a_column_of_the_feature_table(toy):
                for line in text.splitlines())  # the algorithms table
     assert "| toy.kl_coef |" in lines["| `beta`"]  # the options table
     summary = features.feature_summary(rows)
-    assert "| KL estimators | 10 | 2 | 10 | 6 | 4 | 1 | 2 | 2 (+1 of its own) |" in summary
+    assert "| KL estimators | 10 | 2 | 10 | 6 | 5 | 1 | 2 | 2 (+1 of its own) |" in summary
     assert "| not run | not run | not run | not run | not run | not run | 2 agrees, 2 differs by design |" in summary
 
 
