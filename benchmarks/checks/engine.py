@@ -258,6 +258,7 @@ class Plant:
     what: str
     groups: tuple[str, ...]  # the config groups re-run under it
     patch: Callable[[], contextlib.AbstractContextManager]
+    functions: tuple[str, ...] = ()  # of those, only the rows of these functions (a member few frameworks compare)
 
 
 @dataclass
@@ -296,7 +297,7 @@ def run_plant(plant: Plant, configs: list[Config], baseline: Optional[list[Row]]
     ``baseline`` rows, do): the plant is caught when one of them fails."""
     agreeing = None if baseline is None else {id(c) for c, r in zip(configs, baseline) if r.status == AGREES}
     chosen = [c for c in configs if c.by_design is None and not c.skip and c.group in plant.groups
-              and (agreeing is None or id(c) in agreeing)]
+              and (not plant.functions or c.function in plant.functions) and (agreeing is None or id(c) in agreeing)]
     with plant.patch():
         rows = run_configs(chosen)
     failed = [(c, r) for c, r in zip(chosen, rows) if r.status == FAILS]

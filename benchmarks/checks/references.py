@@ -1,9 +1,10 @@
-"""``grpo-bench check references``: every advantage estimator, policy loss, aggregation, KL estimator and PPO piece of
-this suite against every reference framework that implements it -- verl 0.9.1, OpenRLHF 0.11.2 and TRL 1.12.0's PPO
-(benchmarks/references/) -- on the same float64 tensors.
+"""``grpo-bench check references``: every advantage estimator, policy loss, aggregation, KL estimator, sampler
+correction and PPO piece of this suite against every reference framework that implements it -- verl 0.9.1, OpenRLHF
+0.11.2, TRL 1.12.0's PPO, SkyRL 0.4.0 and ms-swift 4.6.0 (benchmarks/references/) -- on the same float64 tensors.
 
 One view of the reference checks' engine (benchmarks/checks/engine.py): it runs the configurations of the case
-modules registered for it (benchmarks/checks/cases/: verl, openrlhf, trl_ppo) on random and edge-case batches
+modules registered for it (benchmarks/checks/cases/: verl, openrlhf, trl_ppo, skyrl, swift) on random and edge-case
+batches
 (``cases.tensors``), then every planted error (``cases.plants``), and writes references.md (per function, the
 differences by design, the planted errors), references.csv (every row) and features.md (the feature table, its
 columns the registered adapters', benchmarks/references/features.py).
@@ -25,8 +26,8 @@ import torch
 
 from benchmarks.checks import cases as _cases  # noqa: F401  registers the case modules
 from benchmarks.checks.cases.tensors import CASES, SEEDS, TOL
-from benchmarks.checks.engine import (AGREES, BY_DESIGN, CASE_MODULES, FAILS, Column, Config, Plant, PlantResult, Row,
-                                      case_modules, csv_text, run_configs, run_plant, short)
+from benchmarks.checks.engine import (AGREES, BY_DESIGN, CASE_MODULES, FAILS, SKIPPED, Column, Config, Plant,
+                                      PlantResult, Row, case_modules, csv_text, run_configs, run_plant, short)
 from benchmarks.errors import UsageError
 from benchmarks.io import atomic_write_text
 from benchmarks.markdown import markdown_table, write_report
@@ -99,9 +100,11 @@ def _headline(rows: list[Row], plants: list[PlantResult]) -> str:
     verdict = "every compared function agrees" if not failing else f"{len(failing)} configuration(s) FAIL"
     worst_value = max((r.value_diff for r in agreeing), default=0.0)
     worst_grad = max((r.grad_diff for r in agreeing if r.grad_diff is not None), default=0.0)
+    skipped = [r for r in rows if r.status == SKIPPED]
     return (f"**{len(rows)} configurations: {verdict} (over the {len(agreeing)} agreeing rows max value diff "
             f"{short(worst_value)}, max gradient diff {short(worst_grad)}, tolerance {TOL:g} x max(1, |theirs|)); "
             f"{len([r for r in rows if r.status == BY_DESIGN])} rows differ by design; "
+            + (f"{len(skipped)} skipped (a member this suite lacks); " if skipped else "") +
             f"{len([p for p in plants if p.caught])}/{len([p for p in plants if p.rows])} planted errors caught.**")
 
 
@@ -116,14 +119,23 @@ def _setup_lines(rows: list[Row], seconds: float, command: str) -> list[str]:
         "Tensors are float64. A value diff is the largest absolute difference of the loss (of the advantages on active "
         "tokens for an estimator), a gradient diff that of the gradient with respect to the log-probs (the values, for "
         "a value loss). OpenRLHF computes its KL and its whitening statistics in float32, hence its differences of up to "
-        "~1e-6; verl and OpenRLHF divide a sequence's sum by |o_i| + 1e-8, hence their ~1e-9.",
+        "~1e-6; verl and OpenRLHF divide a sequence's sum by |o_i| + 1e-8, hence their ~1e-9; SkyRL exponentiates "
+        "its ratios in float32 (safe_exp_delta), hence its ~1e-8.", "",
+        "How each framework runs: verl, OpenRLHF and SkyRL are imported from their cache folders with their engines "
+        "stood in; SkyRL 0.4.0 declares Python >= 3.12, but the two modules compared (ppo_utils, "
+        "off_policy_correction_utils) import and run under this Python; ms-swift's GRPO trainer is not imported (it "
+        "pulls vLLM and ModelScope in): its loss methods are compiled from its file and bound to a stand-in trainer "
+        "whose forward returns our log-probs; TRL 1.12's PPO is read from its file likewise. The sampler corrections "
+        "compare pi_old (the batch's old log-probs) against a sampler's log-probs a tenth of the case's spread away. "
+        "A row whose member this suite does not have is skipped, not compared (the count below).",
     ]
 
 
 def report(rows: list[Row], plants: list[PlantResult], seconds: float, command: str) -> str:
     failing = [r for r in rows if r.status == FAILS]
     lines = [
-        "# Reference check: estimators and losses against verl, OpenRLHF and TRL 1.12's PPO", "",
+        "# Reference check: estimators, losses and sampler corrections against verl, OpenRLHF, TRL 1.12's PPO, SkyRL "
+        "and ms-swift", "",
         _headline(rows, plants), "", *_setup_lines(rows, seconds, command),
         "", "## Per function", "", group_table(rows), "",
         "## Where the frameworks differ by design", "",

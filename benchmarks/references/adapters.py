@@ -2,8 +2,8 @@
 with ``@register_adapter``, and the feature table (``features``) has one column per registered ``column``, in the
 order the adapters registered. A second, different adapter under a taken name is refused.
 
-An adapter's tables map our names (the algorithms, estimators, policy losses, aggregations, KL estimators and PPO
-pieces of this suite) to the framework's: ``has`` is what it implements, per registry (the README's summary counts
+An adapter's tables map our names (the algorithms, estimators, policy losses, aggregations, KL estimators, sampler
+corrections and PPO pieces of this suite) to the framework's: ``has`` is what it implements, per registry (the README's summary counts
 it); ``cells`` is the feature table's text per table, where that differs from ``has``. Adapters that share a column
 (TRL 1.16 and TRL 1.12's PPO) fill it together: the heading joins theirs, a cell is the first one's that has the
 name, and the "checked" counts are over the rows of all of them.
@@ -17,8 +17,9 @@ from typing import Mapping, Optional
 
 from algorithms.registry import register_named
 
-# The feature table's tables, in its order; "algorithms" and "ppo" have cells only.
-TABLES = ("algorithms", "estimators", "policy_losses", "aggregations", "kl", "ppo")
+# The feature table's tables, in its order; "algorithms" and "ppo" have cells only; "corrections" are the sampler
+# corrections (GRPO's importance_sampling_mode).
+TABLES = ("algorithms", "estimators", "policy_losses", "aggregations", "kl", "corrections", "ppo")
 
 
 class Adapter:

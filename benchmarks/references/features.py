@@ -28,6 +28,16 @@ PPO_GROUPS = {"gae": "gae", "masked_whiten": "whitening", "value_loss": "value_l
 PPO_FUNCTIONS = {"value_loss": "ppo_value_loss", "policy_loss": "ppo_policy_loss", "kl_in_reward": None}
 
 
+def sampler_corrections() -> dict:
+    """This suite's registry of sampler/trainer corrections (GRPO's importance_sampling_mode), {} before it exists
+    (the feature table then has no such section, the reference check skips those rows)."""
+    try:
+        from algorithms.sampler_corrections import SAMPLER_CORRECTIONS
+    except ImportError:
+        return {}
+    return SAMPLER_CORRECTIONS
+
+
 def _our_options() -> dict[str, list[str]]:
     """Config field -> the registered algorithms whose config has it."""
     options: dict[str, list[str]] = defaultdict(list)
@@ -131,7 +141,7 @@ def feature_report(rows: Iterable = ()) -> str:
     lines = [
         f"# Features: this suite, {_frameworks_named()}", "",
         "**Generated from this suite's registries (algorithms, advantage estimators, policy losses, loss aggregations, "
-        "KL estimators) and the reference adapters' mapping tables; a plug-in registered with "
+        "KL estimators, sampler corrections) and the reference adapters' mapping tables; a plug-in registered with "
         "`register_policy_loss` / `register_advantage_estimator` shows up as a row.**", "",
         "A framework's cell names its counterpart; \"checked\" counts the rows of `grpo-bench check references` "
         "(results/references/references.md) that compared the two. Rows in parentheses exist only in that framework."
@@ -148,6 +158,9 @@ def feature_report(rows: Iterable = ()) -> str:
     lines += _section("Loss aggregations (loss_aggregation)", "aggregations", list(policy_losses.LOSS_AGGREGATIONS),
                       rows, ("aggregation",))
     lines += _section("KL estimators (kl_loss_type)", "kl", list(kl.KL_PENALTIES), rows, ("kl",))
+    if sampler_corrections():
+        lines += _section("Sampler corrections (importance_sampling_mode, with the sampler's log-probs)",
+                          "corrections", list(sampler_corrections()), rows, ("sampler_correction",))
     lines += _ppo_section(rows) + _options_section()
     lines += ["Versions: " + ", ".join(p.label for p in install.PINNED.values()) + "."]
     return "\n".join(lines) + "\n"
@@ -184,6 +197,8 @@ def feature_summary(rows: Iterable = ()) -> str:
         _registry_row("policy losses", "policy_losses", list(policy_losses.POLICY_LOSSES)),
         _registry_row("loss aggregations", "aggregations", list(policy_losses.LOSS_AGGREGATIONS)),
         _registry_row("KL estimators", "kl", list(kl.KL_PENALTIES)),
+        *([_registry_row("sampler corrections", "corrections", list(sampler_corrections()))]
+          if sampler_corrections() else []),
         _check_rows_line(rows),
     ]
     notes = "".join(f"; {a.summary_note}" for a in ADAPTERS.values() if a.summary_note)

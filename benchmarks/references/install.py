@@ -1,10 +1,15 @@
 """Where the reference frameworks' code comes from: pinned versions, fetched once into a cache, imported on demand.
 
 verl 0.9.1 and OpenRLHF 0.11.2 pin engines this suite does not use (vLLM, flash-attn, DeepSpeed, older transformers),
-and TRL 1.12.0 (the last TRL with PPO) cannot sit beside the TRL 1.16 the suite depends on. So none of them is
-installed into the environment: each is fetched without its dependencies into a folder of its own,
+TRL 1.12.0 (the last TRL with PPO) cannot sit beside the TRL 1.16 the suite depends on, ms-swift 4.6.0 pins its own
+TRL and ModelScope stack, and SkyRL 0.4.0 declares Python >= 3.12. So none of them is installed into the environment:
+each is fetched without its dependencies into a folder of its own,
 
     python -m pip install --no-deps --target CACHE/NAME-VERSION DIST==VERSION
+
+SkyRL's wheel is fetched as a 3.12 wheel (``--python-version 3.12 --only-binary=:all:``) with the two small
+libraries its loss module imports (jaxtyping and loguru, pinned) beside it in its folder; the modules the adapter
+imports (advantage estimators, off-policy correction) use nothing newer than 3.11, so they run in this interpreter.
 
 (``grpo-bench check references --install`` runs these), and the adapters import only the modules that hold loss and
 advantage code from there. ``CACHE`` is ``$GRPO_BENCH_REFERENCES``, else ``$XDG_CACHE_HOME/grpo-bench/references``
@@ -37,10 +42,17 @@ class Pinned:
     dist: str  # its PyPI distribution
     version: str
     sys_path: bool  # whether its folder goes on sys.path (False: its files are read, never imported by name)
+    pip_options: tuple[str, ...] = ()  # further `pip install` options (a wheel for another Python)
+    companions: tuple[str, ...] = ()  # pinned requirements fetched into the same folder (light imports of its modules)
 
     @property
     def requirement(self) -> str:
         return f"{self.dist}=={self.version}"
+
+    @property
+    def dist_info(self) -> str:
+        """Its ``.dist-info`` folder's name (pip writes the distribution's name with underscores)."""
+        return f"{self.dist.replace('-', '_')}-{self.version}.dist-info"
 
     @property
     def label(self) -> str:
@@ -52,6 +64,10 @@ PINNED = {p.name: p for p in (
     Pinned("openrlhf", "openrlhf", "0.11.2", sys_path=True),
     # Read from its files only: its `trl` package must never shadow the installed TRL.
     Pinned("trl-ppo", "trl", "1.12.0", sys_path=False),
+    Pinned("skyrl", "skyrl", "0.4.0", sys_path=True, pip_options=("--python-version", "3.12", "--only-binary=:all:"),
+           companions=("jaxtyping==0.3.11", "wadler-lindig==0.1.8", "loguru==0.8.0")),
+    # Read from its files only: its trainer module imports ModelScope, vLLM and its own TRL stack.
+    Pinned("ms-swift", "ms-swift", "4.6.0", sys_path=False),
 )}
 # What the modules the adapters import need beyond this suite's own dependencies: the ``references`` extra.
 LIGHT_DEPENDENCIES = ("omegaconf", "tensordict", "codetiming", "ray", "orjson")
@@ -76,12 +92,12 @@ def folder(name: str) -> Path:
 
 def install_command(name: str) -> list[str]:
     pinned = PINNED[name]
-    return [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(folder(name)), pinned.requirement]
+    return [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", *pinned.pip_options, "--target",
+            str(folder(name)), pinned.requirement, *pinned.companions]
 
 
 def is_installed(name: str) -> bool:
-    pinned = PINNED[name]
-    return (folder(name) / f"{pinned.dist}-{pinned.version}.dist-info").is_dir()
+    return (folder(name) / PINNED[name].dist_info).is_dir()
 
 
 def install(names: Iterable[str] = tuple(PINNED), log=print) -> list[str]:
@@ -103,7 +119,7 @@ def install(names: Iterable[str] = tuple(PINNED), log=print) -> list[str]:
 def missing_line(name: str) -> str:
     pinned = PINNED[name]
     return (f"{pinned.label} is not installed for the reference check: run `grpo-bench check references --install` "
-            f"(it runs `pip install --no-deps --target {folder(name)} {pinned.requirement}`)")
+            f"(it runs `{' '.join(install_command(name)[2:])}`)")
 
 
 def require(name: str) -> Path:

@@ -30,8 +30,8 @@ _STAND_INS = ("deepspeed", "openrlhf.trainer.ray.launcher")
 # Our advantage estimator (algorithms/estimators.py; "gae": algorithms/losses.gae) -> OpenRLHF's
 # --advantage_estimator. Its group_norm is GRPO's group standardisation (eps 1e-9), dr_grpo the same without the std.
 ESTIMATORS = {"reinforce_plus_plus": "reinforce", "reinforce_plus_plus_baseline": "reinforce_baseline",
-              "rloo": "rloo", "grpo": "group_norm", "grpo(scale=none)": "dr_grpo", "gae": "gae"}
-ESTIMATORS_THEIRS_ONLY = ("flash_reinforce",)
+              "rloo": "rloo", "grpo": "group_norm", "grpo(scale=none)": "dr_grpo", "gae": "gae",
+              "flash_reinforce": "flash_reinforce"}
 # Our policy loss (loss_type) -> (OpenRLHF's policy_loss_type, its aggregation): token_level_loss True is our
 # token-mean, False the mean of per-sequence token means over the sequences that have a token.
 POLICY_LOSSES = {"bnpo": ("ppo", "token"), "dapo": ("ppo", "token"), "dual_clip": ("ppo + dual_clip", "token"),
@@ -42,6 +42,10 @@ AGGREGATIONS = {"token-mean": "token_level_loss=True", "bnpo": "token_level_loss
 # Our KL_PENALTIES name -> OpenRLHF's kl_estimator (values clamped to [-10, 10]; "+": unbiased_gradient, k2's gradient).
 KL = {"k1": "k1", "k2": "k2", "k3": "k3", "k1+": "k1 (unbiased_gradient)", "k2+": "k2 (unbiased_gradient)",
       "k3+": "k3 (unbiased_gradient)"}
+# Our sampler correction (importance_sampling_mode) -> OpenRLHF's algo.advantage.is_correction_*.
+CORRECTIONS = {"gated": "is_correction_level / _mode / _gating (ratio, binary_kl, tv) / _threshold",
+               "token_truncate": "is_correction_level=token, mode=clip (TIS)",
+               "token_mask": "is_correction_level=token, mode=mask (ICEPOP; keeps the IS weight)"}
 KNOBS = {"epsilon": "eps_clip_low_high", "epsilon_high": "eps_clip_low_high", "clip_ratio_c": "dual_clip",
          "kl_coef": "init_kl_coef", "kl_loss_type": "kl_estimator", "beta": "init_kl_coef (use_kl_loss)",
          "value_clip": "value_clip", "gamma": "gamma", "lam": "lambd", "whiten_advantages": "(always, gae/reinforce)",
@@ -64,14 +68,17 @@ def experience_module():
 
 
 def policy_loss(logps, old_logps, advantages, mask, *, epsilon: float = 0.2, epsilon_high: Optional[float] = None,
-                dual_clip: Optional[float] = None, token_level_loss: bool = True,
-                policy_loss_type: str = "ppo") -> torch.Tensor:
-    """``PolicyLoss(...)(log_probs, old_log_probs, advantages, action_mask)``; ``advantages`` (B,) or (B, T)."""
+                dual_clip: Optional[float] = None, token_level_loss: bool = True, policy_loss_type: str = "ppo",
+                rollout_logps=None, **is_correction) -> torch.Tensor:
+    """``PolicyLoss(...)(log_probs, old_log_probs, advantages, action_mask, rollout_log_probs)``; ``advantages`` (B,)
+    or (B, T). ``is_correction``: its train/rollout mismatch correction, ``level`` (token / seq), ``mode`` (mask /
+    clip), ``gating`` (ratio / binary_kl / tv) and ``threshold`` (low, high): the ``is_correction_*`` arguments."""
     fn = loss_module().PolicyLoss(clip_eps_low=epsilon, clip_eps_high=epsilon if epsilon_high is None else epsilon_high,
                                   dual_clip=dual_clip, token_level_loss=token_level_loss,
-                                  policy_loss_type=policy_loss_type)
+                                  policy_loss_type=policy_loss_type,
+                                  **{f"is_correction_{k}": v for k, v in is_correction.items()})
     token_advantages = advantages.unsqueeze(-1) * mask if advantages.dim() == 1 else advantages
-    return fn(logps, old_logps, token_advantages, action_mask=mask)[0]
+    return fn(logps, old_logps, token_advantages, action_mask=mask, rollout_log_probs=rollout_logps)[0]
 
 
 def value_loss(values, old_values, returns, mask, clip: Optional[float], token_level_loss: bool = True) -> torch.Tensor:
@@ -121,8 +128,8 @@ class OpenRLHF(Adapter):
     """OpenRLHF in the feature table."""
 
     name, column, heading = FRAMEWORK, "OpenRLHF", f"OpenRLHF {VERSION}"
-    has = {"estimators": ESTIMATORS, "policy_losses": POLICY_LOSSES, "aggregations": AGGREGATIONS, "kl": KL}
-    theirs_only = {"estimators": ESTIMATORS_THEIRS_ONLY}
+    has = {"estimators": ESTIMATORS, "policy_losses": POLICY_LOSSES, "aggregations": AGGREGATIONS, "kl": KL,
+           "corrections": CORRECTIONS}
     cells = {
         "algorithms": {"grpo": "advantage_estimator=group_norm", "ppo": "advantage_estimator=gae + critic",
                        "rloo": "advantage_estimator=rloo",

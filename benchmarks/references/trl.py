@@ -215,7 +215,9 @@ class Trl(Adapter):
     TRL 1.16's option names (``KNOBS``) are listed by ``check trl``'s report, not in the options table."""
 
     name, column, heading = FRAMEWORK, "TRL", f"TRL {_minor(VERSION)}"
-    has = {"estimators": ESTIMATORS, "policy_losses": POLICY_LOSSES, "aggregations": AGGREGATIONS, "kl": KL}
+    has = {"estimators": ESTIMATORS, "policy_losses": POLICY_LOSSES, "aggregations": AGGREGATIONS, "kl": KL,
+           "corrections": {mode: f"vllm_importance_sampling_mode={mode}" for mode in
+                           ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")}}
     cells = {
         "algorithms": {"grpo": "GRPOTrainer", "rloo": "RLOOTrainer", "dpo": "DPOTrainer"},
         "policy_losses": {ours: f"loss_type={theirs}" for ours, theirs in POLICY_LOSSES.items()},

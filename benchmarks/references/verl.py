@@ -65,6 +65,12 @@ KNOBS = {
     "mu": "actor.ppo_epochs", "gamma": "algorithm.gamma", "lam": "algorithm.lam", "value_clip": "critic.cliprange_value",
     "whiten_advantages": "(always, in compute_gae_advantage_return)",
 }
+# Our sampler correction (importance_sampling_mode) -> verl's algorithm.rollout_correction.
+CORRECTIONS = {"token_truncate": "rollout_is=token (TIS)", "sequence_truncate": "rollout_is=sequence",
+               "token_mask": "rollout_is=token with LOW_HIGH (IcePop)",
+               "sequence_geometric_mask": "rollout_rs=seq_mean_k1 (Geo-RS; its band on pi_rollout / pi_old)",
+               "bypass": "bypass_mode=True, loss_type=ppo_clip"}
+CORRECTIONS_THEIRS_ONLY = ("rollout_rs=token_k*/seq_sum_k*/seq_max_k*", "bypass loss_type=reinforce")
 # The value loss, whitening and the critic's KL-in-reward, PPO's pieces.
 PPO = {"gae": "compute_gae_advantage_return", "masked_whiten": "verl.utils.torch_functional.masked_whiten",
        "value_loss": "compute_value_loss", "policy_loss": "vanilla", "kl_in_reward": "compute_rewards (k1)"}
@@ -85,7 +91,8 @@ def actor_config(*, epsilon: float = 0.2, epsilon_high: Optional[float] = None, 
     ``fields``: other ActorConfig fields (tau_pos, entropy_coeff, ...) or ``policy_loss`` PolicyLossConfig fields."""
     config_module = install.import_module(FRAMEWORK, "verl.workers.config")
     loss_fields = {k: fields.pop(k) for k in list(fields) if k in ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub",
-                                                                    "kl_cov_ratio", "ppo_kl_coef", "loss_mode")}
+                                                                    "kl_cov_ratio", "ppo_kl_coef", "loss_mode",
+                                                                    "rollout_correction")}
     return config_module.ActorConfig(
         strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1, clip_ratio=epsilon, clip_ratio_low=epsilon,
         clip_ratio_high=epsilon if epsilon_high is None else epsilon_high, clip_ratio_c=clip_ratio_c,
@@ -110,6 +117,37 @@ def policy_loss(loss_mode: str, logps: torch.Tensor, old_logps: torch.Tensor, ad
                  response_mask=mask, loss_agg_mode=loss_agg_mode,
                  config=actor_config(loss_agg_mode=loss_agg_mode, **config))
     return loss
+
+
+def rollout_correction(**fields):
+    """A real ``RolloutCorrectionConfig`` (``rollout_is``, ``rollout_rs``, ``rollout_rs_threshold``, ``bypass_mode``,
+    ``loss_type``); its default ``rollout_is="sequence"`` is turned off unless asked for."""
+    module = install.import_module(FRAMEWORK, "verl.trainer.config.algorithm")
+    return module.RolloutCorrectionConfig(**{"rollout_is": None, **fields})
+
+
+def rollout_rejection_mask(old_logps: torch.Tensor, rollout_logps: torch.Tensor, mask: torch.Tensor, rollout_rs: str,
+                           threshold) -> torch.Tensor:
+    """``rollout_corr_helper.compute_rollout_rejection_mask`` on log(pi_old / pi_rollout): the (B, T) response mask
+    with the rejected tokens (or sequences) zeroed. Geo-RS is ``rollout_rs="seq_mean_k1"`` with "LOW_HIGH" bounds on
+    the geometric-mean ratio (its preset ``decoupled_geo_rs``)."""
+    helper = install.import_module(FRAMEWORK, "verl.trainer.ppo.rollout_corr_helper")
+    kept, _ = helper.compute_rollout_rejection_mask(old_logps - rollout_logps, mask, rollout_rs=rollout_rs,
+                                                    rollout_rs_threshold=threshold)
+    return kept
+
+
+def bypass_loss(logps, rollout_logps, advantages, mask, *, loss_agg_mode: str = "token-mean",
+                loss_type: str = "ppo_clip", rollout_rs: Optional[str] = None, rollout_rs_threshold=None, rollout_is: Optional[str] = None,
+                rollout_is_threshold=2.0, **config) -> torch.Tensor:
+    """verl's bypass mode (``apply_bypass_mode`` then ``compute_policy_loss_bypass_mode``): the rollout's log-probs
+    stand for the old ones, its rejection mask (``rollout_rs``) applied, then PPO's clip ("ppo_clip") or REINFORCE
+    with the IS weights ("reinforce")."""
+    correction = rollout_correction(bypass_mode=True, loss_type=loss_type, rollout_rs=rollout_rs,
+                                    rollout_rs_threshold=rollout_rs_threshold, rollout_is=rollout_is,
+                                    rollout_is_threshold=rollout_is_threshold)
+    return policy_loss("bypass_mode", logps, rollout_logps, advantages, mask, loss_agg_mode=loss_agg_mode,
+                       rollout_correction=correction, **config)
 
 
 def agg_loss(values: torch.Tensor, mask: torch.Tensor, mode: str, loss_scale_factor: Optional[int] = None) -> torch.Tensor:
@@ -193,9 +231,10 @@ class Verl(Adapter):
     """verl in the feature table."""
 
     name, column, heading = FRAMEWORK, "verl", f"verl {VERSION}"
-    has = {"estimators": ESTIMATORS, "policy_losses": POLICY_LOSSES, "aggregations": AGGREGATIONS, "kl": KL}
+    has = {"estimators": ESTIMATORS, "policy_losses": POLICY_LOSSES, "aggregations": AGGREGATIONS, "kl": KL,
+           "corrections": CORRECTIONS}
     theirs_only = {"estimators": ESTIMATORS_THEIRS_ONLY, "policy_losses": POLICY_LOSSES_THEIRS_ONLY,
-                   "aggregations": AGGREGATIONS_THEIRS_ONLY}
+                   "aggregations": AGGREGATIONS_THEIRS_ONLY, "corrections": CORRECTIONS_THEIRS_ONLY}
     cells = {
         "algorithms": {"grpo": "algorithm.adv_estimator=grpo", "ppo": "algorithm.adv_estimator=gae + critic",
                        "rloo": "algorithm.adv_estimator=rloo",

@@ -1,11 +1,13 @@
-"""OpenRLHF 0.11.2's cases: its PolicyLoss (PPO, dual-clip, GSPO; token- and sequence-level), compute_approx_kl,
-ValueLoss, and the experience maker's reward shaping, returns, whitening and advantages
+"""OpenRLHF 0.11.2's cases: its PolicyLoss (PPO, dual-clip, GSPO; token- and sequence-level; its train/rollout
+correction), compute_approx_kl, ValueLoss, and the experience maker's reward shaping, returns, whitening and
+advantages (FlashREINFORCE's among them)
 (benchmarks/references/openrlhf.py calls OpenRLHF's own code)."""
 
 from __future__ import annotations
 
 from algorithms import estimators, kl, losses
-from benchmarks.checks.cases.tensors import Grid, TensorCases, knobs, loss_pair, ours_loss, token_adv, value_pair
+from benchmarks.checks.cases.tensors import (Grid, TensorCases, knobs, loss_pair, missing, ours_loss,
+                                             sampler_corrections, token_adv, value_pair)
 from benchmarks.checks.engine import register_cases
 from benchmarks.references import openrlhf
 
@@ -97,7 +99,8 @@ def _advantages(name: str, **options):
 
 
 def _estimators(grid: Grid) -> None:
-    """The experience maker's advantages: REINFORCE++ (with the KL in the reward), RLOO, group_norm, dr_grpo."""
+    """The experience maker's advantages: REINFORCE++ (with the KL in the reward), RLOO, group_norm, dr_grpo and
+    FlashREINFORCE (the batch mean as the baseline)."""
     for kl_coef in (0.0, 0.05):
         for name, theirs_name, baseline in REINFORCE_PP:
             grid.add("estimator", f"reinforce_pp_advantages(group_baseline={baseline})", theirs_name,
@@ -116,6 +119,10 @@ def _estimators(grid: Grid) -> None:
     grid.add("estimator", "group_advantages(eps=1e-9)", "group_norm", "scale=group",
              value_pair(lambda b: losses.group_advantages(b.rewards, b.group_size, "group", eps=1e-9),
                         _advantages("group_norm")))
+    grid.add("estimator", "flash_reinforce", "flash_reinforce", "-", value_pair(
+        lambda b: estimators.advantages("flash_reinforce", b.rewards, group_size=b.group_size),
+        _advantages("flash_reinforce")), skip=missing(estimators.ADVANTAGE_ESTIMATORS, "flash_reinforce",
+                                                      "advantage estimator"))
     grid.add("estimator", "grpo", "dr_grpo", "scale=none",
              value_pair(lambda b: estimators.advantages("grpo", b.rewards, group_size=b.group_size, scale="none"),
                         _advantages("dr_grpo")))
@@ -141,10 +148,49 @@ def _gae(grid: Grid) -> None:
         grid.add("gae", "gae (returns)", *names, value_pair(lambda b, o=ours: o(b)[1], lambda b, t=theirs: t(b)[1]))
 
 
+# OpenRLHF's is_correction settings compared: (level, mode, gating, (low, high)); a divergence is bounded above only.
+GATES = (("token", "mask", "ratio", (0.97, 1.03)), ("token", "mask", "ratio", (0.5, 5.0)),
+         ("token", "clip", "ratio", (0.97, 1.03)), ("seq", "mask", "ratio", (0.99, 1.01)),
+         ("token", "mask", "binary_kl", (0.0, 1e-4)), ("seq", "mask", "binary_kl", (0.0, 1e-3)),
+         ("token", "mask", "tv", (0.0, 0.005)), ("seq", "mask", "tv", (0.0, 0.02)))
+
+
+def _gated(grid: Grid) -> None:
+    """PolicyLoss with its train/rollout correction (is_correction_level / _mode / _gating / _threshold: TIS, ICEPOP,
+    the sequence mask, FlashREINFORCE's binary-KL trust region, TV) against our bnpo under importance_sampling_mode
+    gated; the sampler's log-probs are the rollout's."""
+    skip = missing(sampler_corrections(), "gated", "sampler correction")
+    for level, mode, gating, (low, high) in GATES:
+        ours = ours_loss("bnpo", with_sampling=True, importance_sampling_mode="gated", is_correction_level=level,
+                         is_correction_mode=mode, is_correction_gating=gating, is_correction_threshold_low=low,
+                         is_correction_threshold_high=high)
+        theirs = (lambda b, lv=level, md=mode, gt=gating, th=(low, high): openrlhf.policy_loss(
+            b.logps, b.old_logps, b.advantages, b.mask, rollout_logps=b.sampling_logps, level=lv, mode=md, gating=gt,
+            threshold=th))
+        grid.add("sampler_correction", "gated (bnpo)", "PolicyLoss(ppo, is_correction)",
+                 knobs(level=level, mode=mode, gating=gating, threshold=f"{low}_{high}"), loss_pair(ours, theirs),
+                 skip=skip)
+
+
+def _tis_and_icepop(grid: Grid) -> None:
+    """Its token-level ratio gate against TRL's token modes, which ours has: clip is TIS (token_truncate), mask is
+    ICEPOP (token_mask, the survivors keep their IS weight)."""
+    for mode, ours_mode in (("clip", "token_truncate"), ("mask", "token_mask")):
+        for low, high in ((0.97, 1.03), (0.5, 2.0)):
+            ours = ours_loss("bnpo", with_sampling=True, importance_sampling_mode=ours_mode,
+                             importance_sampling_clip_min=low, importance_sampling_clip_max=high)
+            theirs = (lambda b, md=mode, th=(low, high): openrlhf.policy_loss(
+                b.logps, b.old_logps, b.advantages, b.mask, rollout_logps=b.sampling_logps, level="token", mode=md,
+                gating="ratio", threshold=th))
+            grid.add("sampler_correction", f"{ours_mode} (bnpo)", f"PolicyLoss(ppo, is_correction token {mode})",
+                     knobs(clip_min=low, clip_max=high), loss_pair(ours, theirs))
+
+
 @register_cases
 class OpenRLHFCases(TensorCases):
     name, adapter = openrlhf.FRAMEWORK, openrlhf.OpenRLHF
 
     def add_configs(self, grid: Grid) -> None:
-        for part in (_policy_losses, _ppo_and_gspo, _kl, _value_loss_and_rewards, _estimators, _gae):
+        for part in (_policy_losses, _ppo_and_gspo, _kl, _value_loss_and_rewards, _estimators, _gae, _gated,
+                     _tis_and_icepop):
             part(grid)

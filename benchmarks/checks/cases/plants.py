@@ -1,13 +1,17 @@
 """The planted errors of the float64 reference checks: each replaces one of our functions (a clip, GAE, whitening, a
-KL estimator, an aggregation, an estimator) for a re-run of the agreeing configurations of its groups, in every
-framework that compares them; each must make at least one of them fail (``engine.run_plant``)."""
+KL estimator, an aggregation, an estimator, a loss, a sampler correction) for a re-run of the agreeing
+configurations of its groups, in every framework that compares them; each must make at least one of them fail
+(``engine.run_plant``). A planted error in a member this suite does not have yet is left out."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 
 from algorithms import estimators, kl, losses, policy_losses
 from benchmarks.checks.engine import Plant, patched, together
+from benchmarks.references.features import sampler_corrections
 
 
 def _plant_clip_sign(self, x):
@@ -67,6 +71,63 @@ def _plant_kl_reward_sign(scores, kl, mask, kl_coef, clip_min=None, clip_max=Non
     return _REAL["kl_penalised_rewards"](scores, -kl, mask, kl_coef, clip_min, clip_max)  # the KL rewarded, not paid
 
 
+def _plant_maxrl_std(self, x):
+    grouped = x.rewards.view(-1, x.group_size)  # GRPO's std where MaxRL divides by the group mean
+    centred = grouped - grouped.mean(1, keepdim=True)
+    return (centred / (grouped.std(1, keepdim=True, correction=0) + 1e-6)).view(-1)
+
+
+def _plant_flash_group_mean(self, x):
+    grouped = x.rewards.view(-1, x.group_size)  # the group's mean as the baseline, not the batch's
+    return (grouped - grouped.mean(1, keepdim=True)).view(-1)
+
+
+def _flipped(x, length: int):
+    """The inputs with time reversed (every (..., T) tensor flipped along its last axis)."""
+    flip = {f.name: getattr(x, f.name).flip(-1) for f in dataclasses.fields(x)
+            if isinstance(getattr(x, f.name), torch.Tensor) and getattr(x, f.name).size(-1) == length > 1}
+    return dataclasses.replace(x, **flip)
+
+
+def _plant_past(objective):
+    """A token-local objective's weight read from the past: run it on the reversed sequence, reverse it back (FIPO's
+    future KL becomes the KL of the tokens before)."""
+    def wrong(self, x):
+        length = x.mask.size(-1)
+        return objective(self, _flipped(x, length)).flip(-1)
+
+    return wrong
+
+
+def _plant_signs(objective):
+    def wrong(self, x):
+        return objective(self, dataclasses.replace(x, adv=-x.adv))  # REAL ranks the negatives above the positives
+
+    return wrong
+
+
+def _plant_sum_not_mean(self, old_logps, sampling_logps, mask, clip_min=None, clip_max=None):
+    log_ratio = (old_logps - sampling_logps) * mask  # the product of the ratios, not their geometric mean
+    geometric = torch.exp(log_ratio.sum(-1, keepdim=True))
+    return ((geometric >= self.options.geo_mask_low) & (geometric <= self.options.geo_mask_high)).to(mask.dtype)
+
+
+def _plant_outlier_tokens(self, old_logps, sampling_logps, mask, clip_min=None, clip_max=None):
+    o = self.options  # the outlier token alone dropped, its sequence kept
+    ratio = torch.exp(old_logps - sampling_logps)
+    low = 0.0 if o.outlier_token_is_threshold_low is None else o.outlier_token_is_threshold_low
+    high = float("inf") if o.outlier_token_is_threshold_high is None else o.outlier_token_is_threshold_high
+    return ((ratio >= low) & (ratio <= high)).to(mask.dtype)
+
+
+def _plant_gate_unweighted(weights):
+    def wrong(self, old_logps, sampling_logps, mask, clip_min=None, clip_max=None):
+        w = weights(self, old_logps, sampling_logps, mask, clip_min, clip_max)
+        return None if w is None else (w != 0).to(w.dtype)  # the survivors' IS weight dropped (1, not rho)
+
+    return wrong
+
+
 _REAL = {"gae": losses.gae, "ppo_value_loss": losses.ppo_value_loss, "ppo_policy_loss": losses.ppo_policy_loss,
          "kl_penalised_rewards": losses.kl_penalised_rewards}
 
@@ -97,3 +158,49 @@ PLANTS = (
     Plant("rloo-includes-self", "RLOO's baseline is the group mean, the completion itself included", ("estimator",),
           lambda: patched(estimators.RLOOEstimator, "advantages", _plant_rloo_self)),
 )
+
+
+def _new_members() -> tuple[Plant, ...]:
+    """The planted errors of the 2026 members: each where this suite has the member."""
+    estimators_, losses_ = estimators.ADVANTAGE_ESTIMATORS, policy_losses.POLICY_LOSSES
+    corrections = sampler_corrections()
+    candidates = (
+        (estimators_, "maxrl", Plant(
+            "maxrl-divides-by-std", "MaxRL divides the centred reward by the group's std (GRPO's), not its mean",
+            ("estimator",), lambda: patched(estimators_["maxrl"], "advantages", _plant_maxrl_std), ("maxrl",))),
+        (estimators_, "flash_reinforce", Plant(
+            "flash-reinforce-group-mean", "FlashREINFORCE's baseline is the group's mean, not the batch's",
+            ("estimator",), lambda: patched(estimators_["flash_reinforce"], "advantages", _plant_flash_group_mean),
+            ("flash_reinforce",))),
+        (losses_, "real", Plant(
+            "real-signs-swapped", "REAL ranks the non-positive-advantage completions above the positive ones",
+            ("policy_loss",), lambda: patched(losses_["real"], "objective", _plant_signs(losses_["real"].objective)),
+            ("real",))),
+        (losses_, "fipo", Plant(
+            "fipo-past-kl", "FIPO weighs a token by the discounted KL of the tokens before it, not after",
+            ("policy_loss",), lambda: patched(losses_["fipo"], "objective", _plant_past(losses_["fipo"].objective)),
+            ("fipo",))),
+        (corrections, "sequence_geometric_mask", Plant(
+            "geometric-mask-product", "the geometric-mean sequence mask bands the product of the ratios instead",
+            ("sampler_correction",),
+            lambda: patched(corrections["sequence_geometric_mask"], "weights", _plant_sum_not_mean),
+            ("sequence_geometric_mask", "sequence_geometric_mask (bnpo)"))),
+        (corrections, "sequence_outlier_mask", Plant(
+            "outlier-token-only", "outlier rejection drops the outlier token alone, not its whole sequence",
+            ("sampler_correction",),
+            lambda: patched(corrections["sequence_outlier_mask"], "weights", _plant_outlier_tokens),
+            ("sequence_outlier_mask", "sequence_outlier_mask (bnpo)"))),
+        (corrections, "gated", Plant(
+            "gate-drops-is-weight", "OpenRLHF's gate keeps a surviving token at weight 1 instead of its IS ratio",
+            ("sampler_correction",),
+            lambda: patched(corrections["gated"], "weights", _plant_gate_unweighted(corrections["gated"].weights)),
+            ("gated (bnpo)",))),
+        (corrections, "bypass", Plant(
+            "bypass-keeps-old-logps", "bypass mode keeps the trainer's old log-probs instead of the sampler's",
+            ("sampler_correction",), lambda: patched(corrections["bypass"], "bypass", False),
+            ("bypass (bnpo)", "bypass (dual_clip)"))),
+    )
+    return tuple(plant for registry, name, plant in candidates if name in registry)
+
+
+PLANTS = PLANTS + _new_members()

@@ -1,6 +1,6 @@
-"""What the float64 reference checks share (verl, OpenRLHF and TRL 1.12's PPO): the batches -- one random shape and
-the edge cases -- the helpers that turn our function and the framework's into a ``Comparison``, the grid that
-expands a comparison over the chosen cases, and the case modules' common base.
+"""What the float64 reference checks share (verl, OpenRLHF, TRL 1.12's PPO, SkyRL, ms-swift): the batches -- one
+random shape and the edge cases -- the helpers that turn our function and the framework's into a ``Comparison``,
+the grid that expands a comparison over the chosen cases, and the case modules' common base.
 
 A batch is random, or an edge case (all-masked rows, tied rewards, one-token completions, long completions, ratios
 far outside the clip range). For a loss the check records the largest absolute difference of the value and of the
@@ -21,6 +21,7 @@ from algorithms import kl, losses, policy_losses
 from benchmarks.checks.engine import CaseModule, Comparison, Config, Fixture, Tolerance
 from benchmarks.checks.cases.plants import PLANTS
 from benchmarks.references import install
+from benchmarks.references.features import sampler_corrections
 
 TOL = 1e-5
 TOLERANCE = Tolerance(TOL, scaled=True)
@@ -56,6 +57,7 @@ class Batch:
     returns: torch.Tensor  # (B, T)
     entropies: torch.Tensor  # (B, T)
     sum_pi_squared: torch.Tensor  # (B, T) >= pi_old(o_t)^2
+    sampling_logps: torch.Tensor  # (B, T) the sampler's view of old_logps: a tenth of the case's spread off it
 
     @property
     def lengths(self) -> torch.Tensor:
@@ -105,12 +107,15 @@ def make_batch(case: str, seed: int) -> Batch:
     if case == "tied":  # ... but in "tied", where all groups tie except the last
         _tie_all_groups_but_the_last(rewards, advantages, G)
     p_old = torch.exp(logps)
+    old_logps = logps + spread * randn(B, T)
+    ref_logps = logps + spread * randn(B, T)
     return Batch(
-        case=case, seed=seed, group_size=G, mask=mask, logps=logps, old_logps=logps + spread * randn(B, T),
-        ref_logps=logps + spread * randn(B, T), advantages=advantages, rewards=rewards,
+        case=case, seed=seed, group_size=G, mask=mask, logps=logps, old_logps=old_logps,
+        ref_logps=ref_logps, advantages=advantages, rewards=rewards,
         baseline_rewards=torch.randint(0, 3, (B,), generator=g).to(DTYPE) / 2, values=randn(B, T) * mask,
         old_values=(randn(B, T) * mask), returns=randn(B, T) * mask, entropies=rand(B, T) * 2,
-        sum_pi_squared=p_old.square() + rand(B, T) * (1 - p_old).square())
+        sum_pi_squared=p_old.square() + rand(B, T) * (1 - p_old).square(),
+        sampling_logps=old_logps + spread / 10 * randn(B, T))  # drawn last: the fields above keep their values
 
 
 # --------------------------------------------------------------------------------------------
@@ -161,17 +166,34 @@ def knobs(**values) -> str:
 
 
 def ours_loss(loss_type: str, **kwargs) -> Callable[[Batch], torch.Tensor]:
-    """``grpo_loss`` of ``loss_type`` on a batch; ``kwargs`` its options, plus ``with_entropies`` (pass the batch's)
-    and ``max_completion_length="T"`` (the batch's width)."""
+    """``grpo_loss`` of ``loss_type`` on a batch; ``kwargs`` its options, plus ``with_entropies`` and
+    ``with_sampling`` (pass the batch's entropies, its sampler's log-probs), ``max_completion_length="T"`` (the
+    batch's width) and ``group_size="G"`` (the batch's)."""
 
     def call(b: Batch) -> torch.Tensor:
         extra = dict(kwargs)
         ref = b.ref_logps if extra.get("beta", 0.0) else None
         if extra.pop("with_entropies", False):
             extra["entropies"] = b.entropies
+        if extra.pop("with_sampling", False):
+            extra["sampling_logps"] = b.sampling_logps
         if extra.get("max_completion_length") == "T":
             extra["max_completion_length"] = b.width
+        if extra.get("group_size") == "G":
+            extra["group_size"] = b.group_size
         return policy_losses.grpo_loss(b.logps, b.old_logps, ref, b.advantages, b.mask, loss_type=loss_type, **extra)
+
+    return call
+
+
+def ours_correction(name: str, clip_min: Optional[float] = None, clip_max: Optional[float] = None,
+                    **options) -> Callable[[Batch], torch.Tensor]:
+    """Our registered correction ``name``'s weight, (B, T) or (B, 1), on a batch: pi_old its old_logps, the
+    sampler its sampling_logps."""
+
+    def call(b: Batch) -> torch.Tensor:
+        correction = sampler_corrections()[name].with_options(options)
+        return correction.weights(b.old_logps, b.sampling_logps, b.mask, clip_min, clip_max)
 
     return call
 
@@ -202,12 +224,19 @@ class Grid:
         self.framework, self.cases, self.configs = framework, list(cases), []
 
     def add(self, group: str, function: str, theirs: str, knobs: str, compare: Callable[[Batch], Comparison],
-            by_design: Optional[str | Callable[[str], Optional[str]]] = None) -> None:
-        """``by_design``: the reason it differs, or a function of the case giving it (None where it must agree)."""
+            by_design: Optional[str | Callable[[str], Optional[str]]] = None, skip: Optional[str] = None) -> None:
+        """``by_design``: the reason it differs, or a function of the case giving it (None where it must agree);
+        ``skip``: the reason it is not compared (a member this suite does not have)."""
         for case, seed in case_seeds(self.cases):
             reason = by_design(case) if callable(by_design) else by_design
             self.configs.append(Config(self.framework, group, function, theirs, knobs, case, seed, compare,
-                                       TOLERANCE, Fixture(make_batch, (case, seed)), by_design=reason))
+                                       TOLERANCE, Fixture(make_batch, (case, seed)), by_design=reason, skip=skip))
+
+
+def missing(registry: dict, name: str, what: str) -> Optional[str]:
+    """A configuration's skip reason where this suite has no ``name`` in ``registry`` (None where it has)."""
+    return None if name in registry else f"this suite has no {what} {name!r}"
+
 
 
 class TensorCases(CaseModule):

@@ -1,6 +1,7 @@
 """verl 0.9.1's cases: every policy loss under each of its aggregations, dual-clip, CISPO, GSPO, the aggregations,
-the KL estimators, the actor's composed loss, the advantage estimators and PPO's GAE, whitening, value and policy
-losses (benchmarks/references/verl.py calls verl's own functions)."""
+the KL estimators, the actor's composed loss, the advantage estimators, PPO's GAE, whitening, value and policy
+losses, and its rollout correction's Geo-RS and bypass mode (benchmarks/references/verl.py calls verl's own
+functions)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from typing import Optional
 import torch
 
 from algorithms import estimators, kl, losses, policy_losses
-from benchmarks.checks.cases.tensors import (HUGE_C, Batch, Grid, TensorCases, knobs, loss_pair, ours_loss,
-                                             token_adv, token_rewards, value_pair)
+from benchmarks.checks.cases.tensors import (HUGE_C, Batch, Grid, TensorCases, knobs, loss_pair, missing,
+                                             ours_correction, ours_loss, sampler_corrections, token_adv,
+                                             token_rewards, value_pair)
 from benchmarks.checks.engine import register_cases
 from benchmarks.references import verl
 
@@ -182,7 +184,9 @@ def _theirs_estimator(name: str, norm: bool = True):
                                      sum_pi_squared=b.sum_pi_squared)[0]
 
 
-def _rpp_unbiased(b: Batch, baseline: bool):
+def reinforce_pp_unbiased(b: Batch, baseline: bool):
+    """REINFORCE++ as verl's (and SkyRL's, its port) estimator computes it: the cumulative return of the outcome
+    reward, whitened with the unbiased token variance (``losses.masked_whiten``)."""
     scores = b.rewards
     if baseline:
         grouped = scores.view(-1, b.group_size)
@@ -207,7 +211,7 @@ def _estimators(grid: Grid) -> None:
                         lambda b: verl.advantages("grpo", b.rewards, b.mask, b.group_size)[0]))
     for name, baseline in (("reinforce_plus_plus", False), ("reinforce_plus_plus_baseline", True)):
         grid.add("estimator", f"{name} (cumulative_returns + masked_whiten)", name, "-",
-                 value_pair(lambda b, bl=baseline: _rpp_unbiased(b, bl),
+                 value_pair(lambda b, bl=baseline: reinforce_pp_unbiased(b, bl),
                             lambda b, n=name: verl.advantages(n, b.rewards, b.mask, b.group_size)[0]))
 
 
@@ -247,11 +251,42 @@ def _ppo_losses(grid: Grid) -> None:
                                                                     epsilon=e, epsilon_high=eh, clip_ratio_c=HUGE_C)))
 
 
+# Geo-RS bands, verl's "LOW_HIGH" on pi_rollout / pi_old (its preset 0.999_1.001 and two wider ones).
+GEO_RS = ((0.999, 1.001), (0.99, 1.01), (0.97, 1.05))
+
+
+def _rollout_correction(grid: Grid) -> None:
+    """Rollout correction: Geo-RS (rollout_rs seq_mean_k1, the rejection mask) against our geometric-mean sequence
+    mask with the reciprocal band; bypass mode (the rollout's log-probs as the old ones, PPO's clip) against our
+    importance_sampling_mode bypass."""
+    corrections = sampler_corrections()
+    for low, high in GEO_RS:
+        grid.add("sampler_correction", "sequence_geometric_mask", "rollout_rs=seq_mean_k1 (Geo-RS)",
+                 knobs(rollout_rs_threshold=f"{low}_{high}"), value_pair(
+                     ours_correction("sequence_geometric_mask", geo_mask_low=1 / high, geo_mask_high=1 / low),
+                     lambda b, t=f"{low}_{high}": verl.rollout_rejection_mask(b.old_logps, b.sampling_logps, b.mask,
+                                                                              "seq_mean_k1", t)),
+                 skip=missing(corrections, "sequence_geometric_mask", "sampler correction"))
+    skip = missing(corrections, "bypass", "sampler correction")
+    for eps, eps_high in CLIP_RANGES:
+        names = knobs(epsilon=eps, epsilon_high=eps_high or eps)
+        grid.add("sampler_correction", "bypass (bnpo)", "bypass_mode (ppo_clip, clip_ratio_c=1e12)", names, loss_pair(
+            ours_loss("bnpo", epsilon=eps, epsilon_high=eps_high, with_sampling=True, importance_sampling_mode="bypass"),
+            lambda b, e=eps, eh=eps_high: verl.bypass_loss(b.logps, b.sampling_logps, b.advantages, b.mask, epsilon=e,
+                                                           epsilon_high=eh, clip_ratio_c=HUGE_C)), skip=skip)
+        grid.add("sampler_correction", "bypass (dual_clip)", "bypass_mode (ppo_clip)", f"{names}, clip_ratio_c=3.0",
+                 loss_pair(ours_loss("dual_clip", epsilon=eps, epsilon_high=eps_high, clip_ratio_c=3.0,
+                                     with_sampling=True, importance_sampling_mode="bypass"),
+                           lambda b, e=eps, eh=eps_high: verl.bypass_loss(b.logps, b.sampling_logps, b.advantages,
+                                                                          b.mask, epsilon=e, epsilon_high=eh)),
+                 skip=skip)
+
+
 @register_cases
 class VerlCases(TensorCases):
     name, adapter = verl.FRAMEWORK, verl.Verl
 
     def add_configs(self, grid: Grid) -> None:
         for part in (_clipped, _dual_clip, _others, _cispo_and_gspo, _aggregations_and_kl, _actor_losses, _estimators,
-                     _gae_and_rewards, _ppo_losses):
+                     _gae_and_rewards, _ppo_losses, _rollout_correction):
             part(grid)

@@ -58,22 +58,23 @@ def toy():
 def test_a_registered_case_module_is_a_column_of_the_feature_table(toy):
     rows = engine.run_configs(toy().configs())
     assert [r.status for r in rows] == ["agrees", "agrees", "differs by design", "differs by design"]  # seeds 0, 1
-    assert list(columns()) == ["TRL", "verl", "OpenRLHF", "Toy"]
+    assert list(columns()) == ["TRL", "verl", "OpenRLHF", "SkyRL", "ms-swift", "Tinker", "Toy"]
     text = features.feature_report(rows)
-    assert text.startswith("# Features: this suite, TRL, verl, OpenRLHF and Toy")
-    header = "| name | this suite | TRL 1.16 (+ 1.12 PPO) | verl 0.9.1 | OpenRLHF 0.11.2 | Toy 0.1 |"
+    assert text.startswith("# Features: this suite, TRL, verl, OpenRLHF, SkyRL, ms-swift, Tinker and Toy")
+    header = ("| name | this suite | TRL 1.16 (+ 1.12 PPO) | verl 0.9.1 | OpenRLHF 0.11.2 | SkyRL 0.4.0 | ms-swift 4.6.0 "
+              "| Tinker (docs) | Toy 0.1 |")
     assert header in text
     lines = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| ")}
     assert lines["| `k1`"].endswith("| log_ratio (checked: 2 agree) |")  # its rows count in its column
     assert lines["| `k2`"].endswith("| half_square (checked: 0 agree, 2 differ by design) |")
     assert lines["| `low_var_kl`"].endswith("| - |")
-    assert lines["| (toy_kl)"].endswith("| - | - | - | `toy_kl` |")
+    assert lines["| (toy_kl)"].endswith("| - | - | - | - | - | - | `toy_kl` |")
     assert any(line.startswith("| `grpo` | algorithms.grpo |") and line.endswith("| ToyTrainer |")
                for line in text.splitlines())  # the algorithms table
     assert "| toy.kl_coef |" in lines["| `beta`"]  # the options table
     summary = features.feature_summary(rows)
-    assert "| KL estimators | 10 | 2 | 10 | 6 | 2 (+1 of its own) |" in summary
-    assert "| not run | not run | not run | 2 agrees, 2 differs by design |" in summary
+    assert "| KL estimators | 10 | 2 | 10 | 6 | 5 | 1 | 2 | 2 (+1 of its own) |" in summary
+    assert "| not run | not run | not run | not run | not run | not run | 2 agrees, 2 differs by design |" in summary
 
 
 def test_the_feature_table_loses_the_column_with_the_adapter():
@@ -126,6 +127,11 @@ def test_the_engine_catches_a_planted_error(toy):
     assert engine.run_plant(harmless, configs, rows).verdict == "NO"  # re-run and missed: the check exits 1
     elsewhere = engine.Plant("elsewhere", "touches no row", ("gae",), harmless.patch)
     assert engine.run_plant(elsewhere, configs, rows).verdict == "not exercised (no rows)"
+    # a plant on one member re-runs that member's rows only: its group's other rows would agree and call it missed
+    other_member = engine.Plant("k2-only", plant.what, ("kl",), plant.patch, functions=("k2",))
+    assert engine.run_plant(other_member, configs, rows).verdict == "not exercised (no rows)"
+    assert engine.run_plant(engine.Plant("k1-only", plant.what, ("kl",), plant.patch, functions=("k1",)), configs,
+                            rows).rows == 2
 
 
 def test_a_crash_is_a_failed_row_and_a_missing_framework_stops_the_check():
@@ -177,9 +183,9 @@ def test_csv_text_quotes_as_the_csv_module_does_and_always_where_asked():
 
 def test_each_check_runs_its_registered_case_modules(toy):
     assert list(engine.case_modules("trl")) == ["trl"]
-    assert refs.FRAMEWORKS == ("verl", "openrlhf", "trl-ppo")  # the default, as registered
-    assert list(engine.case_modules("references")) == ["verl", "openrlhf", "trl-ppo", "toy"]
+    assert refs.FRAMEWORKS == ("verl", "openrlhf", "trl-ppo", "skyrl", "ms-swift")  # the default, as registered
+    assert list(engine.case_modules("references")) == ["verl", "openrlhf", "trl-ppo", "skyrl", "ms-swift", "toy"]
     refs.validate(refs.ReferencesSettings(frameworks=("toy",), cases=("random",)))  # a registered one is accepted
-    with pytest.raises(UsageError, match="choose from verl, openrlhf, trl-ppo, toy"):
+    with pytest.raises(UsageError, match="choose from verl, openrlhf, trl-ppo, skyrl, ms-swift, toy"):
         refs.validate(refs.ReferencesSettings(frameworks=("rllib",)))
     assert {c.framework for c in refs.all_configs(["toy"], ["one_token"])} == {"toy"}

@@ -1,5 +1,6 @@
 """The reference check (benchmarks/checks/references.py, the case modules of benchmarks/checks/cases/ run by
-benchmarks/checks/engine.py): our estimators and losses against verl 0.9.1, OpenRLHF 0.11.2 and TRL 1.12.0's PPO.
+benchmarks/checks/engine.py): our estimators and losses against verl 0.9.1, OpenRLHF 0.11.2, TRL 1.12.0's PPO,
+SkyRL 0.4.0 and ms-swift 4.6.0.
 The frameworks are fetched once per session into $GRPO_BENCH_REFERENCES (default
 ~/.cache/grpo-bench/references) with `pip install --no-deps --target`; the full grid runs in
 `grpo-bench check references`, here a few configurations per framework, planted errors, the command line and the
@@ -11,8 +12,9 @@ import pytest
 from algorithms import estimators, kl, losses, policy_losses
 from benchmarks.checks import engine
 from benchmarks.checks import references as refs
+from benchmarks.checks.cases import tensors
 from benchmarks.checks.cases.tensors import make_batch
-from benchmarks.references import features, install, trl_ppo
+from benchmarks.references import adapters, features, install, trl_ppo
 
 
 @pytest.fixture(scope="session")
@@ -90,7 +92,7 @@ def test_planted_error_fails_the_check(frameworks, plant):
     assert result.caught and result.failed > 0 and result.example
     # the plant is gone afterwards, and the same rows agree again
     assert (policy_losses.GRPOClip.objective, kl.KL_PENALTIES["k3"], losses.gae) == (objective, k3, gae)
-    again = refs.run_configs([c for c in configs if c.group in chosen.groups and c.by_design is None])
+    again = refs.run_configs([c for c in configs if c.group in chosen.groups and c.by_design is None and not c.skip])
     assert all(r.status == "agrees" for r in again), [r for r in again if r.status != "agrees"][:2]
 
 
@@ -139,11 +141,11 @@ def test_feature_table_lists_plugins(frameworks):
     try:
         text = features.feature_report([])
         plugin_row = next(line for line in text.splitlines() if line.startswith("| `test_plugin_loss` |"))
-        assert "aggregation `token-mean`" in plugin_row and plugin_row.count("| - ") == 3
+        assert "aggregation `token-mean`" in plugin_row and plugin_row.count("| - ") == len(adapters.columns())
         assert "| `test_plugin_estimator` |" in text
         for name in ("grpo", "dual_clip", "seq-mean-token-mean", "low_var_kl", "gae"):
             assert f"| `{name}` |" in text, name
-        assert "(grpo_vectorized)" in text and "(flash_reinforce)" in text  # theirs only
+        assert "(grpo_vectorized)" in text and "(prompt_mean)" in text and "(dro)" in text  # theirs only
     finally:
         del policy_losses.POLICY_LOSSES["test_plugin_loss"]
         del estimators.ADVANTAGE_ESTIMATORS["test_plugin_estimator"]
@@ -175,3 +177,47 @@ def test_trl_ppo_code_is_read_from_the_pinned_file(frameworks, monkeypatch):
     monkeypatch.setitem(trl_ppo.BLOCKS, "advantages", ("no such line", "nor this"))
     with pytest.raises(install.MissingFramework, match="not the pinned file"):
         trl_ppo.block("advantages")
+
+
+# The 2026 members against the frameworks that ship them: (framework, group, function, our registry, our name).
+NEW_MEMBERS = [
+    ("skyrl", "estimator", "maxrl", estimators.ADVANTAGE_ESTIMATORS, "maxrl"),
+    ("openrlhf", "estimator", "flash_reinforce", estimators.ADVANTAGE_ESTIMATORS, "flash_reinforce"),
+    ("ms-swift", "policy_loss", "real", policy_losses.POLICY_LOSSES, "real"),
+    ("ms-swift", "policy_loss", "fipo", policy_losses.POLICY_LOSSES, "fipo"),
+    ("skyrl", "sampler_correction", "sequence_geometric_mask", None, "sequence_geometric_mask"),
+    ("skyrl", "sampler_correction", "sequence_outlier_mask (bnpo)", None, "sequence_outlier_mask"),
+    ("verl", "sampler_correction", "sequence_geometric_mask", None, "sequence_geometric_mask"),
+    ("verl", "sampler_correction", "bypass (bnpo)", None, "bypass"),
+    ("openrlhf", "sampler_correction", "gated (bnpo)", None, "gated"),
+]
+
+
+@pytest.mark.parametrize("framework,group,function,registry,name", NEW_MEMBERS)
+def test_new_members_agree_with_their_frameworks(frameworks, framework, group, function, registry, name):
+    registry = tensors.sampler_corrections() if registry is None else registry
+    configs = [c for c in refs.all_configs([framework], ["random", "far"])
+               if (c.group, c.function) == (group, function) and c.by_design is None]
+    assert configs
+    if name not in registry:
+        assert all(c.skip and name in c.skip for c in configs)  # skipped, never failed, before the member lands
+        pytest.skip(f"this suite has no {name} yet")
+    rows = refs.run_configs(configs)
+    assert all(r.status == "agrees" for r in rows), [(r.knobs, r.case, r.value_diff, r.error) for r in rows][:3]
+
+
+@pytest.mark.parametrize("plant", ["maxrl-divides-by-std", "flash-reinforce-group-mean", "real-signs-swapped",
+                                   "fipo-past-kl", "geometric-mask-product", "outlier-token-only",
+                                   "gate-drops-is-weight", "bypass-keeps-old-logps"])
+def test_new_members_planted_errors_are_caught(frameworks, plant):
+    chosen = [p for p in refs.PLANTS if p.name == plant]
+    if not chosen:
+        pytest.skip(f"{plant}: this suite lacks its member")
+    configs = refs.all_configs(refs.FRAMEWORKS, ["random", "far"])
+    result = refs.run_plant(chosen[0], configs)
+    assert result.caught, result
+
+
+def test_missing_member_is_a_skip_reason():
+    assert tensors.missing({"a": 1}, "a", "policy loss") is None
+    assert tensors.missing({}, "real", "policy loss") == "this suite has no policy loss 'real'"
