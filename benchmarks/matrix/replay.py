@@ -26,6 +26,7 @@ import math
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -167,8 +168,16 @@ def run_spec(spec: dict, code: Path, threads: int, work: Path) -> dict:
     done = returncode == 0 and summary.get("status") == "complete"
     return {"returncode": returncode, "seconds": time.perf_counter() - start, "summary": summary,
             "rows": read_jsonl(cell_dir / "metrics.jsonl") if (cell_dir / "metrics.jsonl").exists() else [],
-            "error": None if done else (summary.get("error") or last_error_line(cell_dir / "log.txt")
-                                        or f"exit status {returncode}")}
+            "error": None if done else failure(returncode, summary, cell_dir / "log.txt")}
+
+
+def failure(returncode: int, summary: dict, log: Path) -> str:
+    """Why a cell's process did not finish it: the signal that killed it (its log's last line is then whatever it
+    was printing, a progress line), else the error its summary or its log's last line names."""
+    if returncode < 0:
+        name = signal.Signals(-returncode).name
+        return f"killed by {name}" + (" (out of memory?)" if name == "SIGKILL" else "")
+    return summary.get("error") or last_error_line(log) or f"exit status {returncode}"
 
 
 @contextmanager
@@ -210,8 +219,10 @@ def in_history(commit: Optional[str], repo: Path = ROOT) -> bool:
 
 def open_store(directory: Path | str) -> ResultStore:
     directory = Path(directory)
-    if not directory.is_dir():
+    if not directory.exists():
         raise UsageError(f"{directory}: no such folder (a matrix directory with a result store)")
+    if not directory.is_dir():
+        raise UsageError(f"{directory}: a file, not a matrix directory with a result store")
     store = ResultStore.read(directory)
     if store is None:
         raise UsageError(f"{directory}: no result store (results.parquet) to replay")

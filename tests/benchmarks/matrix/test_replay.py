@@ -15,7 +15,7 @@ import tempfile
 
 import pytest
 
-from benchmarks.matrix.replay import BIT, DIFFERS, NOT_RUN, WITHIN, choose, compare
+from benchmarks.matrix.replay import BIT, DIFFERS, NOT_RUN, WITHIN, choose, compare, run_spec
 from benchmarks.store import ResultStore
 from tests.conftest import ROOT
 
@@ -165,9 +165,12 @@ def test_bad_input_is_one_line_and_writes_nothing(store, tmp_path, run_cli, args
     assert not out.exists() and not out.with_suffix(".json").exists()
 
 
-def test_a_folder_without_a_store_is_one_line(tmp_path, run_cli):
-    code, _, err = run_cli("replay", tmp_path, "--cells", "1", "--out", tmp_path / "r.md")
-    assert code == 2 and "no result store" in err and len(err.strip().splitlines()) == 1
+@pytest.mark.parametrize("given, fragment", [("", "no result store"), ("missing", "no such folder"),
+                                             ("file.txt", "a file, not a matrix directory")])
+def test_a_path_without_a_store_is_one_line(tmp_path, run_cli, given, fragment):
+    (tmp_path / "file.txt").write_text("")
+    code, _, err = run_cli("replay", tmp_path / given, "--cells", "1", "--out", tmp_path / "r.md")
+    assert code == 2 and fragment in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_the_draw_is_seeded_in_the_store_order_and_only_of_complete_cells(tmp_path):
@@ -213,3 +216,18 @@ def test_compare_within_tolerance_and_beyond_it():
     assert verdict["status"] == DIFFERS and verdict["first"]["step"] == 2 and verdict["first"]["replayed"] is None
     nan = compare(_rows(), SUMMARY, _rows({(2, "kl"): math.nan}), SUMMARY)
     assert nan["status"] == DIFFERS and nan["max_abs_diff"]["value"] == math.inf
+
+
+def test_a_cell_killed_by_a_signal_is_reported_so_not_by_its_last_progress_line(tmp_path):
+    """A cell killed by the kernel (out of memory) had been reported as failed with its log's last line, a progress
+    line ("9/256 steps, ..."), which reads as if the run itself had stopped there."""
+    code = tmp_path / "code"
+    (code / "benchmarks" / "matrix").mkdir(parents=True)
+    (code / "benchmarks" / "__init__.py").write_text("")
+    (code / "benchmarks" / "matrix" / "__init__.py").write_text("")
+    (code / "benchmarks" / "matrix" / "cell.py").write_text(
+        "import os, signal\nprint('addition/grpo seed 0: 9/256 steps, 45 s', flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n")
+    (tmp_path / "work").mkdir()
+    run = run_spec({"settings": {}}, code, 1, tmp_path / "work")
+    assert run["returncode"] == -9 and run["error"] == "killed by SIGKILL (out of memory?)"
