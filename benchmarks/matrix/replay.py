@@ -39,7 +39,7 @@ from benchmarks.errors import UsageError
 from benchmarks.git import git, resolve
 from benchmarks.io import atomic_write_json, atomic_write_text, read_json, read_jsonl
 from benchmarks.markdown import markdown_table
-from benchmarks.matrix.execute import last_error_line, thread_env
+from benchmarks.matrix.execute import _die_with_parent, last_error_line, thread_env
 from benchmarks.store import ResultStore
 
 ROOT = Path(__file__).resolve().parents[2]  # this checkout: HEAD's code, and the git history commits are looked up in
@@ -157,7 +157,9 @@ def run_spec(spec: dict, code: Path, threads: int, work: Path) -> dict:
     start = time.perf_counter()
     with open(cell_dir / "log.txt", "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "benchmarks.matrix.cell", str(cell_dir), "--threads",
-                                 str(threads)], cwd=code, env=env, stdout=log, stderr=subprocess.STDOUT)
+                                 str(threads)], cwd=code, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                # a replay killed (out of memory) must not leave its cell running unseen for minutes
+                                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
         try:
             returncode = proc.wait()
         except BaseException:

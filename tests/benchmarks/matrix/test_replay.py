@@ -231,3 +231,40 @@ def test_a_cell_killed_by_a_signal_is_reported_so_not_by_its_last_progress_line(
     (tmp_path / "work").mkdir()
     run = run_spec({"settings": {}}, code, 1, tmp_path / "work")
     assert run["returncode"] == -9 and run["error"] == "killed by SIGKILL (out of memory?)"
+
+
+def test_a_cell_dies_with_a_replay_that_is_killed(tmp_path):
+    """A replay killed with SIGKILL (the kernel's out-of-memory killer) had left its cell's process running on, its
+    output read by nobody."""
+    import os
+    import signal
+    import sys
+    import time
+
+    code = tmp_path / "code"
+    (code / "benchmarks" / "matrix").mkdir(parents=True)
+    (code / "benchmarks" / "__init__.py").write_text("")
+    (code / "benchmarks" / "matrix" / "__init__.py").write_text("")
+    pid_file = tmp_path / "cell.pid"
+    (code / "benchmarks" / "matrix" / "cell.py").write_text(
+        f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(120)\n")
+    (tmp_path / "work").mkdir()
+    driver = subprocess.Popen([sys.executable, "-c", "import sys; from pathlib import Path; "
+                               "from benchmarks.matrix.replay import run_spec; "
+                               "run_spec({'settings': {}}, Path(sys.argv[1]), 1, Path(sys.argv[2]))",
+                               str(code), str(tmp_path / "work")], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    deadline = time.time() + 120
+    while not (pid_file.exists() and pid_file.read_text()) and time.time() < deadline:
+        time.sleep(0.2)
+    cell = int(pid_file.read_text())
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    for _ in range(50):  # the kernel delivers the parent-death signal at once; reaping may take a moment
+        try:
+            os.kill(cell, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(cell, signal.SIGKILL)
+        pytest.fail("the cell's process outlived the replay that started it")
