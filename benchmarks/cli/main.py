@@ -34,6 +34,8 @@ COMMANDS = {
     "matrix": ("benchmarks.cli.matrix", "add_matrix_parser",
                "run every task x algorithm variant x seed of a matrix file, cells in parallel"),
     "report": ("benchmarks.cli.matrix", "add_report_parser", "tables (CSV, markdown) and plots of a matrix directory"),
+    "replay": ("benchmarks.cli.replay", "add_replay_parser", "re-run stored cells of a result store at their recorded "
+               "commit and at HEAD: do they reproduce bit for bit?"),
     "agreement": (*STUDY, "does a rerun of a matrix (another machine or thread count) reach the same verdicts?"),
     "transfer": (*STUDY, "does a toy matrix's ranking of the algorithms carry over to a real task's matrix?"),
     "brief": (*STUDY, "which algorithm on a real LM, across verdict matrices of one skill each: the front page's section "
