@@ -12,6 +12,9 @@ What a step computes, and no more: a pair's chosen and rejected rows sit togethe
 log-probs encode its prompt once (as a GRPO group's); the reference is frozen and the pairs fixed, so each pair's
 reference log-probs are computed once, at the first batch that holds it, and kept (in the checkpoint too). The same
 function as computing both every step with the prompt encoded per row; other rounding.
+
+Under data parallelism every rank builds the same pairs (rank 0's seed) and takes its share of rank 0's draw of
+each step's pairs (``pairs_per_step`` a multiple of the ranks): the one-process step on the global batch.
 """
 
 from __future__ import annotations

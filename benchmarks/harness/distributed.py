@@ -133,7 +133,8 @@ def nproc_problem(nproc: int, device: torch.device) -> Optional[str]:
         return None
     cpus = usable_cpus()
     if nproc > cpus:
-        return f"--nproc {nproc} on the CPU is more processes than the {cpus} CPU cores this run may use; use at most {cpus}"
+        return (f"--nproc {nproc} on the CPU is more processes than the {cpus} CPU cores this run may use; "
+                f"use at most {cpus}")
     return None
 
 

@@ -559,7 +559,8 @@ def _check_ranks_finished(algo: Algorithm, step: int) -> None:
         return
     steps = dp.gather(torch.tensor([step], dtype=torch.int64, device=algo.device)).tolist()
     if any(s != step for s in steps):
-        raise TrainingFailed(f"the ranks stopped at different steps ({', '.join(map(str, steps))}); the run is not complete")
+        raise TrainingFailed(f"the ranks stopped at different steps ({', '.join(map(str, steps))}); "
+                             "the run is not complete")
 
 
 def _record_settings(out: Path, resolved: dict, previous: Optional[dict]) -> None:

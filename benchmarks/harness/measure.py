@@ -188,7 +188,8 @@ def available_memory_bytes(device: torch.device) -> Optional[int]:
     except OSError:
         pass
     for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                         ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+                         ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                          "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
         try:
             with open(limit) as f, open(usage) as g:
                 text = f.read().strip()
@@ -214,7 +215,8 @@ def rollout_memory_bytes(policy, completions: int, positions: int) -> Optional[i
     try:
         layers, hidden, vocab = config.num_hidden_layers, config.hidden_size, config.vocab_size
         heads = config.num_attention_heads
-        kv_width = getattr(config, "num_key_value_heads", heads) * (getattr(config, "head_dim", None) or hidden // heads)
+        head_dim = getattr(config, "head_dim", None) or hidden // heads
+        kv_width = getattr(config, "num_key_value_heads", heads) * head_dim
     except (AttributeError, TypeError, ZeroDivisionError):
         return None
     element = next(policy.parameters()).element_size()

@@ -93,7 +93,8 @@ def _rank_main(out_path: str, names: list) -> None:
                 # as in test_distributed: AdamW's step on a rounding-level gradient element is +-lr either way
                 "param_diff": max(((params[n] - ref_params[n]) * (ref_grads[n].abs() >= 1e-6 if n in ref_grads else 1))
                                   .abs().max().item() for n in params) if ref_grads else None,
-                "grad_diff": max((grads[n] - ref_grads[n]).abs().max().item() for n in ref_grads) if ref_grads else None,
+                "grad_diff": (max((grads[n] - ref_grads[n]).abs().max().item() for n in ref_grads)
+                              if ref_grads else None),
                 "grad_scale": max((g.abs().max().item() for g in ref_grads.values()), default=0.0),
                 "same_keys": sorted(grads) == sorted(ref_grads),
                 "skipped": [metrics.get("skipped_update"), ref_metrics.get("skipped_update")],
