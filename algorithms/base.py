@@ -279,6 +279,30 @@ class Algorithm:
         """``flag`` on any rank: ranks must agree whether to update, or the gradient all-reduce would hang."""
         return flag if self.data_parallel is None else self.data_parallel.any(flag)
 
+    def on_global_batch(self, fn: Callable, *tensors: torch.Tensor):
+        """``fn(*tensors)`` as one process computes it on the global batch: under data parallelism every rank's
+        rows of each tensor (equal row counts; a (B, T) one right-padded to the widest T), then this rank's rows
+        (and columns) of each result. For batch statistics (a whitening's mean and std): one rank's rows alone
+        would give another update than the one process's."""
+        if self.data_parallel is None:
+            return fn(*tensors)
+        dp = self.data_parallel
+        out = fn(*(dp.gather(t) if t.dim() == 1 else dp.gather_padded(t) for t in tensors))
+        rows = tensors[0].size(0)
+        width = next((t.size(1) for t in tensors if t.dim() > 1), None)
+
+        def mine(value: torch.Tensor) -> torch.Tensor:
+            value = value[dp.rank * rows:(dp.rank + 1) * rows]
+            return value[:, :width] if value.dim() > 1 and width is not None else value
+
+        return tuple(mine(v) for v in out) if isinstance(out, tuple) else mine(out)
+
+    def from_first_rank(self, value: torch.Tensor) -> torch.Tensor:
+        """Rank 0's ``value`` on every rank (itself in one process): what every rank must draw alike."""
+        if self.data_parallel is None:
+            return value
+        return self.data_parallel.sum(value if self.data_parallel.rank == 0 else torch.zeros_like(value))
+
     # --- the interface ---------------------------------------------------------------------------
     @classmethod
     def needs_reference(cls, config) -> bool:

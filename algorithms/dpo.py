@@ -12,6 +12,9 @@ What a step computes, and no more: a pair's chosen and rejected rows sit togethe
 log-probs encode its prompt once (as a GRPO group's); the reference is frozen and the pairs fixed, so each pair's
 reference log-probs are computed once, at the first batch that holds it, and kept (in the checkpoint too). The same
 function as computing both every step with the prompt encoded per row; other rounding.
+
+Under data parallelism every rank builds the same pairs (rank 0's seed) and takes its share of rank 0's draw of
+each step's pairs (``pairs_per_step`` a multiple of the ranks): the one-process step on the global batch.
 """
 
 from __future__ import annotations
@@ -65,13 +68,17 @@ class DPO(Algorithm):
         c: DPOConfig = self.config
         if self.pairs is None:  # 1 generate: once, the task samples and labels the pairs
             with self.timer("generate"):
-                seed = int(torch.randint(0, 2**31 - 1, (1,), generator=self.generator, device=self.device))
+                # Rank 0's seed on every rank: under data parallelism every rank builds the same pairs.
+                seed = int(self.from_first_rank(torch.randint(0, 2**31 - 1, (1,), generator=self.generator,
+                                                              device=self.device)))
                 # With count_pair_samples the pairs come from at most the samples the budget leaves: the
                 # completions every other algorithm samples over its run, sampled here up front.
                 cap = self.completions_allowed if c.count_pair_samples else None
                 self.pairs = self.task.preference_pairs(self.policy, c.pairs, seed=seed,
                                                         **({"max_samples": cap} if cap is not None else {}))
         idx = self._next_pairs(c.pairs_per_step)  # 2 score: the pairs came labelled
+        if self.data_parallel is not None:  # rank 0's draw, this rank's share of it: the one-process batch, split
+            idx = self.data_parallel.shard(self.from_first_rank(torch.tensor(idx, device=self.device)).tolist())
         n = len(idx)
         batch = rollout_from_text(
             self.tokenizer, [self.pairs["prompts"][i] for i in idx for _ in range(2)],
@@ -82,8 +89,9 @@ class DPO(Algorithm):
         ref_seq = self._reference(idx, batch)  # 3 reference log-probs: (n, 2), each pair's computed once
 
         # 4 no advantages. A pair whose two completions are the same text prefers nothing: its margin's
-        # gradient is 0 (up to rounding), and a batch of only such pairs takes no step.
-        signal = any(self.pairs["chosen"][i] != self.pairs["rejected"][i] for i in idx)
+        # gradient is 0 (up to rounding), and a batch of only such pairs takes no step: decided over every rank,
+        # since a rank that skipped the gradient all-reduce would hang the others.
+        signal = self.any_rank(any(self.pairs["chosen"][i] != self.pairs["rejected"][i] for i in idx))
         with self.timer("update"):  # 5 one update
             logps, entropy = self.logps(self.policy, batch, with_entropy=True)
             seq = sequence_logps(logps, mask).view(n, 2)
@@ -124,6 +132,12 @@ class DPO(Algorithm):
             values = sequence_logps(self.frozen_logps(self.ref_policy, rows), rows.completion_mask).view(-1, 2)
             self.reference.update(zip(new, values.clone().unbind(0)))
         return torch.stack([self.reference[k] for k in keys])
+
+    def set_data_parallel(self, data_parallel) -> None:
+        if data_parallel is not None and self.config.pairs_per_step % data_parallel.world_size:
+            raise ValueError(f"pairs_per_step {self.config.pairs_per_step} does not split over "
+                             f"{data_parallel.world_size} ranks; use a multiple of {data_parallel.world_size}")
+        super().set_data_parallel(data_parallel)
 
     def generates_more(self) -> bool:
         """With count_pair_samples, once the pairs are built no step samples again: the budget they spent does not

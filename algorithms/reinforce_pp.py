@@ -21,6 +21,7 @@ from algorithms.losses import (
     carries_signal, masked_mean, masked_mean_per_sequence, ppo_clip_fraction, ppo_policy_loss,
     reinforce_pp_advantages,
 )
+from algorithms.policy_losses import aggregate_token_mean
 
 
 @dataclass
@@ -88,17 +89,24 @@ class REINFORCEPP(Algorithm):
                     old_logps = logps.detach()
                     in_reward = ref_logps is not None and not c.kl_in_loss
                     kl = approx_kl(old_logps, ref_logps, c.kl_estimator) if in_reward else torch.zeros_like(old_logps)
-                    advantages, returns = reinforce_pp_advantages(  # 4 advantages, from the batch as sampled
-                        scores, kl, mask, kl_coef=c.kl_coef, group_size=c.samples_per_prompt,
-                        group_baseline=c.group_baseline, gamma=c.gamma, reward_clip_min=c.reward_clip_min,
-                        reward_clip_max=c.reward_clip_max, std_norm=c.advantage_std_norm)
+                    # 4 advantages, from the batch as sampled, whitened over the global batch (every rank's tokens)
+                    advantages, returns = self.on_global_batch(
+                        lambda scores, kl, mask: reinforce_pp_advantages(
+                            scores, kl, mask, kl_coef=c.kl_coef, group_size=c.samples_per_prompt,
+                            group_baseline=c.group_baseline, gamma=c.gamma, reward_clip_min=c.reward_clip_min,
+                            reward_clip_max=c.reward_clip_max, std_norm=c.advantage_std_norm),
+                        scores, kl, mask)
                     # No signal (every advantage 0, no KL loss): no step, which AdamW's momentum would still take.
+                    # Decided over every rank: a rank that skipped the gradient all-reduce would hang the others.
                     kl_term = c.kl_in_loss and ref_logps is not None and bool(mask.any())
-                    signal = kl_term or carries_signal(advantages, mask)
+                    signal = self.any_rank(kl_term or carries_signal(advantages, mask))
+                    # Token means over the global batch's active tokens (None in one process: this mask's).
+                    num_tokens = self.data_parallel_token_count(mask)
                 else:
                     logps = self.logps(self.policy, rollout)
-                policy_loss = ppo_policy_loss(logps, old_logps, advantages, mask, c.epsilon, c.epsilon_high)
-                kl_loss = (masked_mean(approx_kl(logps, ref_logps, c.kl_estimator), mask)
+                policy_loss = ppo_policy_loss(logps, old_logps, advantages, mask, c.epsilon, c.epsilon_high,
+                                              num_tokens=num_tokens)
+                kl_loss = (aggregate_token_mean(approx_kl(logps, ref_logps, c.kl_estimator), mask, None, num_tokens)
                            if c.kl_in_loss and ref_logps is not None else torch.zeros_like(policy_loss))
                 loss = policy_loss + c.kl_coef * kl_loss
                 if signal:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+import torch
+
 from algorithms.base import Algorithm, AlgoConfig, register_algorithm
 from algorithms.kl import KL_PENALTIES
 from algorithms.losses import (
@@ -69,12 +71,18 @@ class RLOO(Algorithm):
                     first_logps = logps.detach()
                     # (B,): k1 summed over each completion's tokens
                     kl = None if ref_logps is None else sequence_logps(KL_PENALTIES["k1"](first_logps, ref_logps), mask)
-                    advantages = rloo_advantages(  # 4 advantages, from the batch as sampled
-                        rewards, c.group_size, kl=kl, beta=c.beta, normalize=c.normalize_advantages,
-                        reward_clip_min=c.reward_clip_min, reward_clip_max=c.reward_clip_max)
+                    # 4 advantages, from the batch as sampled; normalised over the global batch (every rank's)
+                    advantages = self.on_global_batch(
+                        lambda rewards, kl: rloo_advantages(
+                            rewards, c.group_size, kl=None if ref_logps is None else kl, beta=c.beta,
+                            normalize=c.normalize_advantages, reward_clip_min=c.reward_clip_min,
+                            reward_clip_max=c.reward_clip_max),
+                        rewards, torch.zeros_like(rewards) if kl is None else kl)
                     if c.mu > 1:
                         old_logps = first_logps
-                    signal = carries_signal(advantages, mask)  # the KL is in them: none, no step (AdamW would move)
+                    # The KL is in them: none, no step (AdamW would move). Decided over every rank: a rank that
+                    # skipped the gradient all-reduce would hang the others.
+                    signal = self.any_rank(carries_signal(advantages, mask))
                 else:
                     logps = self.logps(self.policy, rollout)
                 loss = rloo_loss(logps, old_logps, advantages, mask, epsilon=c.epsilon, epsilon_high=c.epsilon_high)

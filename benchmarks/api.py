@@ -75,7 +75,8 @@ def train(model=None, tokenizer=None, reward_fn: Optional[Callable] = None, prom
         algo = config_algo
         options.update({k: v for k, v in config.settings().items() if v is not None})
     options.update(settings)
-    options["algo"] = algo or options.get("algo") or "grpo"
+    # Only an algorithm not named at all defaults to GRPO: an empty or unknown name is refused by ``resolve``.
+    options["algo"] = algo if algo is not None else options.get("algo", "grpo")
     if model is not None or prompts is not None:
         if task not in (None, "prompts"):
             raise UsageError(f"a model and prompts train on the prompts task, not on task {task!r}")
@@ -85,7 +86,7 @@ def train(model=None, tokenizer=None, reward_fn: Optional[Callable] = None, prom
             raise UsageError("train(model, ...) needs the model's tokenizer")
         options["task"] = "prompts"
     else:
-        options["task"] = task or options.get("task")
+        options["task"] = task if task is not None else options.get("task")
         if reward_fn is not None:
             options["reward_fn"] = reward_fn
     temporary = out is None and "out" not in options

@@ -81,11 +81,14 @@ def gsm8k_unavailable() -> "str | None":
     """Why GSM8K's test split cannot be read here (neither the local copy nor the hub), or None when it can.
 
     Only the data is probed (``tasks.gsm8k.load_split``), so a test that builds the task still fails on any
-    other TaskError. Remembered per data source: $GRPO_BENCH_GSM8K, $HF_HUB_OFFLINE and the local copy."""
+    other TaskError. Remembered per data source: $GRPO_BENCH_GSM8K, $HF_HUB_OFFLINE, the local copy, and the
+    functions that find and load the data (a test that replaces one, e.g. the hub's loader, gets its own probe, not
+    the answer the real functions gave)."""
     from tasks import gsm8k
     from tasks.base import TaskError
 
-    key = (os.environ.get(gsm8k.ENV_DATA), os.environ.get("HF_HUB_OFFLINE"), str(gsm8k.local_copy()))
+    key = (os.environ.get(gsm8k.ENV_DATA), os.environ.get("HF_HUB_OFFLINE"), str(gsm8k.local_copy()),
+           gsm8k.local_copy, gsm8k.load_split, gsm8k.load_file, gsm8k._load_hub)
     if key not in _GSM8K_PROBES:
         try:
             gsm8k.load_split(None, "test")

@@ -74,6 +74,8 @@ class RunConfig:
             value = getattr(self, f.name)
             if isinstance(value, float) and not math.isfinite(value):
                 raise UsageError(f"{name(f.name)} must be a finite number, got {value}")
+        if not self.out.strip():  # an empty path is the working directory: a run's files would land among the user's
+            raise UsageError(f"{name('out')} must name a folder for the run, got {self.out!r}")
         if self.steps < 1:
             raise UsageError(f"{name('steps')} must be >= 1, got {self.steps}")
         if self.budget is not None and self.budget < 1:
@@ -180,6 +182,36 @@ def with_task_defaults(algo_config, task_cls):
     return dataclasses.replace(algo_config, learning_rate=task_cls.recommended_learning_rate)
 
 
+class DuplicateKey(ValueError):
+    """A key a config file's table gives twice (``args[0]``)."""
+
+
+def _unique_keys(pairs: list[tuple[Any, Any]]) -> dict:
+    """``json.loads``' object_pairs_hook: the table, or DuplicateKey for a key given twice."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def _load_yaml_unique(text: str):
+    """``yaml.safe_load``, but a mapping that gives a key twice raises DuplicateKey (PyYAML keeps the last)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            self.flatten_mapping(node)
+            keys = [self.construct_object(key, deep=True) for key, _ in node.value]
+            for i, key in enumerate(keys):
+                if key in keys[:i]:
+                    raise DuplicateKey(key)
+            return super().construct_mapping(node, deep)
+
+    return yaml.load(text, Loader=UniqueKeyLoader)
+
+
 def load_config_file(path) -> dict[str, Any]:
     """A run's settings from a .toml, .yaml/.yml or .json file: one flat table of the ``run`` flags' names
     (dashes or underscores), as TRL's CLI takes ``--config``. Returns ``{name: value}`` with underscores;
@@ -196,15 +228,15 @@ def load_config_file(path) -> dict[str, Any]:
 
             data = tomllib.loads(text)
         elif path.suffix in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(text) or {}
+            data = _load_yaml_unique(text) or {}
         elif path.suffix == ".json":
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=_unique_keys)
         else:
             raise UsageError(f"--config {path}: use a .toml, .yaml, .yml or .json file")
     except UsageError:
         raise
+    except DuplicateKey as exc:  # TOML refuses a key given twice; JSON and YAML would keep the last silently
+        raise UsageError(f"--config {path}: the key {exc.args[0]!r} is given more than once") from None
     except Exception as exc:  # tomllib, yaml and json each raise their own parse errors
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UsageError(f"--config {path}: not valid {path.suffix[1:]}: {first}") from None

@@ -114,6 +114,30 @@ def _entry(rank: int, fn: Callable, nproc: int, port: int, args: tuple) -> None:
             dist.destroy_process_group()
 
 
+def usable_cpus() -> int:
+    """The CPU cores this process may run on (its affinity, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def nproc_problem(nproc: int, device: torch.device) -> Optional[str]:
+    """Why ``nproc`` ranks cannot run on this machine, or None: on CUDA one GPU each (no more ranks than GPUs), on
+    the CPU no more ranks than usable cores (each rank is a whole process with its own model and batch: more
+    of them only share the cores, and 100,000 would exhaust the machine)."""
+    if device.type == "cuda":
+        gpus = torch.cuda.device_count()
+        if nproc > gpus:
+            return f"--nproc {nproc} on CUDA needs a GPU per process; this machine has {gpus}"
+        return None
+    cpus = usable_cpus()
+    if nproc > cpus:
+        return (f"--nproc {nproc} on the CPU is more processes than the {cpus} CPU cores this run may use; "
+                f"use at most {cpus}")
+    return None
+
+
 def launch(fn: Callable, nproc: int, *args) -> None:
     """Run ``fn(*args)`` in ``nproc`` processes (torch.multiprocessing spawn) with torchrun's environment."""
     import torch.multiprocessing as mp

@@ -10,7 +10,6 @@ same questions with the same seed before and after training).
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -19,9 +18,11 @@ from typing import Optional
 from benchmarks.errors import UsageError
 from benchmarks.harness import measure
 from benchmarks.harness.loop import make_evaluated_task
-from benchmarks.io import atomic_write_json, atomic_write_text
+from benchmarks.io import atomic_write_json, atomic_write_text, read_json
 from benchmarks.markdown import update_section
 
+# What the before/after table's title reads of a run's summary.json.
+SUMMARY_KEYS = ("task", "algo", "steps", "seed", "wall_clock_s", "device_name")
 # Metrics shown first, each with its standard error when the task reports one (``NAME_se``).
 LEADING = ("accuracy", "format", "reward")
 
@@ -65,7 +66,9 @@ def tabulate_run(task: str, run_dir: str, *, out: Optional[str], readme: Optiona
     summary_path = Path(run_dir) / "summary.json"
     if not summary_path.is_file():
         raise UsageError(f"--from-run: no summary.json in {run_dir} (has the run finished?)")
-    summary = json.loads(summary_path.read_text())
+    summary = read_json(summary_path)
+    if summary is None or not all(key in summary for key in SUMMARY_KEYS):
+        raise UsageError(f"--from-run: {summary_path} is not a readable run summary (cut short or damaged)")
     table = before_after_table(summary)
     title = (f"{summary['task']}/{summary['algo']}, {summary['steps']} steps, seed {summary['seed']}, "
              f"{summary['wall_clock_s']:.0f} s on {summary['device_name']}")

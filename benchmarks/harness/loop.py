@@ -17,7 +17,10 @@ import dataclasses
 import hashlib
 import inspect
 import math
+import os
 import random
+import re
+import secrets
 import sys
 import time
 from contextlib import contextmanager
@@ -50,11 +53,46 @@ def _checkpoints(out: Path) -> list[Path]:
     return sorted((out / "checkpoints").glob("step_*.pt"))
 
 
+# The run's record of its checkpoints' sha256 (checkpoint name -> {"sha256", "token"}), written before each
+# checkpoint is renamed into place. The token is also saved inside the checkpoint: a checkpoint of the same name
+# that came from elsewhere (a matrix cell's archive; the record, hidden, travels with none) is not checked against
+# the entry of another file.
+CHECKSUMS = ".checkpoints.sha256.json"
+
+
+def _checksums(out: Path) -> dict:
+    return read_json(out / CHECKSUMS) or {}
+
+
 def discard_checkpoints(out: Path) -> None:
     """Remove a run's checkpoints: for a run that will never be resumed (a finished matrix cell), they are
     gigabytes of optimizer state on a 135M model and nothing else."""
     for path in _checkpoints(out):
         path.unlink(missing_ok=True)
+    (out / CHECKSUMS).unlink(missing_ok=True)
+
+
+# The temporary files ``atomic_write`` leaves beside a checkpoint when the writer is killed mid-write
+# (``.NAME.HEX8.tmp``): gigabytes each on a 135M model.
+_CHECKPOINT_TEMP = re.compile(r"\.step_\d+\.pt\.[0-9a-f]{8}\.tmp")
+
+
+def remove_stale_temp_files(out: Path) -> list[Path]:
+    """Remove the temporary checkpoint files a killed run left in ``out``'s checkpoints (only those, by their
+    pattern); the caller holds the run directory's lock, so no writer of this run is alive. Returns them."""
+    folder = out / "checkpoints"
+    stale = [p for p in folder.iterdir() if _CHECKPOINT_TEMP.fullmatch(p.name)] if folder.is_dir() else []
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _os_error(exc: BaseException) -> Optional[OSError]:
@@ -80,15 +118,35 @@ def _writing(path: Path, what: str):
 
 def _save_checkpoint(out: Path, step: int, payload: dict, keep: int = 2) -> None:
     path = out / "checkpoints" / f"step_{step:07d}.pt"
+    token = secrets.token_hex(8)
 
     def write(tmp: Path) -> None:
         with open(tmp, "wb") as f:  # through a Python file, so that a full disk's OSError reaches us (see _os_error)
-            torch.save(payload, f)
+            torch.save({**payload, CHECKSUM_TOKEN: token}, f)
+        # The checksum of the bytes on disk, recorded before the checkpoint is in place: none is without its own.
+        sums = {name: entry for name, entry in _checksums(out).items() if (path.parent / name).exists()}
+        atomic_write_json(out / CHECKSUMS, {**sums, path.name: {"sha256": _sha256(tmp), "token": token}})
 
     with _writing(path, "checkpoint"):
         atomic_write(path, write)
     for old in _checkpoints(out)[:-keep]:
         old.unlink(missing_ok=True)
+
+
+CHECKSUM_TOKEN = "checksum_token"  # the checkpoint's key for the token of its entry in CHECKSUMS
+
+
+def _check_checksum(out: Path, path: Path, state: dict) -> None:
+    """A checkpoint that loads but whose bytes are not those written (its sha256 differs from the one the run
+    recorded) is one UsageError line naming it: resuming from it would change the run silently (one that does not
+    load is skipped, with a warning, by the caller). One written before checksums were recorded has none."""
+    entry = _checksums(out).get(path.name)
+    if not isinstance(entry, dict) or entry.get("token") != state.get(CHECKSUM_TOKEN):
+        return
+    if _sha256(path) != entry.get("sha256"):
+        raise UsageError(f"{path}: damaged checkpoint (its sha256 differs from the one recorded when it was "
+                         f"written, in {out / CHECKSUMS}); delete it to resume from an older checkpoint, or "
+                         "--overwrite starts the run again")
 
 
 def _newest_resumable_checkpoint(out: Path, device, rows: list[dict]) -> Optional[dict]:
@@ -102,6 +160,7 @@ def _newest_resumable_checkpoint(out: Path, device, rows: list[dict]) -> Optiona
         except Exception as exc:  # torch.load raises pickle, zip and runtime errors for a damaged file
             tqdm.write(f"{path}: unreadable checkpoint ({type(exc).__name__}); falling back to an older one", file=sys.stderr)
             continue
+        _check_checksum(out, path, state)  # damage that still loads would change the run silently
         missing = [s for s in range(1, state["step"] + 1) if s not in logged]
         if not missing:
             return state
@@ -165,16 +224,17 @@ def build(rc: RunConfig, algo_config, task_options: dict, task: Optional[Task] =
         ref = lora.AdapterDisabledReference(policy) if lora.is_adapted(policy) else frozen_copy(policy)
     sampling = run_sampling(rc, task)
     _check_context(task, policy, sampling.max_new_tokens)
+    _check_batch_memory(policy, algo_config, sampling.max_new_tokens, device)
     data_parallel = distributed.from_env(device)  # None in one process
     rank = data_parallel.rank if data_parallel else 0
     # Each rank samples its own completions: its generator's seed is offset by its rank.
-    try:  # an algorithm may refuse a policy it cannot serve (GRPO's int8 sampling: a Llama on the CPU)
+    try:  # an algorithm may refuse a policy it cannot serve (GRPO's int8 sampling: a Llama on the CPU) or ranks
         algo = algo_cls(policy, ref, task, algo_config, sampling, seed=training_seed(rc) + rank, precision=precision,
                         logits_precision=rc.logits_precision)
+        if data_parallel:
+            algo.set_data_parallel(data_parallel)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if data_parallel:
-        algo.set_data_parallel(data_parallel)
     resolved = {
         "settings": flat_settings(rc, algo_config, task_options),
         "run": dataclasses.asdict(rc),
@@ -191,6 +251,29 @@ def build(rc: RunConfig, algo_config, task_options: dict, task: Optional[Task] =
                    **lora.describe(policy)},
     }
     return task, policy, algo, resolved
+
+
+def _check_batch_memory(policy, algo_config, max_new_tokens: int, device) -> None:
+    """A step's batch that cannot fit is refused before any work (one UsageError line), not killed by the kernel
+    gigabytes later: more completions per step than MAX_COMPLETIONS_PER_STEP, or a lower bound of the batch's
+    memory (``measure.rollout_memory_bytes``: completions x max new tokens x the model's widths) above the memory
+    available. Prompt tokens are left out of the bound, so that it stays a bound."""
+    completions = algo_config.completions_per_step()
+    limit = measure.MAX_COMPLETIONS_PER_STEP
+    if completions > limit:
+        raise UsageError(f"{completions} completions per step (group size x prompts per step) is more than the "
+                         f"{limit} this suite runs in one step; lower the group size or --prompts-per-step")
+    need = measure.rollout_memory_bytes(policy, completions, max_new_tokens)
+    available = measure.available_memory_bytes(device)
+    if need is not None and available is not None and need > available:
+        raise UsageError(f"{completions} completions per step x {max_new_tokens} new tokens need at least "
+                         f"{_size(need)} for the batch (key-value cache, activations, logits over the vocabulary), "
+                         f"more than the {_size(available)} available on {device}; lower the group size, "
+                         "--prompts-per-step or --max-new-tokens")
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 def _check_context(task: Task, policy, max_new_tokens: int) -> None:
@@ -257,7 +340,13 @@ def train_steps(algo: Algorithm, task: Task, prompt_rng: random.Random, steps: r
             prompts = algo.data_parallel.shard(prompts)  # whole prompts: each rank samples whole groups
         algo.completions_allowed = completions_left() if completions_left is not None else None
         start, cpu = time.perf_counter(), time.process_time()
-        metrics = algo.step(prompts)
+        try:
+            metrics = algo.step(prompts)
+        except RuntimeError as exc:  # torch.multinomial's words, from any algorithm's sampling
+            if "probability tensor contains either" not in str(exc):
+                raise
+            raise TrainingFailed(f"non-finite sampling probabilities at step {step}: the policy's weights diverged "
+                                 "(is the learning rate too high?)") from None
         seconds = time.perf_counter() - start
         metrics[CPU_TIME] = time.process_time() - cpu
         if not math.isfinite(metrics.get("loss", 0.0)):
@@ -270,13 +359,29 @@ def _run_directory(out: Path):
     return locked_directory(out, ".run.lock", what="run directory", busy="another grpo-bench run is writing to")
 
 
+# What a run writes into its directory (besides its lock and the other ranks' scratch folders).
+RUN_FILES = ("config.json", "summary.json", "metrics.jsonl", "checkpoints", "final")
+
+
+def _run_files(out: Path) -> list[str]:
+    """The run's files present in ``out`` (a folder counts when it holds something)."""
+    return [name for name in RUN_FILES
+            if (out / name).is_file() or ((out / name).is_dir() and any((out / name).iterdir()))]
+
+
 def _check_previous_run(out: Path, rc: RunConfig, resolved: dict) -> Optional[dict]:
     """Refuse to overwrite a run without being asked, or to resume one with other settings.
 
     Returns the previous config.json when resuming."""
     previous = read_json(out / "config.json")
     summary = read_json(out / "summary.json")
-    if rc.overwrite or previous is None and summary is None:
+    if rc.overwrite:
+        return None
+    if previous is None and summary is None:
+        found = _run_files(out)
+        if found:  # a run's files whose record is unreadable: still a run's results, never replaced unasked
+            raise UsageError(f"{out} holds a run's files ({', '.join(found)}) but no readable config.json or "
+                             "summary.json to resume from: --overwrite replaces them")
         return None
     if not rc.resume:
         state = "a finished run" if (summary or {}).get("status") == "complete" else "a run"
@@ -332,15 +437,23 @@ def run(rc: RunConfig, algo_config, task_options: Optional[dict] = None, *, task
     returns the trained policy through it)."""
     out = Path(rc.out)
     rc.validate()
-    if rc.nproc > 1 and int(__import__("os").environ.get("WORLD_SIZE", "1")) == 1:
+    if rc.nproc > 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        try:
+            problem = distributed.nproc_problem(rc.nproc, measure.resolve_device(rc.device))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        if problem:
+            raise UsageError(problem)
         # --nproc N: N processes, each running this function as one rank; rank 0 writes the run directory.
-        distributed.launch(_rank_run, rc.nproc, rc, algo_config, task_options)
+        _launch_ranks(rc, algo_config, task_options)
         return read_json(out / "summary.json")
     tracking.require(rc.report_to)  # a tracker that is not installed fails here, before any work
-    rank = int(__import__("os").environ.get("RANK", "0"))
+    rank = int(os.environ.get("RANK", "0"))
     if rank:  # the other ranks train beside rank 0 and write nothing to --out: a scratch directory per rank
         out = out / ".ranks" / f"rank{rank}"
     with _run_directory(out):
+        for path in remove_stale_temp_files(out):
+            tqdm.write(f"{path}: removed, a checkpoint write that never finished", file=sys.stderr)
         task, policy, algo, resolved = build(rc, algo_config, task_options or {}, task)
         if on_build:
             on_build(task, policy, algo)
@@ -360,7 +473,26 @@ def _evaluation_due(rc: RunConfig, step: int, generated_before: float, generated
 
 
 def _rank_run(rc: RunConfig, algo_config, task_options) -> None:
-    run(rc, algo_config, task_options, progress=int(__import__("os").environ.get("RANK", "0")) == 0)
+    run(rc, algo_config, task_options, progress=int(os.environ.get("RANK", "0")) == 0)
+
+
+def _launch_ranks(rc: RunConfig, algo_config, task_options) -> None:
+    """``rc.nproc`` ranks of the run; a rank that fails is the run's failure, in one line: its UsageError or
+    TrainingFailed as such, anything else (a crash, a rank that lost its peer) as TrainingFailed naming the rank."""
+    import torch.multiprocessing as mp
+
+    try:
+        distributed.launch(_rank_run, rc.nproc, rc, algo_config, task_options)
+    except mp.ProcessRaisedException as exc:  # its message ends with the rank's traceback's last line
+        last = next((line for line in reversed(str(exc).splitlines()) if line.strip()), "")
+        for error in (UsageError, TrainingFailed):
+            prefix = f"{error.__module__}.{error.__name__}: "
+            if last.startswith(prefix):
+                raise error(last[len(prefix):]) from None
+        raise TrainingFailed(f"{rc.algo} on {rc.task}: rank {exc.error_index} of {rc.nproc} failed: {last}") from None
+    except mp.ProcessExitedException as exc:  # killed (a signal, the kernel's OOM killer)
+        raise TrainingFailed(f"{rc.algo} on {rc.task}: rank {exc.error_index} of {rc.nproc} exited with status "
+                             f"{exc.exit_code}") from None
 
 
 def _finished(summary: dict, rc: RunConfig) -> bool:
@@ -417,6 +549,18 @@ def _train_and_record(out: Path, rc: RunConfig, task: Task, policy, algo: Algori
         bar.close()
         trackers.finish()
     return _finish(out, rc, task, policy, algo, resolved, at)
+
+
+def _check_ranks_finished(algo: Algorithm, step: int) -> None:
+    """Under data parallelism a run is complete only when every rank finished every step: the ranks compare their
+    last steps (a rank that died fails this collective, and with it the run) before any summary says complete."""
+    dp = algo.data_parallel
+    if dp is None:
+        return
+    steps = dp.gather(torch.tensor([step], dtype=torch.int64, device=algo.device)).tolist()
+    if any(s != step for s in steps):
+        raise TrainingFailed(f"the ranks stopped at different steps ({', '.join(map(str, steps))}); "
+                             "the run is not complete")
 
 
 def _record_settings(out: Path, resolved: dict, previous: Optional[dict]) -> None:
@@ -486,6 +630,7 @@ def _finish(out: Path, rc: RunConfig, task: Task, policy, algo: Algorithm, resol
     if rc.save_model:
         policy.save_pretrained(out / "final")
         task.tokenizer.save_pretrained(out / "final")
+    _check_ranks_finished(algo, at.step)  # the last thing before "complete": every rank got this far
     return _write_summary(out, rc, resolved, at.before, after, at.elapsed, at.step, algo, status="complete",
                           questions=at.questions)
 

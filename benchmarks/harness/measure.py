@@ -8,6 +8,7 @@ import resource
 import subprocess
 import sys
 from importlib import metadata
+from typing import Optional
 
 import torch
 
@@ -173,3 +174,50 @@ def training_state_bytes(modules, optimizers) -> dict[str, int]:
         "grad_bytes": _tensor_bytes(p.grad for p in params if p.grad is not None),
         "optimizer_bytes": _tensor_bytes(optimizer_tensors),
     }
+
+
+def available_memory_bytes(device: torch.device) -> Optional[int]:
+    """Memory a run can still take on ``device``: CUDA's free memory; on the CPU /proc/meminfo's MemAvailable, less
+    where a cgroup's limit leaves less. None where it cannot be read."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    available = None
+    try:
+        with open("/proc/meminfo") as f:
+            available = next((int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")), None)
+    except OSError:
+        pass
+    for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                         ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                          "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        try:
+            with open(limit) as f, open(usage) as g:
+                text = f.read().strip()
+                if text != "max" and int(text) < 2**60:
+                    left = int(text) - int(g.read().strip())
+                    available = left if available is None else min(available, left)
+        except (OSError, ValueError):
+            continue
+    return available
+
+
+# The most completions one training step may generate: the DeepSeekMath GRPO step (64 per prompt x 1024 prompts),
+# on a whole cluster. Above it a step is a typo, not an experiment.
+MAX_COMPLETIONS_PER_STEP = 64 * 1024
+
+
+def rollout_memory_bytes(policy, completions: int, positions: int) -> Optional[int]:
+    """A lower bound of the memory one step's batch takes: ``completions`` rows of ``positions`` tokens, each
+    position holding the sampler's key-value cache (2 x layers x kv width), one hidden state per layer kept for
+    the backward and the logits over the vocabulary, in the parameters' dtype. None for a model without a
+    transformers config."""
+    config = getattr(policy, "config", None)
+    try:
+        layers, hidden, vocab = config.num_hidden_layers, config.hidden_size, config.vocab_size
+        heads = config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or hidden // heads
+        kv_width = getattr(config, "num_key_value_heads", heads) * head_dim
+    except (AttributeError, TypeError, ZeroDivisionError):
+        return None
+    element = next(policy.parameters()).element_size()
+    return completions * positions * element * (layers * (2 * kv_width + hidden) + vocab)
