@@ -54,6 +54,10 @@ EVAL_DECODING_HELP = {
 }
 
 
+# Completions ``evaluate_pass_at_k`` samples in one call of the sampler, at most (or one question's, when more).
+PASS_AT_K_ROWS = 512
+
+
 class EvalMetrics(dict):
     """``evaluate()``'s metrics (name -> float, as every caller expects) with the per-question detail
     that a paired test needs in ``per_question``: lists in question order, one entry per question."""
@@ -301,8 +305,9 @@ class Task:
     def evaluate_pass_at_k(self, model, ks: Sequence[int], samples: int, *, seed: int = 0) -> dict:
         """pass@k of ``model`` for each k of ``ks`` (``pass_at_k``, averaged over ``pass_at_k_prompts``): ``samples``
         completions a question at the task's own temperature and length cap, seeded, through the installed
-        ``eval_sampler`` (else ``sample_batched``); a completion is correct when its ``score`` reaches
-        ``success_threshold``. Returns {"pass_at_k": {str(k): value}, "correct": per question, per sample, bools}.
+        ``eval_sampler`` (else ``sample_batched``), a batch of questions at a time (batch i seeded ``seed + i``); a
+        completion is correct when its ``score`` reaches ``success_threshold``. Returns {"pass_at_k": {str(k): value},
+        "correct": per question, per sample, bools}.
         A task with no notion of correct, or ``samples`` below a k, is one TaskError line."""
         if self.success_threshold is None:
             raise TaskError(f"task {self.name!r} states no success threshold, so it has no pass@k")
@@ -311,12 +316,15 @@ class Task:
                             f"{', '.join(map(str, ks)) or 'none'}")
         prompts = self.pass_at_k_prompts()
         sampler = self.eval_sampler or sample_batched
-        drawn = sampler(model, self.tokenizer, prompts, k=samples, max_new_tokens=self.generation.max_new_tokens,
-                        temperature=self.generation.temperature, seed=seed)
+        per_batch = max(1, PASS_AT_K_ROWS // samples)  # the installed sampler decodes all it is given as one batch
         correct = []
-        for prompt, texts in zip(prompts, drawn.texts):
-            rewards = self.score([prompt] * len(texts), texts)
-            correct.append([r >= self.success_threshold for r in rewards])
+        for batch, start in enumerate(range(0, len(prompts), per_batch)):
+            chunk = prompts[start:start + per_batch]
+            drawn = sampler(model, self.tokenizer, chunk, k=samples, max_new_tokens=self.generation.max_new_tokens,
+                            temperature=self.generation.temperature, seed=seed + batch)
+            for prompt, texts in zip(chunk, drawn.texts):
+                rewards = self.score([prompt] * len(texts), texts)
+                correct.append([r >= self.success_threshold for r in rewards])
         return {"pass_at_k": {str(k): sum(pass_at_k(samples, sum(row), k) for row in correct) / len(correct)
                               for k in sorted(set(ks))},
                 "correct": correct}

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from tasks import make_task
-from tasks.base import TaskError, pass_at_k
+from tasks import base as tasks_base, make_task
+from tasks.base import GenerationDefaults, Samples, Task, TaskError, pass_at_k
 
 
 @pytest.mark.parametrize("n, c, k, expected", [
@@ -67,3 +67,41 @@ def test_pass_at_k_beyond_the_samples_is_one_line(pizza_start):
     task, policy = pizza_start
     with pytest.raises(TaskError, match=r"pass@k needs 1 <= k <= the samples per question \(4\); got k = 1, 8"):
         task.evaluate_pass_at_k(policy, [1, 8], 4)
+
+
+class _Questions(Task):
+    """Five questions; the "model" answers question i right in the first i of its samples (a stub sampler)."""
+
+    name = "questions"
+    success_threshold = 1.0
+    generation = GenerationDefaults(max_new_tokens=3, temperature=0.7)
+    eval_prompts = [f"q{i}" for i in range(5)]
+
+    def reward(self, prompts, completions):
+        return [1.0 if c == "right" else 0.0 for c in completions]
+
+
+def test_pass_at_k_samples_every_question_in_seeded_batches_and_averages_them(monkeypatch):
+    calls = []
+
+    def sampler(model, tokenizer, prompts, *, k, max_new_tokens, temperature, seed):
+        calls.append((list(prompts), k, max_new_tokens, temperature, seed))
+        texts = [["right"] * int(p[1:]) + ["wrong"] * (k - int(p[1:])) for p in prompts]
+        return Samples(texts, [[False] * k for _ in prompts], 0)
+
+    task = _Questions()
+    task.eval_sampler = sampler
+    monkeypatch.setattr(tasks_base, "PASS_AT_K_ROWS", 8)  # 8 rows a call: 2 questions of 4 samples
+    got = task.evaluate_pass_at_k(None, [1, 2], 4, seed=10)
+    assert calls == [(["q0", "q1"], 4, 3, 0.7, 10), (["q2", "q3"], 4, 3, 0.7, 11), (["q4"], 4, 3, 0.7, 12)]
+    assert [sum(row) for row in got["correct"]] == [0, 1, 2, 3, 4]
+    # pass@1: (0 + 1 + 2 + 3 + 4) / 4 / 5 = 0.5; pass@2 = mean of 0, 1 - 3/6, 1 - 1/6, 1, 1 (c = 3, 4: n - c < k)
+    assert got["pass_at_k"]["1"] == pytest.approx(0.5)
+    assert got["pass_at_k"]["2"] == pytest.approx((0 + 0.5 + 5 / 6 + 1 + 1) / 5)
+
+
+def test_a_task_without_a_notion_of_correct_has_no_pass_at_k():
+    task = _Questions()
+    task.success_threshold = None
+    with pytest.raises(TaskError, match="states no success threshold"):
+        task.evaluate_pass_at_k(None, [1], 4)
