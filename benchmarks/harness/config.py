@@ -49,8 +49,10 @@ class RunConfig:
     checkpoint_every: int = field(default=50, metadata={"help": "checkpoint every N steps (0: never)"})
     max_new_tokens: Optional[int] = field(default=None, metadata={"help": "completion length cap (default: the task's)"})
     temperature: Optional[float] = field(default=None, metadata={"help": "sampling temperature (default: the task's)"})
-    pass_at_k: Optional[str] = field(default=None, metadata={"help": "also evaluate pass@k before and after training for these k, comma-separated, e.g. 1,4,16 (unbiased estimator; off by default)"})
-    pass_samples: Optional[int] = field(default=None, metadata={"help": "samples per held-out question for --pass-at-k, at the task's temperature (>= the largest k; default: the largest k)"})
+    pass_at_k: Optional[str] = field(default=None, metadata={
+        "help": "also evaluate pass@k before and after training for these k, comma-separated, e.g. 1,4,16 (off)"})
+    pass_samples: Optional[int] = field(default=None, metadata={
+        "help": "samples a held-out question for --pass-at-k, at the task's temperature (>= the largest k; default: it)"})
     resume: bool = field(default=False, metadata={"help": "continue from the newest checkpoint in --out"})
     overwrite: bool = field(default=False, metadata={"help": "replace a finished run in --out (without it, a finished run is never overwritten)"})
     nproc: int = field(default=1, metadata={"help": "data-parallel processes for this run (gloo on CPU, NCCL on CUDA; or start under torchrun)"})

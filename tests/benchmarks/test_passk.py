@@ -16,7 +16,8 @@ def test_parse_ks():
     assert parse_ks("16,1,4,4", None) == ((1, 4, 16), 16)
     assert parse_ks("1,4", 32) == ((1, 4), 32)
     assert parse_ks(None, None) == ((), 0)
-    for text, samples, message in (("1,x", None, "comma-separated whole numbers"), ("0,4", None, "every k must be >= 1"),
+    for text, samples, message in (("1,x", None, "comma-separated whole numbers"),
+                                   ("0,4", None, "every k must be >= 1"),
                                    ("1,16", 8, r"--pass-samples \(8\) must be >= the largest k"),
                                    (None, 8, "give --pass-at-k too")):
         with pytest.raises(UsageError, match=message):
