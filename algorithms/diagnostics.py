@@ -1,6 +1,7 @@
 """What a practitioner reads when a run goes wrong, computed from a scored rollout, the same for every
 algorithm: whether groups carry a learning signal, how rewards spread within groups, completion
-lengths (overall, for correct and for incorrect completions) and truncation."""
+lengths (overall, for correct and for incorrect completions) and truncation; and, where the sampler recorded its
+own log-probs, how far the sampler's distribution is from the trainer's (``sampler_mismatch``)."""
 
 from __future__ import annotations
 
@@ -36,3 +37,29 @@ def batch_diagnostics(rollout: Rollout, rewards: torch.Tensor, success_threshold
         if (~correct).any():
             out["length/incorrect"] = lengths[~correct].mean().item()
     return out
+
+
+# A sampled token's trainer/sampler probability ratio outside this band counts in ``mismatch/ratio_outside``.
+RATIO_BAND = (0.9, 1.1)
+
+
+def sampler_mismatch(trainer_logps: torch.Tensor, sampling_logps: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """How far the sampler that drew the tokens is from the trainer that scores them (Tinker's diagnostics), over
+    the completion tokens (``mask`` 1), from the log-probs of the sampled tokens, (B, T) each:
+
+    mismatch/kl_v1           mean over tokens of (log p_sampler - log p_trainer): the k1 estimate of
+                             KL(sampler || trainer), since the tokens are the sampler's
+    mismatch/kl_v2           mean over tokens of 0.5 * (log p_sampler - log p_trainer)^2: the k2 estimate
+    mismatch/ratio_outside   share of tokens whose ratio exp(log p_trainer - log p_sampler) leaves [0.9, 1.1]
+
+    Each is exactly 0 where the two log-probs agree bit for bit, and 0 when no token is active; a NaN sampler
+    log-prob (a token the sampler did not score) counts as no mismatch, as the sampler corrections count it.
+    Computed in float64, so that a gap of one fp32 rounding step still shows."""
+    active = mask.bool()
+    diff = torch.nan_to_num(sampling_logps.double() - trainer_logps.detach().double(), nan=0.0)[active]
+    if diff.numel() == 0:
+        return {"mismatch/kl_v1": 0.0, "mismatch/kl_v2": 0.0, "mismatch/ratio_outside": 0.0}
+    ratio = torch.exp(-diff)
+    low, high = RATIO_BAND
+    return {"mismatch/kl_v1": diff.mean().item(), "mismatch/kl_v2": (0.5 * diff.square()).mean().item(),
+            "mismatch/ratio_outside": ((ratio < low) | (ratio > high)).double().mean().item()}

@@ -30,6 +30,7 @@ import torch
 
 from algorithms import rollout as rollout_lib
 from algorithms.base import Algorithm, AlgoConfig, OptionGroup, init_config, register_algorithm
+from algorithms.diagnostics import sampler_mismatch
 from algorithms.estimators import ADVANTAGE_ESTIMATORS, AdvantageEstimator, EstimatorInputs, advantage_estimator
 from algorithms.kl import KL_PENALTIES
 from algorithms.losses import ADVANTAGE_SCALES, carries_signal, masked_mean_per_sequence, overlong_penalty
@@ -385,12 +386,14 @@ class GRPO(Algorithm):
             )
 
     def mismatch_metrics(self, logps: torch.Tensor, rollout: rollout_lib.Rollout) -> dict[str, float]:
-        """|log p_train - log p_sample| over the sampled tokens, and the IS ratios the loss applies."""
+        """|log p_train - log p_sample| over the sampled tokens, the shared mismatch diagnostics (``sampler_mismatch``)
+        and the IS ratios the loss applies."""
         c: GRPOConfig = self.config
         active = rollout.completion_mask.bool()
         gap = (logps - rollout.sampling_logps).abs()[active]
         metrics = {"mismatch/mean": gap.mean().item() if gap.numel() else 0.0,
-                   "mismatch/max": gap.max().item() if gap.numel() else 0.0}
+                   "mismatch/max": gap.max().item() if gap.numel() else 0.0,
+                   **sampler_mismatch(logps, rollout.sampling_logps, rollout.completion_mask)}
         correction, ratio = c.sampler_correction(), None
         if c.importance_sampling_correction:
             ratio = correction.weights(logps, rollout.sampling_logps, rollout.completion_mask,

@@ -54,6 +54,10 @@ EVAL_DECODING_HELP = {
 }
 
 
+# Completions ``evaluate_pass_at_k`` samples in one call of the sampler, at most (or one question's, when more).
+PASS_AT_K_ROWS = 512
+
+
 class EvalMetrics(dict):
     """``evaluate()``'s metrics (name -> float, as every caller expects) with the per-question detail
     that a paired test needs in ``per_question``: lists in question order, one entry per question."""
@@ -293,6 +297,38 @@ class Task:
         out.per_question = detail
         return out
 
+    def pass_at_k_prompts(self) -> list[str]:
+        """The questions pass@k samples: the evaluation's list where the task keeps one, else its prompts (pizza's
+        one prompt, which its evaluation samples too)."""
+        return list(self.eval_prompts) if self.eval_prompts is not None else list(self.train_prompts())
+
+    def evaluate_pass_at_k(self, model, ks: Sequence[int], samples: int, *, seed: int = 0) -> dict:
+        """pass@k of ``model`` for each k of ``ks`` (``pass_at_k``, averaged over ``pass_at_k_prompts``): ``samples``
+        completions a question at the task's own temperature and length cap, seeded, through the installed
+        ``eval_sampler`` (else ``sample_batched``), a batch of questions at a time (batch i seeded ``seed + i``); a
+        completion is correct when its ``score`` reaches ``success_threshold``. Returns {"pass_at_k": {str(k): value},
+        "correct": per question, per sample, bools}.
+        A task with no notion of correct, or ``samples`` below a k, is one TaskError line."""
+        if self.success_threshold is None:
+            raise TaskError(f"task {self.name!r} states no success threshold, so it has no pass@k")
+        if not ks or min(ks) < 1 or max(ks) > samples:
+            raise TaskError(f"pass@k needs 1 <= k <= the samples per question ({samples}); got k = "
+                            f"{', '.join(map(str, ks)) or 'none'}")
+        prompts = self.pass_at_k_prompts()
+        sampler = self.eval_sampler or sample_batched
+        per_batch = max(1, PASS_AT_K_ROWS // samples)  # the installed sampler decodes all it is given as one batch
+        correct = []
+        for batch, start in enumerate(range(0, len(prompts), per_batch)):
+            chunk = prompts[start:start + per_batch]
+            drawn = sampler(model, self.tokenizer, chunk, k=samples, max_new_tokens=self.generation.max_new_tokens,
+                            temperature=self.generation.temperature, seed=seed + batch)
+            for prompt, texts in zip(chunk, drawn.texts):
+                rewards = self.score([prompt] * len(texts), texts)
+                correct.append([r >= self.success_threshold for r in rewards])
+        return {"pass_at_k": {str(k): sum(pass_at_k(samples, sum(row), k) for row in correct) / len(correct)
+                              for k in sorted(set(ks))},
+                "correct": correct}
+
     def score(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
         fn = self._custom_reward or self.reward
         fn_name = getattr(fn, "__qualname__", repr(fn))
@@ -317,6 +353,20 @@ class Task:
         if self._scored is not None:
             self._scored.append((list(prompts), list(completions), values))
         return values
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimate of pass@k from ``n`` samples of which ``c`` are correct (Chen et al. 2021, Eq. 1):
+
+        pass@k = 1 - C(n - c, k) / C(n, k) = 1 - prod_{i = n - c + 1}^{n} (1 - k / i)
+
+    the chance that k of the n samples drawn without replacement hold a correct one, as a product (the binomials
+    overflow a float for large n). 1 when n - c < k (every k-subset holds a correct sample)."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n; got n {n}, c {c}, k {k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
 
 
 def _option_kind(hint, default) -> type:

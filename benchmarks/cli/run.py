@@ -112,6 +112,10 @@ def add_eval_parser(sub, name: str) -> None:
     p.add_argument("--readme", default=None, metavar="PATH", help="also write the table as a section of this README")
     p.add_argument("--from-run", dest="from_run", default=None, metavar="RUN_DIR",
                    help="tabulate a finished run's before/after evaluation instead of evaluating")
+    p.add_argument("--pass-at-k", dest="pass_at_k", default=None, metavar="K,K,..",
+                   help="also evaluate pass@k for these k (e.g. 1,4,16), of --model beside the starting policy's")
+    p.add_argument("--pass-samples", dest="pass_samples", type=int, default=None, metavar="N",
+                   help="samples per question for --pass-at-k (>= the largest k; default: the largest k)")
     add_task_options(p)
     p.set_defaults(handler=cmd_eval)
 
@@ -120,4 +124,5 @@ def cmd_eval(args) -> int:
     options = task_options_for(args.task, given_options(args, task_option_names()))
     if args.from_run:
         return tabulate_run(args.task, args.from_run, out=args.out, readme=args.readme)
-    return evaluate_policy(args.task, options, seed=args.seed, device=args.device, out=args.out, readme=args.readme)
+    return evaluate_policy(args.task, options, seed=args.seed, device=args.device, out=args.out, readme=args.readme,
+                           pass_at_k=args.pass_at_k, pass_samples=args.pass_samples)

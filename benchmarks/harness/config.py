@@ -20,6 +20,7 @@ from algorithms import ALGORITHMS
 from algorithms.base import config_field_types, config_fields
 from benchmarks.errors import UsageError
 from benchmarks.harness.tracking import parse_report_to
+from benchmarks.passk import parse_ks
 from tasks import TASKS
 
 
@@ -48,6 +49,10 @@ class RunConfig:
     checkpoint_every: int = field(default=50, metadata={"help": "checkpoint every N steps (0: never)"})
     max_new_tokens: Optional[int] = field(default=None, metadata={"help": "completion length cap (default: the task's)"})
     temperature: Optional[float] = field(default=None, metadata={"help": "sampling temperature (default: the task's)"})
+    pass_at_k: Optional[str] = field(default=None, metadata={
+        "help": "also evaluate pass@k before and after training for these k, comma-separated, e.g. 1,4,16 (off)"})
+    pass_samples: Optional[int] = field(default=None, metadata={
+        "help": "samples a held-out question for --pass-at-k, at the task's temperature (>= the largest k; default: it)"})
     resume: bool = field(default=False, metadata={"help": "continue from the newest checkpoint in --out"})
     overwrite: bool = field(default=False, metadata={"help": "replace a finished run in --out (without it, a finished run is never overwritten)"})
     nproc: int = field(default=1, metadata={"help": "data-parallel processes for this run (gloo on CPU, NCCL on CUDA; or start under torchrun)"})
@@ -99,6 +104,7 @@ class RunConfig:
             raise UsageError(f"{name('lora_r')} must be >= 0, {name('lora_alpha')} >= 1 and {name('lora_dropout')} in "
                              f"[0, 1), got {self.lora_r}, {self.lora_alpha}, {self.lora_dropout}")
         parse_report_to(self.report_to)
+        parse_ks(self.pass_at_k, self.pass_samples, flag=name("pass_at_k"), samples_flag=name("pass_samples"))
         if self.resume and self.overwrite:
             raise UsageError(f"{name('resume')} continues a run and {name('overwrite')} replaces it: give one of them")
         if self.algo not in ALGORITHMS:

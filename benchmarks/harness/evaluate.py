@@ -20,6 +20,7 @@ from benchmarks.harness import measure
 from benchmarks.harness.loop import make_evaluated_task
 from benchmarks.io import atomic_write_json, atomic_write_text, read_json
 from benchmarks.markdown import update_section
+from benchmarks.passk import parse_ks, pass_at_k_against_start, pass_at_k_table
 
 # What the before/after table's title reads of a run's summary.json.
 SUMMARY_KEYS = ("task", "algo", "steps", "seed", "wall_clock_s", "device_name")
@@ -82,8 +83,11 @@ def tabulate_run(task: str, run_dir: str, *, out: Optional[str], readme: Optiona
     return 0
 
 
-def evaluate_policy(task_name: str, options: dict, *, seed: int, device: str, out: Optional[str], readme: Optional[str]) -> int:
-    """Evaluate a task's starting policy: OUT/eval.{json,md} (and a README section)."""
+def evaluate_policy(task_name: str, options: dict, *, seed: int, device: str, out: Optional[str], readme: Optional[str],
+                    pass_at_k: Optional[str] = None, pass_samples: Optional[int] = None) -> int:
+    """Evaluate a task's starting policy: OUT/eval.{json,md} (and a README section); with ``pass_at_k`` also
+    pass@k, of a saved model (--model) beside the starting policy's."""
+    ks, samples = parse_ks(pass_at_k, pass_samples)
     try:
         device = measure.resolve_device(device)
     except ValueError as exc:
@@ -97,8 +101,12 @@ def evaluate_policy(task_name: str, options: dict, *, seed: int, device: str, ou
     body = (f"{task_name} evaluation of {label}, no training ({_settings_line(task)}, seed {seed}; ± is the "
             f"standard error over questions; {seconds:.0f} s on {measure.environment(device)['device_name']}):\n\n"
             f"{eval_table(label, metrics)}\n")
+    passk = pass_at_k_against_start(make_evaluated_task, task_name, options, task, model, label, ks, samples, seed,
+                                    device) if ks else {}
+    body += f"\npass@k, {samples} samples a question:\n\n{pass_at_k_table(passk)}\n" if passk else ""
     if out:
         atomic_write_json(Path(out) / "eval.json", {"task": task.describe(), "seed": seed, "metrics": metrics,
+                                              **({"pass_at_k": passk} if passk else {}),
                                               "seconds": seconds, "environment": measure.environment(device)})
         atomic_write_text(Path(out) / "eval.md", body)
     print(body)

@@ -35,6 +35,7 @@ from algorithms.rollout import generate
 from benchmarks.errors import TrainingFailed, UsageError
 from benchmarks.harness import distributed, lora, measure, tracking
 from benchmarks.harness.config import RESUMABLE, RunConfig, flat_settings, training_seed, with_task_defaults
+from benchmarks.passk import parse_ks, pass_at_k_evaluation
 from benchmarks.progress import progress as progress_bar
 from benchmarks.io import (CPU_TIME, locked_directory, append_jsonl, atomic_write, atomic_write_json, encode_correct,
                            read_json, read_jsonl, rewrite_jsonl)
@@ -428,6 +429,15 @@ def _evaluate(task: Task, policy, seed: int) -> tuple[dict[str, float], dict]:
     return dict(metrics), record or {}
 
 
+def _pass_at_k(rc: RunConfig, task: Task, policy, metrics: dict, questions: dict, when: str) -> None:
+    """With --pass-at-k: ``pass_at_k`` into the evaluation's ``metrics`` (the summary's pass_at_k_before/after) and
+    its per-question counts into ``questions`` (under pass_at_k_before/after)."""
+    found, record = pass_at_k_evaluation(task, policy, *parse_ks(rc.pass_at_k, rc.pass_samples), rc.seed)
+    metrics.update(found)
+    if record:
+        questions[f"pass_at_k_{when}"] = record
+
+
 def run(rc: RunConfig, algo_config, task_options: Optional[dict] = None, *, task: Optional[Task] = None,
         on_step: Optional[Callable[[dict], None]] = None, progress: bool = True,
         on_build: Optional[Callable[[Task, object, Algorithm], None]] = None) -> dict:
@@ -594,6 +604,7 @@ def _starting_point(out: Path, rc: RunConfig, task: Task, policy, algo: Algorith
         metrics_path.unlink(missing_ok=True)
         before, record = _evaluate(task, policy, rc.seed)
         at = _Progress(0, 0.0, before, {"before": record} if record else {})
+        _pass_at_k(rc, task, policy, before, at.questions, "before")
     at.generated = sum(r.get("completions", 0.0) for r in read_jsonl(metrics_path))
     return at
 
@@ -627,6 +638,7 @@ def _finish(out: Path, rc: RunConfig, task: Task, policy, algo: Algorithm, resol
     after, record = _evaluate(task, policy, rc.seed)
     if record:
         at.questions["after"] = record
+    _pass_at_k(rc, task, policy, after, at.questions, "after")
     if rc.save_model:
         policy.save_pretrained(out / "final")
         task.tokenizer.save_pretrained(out / "final")
