@@ -216,14 +216,8 @@ INTERFACE = {
                  ("--metrics", False, "+", ["final", "last_2", "last_3", "auc"])],
     "calibration": [("dirs", True, "+", None), ("--aa", False, "+", []), ("--out", False, None, "results/calibration"),
                     ("--sims", False, None, 2000), ("--claims-sims", False, None, None), ("--claims", False, "+", []), ("--plans", False, "+", [])],
-    "ablation": [("--out", False, None, "results/ablation"), ("--group-sizes", False, "+", [2, 4, 8, 16]),
-                 ("--seeds", False, "+", [0, 1, 2]), ("--steps", False, None, 200), ("--eval-every", False, None, 10),
-                 ("--reward-mode", False, None, "rm"), ("--device", False, None, "auto")],
     "readme": [("--readme", False, None, "results/checks.md"), ("--matrices", False, None, "results/matrices.md"),
                ("--matrix-dir", False, None, "benchmarks/matrices")],
-    "survey": [("--task", False, None, "reasoning_gym"), ("--candidate", True, None, None), ("--set", False, "*", None),
-               ("--band", False, None, "0.10:0.60"), ("--seed", False, None, 0), ("--device", False, None, "auto"),
-               ("--out", True, None, None), ("--resume", False, 0, False)],
     "paired eval": [("--task", True, None, None), ("--set", False, "*", None), ("--seed", False, None, 0),
                     ("--device", False, None, "auto"), ("--label", False, None, None), ("--questions", False, None, None),
                     ("--out", True, None, None)],
@@ -484,11 +478,6 @@ def test_the_studies_with_overwrite_refuse_through_the_shared_lifecycle():
     (["variance", "M", "--out", "v.md", "--variants", "many"], "argument --variants: invalid int value: 'many'"),
     (["calibration", "M", "--sims", "5"], "--sims must be at least 100, got 5"),
     (["calibration", "M", "--aa", "nowhere"], "nowhere: no such folder"),
-    (["ablation", "--reward-mode", "guess"], "argument --reward-mode: invalid choice: 'guess'"),
-    (["ablation", "--seeds", "-1"], "argument --seeds: must be an integer from 0 to"),
-    (["survey", "--out", "s"], "the following arguments are required: --candidate"),
-    (["survey", "--candidate", "chain_sum", "--out", "s", "--band", "low"], "--band wants LO:HI, got 'low'"),
-    (["survey", "--candidate", "chain_sum:{x", "--out", "s"], "--candidate chain_sum: config is not JSON"),
     (["paired", "eval", "--task", "pizza", "--out", "e.json", "--questions", "x"], "--questions wants A:B"),
     (["paired", "compare", "--before", "a.json"], "the following arguments are required: --after"),
     (["paired", "nope"], "argument paired: invalid choice: 'nope'"),
@@ -511,7 +500,7 @@ def test_every_device_flag_has_one_default_and_one_help():
                 seen.append(name)
                 assert fields["device"].default == "auto", name
                 assert fields["device"].metadata["help"] == "auto, cpu or cuda", name
-    assert {"survey", "eval", "grpo-vs-trl", "rloo-vs-trl", "lora", "revisions", "ablation"} <= set(seen)
+    assert {"eval", "grpo-vs-trl", "rloo-vs-trl", "roof", "revisions"} <= set(seen)
     for command in ("run", "eval"):
         (device,) = [a for a in cli_main.build_parser()._subparsers._group_actions[0].parser_of(command)._actions
                      if "--device" in a.option_strings]
