@@ -167,7 +167,7 @@ def _all_studies():
 def test_every_built_in_study_given_only_what_it_requires_gets_its_settings_defaults(registry, group, matrix, monkeypatch):
     seen = []
     names = study.studies(group)
-    assert len(names) >= {"check": 6, "bench": 6, "paired": 2, TOP: 8}[group]
+    assert len(names) >= {"check": 4, "bench": 4, "paired": 2, TOP: 7}[group]
     for name, cls in names.items():
         monkeypatch.setattr(cls, "run", lambda self, settings, command: seen.append(settings) or 0)
         words, values = _required(cls.Settings, matrix)
@@ -307,7 +307,7 @@ def test_rerender_writes_the_report_again_and_measures_nothing(registry, matrix,
     rerendered = []
     with_rerender = {k: cls for k, cls in study.STUDIES.items()
                      if "rerender" in {f.name for f in dataclasses.fields(cls.Settings)}}
-    assert {"bench:grpo-vs-trl", "bench:rloo-vs-trl", "bench:executors"} <= set(with_rerender)
+    assert {"bench:grpo-vs-trl", "bench:rloo-vs-trl"} <= set(with_rerender)
     for key, cls in with_rerender.items():
         monkeypatch.setattr(cls, "run", _measures)
         monkeypatch.setattr(cls, "rerender", lambda self, settings, command: rerendered.append(key) or 0)
