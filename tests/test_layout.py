@@ -300,7 +300,8 @@ def test_a_planted_cycle_is_caught(monkeypatch):
 # A tree with one arrow breaking each rule and two knots, one through a function-local import.
 PLANTED = {
     "algorithms/__init__.py": "",
-    "algorithms/grpo.py": "import torch\nfrom algorithms import losses\n\n\ndef f():\n    from tasks.base import Task\n",
+    "algorithms/grpo.py": "import torch\nfrom algorithms import losses\n\n\n"
+                          "def f():\n    from tasks.base import Task\n",
     "algorithms/losses.py": "def loss(x):\n    return x\n",
     "tasks/__init__.py": "",
     "tasks/base.py": "class Task:\n    pass\n",

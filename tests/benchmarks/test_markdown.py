@@ -16,8 +16,9 @@ def _entry(path: str, what: str, command: str, retired: str = "") -> str:
 def test_the_index_names_the_command_the_report_says_wrote_it(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "results").mkdir()
-    (tmp_path / "results" / "a.md").write_text("# A\n\n**Headline a.**\n\nWritten by `grpo-bench calibration x y --sims 1000`.\n")
-    (tmp_path / "results" / "b.md").write_text("# B\n\n**Headline b.**\n\nRegenerate: `grpo-bench bench roof --threads 1`\n")
+    results = tmp_path / "results"
+    (results / "a.md").write_text("# A\n\n**Headline a.**\n\nWritten by `grpo-bench calibration x y --sims 1000`.\n")
+    (results / "b.md").write_text("# B\n\n**Headline b.**\n\nRegenerate: `grpo-bench bench roof --threads 1`\n")
     (tmp_path / "results" / "c.md").write_text("# C\n\n**Headline c.**\n")
     (tmp_path / "results" / "e.md").write_text("# E, its title\n\nRegenerate: `grpo-bench survey --out results`\n")
     index = tmp_path / "results" / "reports.toml"

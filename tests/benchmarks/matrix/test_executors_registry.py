@@ -1,6 +1,5 @@
 """Executors are registered by name and their options are flags: the built-ins, an unknown name, a plug-in
-through the ``grpo_bench.executors`` entry-point group; the subprocess executor with cells side by side; and the
-executor bench's three arms, whose report states the warm start and the parallelism on lines of their own."""
+through the ``grpo_bench.executors`` entry-point group; and the subprocess executor with cells side by side."""
 
 import dataclasses
 import json
@@ -10,7 +9,6 @@ from importlib import metadata
 import pytest
 
 from benchmarks.io import read_jsonl
-from benchmarks.markdown import headline
 from benchmarks.matrix import executors
 from benchmarks.matrix.execute import CellJob, finish_cell, prepare_cell_dir
 from benchmarks.matrix.executors import RegisteredExecutor
