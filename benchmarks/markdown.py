@@ -10,6 +10,7 @@ import decimal
 import math
 import os
 import re
+import tomllib
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -135,93 +136,24 @@ def write_section(readme: Optional[str], section: str, body: str) -> None:
         update_section(readme, section, body)
 
 
-# The reports the README's "checks and benchmarks" table points to, in README order: (report file, what it
-# checks or measures, the command that writes it). Each report is written by its own command; the README
-# keeps one line of each, its headline, so that a newcomer reads the results in minutes.
-REPORTS = (
-    ("results/mu1/report.md", "Why a GRPO loss reads 0 at mu = 1 (pizza)", "grpo-bench check mu1"),
-    ("results/mu1-gsm8k/report.md", "The same on GSM8K with SmolLM2-135M-Instruct", "grpo-bench check mu1 --task gsm8k"),
-    ("results/trl_check/report.md", "GRPO, RLOO and DPO losses against TRL's own code", "grpo-bench check trl"),
-    ("results/calibration/report.md", "Calibration of the verdicts: coverage and A/A false separation, simulated and "
-     "measured", "grpo-bench calibration results/verdicts results/verdicts-tuned"),
-    ("results/references/references.md", "Every estimator and loss against verl, OpenRLHF and TRL 1.12's PPO",
-     "grpo-bench check references"),
-    ("results/trl_train/report.md", "TRL's GRPOTrainer and ours, trained side by side on pizza", "grpo-bench check trl-train"),
-    ("results/perf/perf.md", "One GRPO step against TRL's GRPOTrainer", "grpo-bench bench grpo-vs-trl"),
-    ("results/perf/bf16/perf.md", "One GRPO step against TRL's GRPOTrainer, both sides in bf16 (TRL bf16=True)",
-     "grpo-bench bench grpo-vs-trl --precision bf16"),
-    ("results/perf/bf16-quiet/perf.md", "The same in bf16 on an idle host at torch's own thread count (its bandwidth and "
-     "load in its header): issue 43's good host, beside the loaded, low-bandwidth run above",
-     "grpo-bench bench grpo-vs-trl --precision bf16 --bf16-steps 0 --scaling-steps 0 --out results/perf/bf16-quiet"),
-    ("results/perf/fp32-avx2/perf.md", "The same in fp32 on an AVX2 CPU, where bf16 is emulated and fp32 is what a user "
-     "has (its bandwidth and load in its header)",
-     "grpo-bench bench grpo-vs-trl --workloads chain_sum-mu1,gsm8k-mu1,chain_sum-mu2,gsm8k-mu2,chain_sum-lora-mu1,"
-     "gsm8k-lora-mu1,chain_sum-lora-mu2,gsm8k-lora-mu2 --bf16-steps 0 --scaling-steps 0 --out results/perf/fp32-avx2"),
-    ("results/same_batch/report.md", "The GRPO step's loss against TRL's on the same sampled batches, part by part "
-     "(loss function, advantages, log-probs; transformers against itself for scale)", "grpo-bench check same-batch"),
-    ("results/gpu/perf.md", "One GRPO step against TRL's GRPOTrainer on an NVIDIA H200 (SmolLM2-135M's architecture "
-     "with random weights, GSM8K workloads)",
-     "grpo-bench bench grpo-vs-trl --device cuda --model HuggingFaceTB/SmolLM2-135M-Instruct --random-weights"),
-    ("results/perf/rloo.md", "One RLOO step against TRL's RLOOTrainer", "grpo-bench bench rloo-vs-trl"),
-    ("results/perf/roof.md", "Generation (SmolLM2-135M) against the roof of the measured bandwidth and FLOP rate",
-     "grpo-bench bench roof"),
-    ("results/perf/revisions.md", "One step at each git revision, side by side: what each performance change bought",
-     "grpo-bench bench revisions"),
-    ("results/perf/revisions-lora/revisions.md", "A LoRA policy's step before and after its log-probs moved to fast_llama "
-     "(the later revision's reference pass ran the adapter, a bug fixed in 5b687ac)",
-     "grpo-bench bench revisions 4f591f4 33f81e5 --workloads chain_sum-lora-mu1,gsm8k-lora-mu1 --out results/perf/revisions-lora"),
-    ("results/perf/revisions-packed/revisions.md", "Sampling weights prepacked for oneDNN, against the revision before",
-     "grpo-bench bench revisions 5b687ac e7b6a6f --workloads chain_sum-mu1,chain_sum-lora-mu1,gsm8k-mu1 --threads 2 "
-     "--out results/perf/revisions-packed"),
-    ("results/perf/revisions-lora-dropout/revisions.md", "A LoRA policy's step before and after the grpo-vs-trl "
-     "workloads dropped adapter dropout (TRL's side had run without it all along)",
-     "grpo-bench bench revisions cd064c7 201e140 --workloads gsm8k-lora-mu2,chain_sum-lora-mu2 --rounds 5 --threads 2 "
-     "--out results/perf/revisions-lora-dropout"),
-    ("results/perf/revisions-logps-tail/revisions.md", "The log-prob tail (log-sum-exp, entropy and their backward) "
-     "a chunk of rows at a time, against the revision before",
-     "grpo-bench bench revisions 8240db0 eed3224 --workloads gsm8k-mu1 --rounds 5 --threads 2 "
-     "--out results/perf/revisions-logps-tail"),
-    ("results/perf/revisions-ppo-packed/revisions.md", "PPO's step at the real-LM verdict's settings before and after "
-     "its minibatches and critic encode each prompt once", "grpo-bench bench revisions 7b7ca09 e96c4f4 --workloads "
-     "chain_sum-ppo --rounds 4 --threads 1 --out results/perf/revisions-ppo-packed"),
-    ("results/perf/revisions-dpo/revisions.md", "DPO's step at the real-LM verdict's settings before and after "
-     "its pairs' prompts were packed and its reference log-probs kept per pair", "grpo-bench bench revisions 9f182c9 "
-     "2eb0612 --workloads chain_sum-dpo --rounds 5 --threads 1 --out results/perf/revisions-dpo"),
-    ("results/perf/revisions-attention-backward/revisions.md", "GRPO's, PPO's and DPO's bf16 step at the real-LM "
-     "verdict's settings before and after attention's backward moved to fp32 on a CPU", "grpo-bench bench revisions "
-     "ec863bd a000109 --workloads chain_sum-grpo,chain_sum-ppo,chain_sum-dpo --rounds 4 --threads 1 "
-     "--out results/perf/revisions-attention-backward"),
-    ("results/precision/gradients.md", "One step's gradient at bf16, and at bf16 with fp32 logits, against fp32's on the "
-     "same batch, per algorithm (SmolLM2-135M-Instruct on chain_sum)", "grpo-bench check precision"),
-    ("results/perf/precision.md", "Each algorithm's training step at fp32, bf16 and bf16 with fp32 logits, side by side",
-     "grpo-bench bench precision"),
-    ("results/perf/eval.md", "One held-out evaluation of the real-LM verdict's task, by how it decodes (shared prefix, "
-     "finished rows dropped), side by side, with the answers compared", "grpo-bench bench eval"),
-    ("results/lora/report.md", "LoRA against full fine-tuning, ours and TRL's", "grpo-bench bench lora"),
-    ("results/executors-default/executors.md", "Matrix executors on the default matrix: warm workers against fresh processes",
-     "grpo-bench bench executors benchmarks/matrices/default.toml --seeds 0"),
-    ("results/ablation/group_size.md", "GRPO's group size on the bandit", "grpo-bench ablation"),
-    ("results/reasoning-gym/ppo-epochs/agreement.md", "The number_sequence verdict's PPO and GRPO cells, repeated by "
-     "rg-ppo-epochs, compared cell by cell and by their means",
-     "grpo-bench agreement results/reasoning-gym/verdict-number-sequence results/reasoning-gym/ppo-epochs --out "
-     "results/reasoning-gym/ppo-epochs/agreement.md"),
-    ("results/reasoning-gym/ppo-cost-chain-sum/agreement.md", "The chain_sum verdict's GRPO cells, repeated on another "
-     "CPU by rg-ppo-cost-chain-sum", "grpo-bench agreement results/reasoning-gym/verdict-chain-sum "
-     "results/reasoning-gym/ppo-cost-chain-sum --out results/reasoning-gym/ppo-cost-chain-sum/agreement.md"),
-    ("results/reasoning-gym/cost-attention-backward/agreement.md", "rg-ppo-cost-chain-sum's GRPO and PPO cells, "
-     "repeated after bf16 attention's rework by rg-cost-attention-backward", "grpo-bench agreement "
-     "results/reasoning-gym/ppo-cost-chain-sum results/reasoning-gym/cost-attention-backward --out "
-     "results/reasoning-gym/cost-attention-backward/agreement.md"),
-    ("results/ppo-ties-threads2/agreement.md", "The ppo-ties matrix run again (both runs at one thread a cell)",
-     "grpo-bench agreement results/ppo-ties results/ppo-ties-threads2 --out results/ppo-ties-threads2/agreement.md"),
-    ("results/reasoning-gym/survey.md", "Reasoning Gym with SmolLM2-135M-Instruct: start accuracy of candidate datasets",
-     "grpo-bench survey --task reasoning_gym"),
-    ("results/reasoning-gym/paired/README.md", "Reasoning Gym: GRPO before and after on 500 held-out questions (McNemar)",
-     "grpo-bench paired eval, grpo-bench paired compare"),
-    ("results/gsm8k/README.md", "GSM8K with SmolLM2-135M-Instruct: evaluations and paired tests", "grpo-bench eval, grpo-bench paired"),
-    ("results/shape/report.md", "The code's shape before and after issue #46: import cycles, arrows that break the "
-     "layering, the longest functions and largest modules", "grpo-bench check shape"),
-)
+# The index of reports (``grpo-bench readme``) is data: results/reports.toml names each report, in the index's order,
+# with what a report cannot say of itself; the report gives its headline and the command that wrote it.
+REPORTS_INDEX = "results/reports.toml"
+
+
+def indexed_reports(index: Path | str = REPORTS_INDEX) -> list[dict]:
+    """The entries of ``index`` (its ``[[report]]`` tables: path, what, command, and for a report whose command was
+    retired, ``retired``: the last commit that ran its code); an unreadable file or an entry without path, what and
+    command is one UsageError line."""
+    try:
+        entries = tomllib.loads(Path(index).read_text()).get("report", [])
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise UsageError(f"{index}: not a readable index of reports ({exc})") from None
+    for number, entry in enumerate(entries, 1):
+        if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) and entry[k]
+                                                  for k in ("path", "what", "command")):
+            raise UsageError(f"{index}: report {number} needs a path, what and command (text)")
+    return entries
 
 
 def headline(report: Path) -> str:
@@ -244,17 +176,21 @@ def written_by(report: Path, default: str) -> str:
     return found.group(1) if found else default
 
 
-def index_reports(readme: Path | str, section: str = "checks") -> list[str]:
-    """Write README section ``section``: one row per written report of REPORTS, its headline and a link."""
+def index_reports(readme: Path | str, section: str = "checks", index: Path | str = REPORTS_INDEX) -> list[str]:
+    """Write README section ``section``: one row per written report of ``index``, its headline and a link; a report
+    whose command was retired names the last commit that ran it."""
     readme = Path(readme)
     rows, lines = [], []
-    for path, what, command in REPORTS:
-        report = Path(path)
+    for entry in indexed_reports(index):
+        report = Path(entry["path"])
         if not report.exists():
-            lines.append(f"{readme}: {path} not written yet, left out of section {section}")
+            lines.append(f"{readme}: {entry['path']} not written yet, left out of section {section}")
             continue
         link = Path(os.path.relpath(report.resolve(), readme.resolve().parent)).as_posix()
-        rows.append([f"[{what}]({link})", headline(report), f"`{written_by(report, command)}`"])
+        command = f"`{written_by(report, entry['command'])}`"
+        if entry.get("retired"):
+            command += f" (retired; last run at {entry['retired']})"
+        rows.append([f"[{entry['what']}]({link})", headline(report), command])
     update_section(readme, section, markdown_table(["report", "headline", "written by"], rows))
     lines.append(f"{readme}: section {section} <- {len(rows)} reports")
     return lines

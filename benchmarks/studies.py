@@ -1,11 +1,11 @@
 """The studies that are top-level commands (``grpo-bench NAME``: agreement, transfer, brief, claims, variance,
-calibration, ablation, readme, survey) and ``grpo-bench paired eval|compare``, each registered as a study
+calibration, readme) and ``grpo-bench paired eval|compare``, each registered as a study
 (benchmarks/study.py): its settings, whose fields are its flags, and its run. Those that write a report (agreement,
 transfer, brief, claims, variance, calibration) declare it and render it, and the lifecycle writes it with its README
 section; the report's modules compute what it shows and render it, and write nothing.
 
 Light at import, so that each command's ``--help`` starts in about 0.1 s: a run imports its engine where it runs, each
-such import marked "heavy" (the report's modules: pandas and scipy; the harness and the ablation: torch), and the
+such import marked "heavy" (the report's modules: pandas and scipy; the harness: torch), and the
 run-file modules ``benchmarks.io`` and ``benchmarks.markdown`` are marked "start-up" (their hashlib and random would
 add about 10 ms to that 0.1 s). The paths a study reads and writes are checked before any work by the lifecycle
 (``Study.start``), from its fields' metadata: ``matrix`` (a matrix folder) and ``writes``."""
@@ -352,7 +352,7 @@ class Calibration(Study):
 
 
 # ------------------------------------------------------------------------------------------------
-# The README's index of reports, the group-size ablation
+# The README's index of reports
 # ------------------------------------------------------------------------------------------------
 
 
@@ -410,34 +410,8 @@ class Readme(Study):
         return 0
 
 
-@dataclass
-class AblationSettings(StudySettings):
-    """The grid the ablation runs (benchmarks/matrix/ablation.py): every G in ``group_sizes`` with every seed."""
-
-    out: str = option("out", "results/ablation")  # runs/, curves.csv, group_size.md and group_size.png
-    group_sizes: list[int] = field(default_factory=lambda: [2, 4, 8, 16], metadata={"help": "values of G, each >= 2"})
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2], metadata={"help": "seeds", "values": "seed"})
-    steps: int = field(default=200, metadata={"help": "GRPO steps per run"})
-    eval_every: int = field(default=10, metadata={"help": "exact evaluation every N steps"})
-    reward_mode: str = field(default="rm", metadata={
-        "help": "the bandit's reward: a learned reward model, or the verifiable one", "choices": ("rm", "verifiable")})
-    device: str = option("device")
-
-
-@register_study
-class Ablation(Study):
-    name, group = "ablation", TOP
-    help = "GRPO group-size ablation on the toy bandit (G = 2, 4, 8, 16)"
-    Settings = AblationSettings
-
-    def run(self, s: AblationSettings, command: str) -> int:
-        from benchmarks.matrix.ablation import run_ablation  # heavy: torch, pandas
-
-        return run_ablation(s, command=command)
-
-
 # ------------------------------------------------------------------------------------------------
-# Evaluations of a starting policy: the survey of candidate settings, paired before/after evaluations
+# Evaluations of a starting policy: paired before/after evaluations
 # ------------------------------------------------------------------------------------------------
 
 
@@ -458,69 +432,6 @@ def set_options(items) -> dict:
             raise UsageError(f"--set wants KEY=VALUE, got {item!r}")
         options[key] = json_value(value)
     return options
-
-
-def parse_candidate(text: str) -> dict:
-    """'chain_sum' -> {"dataset": "chain_sum"}; 'chain_sum:{"max_terms": 2}' adds dataset_config; '{...}' as it is."""
-    if text.lstrip().startswith("{"):
-        try:
-            value = json.loads(text)
-        except ValueError as exc:
-            raise UsageError(f"--candidate: not a JSON object: {text!r} ({exc})") from None
-        if not isinstance(value, dict):
-            raise UsageError(f"--candidate: not a JSON object: {text!r}")
-        return value
-    name, sep, config = text.partition(":")
-    if not name:
-        raise UsageError(f"--candidate wants DATASET[:JSON], got {text!r}")
-    if not sep:
-        return {"dataset": name}
-    try:
-        parsed = json.loads(config)
-    except ValueError:
-        raise UsageError(f"--candidate {name}: config is not JSON: {config!r}") from None
-    return {"dataset": name, "dataset_config": json.dumps(parsed, sort_keys=True)}
-
-
-@dataclass
-class SurveyStudySettings(StudySettings):
-    """``grpo-bench survey`` as typed: a candidate is DATASET or DATASET:JSON_CONFIG (the reasoning_gym task's
-    ``dataset`` / ``dataset_config``), or a JSON object of task options. Writes OUT/survey.csv and OUT/survey.md
-    (``benchmarks.harness.survey``)."""
-
-    task: str = field(default="reasoning_gym", metadata={"help": "the task whose starting policy is evaluated"})
-    candidate: list[str] = field(kw_only=True, metadata={
-        "help": "a dataset with its optional JSON config, or a JSON object of task options (repeatable)",
-        "required": True, "repeat": True, "metavar": "DATASET[:JSON]|{JSON}"})
-    set: Optional[list[str]] = field(default=None, metadata={
-        "help": "task options every candidate shares (JSON values; default: none)", "nargs": "*",
-        "metavar": "KEY=VALUE"})
-    band: str = field(default="0.10:0.60", metadata={"help": "start accuracy counted as headroom", "metavar": "LO:HI"})
-    seed: int = option("seed")
-    device: str = option("device")
-    out: str = option("out", required=True)  # survey.csv, survey.md and survey.json
-    resume: bool = option("resume")  # OUT/survey.csv's rows kept, the candidates in it skipped
-
-
-@register_study
-class Survey(Study):
-    name, group = "survey", TOP
-    help = "start accuracy of a task's starting policy across candidate settings"
-    Settings = SurveyStudySettings
-
-    def run(self, s: SurveyStudySettings, command: str) -> int:
-        from benchmarks.harness.survey import SurveySettings, run_survey  # heavy: torch
-
-        common = set_options(s.set)
-        try:
-            lo, hi = (float(x) for x in s.band.split(":"))
-        except ValueError:
-            raise UsageError(f"--band wants LO:HI, got {s.band!r}") from None
-        settings = SurveySettings(task=s.task, candidates=tuple(parse_candidate(c) for c in s.candidate),
-                                  common=common, band=(lo, hi), seed=s.seed, device=s.device, command=command)
-        run_survey(settings, Path(s.out), resume=s.resume, log=lambda line: print(line, flush=True))
-        print(f"-> {Path(s.out) / 'survey.md'}")
-        return 0
 
 
 @dataclass

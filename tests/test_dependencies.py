@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.checks.shape import imported_names
+from tests.test_layout import imported_names
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("algorithms", "tasks", "benchmarks")
@@ -26,7 +26,7 @@ def _source_files():
 
 
 def _imported_top_level_names() -> dict[str, set[str]]:
-    """Each library's top-level import name -> the files importing it (read with the shape check's reader)."""
+    """Each library's top-level import name -> the files importing it (read with the layering test's reader)."""
     names: dict[str, set[str]] = {}
     for path in _source_files():
         for top in {name.split(".")[0] for name in imported_names(path.read_text())}:

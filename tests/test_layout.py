@@ -3,44 +3,191 @@ benchmarks/, nothing imports the command-line entry module, engines never import
 argparse, the report reads run data and nothing below it imports the report, only the reference adapters
 (benchmarks/references/) import a reference framework, and the import graph (function-level imports included)
 has no cycle. And the tests mirror the code: tests/benchmarks/report/test_claims.py tests benchmarks/report/claims.py,
-and only the few checks of the project as a whole sit at tests/ itself."""
+and only the few checks of the project as a whole sit at tests/ itself.
+
+What counts as an import: every ``import X`` and absolute ``from X import Y`` statement, at module level or inside a
+function (a function-local import still ties the two modules together; it only defers the cost), resolved to the
+longest project module it names; ``from pkg import sub`` names the submodule where there is one. Relative imports
+are not read (the project has none)."""
 
 from __future__ import annotations
 
+import ast
 import shutil
 import sys
 from pathlib import Path
+from typing import Iterator, Optional
 
 import pytest
-
-from benchmarks.checks import shape
-from benchmarks.checks.shape import PACKAGES, RULES, broken_rules, find_cycles, imported_names, within
 
 ROOT = Path(__file__).resolve().parents[1]
 # The reference frameworks' packages: their configs, trainers and functions are reached through the adapters.
 REFERENCE_FRAMEWORKS = ("trl", "verl", "openrlhf")
 
+# --- the layering: the packages read, and the rules the tests below enforce ------------------------------------------
 
-# The graph and the rules are benchmarks/checks/shape.py's, which ``grpo-bench check shape`` reports at any two
-# revisions: what these tests refuse on the working tree is what that report counts.
+PACKAGES = ("algorithms", "tasks", "benchmarks")
+# What the report may read: its own modules, run files (io, the store), the markdown writer beside io, and the git
+# history the cells' recorded commits are looked up in.
+REPORT_READS = ("benchmarks.report", "benchmarks.io", "benchmarks.markdown", "benchmarks.errors", "benchmarks.store",
+                "benchmarks.curve", "benchmarks.git")
+# The layers the report sits on, beside the command line: none of them imports it.
+BELOW_THE_REPORT = ("benchmarks.harness", "benchmarks.matrix", "benchmarks.checks", "benchmarks.perf", "algorithms",
+                    "tasks")
+# Correctness checks and performance benches stand side by side: what both need lives in benchmarks/references/.
+SIDE_BY_SIDE = ("benchmarks.checks", "benchmarks.perf")
+COMMAND_LINE = "benchmarks.cli"
+
+
+def within(name: str, packages: tuple[str, ...]) -> bool:
+    """``name`` is one of ``packages`` or a module inside one."""
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+# Each rule: its name -> whether the arrow importer -> imported breaks it. The tests below hold each one empty on the
+# working tree, and each can fail: a planted arrow that breaks it is caught.
+RULES = {
+    "algorithms/ and tasks/ stand alone": lambda a, b: any(
+        within(a, (p,)) and not within(b, (p,)) for p in ("algorithms", "tasks")),
+    "nothing imports the command line": lambda a, b: (
+        b == f"{COMMAND_LINE}.main" or (within(b, (COMMAND_LINE,)) and not within(a, (COMMAND_LINE,)))),
+    "the report reads run data only": lambda a, b: within(a, ("benchmarks.report",)) and not within(b, REPORT_READS),
+    "nothing below the report imports it": lambda a, b: (
+        within(a, BELOW_THE_REPORT) and within(b, ("benchmarks.report",))),
+    "checks/ and perf/ side by side": lambda a, b: any(
+        within(a, (x,)) and within(b, (y,)) for x, y in (SIDE_BY_SIDE, SIDE_BY_SIDE[::-1])),
+}
+
+
+# --- the import graph of the working tree ----------------------------------------------------------------------------
+
+
+def module_name(path: str) -> str:
+    """'benchmarks/report/claims.py' -> 'benchmarks.report.claims'; a package's __init__.py is the package."""
+    parts = list(Path(path).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
 def _sources() -> dict[str, str]:
-    """Every module of the working tree: its name -> its source."""
-    return shape.modules(shape.working_tree_files(ROOT))
+    """Every module of the working tree's packages: its name -> its source."""
+    return {module_name(p.relative_to(ROOT).as_posix()): p.read_text()
+            for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
+
+
+def resolve_import(name: str, modules: dict) -> Optional[str]:
+    """The project module an import statement names (the longest known prefix), or None for a library."""
+    parts = name.split(".")
+    for n in range(len(parts), 0, -1):
+        candidate = ".".join(parts[:n])
+        if candidate in modules:
+            return candidate
+    return None
+
+
+def _import_statements(tree: ast.AST) -> Iterator[tuple[ast.stmt, bool]]:
+    """Every import statement of ``tree``, with whether it sits inside a function."""
+
+    def walk(node: ast.AST, local: bool):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                yield child, local
+            yield from walk(child, local or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+    return walk(tree, False)
+
+
+def imported_names(source: str) -> set[str]:
+    """Every module an import statement of ``source`` names, libraries included (the argparse and framework rules)."""
+    names = set()
+    for node, _ in _import_statements(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+
+def graph_of(modules: dict[str, str]) -> dict[str, set[str]]:
+    """Every module -> the project modules its import statements name, function-level imports included."""
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, source in modules.items():
+        for node, _ in _import_statements(ast.parse(source, filename=name)):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif node.module and node.level == 0:
+                # `from pkg import sub` names the submodule when there is one, else the package
+                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                           for a in node.names]
+            else:
+                continue
+            graph[name] |= {t for t in (resolve_import(x, modules) for x in targets) if t and t != name}
+    return graph
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` reaches through one or more arrows (itself only when it sits on a cycle)."""
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def _shortest_cycle(graph: dict[str, set[str]], start: str, knot: set[str]) -> list[str]:
+    """The shortest path from ``start`` back to itself inside its knot (breadth first), ``[start, ..., start]``."""
+    came_from: dict[str, Optional[str]] = {start: None}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            if start in graph.get(node, ()):
+                path = [node]
+                while came_from[path[-1]] is not None:
+                    path.append(came_from[path[-1]])
+                return path[::-1] + [start]
+            for nxt in sorted(graph.get(node, set()) & knot):
+                if nxt not in came_from:
+                    came_from[nxt] = node
+                    following.append(nxt)
+        frontier = following
+    raise ValueError(f"{start} is on no cycle")
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle per knot of the graph (modules that each reach every other through imports): the shortest path from
+    the knot's first module back to itself, ``[a, b, ..., a]``; empty when there is no cycle. One per knot rather than
+    every cycle, so that the count is of tangles to undo (one knot of n modules may hold very many cycles)."""
+    reach = {node: _reachable(graph, node) for node in graph}
+    knots: list[set[str]] = []
+    for node in sorted(graph):
+        if node in reach[node] and not any(node in knot for knot in knots):
+            knots.append({node} | {m for m in reach[node] if node in reach.get(m, ())})
+    return [_shortest_cycle(graph, min(knot), knot) for knot in knots]
+
+
+def broken_rules(graph: dict[str, set[str]]) -> dict[str, list[tuple[str, str]]]:
+    """Each rule of RULES -> the arrows (importer, imported) that break it, sorted; an empty list: kept."""
+    arrows = sorted((a, b) for a, targets in graph.items() for b in targets)
+    return {rule: [(a, b) for a, b in arrows if breaks(a, b)] for rule, breaks in RULES.items()}
+
 
 
 def import_graph() -> dict[str, set[str]]:
-    return shape.import_graph(_sources())
+    return graph_of(_sources())
 
 
 def _broken(rule: str) -> list[tuple[str, str]]:
-    """The arrows of the working tree's graph that break ``rule`` (one of shape.RULES)."""
+    """The arrows of the working tree's graph that break ``rule`` (one of RULES)."""
     return broken_rules(import_graph())[rule]
 
 
 def test_the_graph_sees_the_layout():
     graph = import_graph()
     assert "benchmarks.cli.main" in graph and "benchmarks.harness.loop" in graph and "algorithms.grpo" in graph
-    assert "benchmarks.harness.loop" in graph["benchmarks.cli.run"] or "benchmarks.harness.config" in graph["benchmarks.cli.run"]
+    assert {"benchmarks.harness.loop", "benchmarks.harness.config"} & graph["benchmarks.cli.run"]
 
 
 def test_algorithms_and_tasks_stand_alone():
@@ -145,9 +292,66 @@ def test_a_planted_cycle_is_caught(monkeypatch):
         test_no_import_cycles()
     sources = {"benchmarks.io": "from benchmarks.store import x\n",
                "benchmarks.store": "def f():\n    import benchmarks.io\n"}
-    monkeypatch.setattr(sys.modules[__name__], "import_graph", lambda: shape.import_graph(sources))
+    monkeypatch.setattr(sys.modules[__name__], "import_graph", lambda: graph_of(sources))
     with pytest.raises(AssertionError, match="import cycles: benchmarks.io -> benchmarks.store -> benchmarks.io"):
         test_no_import_cycles()
+
+
+# A tree with one arrow breaking each rule and two knots, one through a function-local import.
+PLANTED = {
+    "algorithms/__init__.py": "",
+    "algorithms/grpo.py": "import torch\nfrom algorithms import losses\n\n\n"
+                          "def f():\n    from tasks.base import Task\n",
+    "algorithms/losses.py": "def loss(x):\n    return x\n",
+    "tasks/__init__.py": "",
+    "tasks/base.py": "class Task:\n    pass\n",
+    "benchmarks/__init__.py": "",
+    "benchmarks/api.py": "from benchmarks.cli.main import main\n",
+    "benchmarks/io.py": "from benchmarks.store import Store\n",
+    "benchmarks/store.py": "import benchmarks.io\n",
+    "benchmarks/checks/__init__.py": "",
+    "benchmarks/checks/same_batch.py": "from benchmarks.perf.bench import time_it\nfrom benchmarks import io\n",
+    "benchmarks/perf/__init__.py": "",
+    "benchmarks/perf/bench.py": "def time_it():\n    return 1\n",
+    "benchmarks/report/__init__.py": "",
+    "benchmarks/report/matrix.py": "from benchmarks.harness.loop import train\n",
+    "benchmarks/harness/__init__.py": "",
+    "benchmarks/harness/loop.py": "def train():\n    from benchmarks.report import matrix\n",
+    "benchmarks/cli/__init__.py": "",
+    "benchmarks/cli/main.py": "from benchmarks.cli import run\n",
+    "benchmarks/cli/run.py": "import benchmarks.harness.loop as loop\n",
+}
+
+
+def test_the_planted_tree_breaks_each_rule_once_and_has_two_knots():
+    graph = graph_of({module_name(path): source for path, source in PLANTED.items()})
+    assert broken_rules(graph) == {
+        "algorithms/ and tasks/ stand alone": [("algorithms.grpo", "tasks.base")],
+        "nothing imports the command line": [("benchmarks.api", "benchmarks.cli.main")],
+        "the report reads run data only": [("benchmarks.report.matrix", "benchmarks.harness.loop")],
+        "nothing below the report imports it": [("benchmarks.harness.loop", "benchmarks.report.matrix")],
+        "checks/ and perf/ side by side": [("benchmarks.checks.same_batch", "benchmarks.perf.bench")],
+    }
+    assert find_cycles(graph) == [["benchmarks.harness.loop", "benchmarks.report.matrix", "benchmarks.harness.loop"],
+                                  ["benchmarks.io", "benchmarks.store", "benchmarks.io"]]
+
+
+def test_the_graph_reads_imports_as_the_layering_means_them():
+    sources = {module_name(path): source for path, source in PLANTED.items()}
+    assert module_name("benchmarks/checks/__init__.py") == "benchmarks.checks"
+    assert resolve_import("benchmarks.harness.loop.train", sources) == "benchmarks.harness.loop"
+    assert resolve_import("torch.nn", sources) is None
+    graph = graph_of(sources)
+    # `from algorithms import losses` is the module losses; a function-local import is an arrow too; torch is none
+    assert graph["algorithms.grpo"] == {"algorithms.losses", "tasks.base"} and graph["tasks.base"] == set()
+    assert graph["benchmarks.checks.same_batch"] == {"benchmarks.perf.bench", "benchmarks.io"}
+    assert imported_names(PLANTED["algorithms/grpo.py"]) == {"torch", "algorithms", "tasks.base"}
+
+
+def test_a_knot_of_three_is_one_cycle_through_its_first_module():
+    graph = {"c": {"a"}, "a": {"b", "d"}, "b": {"c"}, "d": set(), "e": {"e"}}
+    assert find_cycles(graph) == [["a", "b", "c", "a"], ["e", "e"]]
+    assert find_cycles({"a": {"b"}, "b": set()}) == []
 
 
 # --- the tests mirror the code -------------------------------------------------------------------------------------

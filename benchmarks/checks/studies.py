@@ -1,7 +1,6 @@
 """The checks of ``grpo-bench check``, each registered as a study (benchmarks/study.py): its name, its line in
 ``check --help``, its settings (its engine's own dataclass, whose fields are its flags) and how it runs; mu1, whose
-report has a README section, and shape, whose report --rerender writes again from its json, declare their reports and
-render them, and the lifecycle writes them.
+report has a README section, declares its report and renders it, and the lifecycle writes it.
 
 The checks import TRL only when they run: it takes seconds to import and ``grpo-bench run`` never needs it."""
 
@@ -9,14 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.checks import mu1, shape
+from benchmarks.checks import mu1
 from benchmarks.checks.mu1 import Mu1Settings, run_mu1_check
-from benchmarks.checks.precision import PrecisionSettings, run_precision_check
 from benchmarks.checks.references import ReferencesSettings, run_references_check
 from benchmarks.checks.same_batch import SameBatchSettings, run_same_batch_check
-from benchmarks.checks.shape import ShapeSettings, run_shape_check
 from benchmarks.checks.trl import TrlCheckSettings, run_trl_check
-from benchmarks.checks.trl_train import TrlTrainSettings, run_trl_train_check
 from benchmarks.study import Study, register_study
 
 
@@ -54,15 +50,6 @@ class Mu1Check(Study):
         return (mu1.explanation if settings.task == "pizza" else mu1.task_section)(result, self.folder(settings))
 
 
-@register_study
-class TrlTrainCheck(Study):
-    name, group = "trl-train", "check"
-    help = "TRL's GRPOTrainer and ours trained on pizza with matched settings"
-    Settings = TrlTrainSettings
-
-    def run(self, settings: TrlTrainSettings, command: str) -> int:
-        return run_trl_train_check(settings, command=command)
-
 
 @register_study
 class SameBatchCheck(Study):
@@ -75,15 +62,6 @@ class SameBatchCheck(Study):
         return 0
 
 
-@register_study
-class PrecisionCheck(Study):
-    name, group = "precision", "check"
-    help = "one step's gradient at bf16 (and bf16 with fp32 logits) against fp32, per algorithm, on the same batch"
-    Settings = PrecisionSettings
-
-    def run(self, settings: PrecisionSettings, command: str) -> int:
-        return run_precision_check(settings)
-
 
 @register_study
 class ReferencesCheck(Study):
@@ -95,25 +73,3 @@ class ReferencesCheck(Study):
 
     def run(self, settings: ReferencesSettings, command: str) -> int:
         return run_references_check(settings, command=command)
-
-
-@register_study
-class ShapeCheck(Study):
-    name, group = "shape", "check"
-    help = ("the code's shape at two git revisions: import cycles, arrows that break the layering, the rooms' graph, "
-            "the longest functions and largest modules")
-    Settings = ShapeSettings
-    report_file, source_file, title, section = "report.md", "shape.json", "The code's shape, before and after", "shape"
-
-    def run(self, settings: ShapeSettings, command: str) -> int:
-        result = run_shape_check(settings, command, self.folder(settings) / self.source_file)
-        print(self.write(result, settings, command).splitlines()[0])
-        print(f"wrote {self.report_path(settings)}, {self.source_file}")
-        return self.status(result)
-
-    def render(self, result: dict, settings: ShapeSettings, command: str) -> str:
-        return shape.render(result)  # the command it quotes is the json's: --rerender writes the same report
-
-    def status(self, result: dict) -> int:
-        """1 when the later revision has a cycle or an arrow that breaks a layering rule."""
-        return 0 if shape.passed(result) else 1

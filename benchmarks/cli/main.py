@@ -46,12 +46,10 @@ COMMANDS = {
                          "design that reaches a target MDD in the fewest core-seconds"),
     "calibration": (*STUDY, "the verdict procedure's family-wise error: simulated at matrices' own designs, measured "
                             "on real A/A replicates and declared-equivalent pairs"),
-    "ablation": (*STUDY, "GRPO group-size ablation on the toy bandit (G = 2, 4, 8, 16)"),
     "readme": (*STUDY, "the README's table of checks and benchmarks (each results/ report's headline and a link) and the "
                        "page of matrix files (each with its result stores and how far they have run)"),
     "bench": (*STUDY, "performance benchmarks"),
     "paired": (*STUDY, "per-question before/after evaluations and McNemar's exact test between them"),
-    "survey": (*STUDY, "start accuracy of a task's starting policy across candidate settings"),
 }
 # The subcommands with a flag per algorithm and task option: the plug-ins are registered before their parser is built.
 FROM_REGISTRIES = ("run", "eval")

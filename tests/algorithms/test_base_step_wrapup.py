@@ -119,13 +119,3 @@ def test_every_step_is_its_train_step_and_the_timings(pizza, name, options):
     assert algo.timer.pop() == {}  # popped by the step
     if name != "dpo":
         assert {"advantage/mean", "advantage/std"} <= set(metrics)
-
-
-def test_phases_have_one_home():
-    from benchmarks import io
-    from benchmarks.perf import precision
-
-    assert precision.PHASES is io.PHASES  # imported, not restated
-    # the bench's own selection has a name of its own: every phase the precision can change, in io's order
-    assert precision.SHOWN_PHASES == ("generate", "logprobs", "update")
-    assert [p for p in io.PHASES if p in precision.SHOWN_PHASES] == list(precision.SHOWN_PHASES)

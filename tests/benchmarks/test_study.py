@@ -167,7 +167,7 @@ def _all_studies():
 def test_every_built_in_study_given_only_what_it_requires_gets_its_settings_defaults(registry, group, matrix, monkeypatch):
     seen = []
     names = study.studies(group)
-    assert len(names) >= {"check": 6, "bench": 6, "paired": 2, TOP: 8}[group]
+    assert len(names) >= {"check": 4, "bench": 4, "paired": 2, TOP: 7}[group]
     for name, cls in names.items():
         monkeypatch.setattr(cls, "run", lambda self, settings, command: seen.append(settings) or 0)
         words, values = _required(cls.Settings, matrix)
@@ -216,14 +216,8 @@ INTERFACE = {
                  ("--metrics", False, "+", ["final", "last_2", "last_3", "auc"])],
     "calibration": [("dirs", True, "+", None), ("--aa", False, "+", []), ("--out", False, None, "results/calibration"),
                     ("--sims", False, None, 2000), ("--claims-sims", False, None, None), ("--claims", False, "+", []), ("--plans", False, "+", [])],
-    "ablation": [("--out", False, None, "results/ablation"), ("--group-sizes", False, "+", [2, 4, 8, 16]),
-                 ("--seeds", False, "+", [0, 1, 2]), ("--steps", False, None, 200), ("--eval-every", False, None, 10),
-                 ("--reward-mode", False, None, "rm"), ("--device", False, None, "auto")],
     "readme": [("--readme", False, None, "results/checks.md"), ("--matrices", False, None, "results/matrices.md"),
                ("--matrix-dir", False, None, "benchmarks/matrices")],
-    "survey": [("--task", False, None, "reasoning_gym"), ("--candidate", True, None, None), ("--set", False, "*", None),
-               ("--band", False, None, "0.10:0.60"), ("--seed", False, None, 0), ("--device", False, None, "auto"),
-               ("--out", True, None, None), ("--resume", False, 0, False)],
     "paired eval": [("--task", True, None, None), ("--set", False, "*", None), ("--seed", False, None, 0),
                     ("--device", False, None, "auto"), ("--label", False, None, None), ("--questions", False, None, None),
                     ("--out", True, None, None)],
@@ -313,7 +307,7 @@ def test_rerender_writes_the_report_again_and_measures_nothing(registry, matrix,
     rerendered = []
     with_rerender = {k: cls for k, cls in study.STUDIES.items()
                      if "rerender" in {f.name for f in dataclasses.fields(cls.Settings)}}
-    assert {"bench:grpo-vs-trl", "bench:rloo-vs-trl", "bench:executors"} <= set(with_rerender)
+    assert {"bench:grpo-vs-trl", "bench:rloo-vs-trl"} <= set(with_rerender)
     for key, cls in with_rerender.items():
         monkeypatch.setattr(cls, "run", _measures)
         monkeypatch.setattr(cls, "rerender", lambda self, settings, command: rerendered.append(key) or 0)
@@ -484,11 +478,6 @@ def test_the_studies_with_overwrite_refuse_through_the_shared_lifecycle():
     (["variance", "M", "--out", "v.md", "--variants", "many"], "argument --variants: invalid int value: 'many'"),
     (["calibration", "M", "--sims", "5"], "--sims must be at least 100, got 5"),
     (["calibration", "M", "--aa", "nowhere"], "nowhere: no such folder"),
-    (["ablation", "--reward-mode", "guess"], "argument --reward-mode: invalid choice: 'guess'"),
-    (["ablation", "--seeds", "-1"], "argument --seeds: must be an integer from 0 to"),
-    (["survey", "--out", "s"], "the following arguments are required: --candidate"),
-    (["survey", "--candidate", "chain_sum", "--out", "s", "--band", "low"], "--band wants LO:HI, got 'low'"),
-    (["survey", "--candidate", "chain_sum:{x", "--out", "s"], "--candidate chain_sum: config is not JSON"),
     (["paired", "eval", "--task", "pizza", "--out", "e.json", "--questions", "x"], "--questions wants A:B"),
     (["paired", "compare", "--before", "a.json"], "the following arguments are required: --after"),
     (["paired", "nope"], "argument paired: invalid choice: 'nope'"),
@@ -511,7 +500,7 @@ def test_every_device_flag_has_one_default_and_one_help():
                 seen.append(name)
                 assert fields["device"].default == "auto", name
                 assert fields["device"].metadata["help"] == "auto, cpu or cuda", name
-    assert {"survey", "eval", "grpo-vs-trl", "rloo-vs-trl", "lora", "revisions", "ablation"} <= set(seen)
+    assert {"eval", "grpo-vs-trl", "rloo-vs-trl", "roof", "revisions"} <= set(seen)
     for command in ("run", "eval"):
         (device,) = [a for a in cli_main.build_parser()._subparsers._group_actions[0].parser_of(command)._actions
                      if "--device" in a.option_strings]

@@ -96,35 +96,3 @@ def test_preference_pairs_are_labelled_and_seeded(task):
     c = [CONTEXTS.index(p) for p in pairs["prompts"]]
     better = [task.prefs[i, ACTIONS.index(w)] > task.prefs[i, ACTIONS.index(l)] for i, w, l in zip(c, pairs["chosen"], pairs["rejected"])]
     assert sum(better) / len(better) > 0.6
-
-
-def test_group_size_ablation_writes_table_csv_and_plot(tmp_path):
-    import pandas as pd
-
-    from benchmarks.cli.main import main
-
-    assert main(["ablation", "--out", str(tmp_path), "--steps", "2", "--eval-every", "1", "--seeds", "0", "--group-sizes", "2", "4"]) == 0
-    curves = pd.read_csv(tmp_path / "curves.csv")
-    assert sorted(curves["G"].unique()) == [2, 4] and sorted(curves["step"].unique()) == [0, 1, 2]
-    assert set(curves["completions_per_step"]) == {8, 16}
-    assert "| 4 | 16 |" in (tmp_path / "group_size.md").read_text()
-    assert (tmp_path / "group_size.png").stat().st_size > 0
-    assert main(["ablation", "--out", str(tmp_path), "--group-sizes", "1"]) == 2
-
-
-def test_group_sizes_are_compared_at_equal_completions():
-    import pandas as pd
-
-    from benchmarks.matrix.ablation import at_completions, equal_completions_table
-
-    # G = 2: 8 completions per step, G = 4: 16; true reward rises linearly in *steps* for both.
-    rows = [{"G": g, "seed": 0, "step": s, "completions_per_step": 4 * g, "true_reward": 0.1 * s, "accuracy": 0.05 * s,
-             "rm_reward": 0.0} for g in (2, 4) for s in (0, 1, 2)]
-    curves = pd.DataFrame(rows)
-    mean = at_completions(curves, [16.0])
-    # At 16 completions G = 2 has taken 2 steps (0.2) and G = 4 one step (0.1): equal samples, not equal steps.
-    assert mean.loc[(2, 16.0), "true_reward"] == pytest.approx(0.2) and mean.loc[(4, 16.0), "true_reward"] == pytest.approx(0.1)
-    table, headline = equal_completions_table(curves)
-    assert "true reward @ 16 completions" in table and "| 2 | 0.000 | 0.050 | 0.100 | 0.200 | 0.100 |" in table
-    assert headline == ("**At equal completions (16 each), true reward by group size: G = 2 0.200, G = 4 0.100; at equal "
-                        "steps the larger groups spend more samples (table below).**")

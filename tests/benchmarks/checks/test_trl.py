@@ -207,7 +207,7 @@ def test_every_trl_side_scores_with_the_one_task_reward():
     assert texts == ["pizza", "pizzapizza", tokenizer.decode(pizza[:2])] and scored == rewards
     # and no TRL side builds a reward function of its own
     root = ROOT / "benchmarks"
-    for module in ("references/sides.py", "checks/trl_train.py", "perf/lora.py"):
+    for module in ("references/sides.py",):
         tree = ast.parse((root / module).read_text())
         calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "trainer"]
         assert calls, module

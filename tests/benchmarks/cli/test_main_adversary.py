@@ -157,10 +157,8 @@ def test_a_path_error_any_command_meets_is_one_line(run_cli, monkeypatch, error,
     ("run", "--seed", BIG), ("run", "--seed", "-1"),
     ("check", "mu1", "--seed", BIG), ("check", "same-batch", "--seed", "-5"),
     ("bench", "grpo-vs-trl", "--seed", BIG), ("bench", "rloo-vs-trl", "--seed", "-1"),
-    ("bench", "revisions", "HEAD", "--seed", BIG), ("bench", "executors", "m.toml", "--seeds", "0", BIG),
+    ("bench", "revisions", "HEAD", "--seed", BIG),
     ("paired", "eval", "--task", "pizza", "--out", "x.json", "--seed", BIG),
-    ("survey", "--candidate", "chain_sum", "--out", "x", "--seed", "-2"),
-    ("ablation", "--seeds", "0", str(2**32)),
 ], ids=lambda argv: " ".join(argv[:2]))
 def test_a_seed_out_of_range_is_refused_with_the_range(argv):
     with pytest.raises(UsageError, match=r"^argument --seeds?: must be an integer from 0 to 4294967295 \(2\*\*32 - 1\)"):
@@ -312,7 +310,7 @@ def test_temperature_zero_is_refused_for_a_group_based_algorithm(settings, refus
 # --- 18. --help ---------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", ["", "report", "agreement", "transfer", "calibration", "readme", "paired", "survey"])
+@pytest.mark.parametrize("command", ["", "report", "agreement", "transfer", "calibration", "readme", "paired"])
 def test_help_imports_neither_torch_nor_transformers(command):
     code = ("import sys\nfrom benchmarks.cli.main import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
             "print(sorted(m for m in ('torch', 'transformers', 'algorithms', 'tasks', 'pandas') if m in sys.modules))")

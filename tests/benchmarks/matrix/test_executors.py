@@ -322,68 +322,6 @@ def test_resource_keys_per_table(tmp_path, run_cli):
     assert code == 2 and f"{path}:3: num_cpus must be an integer >= 1" in err
 
 
-def test_bench_executors_seeds_keeps_those_cells_and_names_them(tmp_path, run_cli, monkeypatch):
-    import benchmarks.perf.executors as bench
-
-    path = tmp_path / "m.toml"
-    path.write_text(SMALL.replace("seeds = [0]", "seeds = [0, 1, 2]"))
-    ran = {}
-
-    def fake_run_matrix(plan, out, **kw):  # the executors themselves are tested above; here only the selection
-        ran[out.name] = [c.relpath for c in plan.cells]
-        return {"complete": len(plan.cells), "failed": 0}
-
-    monkeypatch.setattr(bench, "run_matrix", fake_run_matrix)
-    monkeypatch.setattr(bench, "wallclock_breakdown", lambda out: {"total": {"train_s": 1.0}, "sessions": []})
-    monkeypatch.setattr(bench, "_rows_without_timing", lambda path: [])
-    code, out, err = run_cli("bench", "executors", path, "--out", tmp_path / "b", "--seeds", "2", "0")
-    assert code == 0, err
-    expected = [f"pizza/{a}/seed{s}" for a in ("grpo", "reinforce") for s in (0, 2)]
-    assert sorted(ran["fresh-1"]) == sorted(ran["fresh-N"]) == sorted(ran["warm-N"]) == sorted(expected)
-    result = json.loads((tmp_path / "b" / "executors.json").read_text())
-    assert result["seeds"] == [0, 2] and result["cells"] == 4
-    assert "(4 cells, seeds 0, 2)" in out and "--seeds 2 0`" in out
-
-    code, out, err = run_cli("bench", "executors", path, "--out", tmp_path / "c", "--seeds", "7")
-    assert code == 2 and err.strip().count("\n") == 0 and "--seeds 7: not among the seeds" in err
-
-
-def test_bench_executors_rerender_judges_accuracy_differences_against_the_seed_spread(tmp_path, run_cli):
-    out = tmp_path / "b"
-    arms = ("fresh-1", "fresh-N", "warm-N")
-    accuracies = {"pizza/grpo/seed0": (0.90, 0.90, 0.90), "pizza/reinforce/seed0": (0.80, 0.84, 0.84),
-                  "pizza/ppo/seed0": (0.5, 0.7, 0.7)}
-    for cell, values in accuracies.items():
-        for arm, accuracy, threads in zip(arms, values, (2, 1, 1)):
-            (out / "runs" / arm / cell).mkdir(parents=True)
-            (out / "runs" / arm / cell / "summary.json").write_text(json.dumps({"accuracy_after": accuracy, "threads": threads}))
-    runs = {arm: {"executor": executor, "elapsed_s": elapsed, "counts": {"complete": 3, "failed": 0}, "timing": {}, "jobs": jobs}
-            for arm, executor, elapsed, jobs in (("warm-N", "local", 30.0, 2), ("fresh-1", "subprocess", 100.0, 1),
-                                                 ("fresh-N", "subprocess", 60.0, 2))}  # key-sorted, as json returns it
-    (out / "executors.json").write_text(json.dumps({"matrix": "m.toml", "seeds": [0], "selected_seeds": None, "cells": 3,
-                                                    "jobs": 2, "arms": list(arms), "runs": runs, "identical": []}))
-    spread = tmp_path / "cpu" / "tables"
-    spread.mkdir(parents=True)
-    rows = [("pizza/grpo", [0.9, 0.92]), ("pizza/reinforce", [0.8, 0.9, 0.85]), ("pizza/ppo", [0.5, 0.52])]
-    (spread / "cells.csv").write_text("dir,accuracy_after\n" + "".join(
-        f"{variant}/seed{i},{a}\n" for variant, values in rows for i, a in enumerate(values)))
-    code, text, err = run_cli("bench", "executors", "m.toml", "--out", out, "--rerender", "--spread-from", tmp_path / "cpu")
-    assert code == 0, err
-    assert "warm-N / fresh-1 wall-clock **0.30** (target: at most 0.40)" in text
-    assert text.index("| fresh-1 | subprocess | 1 |") < text.index("| fresh-N | subprocess | 2 |") < text.index("| warm-N | local | 2 |")
-    assert "fresh-1 vs fresh-N vs warm-N: 2 vs 1 vs 1" in text
-    # reinforce differs by 0.04 <= its seed std 0.05; ppo by 0.2 > 0.014
-    assert ("Final accuracy equal under every arm in 1 of 3 cells; of the 2 that differ, 1 differ by no more than their "
-            "variant's standard deviation over seeds, and 1 have every value inside their variant's range over seeds "
-            "(min to max): pizza/ppo/seed0 0.500 vs 0.700 vs 0.700 (seeds 0.500 to 0.520, std 0.014); "
-            "pizza/reinforce/seed0 0.800 vs 0.840 vs 0.840 (seeds 0.800 to 0.900, std 0.050).") in text
-    assert "| pizza | 3 | 0.733 | 0.813 | 0.813 | 0.200 | 0.026 |" in text
-    assert "run in 3 arms, one after another in one command: `fresh-1` (one cell at a time" in text
-    assert json.loads((out / "executors.json").read_text())["accuracy"]["within_seed_std"] == 1
-    code, _, err = run_cli("bench", "executors", "m.toml", "--out", tmp_path / "none", "--rerender")
-    assert code == 2 and "--rerender needs a finished comparison" in err and err.strip().count("\n") == 0
-
-
 # ------------------------------------------------------------------------------------------------
 # A cell's files travel as an archive (Ray): unpacking it is interruptible without losing rows
 # ------------------------------------------------------------------------------------------------

@@ -1,6 +1,5 @@
 """Executors are registered by name and their options are flags: the built-ins, an unknown name, a plug-in
-through the ``grpo_bench.executors`` entry-point group; the subprocess executor with cells side by side; and the
-executor bench's three arms, whose report states the warm start and the parallelism on lines of their own."""
+through the ``grpo_bench.executors`` entry-point group; and the subprocess executor with cells side by side."""
 
 import dataclasses
 import json
@@ -10,7 +9,6 @@ from importlib import metadata
 import pytest
 
 from benchmarks.io import read_jsonl
-from benchmarks.markdown import headline
 from benchmarks.matrix import executors
 from benchmarks.matrix.execute import CellJob, finish_cell, prepare_cell_dir
 from benchmarks.matrix.executors import RegisteredExecutor
@@ -179,79 +177,3 @@ def test_subprocess_jobs_2_writes_the_rows_of_jobs_1(tiny, tmp_path, run_cli):
     for cell in ("pizza/grpo_level=token/seed0", "pizza/grpo_level=sequence/seed0"):
         rows = [strip_timing(read_jsonl(tmp_path / jobs / cell / "metrics.jsonl")) for jobs in ("1", "2")]
         assert rows[0] and rows[0] == rows[1], cell
-
-
-# ------------------------------------------------------------------------------------------------
-# grpo-bench bench executors
-# ------------------------------------------------------------------------------------------------
-
-
-def test_the_bench_runs_each_arm_with_its_executor_and_jobs(tiny, tmp_path, run_cli, monkeypatch):
-    import benchmarks.perf.executors as bench
-
-    ran = {}
-
-    def fake_run_matrix(plan, out, executor, **kw):  # the executors themselves are tested above
-        ran[out.name] = (executor.name, executor.options.jobs)
-        return {"complete": len(plan.cells), "failed": 0}
-
-    monkeypatch.setattr(bench, "run_matrix", fake_run_matrix)
-    monkeypatch.setattr(bench, "wallclock_breakdown", lambda out: {"total": {}, "sessions": []})
-    code, text, err = run_cli("bench", "executors", tiny, "--out", tmp_path / "b", "--jobs", "3")
-    assert code == 0, err
-    assert ran == {"fresh-1": ("subprocess", 1), "fresh-N": ("subprocess", 3), "warm-N": ("local", 3)}
-    ran.clear()
-    code, text, err = run_cli("bench", "executors", tiny, "--out", tmp_path / "c", "--arms", "warm-N", "fresh-N")
-    assert code == 0, err
-    assert ran == {"fresh-N": ("subprocess", 2), "warm-N": ("local", 2)}
-    assert "--arms fresh-N warm-N`" in text and "**Parallelism**" not in text
-    code, _, err = run_cli("bench", "executors", tiny, "--out", tmp_path / "d", "--jobs", "1")
-    assert code == 2 and err.strip().count("\n") == 0 and "--jobs must be >= 2" in err
-
-
-def _hand_made_comparison(out, arms, elapsed, accuracies):
-    for cell, values in accuracies.items():
-        for arm, accuracy in zip(arms, values):
-            (out / "runs" / arm / cell).mkdir(parents=True)
-            summary = {"accuracy_after": accuracy, "threads": 2 if arm == "fresh-1" else 1}
-            (out / "runs" / arm / cell / "summary.json").write_text(json.dumps(summary))
-    executor = {"fresh-1": "subprocess", "fresh-N": "subprocess", "warm-N": "local"}
-    runs = {arm: {"executor": executor[arm], "jobs": 1 if arm == "fresh-1" else 2, "elapsed_s": elapsed[arm],
-                  "counts": {"complete": len(accuracies), "failed": 0}, "timing": {"startup_s": 9.0}} for arm in arms}
-    (out / "executors.json").write_text(json.dumps({
-        "matrix": "m.toml", "seeds": [0], "selected_seeds": None, "cells": len(accuracies), "jobs": 2, "arms": arms,
-        "runs": runs, "identical": [{"arms": ["fresh-N", "warm-N"], "identical_cells": len(accuracies), "differing_cells": []}]}))
-
-
-def test_the_report_states_the_warm_start_and_the_parallelism_on_lines_of_their_own(tmp_path, run_cli, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # paths as typed, relative: the report must not show where this machine keeps them
-    arms = ["fresh-1", "fresh-N", "warm-N"]
-    accuracies = {"pizza/grpo/seed0": (0.90, 0.90, 0.90), "pizza/reinforce/seed0": (0.80, 0.84, 0.84)}
-    _hand_made_comparison(tmp_path / "b", arms, {"fresh-1": 100.0, "fresh-N": 60.0, "warm-N": 24.0}, accuracies)
-    code, text, err = run_cli("bench", "executors", "m.toml", "--out", "b", "--rerender")
-    assert code == 0, err
-    lines = text.splitlines()
-    assert ("**Warm start at equal parallelism** (2 cells at once): warm-N / fresh-N wall-clock **0.40**, "
-            "2.50x as fast.") in lines
-    assert ("**Parallelism** (fresh processes, 2 at once against one at a time): fresh-N / fresh-1 wall-clock "
-            "**0.60**, 1.67x as fast.") in lines
-    assert "| fresh-N | subprocess | 2 | 2 | 60 | 9 |" in text
-    assert "(torch threads per cell, fresh-1 vs fresh-N vs warm-N: 2 vs 1 vs 1)" in text
-    assert "| pizza | 2 | 0.850 | 0.870 | 0.870 | 0.040 |  |" in text
-    assert "Final accuracy equal under every arm in 1 of 2 cells." in text
-    assert "Regenerate: `grpo-bench bench executors m.toml --out b`" in text
-    written = (tmp_path / "b" / "executors.md").read_text()
-    assert str(tmp_path) not in text + written and "/tmp" not in text + written
-    # The README's index of reports quotes the first bold line: the gain at equal parallelism.
-    assert headline(tmp_path / "b" / "executors.md").startswith("**Warm start at equal parallelism**")
-
-
-def test_the_report_of_two_arms_leaves_out_the_ratio_it_cannot_give(tmp_path, run_cli):
-    out = tmp_path / "b"
-    _hand_made_comparison(out, ["fresh-N", "warm-N"], {"fresh-N": 50.0, "warm-N": 25.0}, {"pizza/grpo/seed0": (0.9, 0.9)})
-    code, text, err = run_cli("bench", "executors", "m.toml", "--out", out, "--rerender")
-    assert code == 0, err
-    assert "warm-N / fresh-N wall-clock **0.50**" in text and "fresh-1" not in text
-    (out / "executors.json").write_text(json.dumps({"runs": {"local": {}, "subprocess": {}}, "ratio": 0.3}))
-    code, _, err = run_cli("bench", "executors", "m.toml", "--out", out, "--rerender")
-    assert code == 2 and err.strip().count("\n") == 0 and "run it again" in err

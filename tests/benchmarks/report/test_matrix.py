@@ -261,15 +261,6 @@ def test_verdicts_matrix_evaluates_at_least_8_points_on_one_grid_per_task(tmp_pa
     assert len({c.variant for c in plan.cells}) == 13 and len({c.seed for c in plan.cells}) == 5
 
 
-def test_ablation_plot_compares_group_sizes_at_equal_steps_and_equal_samples(tmp_path):
-    from benchmarks.matrix.ablation import plot
-
-    rows = [{"step": s, "G": g, "seed": seed, "completions_per_step": 4 * g, "true_reward": 0.4 + 0.0005 * s,
-             "accuracy": 0.5 + 0.001 * s} for g in (2, 4) for seed in (0, 1) for s in (0, 10, 20)]
-    plot(pd.DataFrame(rows), 0.5, 0.486, tmp_path / "g.png")
-    assert (tmp_path / "g.png").stat().st_size > 1000
-
-
 def test_a_readme_may_take_the_header_without_the_verdicts(matrix_dir, tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("# project\n")

@@ -191,7 +191,7 @@ def test_gsm8k_subset_keeps_problems_and_prompts_together(tmp_path):
     assert seen == task.eval_prompts[1:3] and len(task.eval_problems) == 4  # the whole task is unchanged
 
 
-@pytest.mark.parametrize("command", [["paired", "eval", "--task", "pizza"], ["survey", "--candidate", "chain_sum"]])
+@pytest.mark.parametrize("command", [["paired", "eval", "--task", "pizza"]])
 def test_set_without_equals_is_one_line_exit_2(run_cli, tmp_path, command):
     code, _, err = run_cli(*command, "--set", "eval_k", "--out", tmp_path / "out")
     assert code == 2 and "--set wants KEY=VALUE, got 'eval_k'" in err and len(err.strip().splitlines()) == 1

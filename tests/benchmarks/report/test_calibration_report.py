@@ -1,7 +1,6 @@
-"""The verdict's interval is calibrated: the coverage simulation (Welch t reaches nominal coverage with 3 and 5
-seeds, the percentile bootstrap it replaced does not), the A/A false-separation rate on identical variants,
-the matrix file's ``equivalent`` groups, and the report-side statistics beside the marks (power, collapse
-with its Wilson interval, ScaleRL's scaling fit). Seeded and fast."""
+"""``grpo-bench calibration`` (benchmarks/report/calibration_report.py): the verdict procedure's family-wise error
+simulated at a matrix's design, on real A/A cells and on declared pairs; and the report-side statistics beside the
+marks (power, collapse with its Wilson interval, ScaleRL's scaling fit). Seeded and fast."""
 
 import math
 
@@ -10,89 +9,8 @@ import pandas as pd
 import pytest
 from scipy import stats as st
 
-from benchmarks.report import calibration, fits, stats, verdicts
+from benchmarks.report import fits, stats, verdicts
 from tests.conftest import ROOT
-
-
-# ------------------------------------------------------------------------------------------------
-# Coverage
-# ------------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def simulated():
-    scenarios = {k: calibration.SCENARIOS[k] for k in ("equal spread", "unequal spread")}
-    return calibration.coverage(("percentile", "paired", "welch"), (3, 5), sims=1500, reps=400, scenarios=scenarios,
-                                seed=1)
-
-
-def _coverage(table, method, seeds, scenario):
-    return table[(table["method"] == method) & (table["seeds"] == seeds) & (table["scenario"] == scenario)]["coverage"].item()
-
-
-@pytest.mark.parametrize("seeds", [3, 5])
-@pytest.mark.parametrize("scenario", ["equal spread", "unequal spread"])
-def test_the_verdicts_interval_reaches_nominal_coverage_and_the_bootstrap_did_not(simulated, seeds, scenario):
-    assert stats.METHOD == "welch"
-    chosen = _coverage(simulated, stats.METHOD, seeds, scenario)
-    old = _coverage(simulated, "percentile", seeds, scenario)
-    assert chosen >= 0.93, (seeds, scenario, chosen)
-    assert old < 0.93 and old < chosen - 0.03, (seeds, scenario, old, chosen)
-
-
-def test_the_simulated_intervals_are_the_report_functions_intervals():
-    rng = np.random.default_rng(5)
-    a, b = calibration.simulate_seeds(5, 4, 0.05, 0.05, 0.0, rng)
-    low, high = calibration.welch_intervals(a, b)
-    plow, phigh = calibration.paired_intervals(a, b)
-    for i in range(4):
-        diff, lo, hi = stats.welch_interval(a[i], b[i])
-        assert (lo, hi) == pytest.approx((low[i], high[i]))
-        ref = st.ttest_ind(a[i], b[i], equal_var=False).confidence_interval(0.95)
-        assert (lo, hi) == pytest.approx((ref.low, ref.high))
-        assert stats.paired_t_interval(a[i], b[i])[1:] == pytest.approx((plow[i], phigh[i]))
-        ref = st.ttest_rel(a[i], b[i]).confidence_interval(0.95)
-        assert (plow[i], phigh[i]) == pytest.approx((ref.low, ref.high))
-
-
-def test_bca_is_computed_and_no_better_than_percentile_at_3_seeds():
-    table = calibration.coverage(("percentile", "bca"), (3,), sims=400, reps=300,
-                                 scenarios={"equal spread": calibration.SCENARIOS["equal spread"]}, seed=2)
-    assert (table["coverage"] < 0.9).all()
-
-
-# ------------------------------------------------------------------------------------------------
-# A/A pairs
-# ------------------------------------------------------------------------------------------------
-
-
-def _identical_cells(tasks: int, variants: list[str], seeds: int, seed: int) -> pd.DataFrame:
-    rng = np.random.default_rng(seed)
-    rows = [{"task": f"t{t}", "variant": v, "seed": s, "final_accuracy": 0.7 + 0.05 * rng.standard_normal()}
-            for t in range(tasks) for v in variants for s in range(seeds)]
-    return pd.DataFrame(rows)
-
-
-@pytest.mark.parametrize("seeds", [3, 5])
-def test_identical_variants_are_separated_at_most_5_percent_of_the_time(seeds):
-    variants = ["a", "b", "c", "d"]
-    cells = _identical_cells(600, variants + ["other"], seeds, seed=seeds)
-    rate, pairs = calibration.false_separation_rate(cells, [variants])
-    assert pairs == 600 * 6  # "other" is in no group
-    assert rate <= 0.05, rate  # expected about 0.036 (3 seeds) and 0.044 (5 seeds), seeded
-    few = cells[cells["task"].isin([f"t{t}" for t in range(20)])]
-    old, _ = calibration.false_separation_rate(few, [variants], method="percentile", reps=300)
-    assert old > 0.08, old  # the bootstrap's narrow intervals separate identical variants
-
-
-def test_equivalent_groups_come_from_the_matrix_file():
-    toml = 'name = "m"\nequivalent = [["grpo(level=token,mu=1)", "grpo(level=sequence,mu=1)", "grpo_sapo"], ["x"]]\n'
-    assert calibration.equivalent_groups({"toml": toml}) == [
-        ["grpo(level=token,mu=1)", "grpo(level=sequence,mu=1)", "grpo_sapo"]]  # a group of one pairs nothing
-    assert calibration.equivalent_groups({"toml": 'name = "m"\n'}) == []
-    assert calibration.equivalent_groups(None) == []
-    with pytest.raises(ValueError, match="list of lists"):
-        calibration.equivalent_groups({"toml": 'equivalent = ["a", "b"]\n'})
 
 
 # ------------------------------------------------------------------------------------------------
