@@ -334,7 +334,9 @@ def _verdict_figure(analysis: dict, style: _Style, out: Path, svg: dict | None =
         return []
     tasks = list(dict.fromkeys(table["task"]))
     most = int(table.groupby("task").size().max())
-    fig, panels = _panels(style, tasks, height=0.32 * most + 1.3)
+    fig, panels = _panels(style, tasks)
+    # a row of intervals per variant, whatever the panel size _panels gives one task: 15 names stay apart
+    fig.set_size_inches(fig.get_size_inches()[0], -(-len(tasks) // 3) * (0.3 * most + 1.4))
     margin = (analysis.get("spec") or {}).get("margin")
     for task, ax in panels.items():
         frame = table[table["task"] == task].sort_values("primary_mean", ascending=False, kind="stable")
