@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Optional
@@ -539,13 +538,14 @@ def _results_root(out: Path) -> Optional[Path]:
 
 
 def _progress(out: Path, enabled: bool):
-    """A function printing one line on stderr per step of the report, with the seconds since it started (the
-    analysis and the plots take tens of seconds after a matrix's last cell)."""
+    """A function printing one line per step of the report, with the seconds since it started (the analysis and
+    the plots take tens of seconds after a matrix's last cell). On stdout, beside the report's other lines: stderr
+    holds an error's one line alone."""
     started = time.perf_counter()
 
     def say(what: str) -> None:
         if enabled:
-            print(f"report {out}: {what} ({time.perf_counter() - started:.1f} s)", file=sys.stderr, flush=True)
+            print(f"report {out}: {what} ({time.perf_counter() - started:.1f} s)", flush=True)
 
     return say
 
@@ -555,7 +555,7 @@ def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[s
     """Tables, statistics, plots, README.md and index.html (``html``) of DIR; with ``readme`` (and always for
     results/README.md when DIR is under results/) two sections of that README: SECTION (the header lines and a
     link) and SECTION-verdicts. ``cost_reference``: a variant of the matrix, the unit of the cost tables (each
-    variant's cost against it, seed by seed). ``progress``: a line on stderr as each step starts."""
+    variant's cost against it, seed by seed). ``progress``: a line on stdout as each step starts."""
     out = Path(out)
     meta = read_json(out / "matrix.json")
     if tuning_stage.in_tuning_stage(meta):

@@ -40,10 +40,10 @@ def page(tmp_path_factory):
                   json.loads((folder / "summary.json").read_text()),
                   [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()])
         shutil.rmtree(folder)
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said):
         data = report(out)
-    return out, data, err.getvalue()
+    return out, data, said.getvalue()
 
 
 def _chromium() -> str:
