@@ -66,6 +66,10 @@ def _browse(browser: str, *args: str) -> subprocess.CompletedProcess:
                            "--v=0", *args], capture_output=True, text=True, timeout=60)
 
 
+def _console_errors(log: str) -> list[str]:
+    return [line for line in log.splitlines() if "Uncaught" in line or "ERROR:CONSOLE" in line]
+
+
 def test_the_page_opens_in_headless_chromium_with_its_table_and_figures(page, tmp_path):
     out, data, _ = page
     index = out / "index.html"
@@ -87,12 +91,14 @@ def test_the_page_opens_in_headless_chromium_with_its_table_and_figures(page, tm
     # nothing to fetch or to run: no script, no stylesheet or image from elsewhere
     assert not re.search(r"<script|<link|<img|(src|href)=\"https?:|url\((?!#)", dom)
     assert "a &lt;b&gt;tiny&lt;/b&gt; matrix" in dom  # the matrix's own text is escaped, not markup
-    for logged in (dumped.stderr,):
-        assert "Uncaught" not in logged and "ERROR:CONSOLE" not in logged
+    assert _console_errors(dumped.stderr) == []
     shot = tmp_path / "page.png"
     taken = _browse(browser, f"--screenshot={shot}", "--window-size=1280,2400", index.as_uri())
     assert taken.returncode == 0 and shot.stat().st_size > 20_000, taken.stderr[-2000:]
-    assert "Uncaught" not in taken.stderr and "ERROR:CONSOLE" not in taken.stderr
+    assert _console_errors(taken.stderr) == []
+    broken = tmp_path / "broken.html"  # the console check catches a script's error where there is one
+    broken.write_text("<!DOCTYPE html><html><body><script>undefined_function();</script></body></html>")
+    assert _console_errors(_browse(browser, "--dump-dom", broken.as_uri()).stderr)
 
 
 def test_the_report_says_each_step_as_it_starts(page):
