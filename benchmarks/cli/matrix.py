@@ -80,6 +80,7 @@ def check_cells(plan) -> None:
 def cmd_matrix(args) -> int:
     from benchmarks.io import read_json  # start-up: hashlib, random (module docstring)
     from benchmarks.matrix import parse, run_matrix  # heavy: torch
+    from benchmarks.matrix.plan import design_warnings
     from benchmarks.matrix.executors import make_executor  # heavy: torch
 
     executor = make_executor(args.executor, **executor_settings(args))
@@ -92,6 +93,8 @@ def cmd_matrix(args) -> int:
               f"mean primary metric on validation problems is each variant's)" if plan.tuning else "")
     print(f"matrix {plan.name}: {len(evaluation)} cells{tuning}, budget "
           + ", ".join(f"{t} {b}" for t, b in budgets) + " generated completions per cell")
+    for line in design_warnings(plan):  # said before any cell runs, and at --dry-run; not refused
+        print(line)
     if args.dry_run:
         for cell in plan.tuning_cells() + evaluation:
             print(f"  {cell.relpath}: {cell.steps} steps x {cell.completions_per_step} completions "

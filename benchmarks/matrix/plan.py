@@ -221,6 +221,41 @@ class Plan:
         return dataclasses.replace(self, cells=in_order(cells, self.order))
 
 
+# The seeds a variant needs to be judged at all: inference.compare's ``min_seeds`` (the report's, which the matrix
+# does not import); a test holds the two equal.
+VERDICT_MIN_SEEDS = 3
+
+
+def evaluation_cells(plan: Plan) -> list[Cell]:
+    """The cells the verdicts will read: the evaluation cells, or with [tuning] one grid point's candidates (each
+    point runs the same seeds and budget)."""
+    return plan.cells or [c for g in plan.tuning for c in g.candidates[0]]
+
+
+def design_warnings(plan: Plan) -> list[str]:
+    """What in the plan's design cannot give what a newcomer runs it for, one line each (said at --dry-run and
+    before the first cell; the matrix still runs): fewer seeds per variant than a verdict needs, and a budget
+    below the first evaluation during training."""
+    cells = evaluation_cells(plan)
+    seeds: dict[tuple[str, str], set[int]] = {}
+    for c in cells:
+        seeds.setdefault((c.task_label, c.variant), set()).add(c.seed)
+    lines = []
+    fewest = min((len(s) for s in seeds.values()), default=VERDICT_MIN_SEEDS)
+    if fewest < VERDICT_MIN_SEEDS:
+        short = list(dict.fromkeys(v for (_, v), s in seeds.items() if len(s) < VERDICT_MIN_SEEDS))
+        lines.append(f"warning: matrix {plan.name} runs {fewest} seed(s) per variant and a verdict needs at least "
+                     f"{VERDICT_MIN_SEEDS}: the report will describe {', '.join(short)} but mark no variant best or "
+                     f"worse (add seeds: seeds = [0, 1, 2] or more)")
+    early = sorted({(c.task_label, c.budget, c.eval_every * c.completions_per_step) for c in cells
+                    if c.eval_every and c.steps <= c.eval_every})
+    for task, budget, every in early:
+        lines.append(f"warning: on {task} the budget of {budget} completions is below the first evaluation during "
+                     f"training (eval_every {every}): each learning curve is before and after only, so AUC and "
+                     f"completions to a threshold are not shown")
+    return lines
+
+
 def variant_settings(path: str | Path, task: Optional[str] = None,
                      variants: Optional[Sequence[str]] = None) -> tuple[str, list[tuple[str, dict]]]:
     """(task label, [(variant, its resolved settings)]) of a matrix file: each variant as its first evaluation cell

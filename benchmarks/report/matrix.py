@@ -12,7 +12,9 @@ Writes under DIR:
     tables/curves.csv  accuracy on each task's grid of completion counts, per cell
     tables/curve_metrics.csv   per cell: final accuracy, AUC, completions to the threshold
     tables/verdicts.csv / overall.csv / probability_of_improvement.csv / performance_profiles.csv
-    plots/*.png        learning curves, training reward, bars, per-task diagnostics, rliable plots
+    plots/*.png        the verdict figure, learning curves, training reward, bars, per-task diagnostics, rliable plots
+    index.html         one self-contained page: headline, verdicts, the verdict figure and the learning curves
+                       (inline SVG), cost per variant, flags, and the whole report folded (``html``)
     README.md          the flags, verdicts, tables and plots; also a section of results/README.md when DIR is under
                        results/
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -33,7 +36,7 @@ from benchmarks.errors import UsageError
 from benchmarks.io import PHASES, QUESTIONS_CORRECT, QUESTIONS_SAMPLES, atomic_write_text, read_json
 from benchmarks.markdown import markdown_table, plus_minus, update_section
 from benchmarks.report import curves as learning_curves
-from benchmarks.report import flags, stats, tuning_stage, verdicts
+from benchmarks.report import flags, html, stats, tuning_stage, verdicts
 from benchmarks.report.curves import CELL_KEYS
 from benchmarks.report.plots import plots
 from benchmarks.report.stats import t_interval
@@ -534,21 +537,37 @@ def _results_root(out: Path) -> Optional[Path]:
     return None
 
 
+def _progress(out: Path, enabled: bool):
+    """A function printing one line per step of the report, with the seconds since it started (the analysis and
+    the plots take tens of seconds after a matrix's last cell). On stdout, beside the report's other lines: stderr
+    holds an error's one line alone."""
+    started = time.perf_counter()
+
+    def say(what: str) -> None:
+        if enabled:
+            print(f"report {out}: {what} ({time.perf_counter() - started:.1f} s)", flush=True)
+
+    return say
+
+
 def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[str] = None, plot: bool = True,
-           verdicts_section: bool = True, cost_reference: Optional[str] = None) -> dict:
-    """Tables, statistics, plots and README.md of DIR; with ``readme`` (and always for results/README.md when DIR
-    is under results/) two sections of that README: SECTION (the header lines and a link) and SECTION-verdicts.
-    ``cost_reference``: a variant of the matrix, the unit of the cost tables (each variant's cost against it, seed
-    by seed)."""
+           verdicts_section: bool = True, cost_reference: Optional[str] = None, progress: bool = True) -> dict:
+    """Tables, statistics, plots, README.md and index.html (``html``) of DIR; with ``readme`` (and always for
+    results/README.md when DIR is under results/) two sections of that README: SECTION (the header lines and a
+    link) and SECTION-verdicts. ``cost_reference``: a variant of the matrix, the unit of the cost tables (each
+    variant's cost against it, seed by seed). ``progress``: a line on stdout as each step starts."""
     out = Path(out)
     meta = read_json(out / "matrix.json")
     if tuning_stage.in_tuning_stage(meta):
         return _tuning_stage_report(out, meta, readme, section)
+    say = _progress(out, progress)
+    say("reading the result store")
     collected = collect(out)
     variants = list(dict.fromkeys(collected["cells"]["variant"])) if "variant" in collected["cells"] else []
     if cost_reference is not None and cost_reference not in variants:  # before the analysis, not after it
         raise UsageError(f"--cost-reference {cost_reference}: not a variant of {out} (its variants: "
                          f"{', '.join(variants)})")
+    say(f"{len(collected['cells'])} cells read; learning curves and verdicts")
     data = analyse(collected)
     data["cost_reference"] = cost_reference
     data["flags"] = matrix_flags(data)
@@ -567,10 +586,20 @@ def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[s
     atomic_write_text(out / "tables" / "summary.md", summary_markdown(summary) + "\n")
     tasks = analysis["tasks"]
     best_set = set(tasks.loc[tasks["in_best_set"], "variant"]) if "in_best_set" in tasks else set()
+    svgs: dict = {}
+    if plot:
+        say("plots")
     images = plots(data, curves, analysis, out / "plots", highlight=best_set or None,
-                   highlight_label="could be best") if plot else []
+                   highlight_label="could be best", svg=svgs) if plot else []
     source = str(out)
-    atomic_write_text(out / "README.md", "# grpo-bench results\n\n" + render(data, summary, images, "", source))
+    say("README.md and index.html")
+    whole = render(data, summary, images, "", source)
+    atomic_write_text(out / "README.md", "# grpo-bench results\n\n" + whole)
+    brief = render(data, summary, images, "", source, brief=True).rstrip().splitlines()
+    html.write_page(out / html.PAGE, title=brief[0].lstrip("# "), header_md="\n\n".join(brief[1:-1]),
+                    sentences=analysis["sentences"], tasks=tasks, summary=summary, svgs=svgs,
+                    flags_md=flags.render(data["flags"]), report_md=render(data, summary, [], "", source),
+                    files=[f"plots/{name}" for name, _ in images] + [f"tables/{name}.csv" for name, _ in frames])
     section_name = section or f"matrix-{out.name}"
     targets = _readme_targets(out, readme, verdicts_section)
     for target, with_verdicts in targets:
@@ -579,7 +608,8 @@ def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[s
         if with_verdicts:
             update_section(target, f"{section_name}-verdicts", verdicts.render(analysis, scaling=False))
     data["summary"] = summary
-    data["written"] = [str(out / "README.md")] + [str(t) for t, _ in targets]
+    data["written"] = [str(out / "README.md"), str(out / html.PAGE)] + [str(t) for t, _ in targets]
+    say("done")
     return data
 
 

@@ -16,6 +16,12 @@ names stay in the legend, highlighted ones in bold. Every title sits above the p
     performance_profile.png       rliable score distributions of normalised final accuracy
     probability_of_improvement.png   P(row > column), averaged over tasks
     interval_estimates.png        normalised final accuracy and AUC: IQM and mean with 95% intervals
+    verdicts.png                  per task, each variant's simultaneous 95% interval of its gap to the best of the
+                                  others (the verdicts' ``gap_low``/``gap_high``): 0 marked, the could-be-best set
+                                  in colour and the rest grey, the margin of equivalence shaded where one is stated
+
+``plots(..., svg={})`` also fills the dict with the verdict figure's and the learning curves' SVG text (file name ->
+an ``<svg>`` element, text kept as text), for the HTML page to inline.
 """
 
 from __future__ import annotations
@@ -56,9 +62,10 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.=+-]+", "_", text).strip("_")
 
 
-def _save(figure, path: Path, title: str) -> None:
+def _save(figure, path: Path, title: str, svg: dict | None = None) -> None:
     """Write ``figure`` with ``title`` above everything already drawn (panel titles, legends, colour bars), wrapped
-    to the drawing's width: a fixed position overlapped the panel titles of a short figure."""
+    to the drawing's width: a fixed position overlapped the panel titles of a short figure. With ``svg``, the
+    figure's SVG text is also kept there under the PNG's file name."""
     import matplotlib.pyplot as plt
 
     renderer = figure.canvas.get_renderer()
@@ -73,9 +80,26 @@ def _save(figure, path: Path, title: str) -> None:
     chars = max(30, int((right - left) / (0.5 * size * figure.dpi / 72)))
     figure.suptitle("\n".join(textwrap.wrap(title, chars)), x=(left + right) / 2 / figure.bbox.width,
                     y=(top + 0.6 * size * figure.dpi / 72) / figure.bbox.height, va="bottom", ha="center", fontsize=size)
+    if svg is not None:
+        svg[path.name] = svg_text(figure)
     # 90 dpi: readable on a page, and every regeneration of a matrix's plots is history the repository keeps
     save_figure(figure, path, dpi=90, bbox_inches="tight")
     plt.close(figure)
+
+
+def svg_text(figure) -> str:
+    """``figure`` as an ``<svg>`` element to inline in a page: text kept as text (searchable, a fraction of the
+    size of glyph outlines), no date, ids salted the same every time so that a page regenerates identically."""
+    import io
+
+    import matplotlib
+
+    buffer = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "grpo-bench"}):
+        figure.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
+    text = buffer.getvalue()
+    # the RDF metadata block names the creator's namespaces and adds nothing a page shows
+    return re.sub(r"\s*<metadata>.*?</metadata>", "", text[text.index("<svg"):], flags=re.S)
 
 
 # Nine colours far apart (tab10 without its grey, which marks the variants not highlighted); neighbours in the
@@ -188,10 +212,10 @@ class _Style:
 
 
 def plots(data: dict, curves: dict, analysis: dict, out: Path, *, highlight: set[str] | None = None,
-          highlight_label: str = "highlighted") -> list[tuple[str, str]]:
+          highlight_label: str = "highlighted", svg: dict | None = None) -> list[tuple[str, str]]:
     """Write the PNGs; returns [(file name, caption)] for the ones there was data for. ``highlight``: a set of
     variants (the ones that could be best, say) drawn bold in colour, the others thin in grey; ``highlight_label``
-    names that set in the legends."""
+    names that set in the legends. ``svg``: a dict filled with the verdict figure's and the learning curves' SVG."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -202,7 +226,8 @@ def plots(data: dict, curves: dict, analysis: dict, out: Path, *, highlight: set
     cells = data["cells"]
     style = _Style(cells, highlight, highlight_label, _per_task(analysis, highlight))
     written = []
-    written += _learning_curves(curves, style, out)
+    written += _verdict_figure(analysis, style, out, svg)
+    written += _learning_curves(curves, style, out, svg)
     written += _training_reward(data["steps"], style, out)
     written += _bars(cells, style, out)
     written += _diagnostics(data["steps"], style, out)
@@ -265,7 +290,7 @@ def _draw_lines(ax, frame: pd.DataFrame, x: str, y: str, style: _Style, *, band:
 
 
 def _curve_plot(frame: pd.DataFrame, x: str, y: str, style: _Style, path: Path, title: str, xlabel: str,
-                ylabel: str, *, accuracy: bool, markers: bool) -> None:
+                ylabel: str, *, accuracy: bool, markers: bool, svg: dict | None = None) -> None:
     tasks = [t for t in style.tasks if t in set(frame["task"])]
     fig, panels = _panels(style, tasks)
     for task, ax in panels.items():
@@ -277,10 +302,10 @@ def _curve_plot(frame: pd.DataFrame, x: str, y: str, style: _Style, path: Path, 
             ax.set_ylim(-0.02, 1.02)
     fig.tight_layout()
     style.legend(fig, frame["variant"])
-    _save(fig, path, title)
+    _save(fig, path, title, svg)
 
 
-def _learning_curves(curves: dict, style: _Style, out: Path) -> list[tuple[str, str]]:
+def _learning_curves(curves: dict, style: _Style, out: Path, svg: dict | None = None) -> list[tuple[str, str]]:
     written = []
     for key, x, label, name, title in [
         ("completions", "completions", "generated completions (training samples)", "accuracy_vs_completions.png",
@@ -294,9 +319,58 @@ def _learning_curves(curves: dict, style: _Style, out: Path) -> list[tuple[str, 
         if frame.empty:
             continue
         _curve_plot(frame, x, "accuracy", style, out / name, title, label, "held-out accuracy", accuracy=True,
-                    markers=True)
+                    markers=True, svg=svg if key == "completions" else None)
         written.append((name, f"held-out accuracy vs {label}"))
     return written
+
+
+def _verdict_figure(analysis: dict, style: _Style, out: Path, svg: dict | None = None) -> list[tuple[str, str]]:
+    """Per task a panel: each variant's simultaneous 95% interval of its gap to the best of the others, ranked as
+    the verdict table (highest primary metric on top), 0 marked, the margin of equivalence shaded where stated;
+    the task's could-be-best set in colour and bold, the rest thin and grey (readable with 15 variants). A variant
+    without an interval (too few seeds) is named at 0 with its mark."""
+    table = analysis.get("tasks")
+    if not isinstance(table, pd.DataFrame) or table.empty or "gap_low" not in table:
+        return []
+    tasks = list(dict.fromkeys(table["task"]))
+    most = int(table.groupby("task").size().max())
+    fig, panels = _panels(style, tasks)
+    # a row of intervals per variant, whatever the panel size _panels gives one task: 15 names stay apart
+    fig.set_size_inches(fig.get_size_inches()[0], -(-len(tasks) // 3) * (0.3 * most + 1.4))
+    margin = (analysis.get("spec") or {}).get("margin")
+    for task, ax in panels.items():
+        frame = table[table["task"] == task].sort_values("primary_mean", ascending=False, kind="stable")
+        rows = list(frame.itertuples(index=False))
+        for y, r in enumerate(rows):
+            best = bool(r.in_best_set)
+            colour = COLOURS[[v.variant for v in rows if v.in_best_set].index(r.variant) % 9] if best else GREYS[0]
+            if pd.isna(r.gap_low) or pd.isna(r.gap_high):
+                ax.text(0, y, f" {r.mark}", va="center", ha="left", fontsize=7, color=GREYS[2], style="italic")
+                continue
+            ax.plot([r.gap_low, r.gap_high], [y, y], color=colour, linewidth=3.2 if best else 1.6,
+                    solid_capstyle="butt", zorder=3 if best else 2)
+            ax.plot([r.gap_low, r.gap_high], [y, y], linestyle="none", marker="|", markersize=9 if best else 6,
+                    color=colour, zorder=3 if best else 2)
+        if margin:
+            ax.axvspan(-margin, margin, color="#2ca02c", alpha=0.12, linewidth=0, zorder=0)
+        ax.axvline(0, color="black", linewidth=0.9, zorder=1)
+        ax.set_yticks(range(len(rows)), [r.variant for r in rows], fontsize=8)
+        for label, r in zip(ax.get_yticklabels(), rows):
+            if r.in_best_set:
+                label.set_fontweight("bold")
+            else:
+                label.set_color(GREYS[2])
+        ax.set_ylim(len(rows) - 0.5, -0.5)
+        note = " (ranks nothing: saturated)" if bool(frame["saturated"].iloc[0]) else ""
+        ax.set_title(f"{task}{note}", fontsize=10)
+        ax.set_xlabel("gap to the best of the others (primary metric)")
+        ax.grid(axis="y", visible=False)
+    fig.tight_layout()
+    name = "verdicts.png"
+    band = f"; shaded: the margin of equivalence +-{margin:g}" if margin else ""
+    _save(fig, out / name, "Gap to the best of the others: simultaneous 95% intervals (could be best: in colour, "
+                           f"bold; worse: grey, the interval below 0{band})", svg)
+    return [(name, "verdicts: each variant's gap to the best of the others, simultaneous 95% intervals")]
 
 
 def _training_reward(steps: pd.DataFrame, style: _Style, out: Path) -> list[tuple[str, str]]:
