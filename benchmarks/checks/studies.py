@@ -66,7 +66,7 @@ class SameBatchCheck(Study):
 @register_study
 class ReferencesCheck(Study):
     name, group = "references", "check"
-    help = "every estimator and loss against verl, OpenRLHF and TRL 1.12's PPO"
+    help = "every estimator and loss against verl, OpenRLHF, SkyRL, ms-swift and TRL 1.12's PPO"
     Settings = ReferencesSettings
     # Not on the shared report lifecycle (``write``): it writes three files from one run, references.md,
     # references.csv and features.md, and the README section is features.md's (the feature table), not the report's.
