@@ -486,6 +486,10 @@ def _rank_run(rc: RunConfig, algo_config, task_options) -> None:
     run(rc, algo_config, task_options, progress=int(os.environ.get("RANK", "0")) == 0)
 
 
+# What a rank's error says when it failed only because another rank stopped (gloo's transport).
+PEER_LOST = ("Connection closed by peer", "Connection reset by peer")
+
+
 def _launch_ranks(rc: RunConfig, algo_config, task_options) -> None:
     """``rc.nproc`` ranks of the run; a rank that fails is the run's failure, in one line: its UsageError or
     TrainingFailed as such, anything else (a crash, a rank that lost its peer) as TrainingFailed naming the rank."""
@@ -499,6 +503,9 @@ def _launch_ranks(rc: RunConfig, algo_config, task_options) -> None:
             prefix = f"{error.__module__}.{error.__name__}: "
             if last.startswith(prefix):
                 raise error(last[len(prefix):]) from None
+        if any(sign in last for sign in PEER_LOST):  # this rank only saw another one stop: which one is not known
+            raise TrainingFailed(f"{rc.algo} on {rc.task}: rank {exc.error_index} of {rc.nproc} lost its peer (another "
+                                 f"rank stopped first): {last}") from None
         raise TrainingFailed(f"{rc.algo} on {rc.task}: rank {exc.error_index} of {rc.nproc} failed: {last}") from None
     except mp.ProcessExitedException as exc:  # killed (a signal, the kernel's OOM killer)
         raise TrainingFailed(f"{rc.algo} on {rc.task}: rank {exc.error_index} of {rc.nproc} exited with status "
