@@ -535,11 +535,12 @@ def _results_root(out: Path) -> Optional[Path]:
 
 
 def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[str] = None, plot: bool = True,
-           verdicts_section: bool = True, cost_reference: Optional[str] = None) -> dict:
+           verdicts_section: bool = True, cost_reference: Optional[str] = None, population=None) -> dict:
     """Tables, statistics, plots and README.md of DIR; with ``readme`` (and always for results/README.md when DIR
     is under results/) two sections of that README: SECTION (the header lines and a link) and SECTION-verdicts.
     ``cost_reference``: a variant of the matrix, the unit of the cost tables (each variant's cost against it, seed
-    by seed)."""
+    by seed). ``population``: (DIR, analysis) -> {task: line}, each verdict section's population line
+    (report/population.py's ``task_lines``, which sits above this module: the caller passes it)."""
     out = Path(out)
     meta = read_json(out / "matrix.json")
     if tuning_stage.in_tuning_stage(meta):
@@ -550,6 +551,8 @@ def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[s
         raise UsageError(f"--cost-reference {cost_reference}: not a variant of {out} (its variants: "
                          f"{', '.join(variants)})")
     data = analyse(collected)
+    if population is not None:
+        data["analysis"]["population"] = population(out, data["analysis"])
     data["cost_reference"] = cost_reference
     data["flags"] = matrix_flags(data)
     summary = summarize(data["cells"])
