@@ -115,9 +115,10 @@ def cmd_matrix(args) -> int:
     if not args.no_report:  # failed cells are reported as failed; the rest still get their tables and verdicts
         from benchmarks.io import write_errors  # start-up: hashlib, random (module docstring)
         from benchmarks.report.matrix import report  # heavy: pandas, scipy
+        from benchmarks.report.population import task_lines
 
         with write_errors(out, lambda: "the cells are kept in its store; grpo-bench report DIR writes the report"):
-            data = report(out)
+            data = report(out, population=task_lines)
         for sentence in data.get("analysis", {}).get("sentences", []):
             print(sentence)
         print("report: " + ", ".join(data["written"]))
@@ -180,6 +181,7 @@ def check_store_matches_plan(directory: Path) -> None:
 def cmd_report(args) -> int:
     from benchmarks.io import README_HEADING, own_readme  # start-up: hashlib, random (module docstring)
     from benchmarks.report.matrix import report, summary_markdown  # heavy: pandas, scipy
+    from benchmarks.report.population import task_lines
 
     if not own_readme(Path(args.dir) / "README.md"):
         raise UsageError(f"{Path(args.dir) / 'README.md'} was not written by grpo-bench (its first line is not "
@@ -188,7 +190,8 @@ def cmd_report(args) -> int:
     if args.readme:
         writable(args.readme, "--readme")
     data = report(args.dir, readme=args.readme, section=args.section, plot=not args.no_plots,
-                  verdicts_section=not args.no_verdicts_section, cost_reference=args.cost_reference)
+                  verdicts_section=not args.no_verdicts_section, cost_reference=args.cost_reference,
+                  population=task_lines)
     if "tuning_stage" in data:  # no evaluation cell yet: the grid so far
         rows = data["tuning_stage"]
         print(f"tuning stage: {sum(r['seeds'] for r in rows)} of {sum(r['planned'] for r in rows)} tuning cells "

@@ -27,33 +27,38 @@ cells run, and is marked by the one it registered: ``registered``). They differ 
 
     pooled-v1   (matrices stated before 2026-11-28) SE_ij = s * sqrt(1/n_i + 1/n_j), one pooled sd s of the two-way
                 (variant + seed) residuals; c the posterior bootstrap's (below) quantile of the pooled max-t.
-    pairs-v2    (stated from 2026-11-28) SE_ij = s_ij * sqrt(1/n_i + 1/n_j), s_ij^2 = (ss_i + ss_j) / (df_i + df_j),
-                variant i's share of the two-way residuals; c the larger of the posterior bootstrap's and the
-                equal-spread value.
-    mcb-v3      (current) SE_ij = sd(d_ij,s) / sqrt(n), d_ij,s = y_is - y_js over the n complete seeds: each pair
-                from its own cells, paired by seed, on n - 1 degrees of freedom (one-way, with fewer than
-                MIN_BLOCKS complete seeds: sqrt(s_i^2 / n_i + s_j^2 / n_j), each variant's own cells); c the larger
-                of the posterior bootstrap's and the equal-spread value of max_{i<j} |m_i - m_j| / SE_ij.
+    pairs-v2    (stated from 2026-11-28; current) SE_ij = s_ij * sqrt(1/n_i + 1/n_j),
+                s_ij^2 = (ss_i + ss_j) / (df_i + df_j), variant i's share of the two-way residuals; c the larger
+                of the posterior bootstrap's and the equal-spread value.
+    paired-v3   (offered, not current) SE_ij = sd(d_ij,s) / sqrt(n), d_ij,s = y_is - y_js over the n complete
+                seeds: each pair from its own cells, paired by seed, on n - 1 degrees of freedom (one-way, with
+                fewer than MIN_BLOCKS complete seeds: sqrt(s_i^2 / n_i + s_j^2 / n_j), each variant's own cells);
+                c the larger of the posterior bootstrap's and the equal-spread value of
+                max_{i<j} |m_i - m_j| / SE_ij.
 
 The critical value. The posterior bootstrap simulates matrices of the same design whose variants' sds are drawn
 from their posteriors (ss_i / chi-square with df_i: the spread each showed, with the uncertainty of a few seeds;
-mcb-v3 splits the pairs' variances into per-variant ones, s_i^2 + s_j^2 ~ var(d_ij), ``split_variance``) and takes
+paired-v3 splits the pairs' variances into per-variant ones, s_i^2 + s_j^2 ~ var(d_ij), ``split_variance``) and takes
 the 1 - alpha quantile of the family's max-t. With uneven sds the pairs sharing the widest variant move together and
 the maximum is lower, so the bootstrap alone errs at equal spreads (0.057 at 8 variants x 8 seeds, pairs-v2); the
 equal-spread value is exact there, and c is the larger of the two. c is a Monte Carlo quantile: CALIBRATION (pairs-v2,
-kept as registered) or MCB_REPS (mcb-v3) simulated matrices. Its error is reported: the order statistics BAND_SE
+kept as registered) or MCB_REPS (paired-v3) simulated matrices. Its error is reported: the order statistics BAND_SE
 binomial standard errors either side of the quantile's rank give c's band (``quantile_band``), and a mark that
 changes when c moves to either end of the band is *fragile* (``compare``; the verdicts print it so).
 
-Why mcb-v3, and what it costs. pairs-v2's two-way residuals carry every variant's noise through the seed means, so
-a wide variant widens pairs it is not in (verdicts-toy-like-real: the pairs without DPO get 3.7x their paired
-variance; dropping a variant changes marks between two others). mcb-v3's pairs rest on their own per-seed
-differences, which also keep what common random numbers share between two variants (two close variants' paired
-spread can be far below s_i^2 + s_j^2). The price is degrees of freedom: n - 1 per pair instead of pairs-v2's
-2 (k - 1)(n - 1) / k, so at equal spreads c is larger (8 x 8: 4.78 against 3.71; 8 x 6: 5.86 against 4.05; 15 x 8:
-5.97 against 4.32; 13 x 3: 38.5 against 9.09). Measured at the committed designs (benchmarks/report/procedures.py,
-the median over pairs of each pair's MDD): mcb-v3 / pairs-v2 from 0.57 (verdicts' bandit, verifiable) and 0.74
-(verdicts-toy-like-real) to 1.07-1.67 at 5-15 variants x 5-12 seeds and 2.4-4.1 at 3 seeds; equal at 2 variants.
+Why pairs-v2 stays current, and what paired-v3 buys and costs. pairs-v2's two-way residuals carry every variant's
+noise through the seed means, so a wide variant widens pairs it is not in (verdicts-toy-like-real: the pairs
+without DPO get 3.7x their paired variance; dropping a variant changes marks between two others). paired-v3's pairs
+rest on their own per-seed differences, which also keep what common random numbers share between two variants (two
+close variants' paired spread can be far below s_i^2 + s_j^2). The price is degrees of freedom: n - 1 per pair
+instead of pairs-v2's 2 (k - 1)(n - 1) / k, so at equal spreads c is larger (8 x 8: 4.78 against 3.71; 8 x 6: 5.86
+against 4.05; 15 x 8: 5.97 against 4.32; 13 x 3: 38.5 against 9.09). Measured at the committed designs
+(benchmarks/report/procedures.py, the median over pairs of each pair's MDD): paired-v3 / pairs-v2 from 0.57
+(verdicts' bandit, verifiable) and 0.74 (verdicts-toy-like-real) to 1.07-1.67 at 5-15 variants x 5-12 seeds and
+2.4-4.1 at 3 seeds; equal at 2 variants.
+So paired-v3 is the more conservative at most committed designs, the real-LM verdicts' included (8 x 8, 8 x 6), and
+pairs-v2 stays the current procedure: of the procedures that hold 5%, it is the least conservative measured here.
+A wide variant widens other pairs' intervals under pairs-v2 (conservative for them, never anti-conservative).
 
 Measured and rejected: Hsu's constrained MCB with the one-sided critical value (the k - 1 one-sided comparisons with
 the best: 3.09 at 8 x 8 with paired pairs). Its guarantee is that *a* best stays in the set; a variant tied with
@@ -120,7 +125,7 @@ class Fit:
     seeds: list = None         # the complete seeds (blocked model)
     c_low: float = math.nan    # c moved BAND_SE Monte Carlo standard errors down and up (``quantile_band``)
     c_high: float = math.nan
-    pair_se: Optional[np.ndarray] = None  # mcb-v3: (k, k) each pair's own standard error
+    pair_se: Optional[np.ndarray] = None  # paired-v3: (k, k) each pair's own standard error
     procedure: str = "pairs-v2"
 
     @property
@@ -138,10 +143,12 @@ class Fit:
 
     @property
     def half_widths(self) -> np.ndarray:
-        """(k, k): every pair's half-width at c: c * SE_ij, SE_ij the pair's own (mcb-v3) or
-        s_ij * sqrt(1/n_i + 1/n_j) (pairs-v2)."""
+        """(k, k): every pair's half-width at c: c * SE_ij, SE_ij the pair's own (paired-v3),
+        s_ij * sqrt(1/n_i + 1/n_j) (pairs-v2) or s * sqrt(1/n_i + 1/n_j), the pooled sd (pooled-v1)."""
         if self.pair_se is not None:
             return self.c * self.pair_se
+        if self.procedure == "pooled-v1":
+            return pooled_half_widths(self.n, self.sd, self.c)
         return half_widths(self.ss, self.dfs, self.n, self.c)
 
     @property
@@ -374,10 +381,10 @@ def pooled_procedure(y: np.ndarray, *, blocked: bool = True, alpha: float = ALPH
 
 
 # ------------------------------------------------------------------------------------------------
-# mcb-v3: every pair on its own per-seed differences
+# paired-v3: every pair on its own per-seed differences
 # ------------------------------------------------------------------------------------------------
 
-MCB_REPS = 20000     # simulated matrices behind one mcb-v3 critical value
+MCB_REPS = 20000     # simulated matrices behind one paired-v3 critical value
 BAND_SE = 2.0        # a mark is fragile when it changes with c moved by this many Monte Carlo SEs
 
 
@@ -404,7 +411,7 @@ def split_variance(pair_var: np.ndarray) -> np.ndarray:
 
 def mcb_statistic(y: np.ndarray, paired: bool = True) -> np.ndarray:
     """(...,): max over every pair i < j of |m_i - m_j| / SE_ij, each pair with its own standard error
-    (``pair_se``), over matrices ``y`` (..., k, n) simulated with every mean 0: the pivot of mcb-v3's family."""
+    (``pair_se``), over matrices ``y`` (..., k, n) simulated with every mean 0: the pivot of paired-v3's family."""
     se = pair_se(y, paired)
     m = y.mean(-1)
     i, j = np.triu_indices(m.shape[-1], 1)
@@ -452,14 +459,14 @@ def mcb_equal_value(k: int, n: int, paired: bool = True, alpha: float = ALPHA) -
 
 def mcb_value(sds: np.ndarray, df: float, n: int, *, paired: bool = True, alpha: float = ALPHA,
               reps: int = MCB_REPS, seed: int = SEED) -> np.ndarray:
-    """mcb-v3's c with its band, (3,) or (rows, 3): the posterior bootstrap's and the equal-spread value's larger."""
+    """paired-v3's c with its band, (3,) or (rows, 3): the posterior bootstrap's and the equal-spread value's larger."""
     boot = mcb_calibrate(sds, df, n, paired=paired, alpha=alpha, reps=reps, seed=seed)
     return np.maximum(boot, np.asarray(mcb_equal_value(np.shape(sds)[-1], int(n), paired, alpha)))
 
 
 def mcb_fit(scores: Mapping[str, Mapping[int, float]], *, blocked: bool = True, alpha: float = ALPHA,
             seed: int = SEED) -> Optional[Fit]:
-    """mcb-v3's model: per pair its own standard error, from the pair's per-seed differences over the complete
+    """paired-v3's model: per pair its own standard error, from the pair's per-seed differences over the complete
     seeds (blocked, at least MIN_BLOCKS of them) or from each variant's own cells (one-way, Welch), and c with its
     Monte Carlo band; the per-variant ss / dfs are the pairs' variances split per variant (``split_variance``)."""
     f = fit(scores, blocked=blocked, alpha=alpha, seed=seed, calibrated=False)
@@ -474,7 +481,7 @@ def mcb_fit(scores: Mapping[str, Mapping[int, float]], *, blocked: bool = True, 
     else:
         s2, df = f.ss / f.dfs, float(np.median(f.dfs))
         f.pair_se = np.sqrt(s2[:, None] / f.n[:, None] + s2[None, :] / f.n[None, :])
-    f.procedure = "mcb-v3"
+    f.procedure = "paired-v3"
     if (f.pair_se[~np.eye(k, dtype=bool)] > 0).any():
         f.c, f.c_low, f.c_high = mcb_value(np.sqrt(s2), df, n, paired=f.model == BLOCKED, alpha=alpha, seed=seed)
     return f
@@ -482,7 +489,7 @@ def mcb_fit(scores: Mapping[str, Mapping[int, float]], *, blocked: bool = True, 
 
 def mcb_procedure(y: np.ndarray, *, blocked: bool = True, alpha: float = ALPHA, reps: int = 1000,
                   seed: int = SEED) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """mcb-v3 on simulated matrices ``y`` (sims, k, n): per matrix its pairs' standard errors, its split
+    """paired-v3 on simulated matrices ``y`` (sims, k, n): per matrix its pairs' standard errors, its split
     variances, its c (``mcb_value``, ``reps`` bootstrap matrices) and its bounds. Returns (L, U, in_set)."""
     sims, k, n = y.shape
     se = pair_se(y, blocked)
@@ -554,7 +561,7 @@ PROCEDURES: dict[str, Procedure] = {
         simulate=lambda y, **kw: _with_set(*procedure(y, **kw)),
         summary="all k(k-1)/2 pairs two-sided, each pair's sd from its two variants' shares of the two-way "
                 "residuals, c the larger of the posterior bootstrap's and the equal-spread value"),
-    "mcb-v3": Procedure(
+    "paired-v3": Procedure(
         fit=mcb_fit,
         bounds=lambda f, c: _with_set(*intervals(f.means, c * f.pair_se)),
         matrix_bounds=lambda y, c, blocked: _with_set(*intervals(y.mean(-1), np.asarray(c)[..., None, None]
@@ -563,7 +570,7 @@ PROCEDURES: dict[str, Procedure] = {
         summary="all k(k-1)/2 pairs two-sided, each pair's standard error from its own per-seed differences "
                 "(paired by seed), c the larger of the posterior bootstrap's and the equal-spread value"),
 }
-PROCEDURE = "mcb-v3"          # the current procedure: what a new matrix registers
+PROCEDURE = "pairs-v2"        # the current procedure: what a new matrix registers (why: the module docstring)
 V2_FROM = "2026-11-28"        # matrices stated before this date registered pooled-v1, from it pairs-v2
 
 
@@ -658,6 +665,12 @@ def compare(scores: Mapping[str, Mapping[int, float]], *, margin: Optional[float
     return frame.sort_values("mean", ascending=False, kind="stable").reset_index(drop=True), f
 
 
+def scaled_marks(f: Fit, scale: np.ndarray, margin: Optional[float] = None) -> list[str]:
+    """The marks of ``f``'s variants (its order) with every pair's half-width multiplied by ``scale`` (k, k), c
+    unchanged: what another variance of each pair would mark (e.g. a crossed seeds x questions one)."""
+    return marks_of(*intervals(f.means, f.half_widths * np.asarray(scale, float)), margin)
+
+
 def _bounds_at(rule: Procedure, f: Fit, c: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The procedure's bounds and set at c; the exact gaps where the cells have no spread to calibrate on."""
     if f.sd > 0 and np.isfinite(c):
@@ -704,9 +717,9 @@ def summary(f: Optional[Fit], *, margin: Optional[float] = None, target: Optiona
 
 def _pair_df(k: int, n: float, blocked: bool, procedure: str = "pairs-v2") -> float:
     """A pair's sd's degrees of freedom at n seeds a variant: pairs-v2, two variants' shares of the residual df;
-    mcb-v3, the n - 1 per-seed differences (blocked) or two variants' own n - 1 (one-way); pooled-v1, the
+    paired-v3, the n - 1 per-seed differences (blocked) or two variants' own n - 1 (one-way); pooled-v1, the
     residual df."""
-    if procedure == "mcb-v3":
+    if procedure == "paired-v3":
         return n - 1.0 if blocked else 2 * (n - 1)
     if procedure == "pooled-v1":
         return (k - 1) * (n - 1) if blocked else k * (n - 1)
@@ -796,7 +809,8 @@ def contrasts(scores: Mapping[str, Mapping[int, float]], claims: Sequence[Mappin
     used = {v: scores.get(v, {}) for v in names}
     pairs = [(c["treatment"], c["control"]) for c in claims]
     identical = {(a, b) for a, b in pairs if used[a] and used[a] == used[b]}  # same seeds, bit-identical values
-    f = fit(used, blocked=blocked, alpha=alpha, seed=seed, pairs=pairs) if all(len(s) >= 2 for s in used.values()) else None
+    f = (fit(used, blocked=blocked, alpha=alpha, seed=seed, pairs=pairs)
+         if all(len(s) >= 2 for s in used.values()) else None)
     rows = []
     for claim in claims:
         row = {"id": claim["id"], "treatment": claim["treatment"], "control": claim["control"],
@@ -833,8 +847,9 @@ def contrast_procedure(y: np.ndarray, pairs: Sequence[tuple[int, int]], *, block
     sims, k, n = y.shape
     index = np.asarray(pairs)
     ss, dfs = _model_ss(y, blocked)
-    c = np.concatenate([np.atleast_1d(critical_value(ss[i:i + 50], dfs, np.full(k, n), blocked=blocked, alpha=alpha,
-                                                     reps=reps, seed=seed + i, pairs=index)) for i in range(0, sims, 50)])
+    c = np.concatenate([np.atleast_1d(critical_value(ss[i:i + 50], dfs, np.full(k, n), blocked=blocked,
+                                                     alpha=alpha, reps=reps, seed=seed + i, pairs=index))
+                        for i in range(0, sims, 50)])
     sd = np.sqrt(pair_variance(ss, dfs, index))  # (sims, P)
     m = y.mean(-1)
     d = m[:, index[:, 0]] - m[:, index[:, 1]]

@@ -551,11 +551,14 @@ def _progress(out: Path, enabled: bool):
 
 
 def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[str] = None, plot: bool = True,
-           verdicts_section: bool = True, cost_reference: Optional[str] = None, progress: bool = True) -> dict:
+           verdicts_section: bool = True, cost_reference: Optional[str] = None, progress: bool = True,
+           population=None) -> dict:
     """Tables, statistics, plots, README.md and index.html (``html``) of DIR; with ``readme`` (and always for
     results/README.md when DIR is under results/) two sections of that README: SECTION (the header lines and a
     link) and SECTION-verdicts. ``cost_reference``: a variant of the matrix, the unit of the cost tables (each
-    variant's cost against it, seed by seed). ``progress``: a line on stdout as each step starts."""
+    variant's cost against it, seed by seed). ``progress``: a line on stdout as each step starts. ``population``:
+    (DIR, analysis) -> {task: line}, each verdict section's population line (report/population.py's
+    ``task_lines``, which sits above this module: the caller passes it)."""
     out = Path(out)
     meta = read_json(out / "matrix.json")
     if tuning_stage.in_tuning_stage(meta):
@@ -569,6 +572,8 @@ def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[s
                          f"{', '.join(variants)})")
     say(f"{len(collected['cells'])} cells read; learning curves and verdicts")
     data = analyse(collected)
+    if population is not None:
+        data["analysis"]["population"] = population(out, data["analysis"])
     data["cost_reference"] = cost_reference
     data["flags"] = matrix_flags(data)
     summary = summarize(data["cells"])

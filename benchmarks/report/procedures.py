@@ -28,7 +28,7 @@ from benchmarks.report.matrix import collect
 from benchmarks.report.verdicts import analysis_spec
 
 DEFAULT_OUT = "results/calibration/procedures.md"
-COMPARED = ("pairs-v2", "mcb-v3")
+COMPARED = ("pairs-v2", "paired-v3")
 
 
 def stores(root: Path | str = "results") -> list[Path]:
@@ -97,7 +97,7 @@ def table(directories: Sequence[Path]) -> pd.DataFrame:
 
 
 def render(frame: pd.DataFrame) -> str:
-    """The page: one line per design, the MDD ratio v3 / v2 last."""
+    """The page: one line per design, the pair MDD ratio of the two COMPARED procedures last."""
     head = ["store", "task", "design", "registered"]
     lines = ["# The verdict procedures at the committed designs", "",
              "Written by `python -m benchmarks.report.procedures` (benchmarks/report/procedures.py) from the result "
@@ -111,15 +111,19 @@ def render(frame: pd.DataFrame) -> str:
         for name in COMPARED:
             key = name.replace("-", "_")
             cells += [r[f"{key}_c"], f"{r[f'{key}_MDD']:.3f}", f"{r[f'{key}_pair_MDD']:.3f}", r[f"{key}_marks"]]
-        cells.append(f"{r['mcb_v3_pair_MDD'] / r['pairs_v2_pair_MDD']:.2f}")
+        base, other = (name.replace("-", "_") for name in COMPARED)
+        cells.append(f"{r[f'{other}_pair_MDD'] / r[f'{base}_pair_MDD']:.2f}")
         rows.append(cells)
     columns = head + [f"{name} {what}" for name in COMPARED for what in ("c", "MDD", "pair MDD", "marks")]
-    return "\n".join(lines + [markdown_table(columns + ["pair MDD v3 / v2"], rows)]) + "\n"
+    return "\n".join(lines + [markdown_table(columns + [f"pair MDD {COMPARED[1]} / {COMPARED[0]}"], rows)]) + "\n"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``[DIR ...] [--out FILE]``: no flags beyond --out (this module stays out of the command line's argparse)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if "--help" in args or "-h" in args:
+        print(__doc__.strip())
+        return 0
     out = DEFAULT_OUT
     if "--out" in args:
         at = args.index("--out")

@@ -161,7 +161,7 @@ def analyse(cells: pd.DataFrame, curves: dict, *, reps: int = stats.REPS, seed: 
               "power": power_table, "curve_metrics": curve_ok, "equivalent": groups,
               "aa": pd.DataFrame([pair for j in judged for pair in j["aa"]],
                                  columns=["task", "a", "b", "diff", "half_width", "separated"]),
-              "procedure": procedure, "registered": registered,
+              "procedure": procedure, "registered": registered, "fits": {t: j["fit"] for t, j in zip(tasks, judged)},
               "current": _current_marks(per_cell, tasks, spec, seed) if procedure != inference.PROCEDURE else None}
     result["sentences"] = guidance(table, power_table, spec)
     result["scaling_fits"] = (fits.scaling_fits(curves.get("completions"), seed=seed) if scaling and any(curve_ok.values())
@@ -220,7 +220,8 @@ def _judge_task(task: str, frame: pd.DataFrame, threshold: float, cost: pd.DataF
         rows.append(row)
     poi = stats.probability_of_improvement(final)
     poi.insert(0, "task", task)
-    return {"rows": rows, "power": power, "aa": aa, "poi": poi, "saturated": saturated, "curve_ok": curve_ok}
+    return {"rows": rows, "power": power, "aa": aa, "poi": poi, "saturated": saturated, "curve_ok": curve_ok,
+            "fit": fit}
 
 
 def _threshold_and_collapse(mine: pd.DataFrame, threshold: float) -> dict:
@@ -548,7 +549,7 @@ def _band_text(p) -> str:
 def _power_text(p: pd.Series, spec: dict) -> str:
     if p.get("model", "none") == "none":
         return "No model: fewer than two variants with 3 or more seeds."
-    df = (f"each pair's sd on its {p['seeds'] - 1:.0f} per-seed differences" if p.get("procedure") == "mcb-v3"
+    df = (f"each pair's sd on its {p['seeds'] - 1:.0f} per-seed differences" if p.get("procedure") == "paired-v3"
           and p["model"] == inference.BLOCKED else f"residual df {int(p['df'])}")
     parts = [f"Model: {p['model']} ({int(p['variants'])} variants x {p['seeds']:.0f} seeds, {df}"
              + (f"; {int(p['seeds_left_out'])} cells outside the complete seeds left out" if p.get("seeds_left_out") else "")
@@ -657,7 +658,9 @@ def _task_section(analysis: dict, task: str, frame: pd.DataFrame, spec: dict, po
                     f"{'have' if len(short) == len(frame) else 'has'} fewer than {CURVE_EVALUATIONS} distinct "
                     "completion counts after the start (a before-and-after curve's AUC is (before + after) / 2; "
                     "an algorithm that draws its samples before its first step has one).")
-    lines = ["", f"#### `{task}`{note}", "", " ".join(head), "", _variants_table(frame, curve_ok)]
+    population = (analysis.get("population") or {}).get(task)  # population.task_lines, where the caller gave it
+    lines = (["", f"#### `{task}`{note}", "", " ".join(head)] + (["", population] if population else [])
+             + ["", _variants_table(frame, curve_ok)])
     changed = changed_marks_line(analysis, task, frame)
     if changed:
         lines += ["", changed]

@@ -82,8 +82,10 @@ def test_a_planted_difference_is_found():
     assert (by.drop("v0")["mark"] == inference.WORSE).all()
     assert by.loc["v5", "worse_by"] > 0.2  # at least 0.3 below in truth, claimed at least 0.2
     assert by.loc["v0", "p_best"] > 0.99 and math.isclose(by["p_best"].sum(), 1.0)
-    # mcb-v3: each variant's variance split from the pairs' n - 1 = 4 per-seed differences (pairs-v2: (k-1)(n-1))
-    assert fit.model == inference.BLOCKED and fit.df == 6 * 4
+    assert fit.model == inference.BLOCKED and fit.df == 5 * 4  # pairs-v2, the current: (k - 1)(n - 1) residual df
+    # paired-v3: each variant's variance split from the pairs' n - 1 = 4 per-seed differences
+    _, v3 = inference.compare(_matrix([0.90, 0.80, 0.80, 0.79, 0.78, 0.60]), margin=0.02, procedure="paired-v3")
+    assert v3.model == inference.BLOCKED and v3.df == 6 * 4
 
 
 def test_a_planted_null_is_not_separated():
@@ -163,9 +165,9 @@ def test_summary_says_what_more_seeds_buy():
     assert s["mdd_x4"] < s["mdd_x2"] < s["mdd"]
     assert s["seeds_for_target"] > 5 and 0.0 <= s["set_reproduced"] <= 1.0
     assert math.isclose(s["mdd"], (fit.c + __import__("scipy").stats.t.ppf(0.8, fit.pair_df)) * fit.sd * math.sqrt(2 / 5))
-    assert math.isclose(fit.pair_df, 4)  # mcb-v3: a pair's n - 1 per-seed differences
-    _, v2 = inference.compare(_matrix([0.8, 0.79, 0.7], sd=0.02), procedure="pairs-v2")
-    assert math.isclose(v2.pair_df, 2 * 2 * 4 / 3)  # pairs-v2: two variants' shares of (k - 1)(n - 1) = 8
+    assert math.isclose(fit.pair_df, 2 * 2 * 4 / 3)  # pairs-v2: two variants' shares of (k - 1)(n - 1) = 8
+    _, v3 = inference.compare(_matrix([0.8, 0.79, 0.7], sd=0.02), procedure="paired-v3")
+    assert math.isclose(v3.pair_df, 4)  # paired-v3: a pair's n - 1 per-seed differences
 
 
 def test_the_mdd_among_the_contenders_rests_on_their_own_spreads():
