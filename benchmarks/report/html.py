@@ -24,7 +24,7 @@ from typing import Optional, Sequence
 import pandas as pd
 
 from benchmarks.io import atomic_write_text
-from benchmarks.markdown import plus_minus
+from benchmarks.markdown import lower_bound, plus_minus
 
 PAGE = "index.html"
 
@@ -136,7 +136,7 @@ def verdict_table(tasks: pd.DataFrame) -> str:
         for rank, r in enumerate(ranked.to_dict("records"), 1):
             gap = "-" if pd.isna(r["gap_low"]) else f"[{r['gap_low']:+.3f}, {r['gap_high']:+.3f}]"
             worse = r["mark"] == "worse" and pd.notna(r["worse_by"])
-            mark = html.escape(str(r["mark"])) + (f" by &ge; {r['worse_by']:.3f}" if worse else "")
+            mark = html.escape(str(r["mark"])) + (f" by &ge; {lower_bound(r['worse_by'])}" if worse else "")
             peak = r.get("peak_memory_bytes")
             cells = [(str(rank), "num"), (html.escape(str(r["variant"])), "variant"), (str(r["seeds"]), "num"),
                      (_number(r["primary_mean"]), "num"), (gap, "num"), (mark, "mark"),

@@ -190,3 +190,19 @@ def test_the_index_lists_every_matrix_folder_with_its_headline_and_link(page, tm
     assert html.headline(root / "a" / "tiny") == ("Matrix `tiny`: a <b>tiny</b> matrix", first)
     assert '<a href="a/tiny/index.html">a/tiny</a>' in text and html.inline(first) in text
     assert '<a href="b/README.md">b</a></td><td>Matrix <code>b</code>: still running</td><td>no verdicts yet' in text
+
+
+def test_the_page_rounds_a_worse_by_bound_toward_zero_as_the_markdown_does():
+    """An "at least" bound a reader quotes never overstates: 0.0199 reads 0.019 on the page, as in the README."""
+    import pandas as pd
+
+    from benchmarks.report.html import verdict_table
+
+    rows = pd.DataFrame([
+        {"task": "t", "variant": "a", "seeds": 8, "primary_mean": 0.5, "gap_low": -0.01, "gap_high": 0.03,
+         "mark": "not resolved", "worse_by": float("nan"), "in_best_set": True, "p_best": 1.0, "saturated": False},
+        {"task": "t", "variant": "b", "seeds": 8, "primary_mean": 0.4, "gap_low": -0.05, "gap_high": -0.0199,
+         "mark": "worse", "worse_by": 0.0199, "in_best_set": False, "p_best": 0.0, "saturated": False},
+    ])
+    text = verdict_table(rows)
+    assert "worse by &ge; 0.019<" in text and "worse by &ge; 0.020" not in text
