@@ -3,8 +3,8 @@
 numbers go into results/ and the README, each registered by name with ``@register_study`` as algorithms, tasks and
 executors are.
 
-A study is a subclass of ``Study``: a ``name``, a ``group`` (one of GROUPS; one name per group, so ``check
-precision`` and ``bench precision`` are two studies), a one-line ``help``, a ``Settings`` dataclass (a subclass of
+A study is a subclass of ``Study``: a ``name``, a ``group`` (one of GROUPS; one name per group, so a ``check NAME``
+and a ``bench NAME`` are two studies), a one-line ``help``, a ``Settings`` dataclass (a subclass of
 ``StudySettings``) whose fields, each with a one-line ``help`` in its metadata, are its flags, and ``run(settings,
 command) -> exit status``. The built-in ones are in benchmarks/checks/studies.py, benchmarks/perf/studies.py and
 benchmarks/studies.py; an installed package adds a check or a bench through the entry-point group

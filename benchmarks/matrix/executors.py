@@ -335,7 +335,7 @@ class FreshProcessExecutor(SubprocessExecutor, RegisteredExecutor):
 
     ``execute.SubprocessExecutor`` (one cell after another) with ``jobs`` cells at once (``--executor subprocess
     --jobs N``), each cell pinned to its share of the cores exactly as the local executor pins its warm workers,
-    so that the two compare at equal parallelism (``grpo-bench bench executors``)."""
+    so that the two compare at equal parallelism."""
 
     name = "subprocess"
     Options = SubprocessOptions

@@ -13,7 +13,7 @@ normalised per task between the starting policy's accuracy (0) and 1.0 (1).
 
 The verdict's "tied with best" uses a Welch t interval on the difference of two variants' means, not
 the bootstrap: with 3 or 5 seeds a percentile-bootstrap interval is too narrow (it covered the true
-difference 81% / 88% of the time at nominal 95% in benchmarks.report.calibration's simulation; Welch
+difference 81% / 88% of the time at nominal 95% in a simulation, results/calibration/interval-coverage.md; Welch
 96% / 95%). ``minimum_detectable_difference`` is the matching power statement and ``wilson_interval``
 the interval of a proportion (the collapse rate).
 
@@ -254,7 +254,7 @@ def difference_of_means(x, y, *, reps: int = REPS, seed: int = SEED) -> tuple[fl
 
 BEST, TIED, WORSE = "best", "tied with best", "worse"
 METHODS = ("welch", "paired", "percentile")
-METHOD = "welch"  # the verdicts' interval method (benchmarks.report.calibration says why)
+METHOD = "welch"  # the verdicts' interval method (results/calibration/interval-coverage.md says why)
 
 
 def difference_interval(x, y, method: str = METHOD, *, reps: int = REPS, seed: int = SEED) -> tuple[float, float, float]:
