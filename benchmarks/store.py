@@ -278,6 +278,18 @@ def _json_object(path: Path, relpath: str, key: str, text) -> dict:
     return value
 
 
+def environment_changes(before: dict, after: dict, groups: Iterable[str] = ("versions", "rounding")) -> list[str]:
+    """What differs between two recorded environments (a cell summary's ``config.environment``) in ``groups`` (each
+    library's version, the rounding settings: threads, the CPU's vector capability), one "key old -> new" each, by
+    key: the settings that can change a cell's numbers, read the same way by a replay and by an agreement."""
+    changes = []
+    for group in groups:
+        a, b = before.get(group) or {}, after.get(group) or {}
+        changes += [f"{key} {a.get(key, '-')} -> {b.get(key, '-')}" for key in sorted(set(a) | set(b))
+                    if a.get(key) != b.get(key)]
+    return changes
+
+
 def same_rows(a: list[dict], b: list[dict]) -> bool:
     """Rows equal value for value, NaN equal to NaN (what a store round trip must preserve)."""
 

@@ -41,6 +41,7 @@ from benchmarks.io import atomic_write_json, atomic_write_text, read_json, read_
 from benchmarks.markdown import markdown_table
 from benchmarks.matrix.execute import _die_with_parent, last_error_line, thread_env
 from benchmarks.store import ResultStore
+from benchmarks.store import environment_changes as setting_changes
 
 ROOT = Path(__file__).resolve().parents[2]  # this checkout: HEAD's code, and the git history commits are looked up in
 AT = ("recorded", "head", "both")
@@ -78,11 +79,7 @@ def environment_changes(before: dict, after: dict) -> list[str]:
     changes = []
     if before.get("device_name") != after.get("device_name"):
         changes.append(f"device {before.get('device_name')} -> {after.get('device_name')}")
-    for group in ("rounding", "versions"):
-        a, b = before.get(group) or {}, after.get(group) or {}
-        changes += [f"{key} {a.get(key, '-')} -> {b.get(key, '-')}" for key in sorted(set(a) | set(b))
-                    if a.get(key) != b.get(key)]
-    return changes
+    return changes + setting_changes(before, after, ("rounding", "versions"))
 
 
 def summary_results(summary: dict) -> dict:

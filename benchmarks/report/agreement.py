@@ -38,7 +38,7 @@ from benchmarks.markdown import markdown_table, with_interval
 from benchmarks.report.inference import TOO_FEW
 from benchmarks.report.matrix import matrix_verdicts
 from benchmarks.report.stats import welch_interval
-from benchmarks.store import ResultStore, experiment
+from benchmarks.store import ResultStore, environment_changes, experiment
 
 
 def marked(mark) -> bool:
@@ -104,10 +104,7 @@ def environment_difference(first: dict, second: dict) -> str:
     dirty = [name for name, code in (("first", code_a), ("second", code_b)) if code.get("dirty")]
     if dirty:
         found.append(f"code with uncommitted changes ({'both' if len(dirty) == 2 else dirty[0]})")
-    for group in ("versions", "rounding"):
-        ga, gb = a.get(group) or {}, b.get(group) or {}
-        found += [f"{key} {ga.get(key, '-')} -> {gb.get(key, '-')}" for key in sorted(set(ga) | set(gb))
-                  if ga.get(key) != gb.get(key)]
+    found += environment_changes(a, b)
     if a.get("device_name") != b.get("device_name"):
         found.append(f"device {a.get('device_name')} -> {b.get('device_name')}")
     return "; ".join(found)
