@@ -58,6 +58,27 @@ def cpu_bf16_native() -> bool | None:
         return None
 
 
+# The CPU's own bf16 instructions as /proc/cpuinfo names them, and as reports name them. Two CPUs with oneDNN bf16
+# round bf16 products differently where one has AMX tiles and the other AVX512-BF16 only: a report flags the mix.
+BF16_INSTRUCTIONS = (("amx_bf16", "AMX-BF16"), ("avx512_bf16", "AVX512-BF16"))
+
+
+def cpu_bf16_instructions(cpuinfo: str | None = None) -> str | None:
+    """The bf16 instructions of this CPU ("AMX-BF16, AVX512-BF16", or "none"), read from the flags of
+    ``cpuinfo`` (/proc/cpuinfo's text; read here when None); None where the flags cannot be read."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo") as f:
+                cpuinfo = f.read()
+        except OSError:
+            return None
+    line = next((line for line in cpuinfo.splitlines() if line.startswith("flags")), None)
+    if line is None:
+        return None
+    flags = set(line.split(":", 1)[1].split())
+    return ", ".join(label for flag, label in BF16_INSTRUCTIONS if flag in flags) or "none"
+
+
 def emulated_bf16_notice(precision: str, device: torch.device) -> str | None:
     """The one line a bf16 run on such a CPU prints before it starts (None elsewhere): it would run, correctly and
     many times slower than in fp32, with nothing saying why."""
@@ -106,8 +127,11 @@ def rounding_settings() -> dict[str, str]:
 
 
 def environment(device: torch.device) -> dict:
-    return {"device": str(device), "device_name": device_name(device), "platform": platform.platform(),
-            "versions": library_versions(), "rounding": rounding_settings(), "code": code_revision()}
+    found = {"device": str(device), "device_name": device_name(device), "platform": platform.platform(),
+             "versions": library_versions(), "rounding": rounding_settings(), "code": code_revision()}
+    if device.type == "cpu":
+        found["cpu_bf16"] = cpu_bf16_instructions()
+    return found
 
 
 def code_revision() -> dict | None:

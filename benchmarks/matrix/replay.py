@@ -64,21 +64,26 @@ def recorded_environment(summary: dict) -> dict:
 
 
 def host(environment: dict) -> str:
-    """One line for a recorded environment: device, vector capability, torch."""
+    """One line for a recorded environment: device, vector capability, bf16 instructions (where recorded), torch."""
     if not environment:
         return "not recorded"
     capability = (environment.get("rounding") or {}).get("cpu_capability")
+    bf16 = environment.get("cpu_bf16")
     torch_version = (environment.get("versions") or {}).get("torch")
-    parts = (environment.get("device_name"), capability, torch_version and f"torch {torch_version}")
+    parts = (environment.get("device_name"), capability, bf16 and f"bf16 {bf16}",
+             torch_version and f"torch {torch_version}")
     return ", ".join(str(x) for x in parts if x)
 
 
 def environment_changes(before: dict, after: dict) -> list[str]:
     """What differs between the environment a cell recorded and the replay's among what changes rounding: the
-    device, the CPU's vector capability and the thread settings, and each library's version."""
+    device, its bf16 instructions (where both record them), the CPU's vector capability and the thread settings,
+    and each library's version."""
     changes = []
     if before.get("device_name") != after.get("device_name"):
         changes.append(f"device {before.get('device_name')} -> {after.get('device_name')}")
+    if "cpu_bf16" in before and "cpu_bf16" in after and before["cpu_bf16"] != after["cpu_bf16"]:
+        changes.append(f"bf16 instructions {before['cpu_bf16']} -> {after['cpu_bf16']}")
     return changes + setting_changes(before, after, ("rounding", "versions"))
 
 
@@ -407,9 +412,10 @@ def render(report: dict) -> str:
 def this_host() -> str:
     import torch  # heavy
 
-    from benchmarks.harness.measure import cpu_name
+    from benchmarks.harness.measure import cpu_bf16_instructions, cpu_name
 
-    return f"{cpu_name()}, {torch.backends.cpu.get_cpu_capability()}, torch {torch.__version__}"
+    return (f"{cpu_name()}, {torch.backends.cpu.get_cpu_capability()}, bf16 {cpu_bf16_instructions()}, "
+            f"torch {torch.__version__}")
 
 
 def replay(store_dir: Path | str, *, count: Optional[int] = None, names: Optional[list[str]] = None, seed: int = 0,

@@ -268,3 +268,15 @@ def test_a_cell_dies_with_a_replay_that_is_killed(tmp_path):
     else:
         os.kill(cell, signal.SIGKILL)
         pytest.fail("the cell's process outlived the replay that started it")
+
+
+def test_the_bf16_instructions_are_a_change_only_where_both_sides_record_them():
+    from benchmarks.matrix.replay import environment_changes, host
+
+    amx = {"device_name": "Xeon (1 threads)", "cpu_bf16": "AMX-BF16, AVX512-BF16",
+           "rounding": {"cpu_capability": "AVX512"}}
+    avx = {**amx, "cpu_bf16": "AVX512-BF16"}
+    old = {k: v for k, v in amx.items() if k != "cpu_bf16"}  # a cell recorded before the harness read them
+    assert environment_changes(amx, avx) == ["bf16 instructions AMX-BF16, AVX512-BF16 -> AVX512-BF16"]
+    assert environment_changes(old, avx) == []
+    assert host(amx) == "Xeon (1 threads), AVX512, bf16 AMX-BF16, AVX512-BF16"

@@ -21,7 +21,7 @@ SEEDS = (0, 1, 2)
 
 
 def _cell(rel, task, variant, seed, *, mu=1, finals=(0.5, 0.6), noise=0.0, commit=HEAD, dirty=False, host=EPYC,
-          step_noise=0.0):
+          step_noise=0.0, bf16=None):
     """(planned cell, summary, metrics rows) of a complete cell: 4 steps of 16 completions, one evaluation."""
     steps = BUDGET // CPS
     spec = {"task_label": task, "task": task, "variant": variant, "algo": "grpo", "seed": seed, "steps": steps,
@@ -36,7 +36,8 @@ def _cell(rel, task, variant, seed, *, mu=1, finals=(0.5, 0.6), noise=0.0, commi
                "wall_clock_s": 3.0, "time_per_step_s": 0.75, "precision": "bf16", "device": "cpu", "device_name": host,
                "config": {"environment": {"device": "cpu", "device_name": host,
                                           "rounding": {"cpu_capability": "AVX512"},
-                                          "code": {"commit": commit, "dirty": dirty}}}}
+                                          "code": {"commit": commit, "dirty": dirty},
+                                          **({"cpu_bf16": bf16} if bf16 else {})}}}
     return {"dir": rel, **spec}, summary, rows
 
 
@@ -180,6 +181,13 @@ def test_a_host_mix_is_flagged_across_variants_and_between_tuning_and_evaluation
     assert flags.lines(_found(out)) == [
         f"Mixed hosts on t (bf16): tuning cells on {XEON}, AVX512 x6; evaluation cells on {EPYC}, AVX512 x4 "
         f"(a x3, b x1); {XEON}, AVX512 x2 (b x2)."]
+
+
+def test_one_cpu_model_with_and_without_amx_is_a_host_mix(tmp_path):
+    # The same model name and vector capability: only the recorded bf16 instructions tell the two machines apart.
+    out = _matrix(tmp_path, {"a": lambda s: {"noise": 0.01 * s, "bf16": "AMX-BF16, AVX512-BF16" if s else "none"}})
+    assert _found(out)["hosts"][0]["evaluation"] == {f"{EPYC}, AVX512, bf16 AMX-BF16, AVX512-BF16": {"a": 2},
+                                                     f"{EPYC}, AVX512, bf16 none": {"a": 1}}
 
 
 def test_tuning_on_another_host_alone_is_flagged(tmp_path):
