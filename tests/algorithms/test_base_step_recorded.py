@@ -1,7 +1,7 @@
-"""Every non-GRPO algorithm's step computes what it computed when ``step_recorded.json`` was written: a few seeded
+"""Every non-GRPO algorithm's step computes what it computed when ``base_step_recorded.json`` was written: a few seeded
 steps on the pizza task per variant, each step's metrics (the timings aside) and the policy's (and critic's) weights
 after them, compared exactly. A change of the step's code that is meant to keep its behaviour must keep these bits;
-one meant to change it records the file again: ``python -m tests.algorithms.test_step_recorded``.
+one meant to change it records the file again: ``python -m tests.algorithms.test_base_step_recorded``.
 
 The numbers are those of this machine's torch build on one CPU thread; the variants reach each step's branches
 (the KL in the reward or in the loss, several updates per batch, minibatches by rows or by prompts, a moving or a
@@ -21,7 +21,7 @@ import torch
 from algorithms import ALGORITHMS
 from algorithms.base import Sampling
 
-RECORDED = Path(__file__).with_name("step_recorded.json")
+RECORDED = Path(__file__).with_name("base_step_recorded.json")
 STEPS = 4
 
 # name -> (algorithm, settings); settings that tell the algorithm's branches apart, on a batch of 2 prompts
@@ -92,7 +92,7 @@ def test_step_computes_what_was_recorded(pizza, name):
     assert got["weights"] == expected["weights"]
 
 
-if __name__ == "__main__":  # python -m tests.algorithms.test_step_recorded: record the file again
+if __name__ == "__main__":  # python -m tests.algorithms.test_base_step_recorded: record the file again
     from tasks import make_task
 
     torch.set_num_threads(1)
