@@ -1,8 +1,8 @@
 """The one interface every algorithm implements, and the pieces they all share.
 
 An algorithm is built from (policy, reference policy, task, config) and exposes ``step(prompts)``,
-one training step returning a flat dict of metrics in the shared vocabulary (an algorithm writes its
-``train_step``; ``step`` adds the phase timings, ``time/<phase>``, to what that returns):
+one training step returning a flat dict of metrics in the shared vocabulary (``train_step``, the skeleton below, returns
+them; ``step`` adds the phase timings, ``time/<phase>``):
 
     reward/mean reward/std loss clipfrac entropy grad_norm
     advantage/mean advantage/std tokens/generated completions truncated
@@ -17,8 +17,15 @@ mean per completion, then over completions), and ``kl/<estimator>`` beside it fo
 itself uses in its loss or reward when that is another (``kl_estimate``).
 
 Every step is numbered the same way: 1 generate, 2 score, 3 reference/old log-probs,
-4 advantages, 5 update(s), 6 metrics. The training loop, evaluation, checkpoints and memory
-measurement live in the harness (benchmarks/harness/loop.py), never here.
+4 advantages, 5 update(s), 6 metrics. ``Algorithm.train_step`` is that skeleton, written once: steps 1-3 and 6 are
+shared (one completion mask, one reference pass, one metric bookkeeping, ``StepLog``), and an algorithm holds only
+its difference, ``learn`` (steps 4 and 5), and where it must, the hooks around it (DPO's pairs). The training loop,
+evaluation, checkpoints and memory measurement live in the harness (benchmarks/harness/loop.py), never here.
+
+One name per concept inside the code, whatever a setting is called: ``group_size`` (G, completions per prompt),
+``kl_coef`` (the KL term's weight), ``rewards`` (the task's, one per completion; ``token_rewards`` once shaped per
+token). Settings keep the names runs recorded them under (``samples_per_prompt``, RLOO's and REINFORCE's ``beta``):
+their configs read them under the one name.
 """
 
 from __future__ import annotations
@@ -210,9 +217,54 @@ class PhaseTimer:
 
 
 @dataclass
+class Batch:
+    """One step's batch, filled in step by step. Steps 1-2: the ``rollout``, its ``rewards`` (B,) and the loss ``mask``
+    (B, T) (float); 3: ``ref_logps`` (B, T), the reference's (None without a KL term); 4-5: the ``advantages`` ((B,) per
+    completion or (B, T) per token), the policy's ``logps`` (B, T) of the batch as sampled, before any update, and
+    their ``entropy`` (B, T) where the step logs it per completion. Step 6 reads it."""
+
+    rollout: rollout_lib.Rollout
+    rewards: Optional[torch.Tensor]
+    mask: torch.Tensor
+    ref_logps: Optional[torch.Tensor] = None
+    advantages: Optional[torch.Tensor] = None
+    logps: Optional[torch.Tensor] = None
+    entropy: Optional[torch.Tensor] = None
+
+
+class StepLog:
+    """One step's metrics, kept one way by every algorithm: ``add_update`` records each update's values (loss parts,
+    ``grad_norm``, ``clipfrac``, ``skipped_update``, ...), logged as their mean over the step's updates and, for the
+    names in ``per_update``, each update's own as ``NAME/iterI``; ``add`` records a value of the whole step. ``loss``,
+    unless recorded, is the sum of the recorded parts ``loss/*``: the parts add up to it."""
+
+    def __init__(self, per_update: tuple[str, ...] = ()):
+        self.per_update = per_update
+        self.updates: dict[str, list[float]] = {}
+        self.once: dict[str, float] = {}
+
+    def add_update(self, values: dict[str, float]) -> None:
+        for name, value in values.items():
+            self.updates.setdefault(name, []).append(value)
+
+    def add(self, values: dict[str, float]) -> None:
+        self.once.update(values)
+
+    def metrics(self) -> dict[str, float]:
+        out = {}
+        for name, values in self.updates.items():
+            if name in self.per_update:
+                out.update({f"{name}/iter{i}": value for i, value in enumerate(values, 1)})
+            out[name] = sum(values) / len(values)
+        if "loss" not in out:
+            out["loss"] = sum(out[name] for name in self.updates if name.startswith("loss/"))
+        return {**out, **self.once}
+
+
+@dataclass
 class Sampling:
     """How completions are sampled: identical for every algorithm on a task. How many per prompt is the
-    algorithm's own setting (``group_size``, ``samples_per_prompt``), passed to ``Algorithm.generate``."""
+    algorithm's own setting (``group_size``), passed to ``Algorithm.generate``."""
 
     max_new_tokens: int
     temperature: float = 1.0
@@ -223,6 +275,10 @@ class Algorithm:
 
     name = "base"
     Config = AlgoConfig
+    # The KL estimator the algorithm puts in its loss or reward, logged beside k3 (``kl_metrics``).
+    kl_estimator = "k3"
+    # Metrics of several updates per step logged per update too (NAME/iterI), beside their mean (StepLog).
+    per_update_metrics: tuple[str, ...] = ()
 
     def __init__(self, policy, ref_policy, task, config: AlgoConfig, sampling: Sampling, *, seed: int = 0,
                  precision: str = "fp32", logits_precision: str = "same"):
@@ -306,8 +362,9 @@ class Algorithm:
     # --- the interface ---------------------------------------------------------------------------
     @classmethod
     def needs_reference(cls, config) -> bool:
-        """Whether a frozen reference policy must be loaded for this config."""
-        return getattr(config, "beta", 0.0) > 0
+        """Whether a frozen reference policy must be loaded for this config: its KL coefficient is above 0 (read
+        under GRPO's setting's own name, ``beta``, where its config has no ``kl_coef``)."""
+        return getattr(config, "kl_coef", getattr(config, "beta", 0.0)) > 0
 
     def step(self, prompts: list[str]) -> dict[str, float]:
         """One training step: ``train_step``'s metrics, then the seconds each phase of it took (``time/<phase>``)."""
@@ -316,7 +373,17 @@ class Algorithm:
         return metrics
 
     def train_step(self, prompts: list[str]) -> dict[str, float]:
-        """Steps 1-6 of one training step (module docstring), returning its metrics without the timings."""
+        """Steps 1-6 of one training step (module docstring), returning its metrics without the timings: the
+        skeleton every algorithm's step follows, each holding its difference in ``learn``."""
+        batch = self.collect(prompts)  # 1 generate, 2 score
+        batch.ref_logps = self.reference_logps(batch)  # 3 reference log-probs
+        log = StepLog(self.per_update_metrics)
+        self.learn(batch, log)  # 4 advantages, 5 update(s)
+        return self.step_metrics(batch, log)  # 6 metrics
+
+    def learn(self, batch: Batch, log: StepLog) -> None:
+        """Steps 4 and 5, the algorithm's own: the advantages (or targets) into ``batch``, then the update(s), each
+        recorded in ``log``; the policy's log-probs of the batch as sampled (and their entropy) into ``batch``."""
         raise NotImplementedError
 
     def trainable_modules(self) -> list[torch.nn.Module]:
@@ -339,6 +406,49 @@ class Algorithm:
         for module, s in zip(self.trainable_modules()[1:], state["modules"]):
             module.load_state_dict(s)
         self.generator.set_state(state["generator"])
+
+    # --- the skeleton's shared steps ------------------------------------------------------------------
+    def collect(self, prompts: list[str]) -> Batch:
+        """Steps 1 and 2: ``group_size`` completions of each prompt, their rewards and the loss mask."""
+        rollout = self.generate(prompts, self.config.group_size)
+        rewards = self.score(rollout)
+        return Batch(rollout, rewards, self.loss_mask(rollout))
+
+    def loss_mask(self, rollout: rollout_lib.Rollout) -> torch.Tensor:
+        """(B, T) float: the completion tokens the loss reads (the mask convention, algorithms/rollout.py), without
+        the truncated completions where the config's ``mask_truncated`` asks."""
+        return rollout.loss_mask(getattr(self.config, "mask_truncated", False)).float()
+
+    def reference_logps(self, batch: Batch) -> Optional[torch.Tensor]:
+        """Step 3: the frozen reference's log-probs of the batch (B, T), where a KL term reads them (None: none)."""
+        return self.frozen_logps(self.ref_policy, batch.rollout) if self.needs_reference(self.config) else None
+
+    def policy_logps(self, batch: Batch, iteration: int = 1) -> torch.Tensor:
+        """The policy's log-probs (B, T) of the batch at update ``iteration`` on it. The first pass also fills in
+        ``batch.logps`` (detached) and ``batch.entropy``: the batch as sampled. The old policy's log-probs need no pass
+        of their own: until the first update the policy *is* the sampling policy."""
+        if iteration > 1:
+            return self.logps(self.policy, batch.rollout)
+        logps, batch.entropy = self.logps(self.policy, batch.rollout, with_entropy=True)
+        batch.logps = logps.detach()
+        return logps
+
+    def policy_update(self, loss: torch.Tensor, signal: bool) -> dict[str, float]:
+        """One policy update, taken only where the batch carries a signal (``signal``, decided over every rank by
+        ``any_rank``: AdamW's momentum would move the weights without one), as the step logs it."""
+        return {"grad_norm": self.update(loss) if signal else 0.0, "skipped_update": float(not signal)}
+
+    def step_metrics(self, batch: Batch, log: StepLog) -> dict[str, float]:
+        """Step 6: the updates' metrics, the KL to the reference and the entropy of the batch as sampled, the
+        rollout's and the advantages' metrics."""
+        metrics = log.metrics()
+        metrics.update(self.kl_metrics(batch.logps, batch.ref_logps, batch.mask, self.kl_estimator))
+        if batch.entropy is not None:
+            metrics["entropy"] = masked_mean_per_sequence(batch.entropy, batch.mask).mean().item()
+        metrics.update(self.rollout_metrics(batch.rollout, batch.rewards))
+        per_token = batch.advantages.dim() == 2
+        metrics.update(self.advantage_metrics(batch.advantages, batch.mask if per_token else None))
+        return metrics
 
     # --- shared pieces of a step -----------------------------------------------------------------
     def make_optimizer(self, params, lr: float) -> torch.optim.Optimizer:

@@ -24,7 +24,7 @@ from typing import Optional
 
 import torch
 
-from algorithms.base import Algorithm, AlgoConfig, register_algorithm
+from algorithms.base import Algorithm, AlgoConfig, Batch, StepLog, register_algorithm
 from algorithms.losses import dpo_loss, masked_mean_per_sequence, sequence_logps
 from algorithms.rollout import rollout_from_text
 
@@ -47,6 +47,13 @@ class DPOConfig(AlgoConfig):
         return 2 * self.pairs_per_step
 
 
+@dataclass
+class PairBatch(Batch):
+    """A DPO step's batch: ``pairs`` the indices of its pairs; ``ref_logps`` (n, 2) sequence log-probs."""
+
+    pairs: list[int] = field(default_factory=list)
+
+
 @register_algorithm
 class DPO(Algorithm):
     name = "dpo"
@@ -64,9 +71,11 @@ class DPO(Algorithm):
     def needs_reference(cls, config) -> bool:
         return True
 
-    def train_step(self, prompts: list[str]) -> dict[str, float]:
+    def collect(self, prompts: list[str]) -> PairBatch:
+        """Steps 1 and 2: the next minibatch of pairs, each pair's chosen row, then its rejected row (2n, T). The task
+        samples and labels the pairs once, at the first step: no rewards."""
         c: DPOConfig = self.config
-        if self.pairs is None:  # 1 generate: once, the task samples and labels the pairs
+        if self.pairs is None:
             with self.timer("generate"):
                 # Rank 0's seed on every rank: under data parallelism every rank builds the same pairs.
                 seed = int(self.from_first_rank(torch.randint(0, 2**31 - 1, (1,), generator=self.generator,
@@ -76,62 +85,54 @@ class DPO(Algorithm):
                 cap = self.completions_allowed if c.count_pair_samples else None
                 self.pairs = self.task.preference_pairs(self.policy, c.pairs, seed=seed,
                                                         **({"max_samples": cap} if cap is not None else {}))
-        idx = self._next_pairs(c.pairs_per_step)  # 2 score: the pairs came labelled
+        idx = self._next_pairs(c.pairs_per_step)
         if self.data_parallel is not None:  # rank 0's draw, this rank's share of it: the one-process batch, split
             idx = self.data_parallel.shard(self.from_first_rank(torch.tensor(idx, device=self.device)).tolist())
-        n = len(idx)
-        batch = rollout_from_text(
+        rollout = rollout_from_text(
             self.tokenizer, [self.pairs["prompts"][i] for i in idx for _ in range(2)],
             [text for i in idx for text in (self.pairs["chosen"][i], self.pairs["rejected"][i])], self.device,
             group_size=2,
-        )  # each pair's chosen row, then its rejected row: (2n, T)
-        mask = batch.completion_mask
-        ref_seq = self._reference(idx, batch)  # 3 reference log-probs: (n, 2), each pair's computed once
+        )
+        return PairBatch(rollout, None, self.loss_mask(rollout), pairs=idx)
 
-        # 4 no advantages. A pair whose two completions are the same text prefers nothing: its margin's
-        # gradient is 0 (up to rounding), and a batch of only such pairs takes no step: decided over every rank,
-        # since a rank that skipped the gradient all-reduce would hang the others.
-        signal = self.any_rank(any(self.pairs["chosen"][i] != self.pairs["rejected"][i] for i in idx))
-        with self.timer("update"):  # 5 one update
-            logps, entropy = self.logps(self.policy, batch, with_entropy=True)
-            seq = sequence_logps(logps, mask).view(n, 2)
-            loss = dpo_loss(seq[:, 0], seq[:, 1], ref_seq[:, 0], ref_seq[:, 1], beta=c.beta)
-            grad_norm = self.update(loss) if signal else 0.0
-
-        chosen, rejected = (seq - ref_seq).detach().unbind(1)  # 6 metrics: the log-ratios to the reference
-        margin = c.beta * (chosen - rejected)
-        metrics = {
-            "loss": loss.item(),
-            "loss/policy": loss.item(),
-            "grad_norm": grad_norm,
-            "skipped_update": float(not signal),
-            # No "kl": the pairs are not samples of the current policy, so k3 on them estimates nothing.
-            "dpo/chosen_logratio": chosen.mean().item(),
-            "dpo/rejected_logratio": rejected.mean().item(),
-            "entropy": masked_mean_per_sequence(entropy, mask).mean().item(),
-            "dpo/margin": margin.mean().item(),
-            "dpo/accuracy": (margin > 0).float().mean().item(),
-            "pairs": float(len(self.pairs["chosen"])),
-            "pairs/samples": float(self.pairs["samples"]),
-            "pairs/ties_dropped": float(self.pairs["ties_dropped"]),
-            "completions": float(2 * n),
-        }
-        if c.count_pair_samples:  # what was generated: the pairs' samples, at the first step; no step after it samples
-            metrics["completions"] = 0.0 if self.pairs_counted else float(self.pairs["samples"])
-            self.pairs_counted = True
-        return metrics
-
-    def _reference(self, idx: list[int], batch) -> torch.Tensor:
-        """(n, 2) the frozen reference's sequence log-probs of the pairs ``idx`` (chosen, rejected), those of pairs
-        not seen before computed on their rows of ``batch`` and kept."""
-        keys = [(self.pairs["prompts"][i], self.pairs["chosen"][i], self.pairs["rejected"][i]) for i in idx]
+    def reference_logps(self, batch: PairBatch) -> torch.Tensor:
+        """Step 3: (n, 2) the frozen reference's sequence log-probs of the batch's pairs (chosen, rejected), those of
+        pairs not seen before computed on their rows and kept."""
+        keys = [(self.pairs["prompts"][i], self.pairs["chosen"][i], self.pairs["rejected"][i]) for i in batch.pairs]
         new = list(dict.fromkeys(k for k in keys if k not in self.reference))
         if new:
             first = [keys.index(k) for k in new]
-            rows = batch.select(torch.tensor([2 * k + j for k in first for j in range(2)]), grouped=True)
+            rows = batch.rollout.select(torch.tensor([2 * k + j for k in first for j in range(2)]), grouped=True)
             values = sequence_logps(self.frozen_logps(self.ref_policy, rows), rows.completion_mask).view(-1, 2)
             self.reference.update(zip(new, values.clone().unbind(0)))
         return torch.stack([self.reference[k] for k in keys])
+
+    def learn(self, batch: PairBatch, log: StepLog) -> None:
+        c: DPOConfig = self.config
+        # 4 no advantages. A pair whose two completions are the same text prefers nothing: its margin's gradient
+        # is 0 (up to rounding), and a batch of only such pairs takes no step.
+        signal = self.any_rank(any(self.pairs["chosen"][i] != self.pairs["rejected"][i] for i in batch.pairs))
+        with self.timer("update"):  # 5 one update
+            seq = sequence_logps(self.policy_logps(batch), batch.mask).view(-1, 2)
+            ref_seq = batch.ref_logps
+            loss = dpo_loss(seq[:, 0], seq[:, 1], ref_seq[:, 0], ref_seq[:, 1], beta=c.beta)
+            update = self.policy_update(loss, signal)
+        log.add_update({"loss": loss.item(), "loss/policy": loss.item(), **update})
+        chosen, rejected = (seq - ref_seq).detach().unbind(1)  # the log-ratios to the reference
+        margin = c.beta * (chosen - rejected)
+        log.add({"dpo/chosen_logratio": chosen.mean().item(), "dpo/rejected_logratio": rejected.mean().item(),
+                 "dpo/margin": margin.mean().item(), "dpo/accuracy": (margin > 0).float().mean().item()})
+
+    def step_metrics(self, batch: PairBatch, log: StepLog) -> dict[str, float]:
+        """Step 6. No "kl": the pairs are not samples of the current policy, so k3 on them estimates nothing; no
+        rewards and no advantages."""
+        metrics = {**log.metrics(), "entropy": masked_mean_per_sequence(batch.entropy, batch.mask).mean().item(),
+                   "pairs": float(len(self.pairs["chosen"])), "pairs/samples": float(self.pairs["samples"]),
+                   "pairs/ties_dropped": float(self.pairs["ties_dropped"]), "completions": float(2 * len(batch.pairs))}
+        if self.config.count_pair_samples:  # what was generated: the pairs' samples, at the first step only
+            metrics["completions"] = 0.0 if self.pairs_counted else float(self.pairs["samples"])
+            self.pairs_counted = True
+        return metrics
 
     def set_data_parallel(self, data_parallel) -> None:
         if data_parallel is not None and self.config.pairs_per_step % data_parallel.world_size:

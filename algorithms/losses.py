@@ -139,12 +139,12 @@ def reinforce_loss(
     advantages: torch.Tensor,
     mask: torch.Tensor,
     ref_logps: Optional[torch.Tensor] = None,
-    beta: float = 0.0,
+    kl_coef: float = 0.0,
     return_parts: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, dict[str, float]]:
     """REINFORCE with a baseline (Williams 1992; Ahmadian et al. 2024 for LLMs), to be minimised:
 
-        L = -1/B sum_i (r_i - b) * log pi(o_i|q_i)  +  beta * 1/B sum_i sum_t KL_k3[pi || pi_ref]_{i,t}
+        L = -1/B sum_i (r_i - b) * log pi(o_i|q_i)  +  kl_coef * 1/B sum_i sum_t KL_k3[pi || pi_ref]_{i,t}
 
     with log pi(o_i|q_i) the *sequence* log-prob (sum over the completion's active tokens) and
     ``advantages`` = r_i - b already computed (b: a moving average of rewards, or 0).
@@ -153,20 +153,20 @@ def reinforce_loss(
         logps: (B, T) per-token log-probs under the current policy (carries the gradient).
         advantages: (B,) r_i - b, no gradient.
         mask: (B, T) the mask convention.
-        ref_logps: (B, T) reference log-probs; needed when beta > 0.
-        beta: weight of the k3 KL penalty, summed over each completion's tokens like the log-prob.
-        return_parts: also return {"policy": the first term, "kl": the second (when beta > 0)}.
+        ref_logps: (B, T) reference log-probs; needed when kl_coef > 0.
+        kl_coef: weight of the k3 KL penalty, summed over each completion's tokens like the log-prob.
+        return_parts: also return {"policy": the first term, "kl": the second (when kl_coef > 0)}.
     Returns:
         scalar loss tensor; with ``return_parts``, (loss, {part: value}).
     """
-    if beta < 0:
-        raise ValueError("beta must be >= 0")
+    if kl_coef < 0:
+        raise ValueError("kl_coef must be >= 0")
     policy = -(advantages * sequence_logps(logps, mask)).mean()
     loss, kl = policy, None
-    if beta != 0.0:
+    if kl_coef != 0.0:
         if ref_logps is None:
-            raise ValueError("beta > 0 needs ref_logps")
-        kl = beta * sequence_logps(k3_kl(logps, ref_logps), mask).mean()
+            raise ValueError("kl_coef > 0 needs ref_logps")
+        kl = kl_coef * sequence_logps(k3_kl(logps, ref_logps), mask).mean()
         loss = loss + kl
     if not return_parts:
         return loss
@@ -198,7 +198,7 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -
 
 
 def gae(
-    rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0, lam: float = 0.95
+    token_rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0, lam: float = 0.95
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation (Schulman et al. 2016, Eq. 16) over completion tokens:
 
@@ -207,23 +207,23 @@ def gae(
         R_t     = A_t + V(s_t)                                 the value targets ("returns")
 
     Args:
-        rewards: (B, T) per-token rewards (the RLHF recipe: -kl_coef * KL_t, plus the score on the last token).
+        token_rewards: (B, T) per-token rewards (the RLHF recipe: -kl_coef * KL_t, plus the reward on the last token).
         values: (B, T) V(s_t), the critic's value of the state before token t.
         mask: (B, T) the mask convention; both outputs are 0 on padding.
     Returns:
         (advantages, returns), each (B, T), no gradient.
     """
     mask = mask.to(values.dtype)
-    rewards, values = (rewards * mask).detach(), (values * mask).detach()
+    token_rewards, values = (token_rewards * mask).detach(), (values * mask).detach()
     advantages = torch.zeros_like(values)
     running = torch.zeros_like(values[:, 0])  # (B,)
     T = values.size(1)
     for t in reversed(range(T)):
         next_value = values[:, t + 1] if t + 1 < T else torch.zeros_like(running)
-        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        delta = token_rewards[:, t] + gamma * next_value - values[:, t]
         running = delta + gamma * lam * running
         advantages[:, t] = running
-    advantages = advantages * mask  # padding past the end carries nothing back: rewards and values are 0 there
+    advantages = advantages * mask  # padding past the end carries nothing back: its rewards and values are 0
     return advantages, (advantages + values) * mask
 
 
@@ -300,14 +300,14 @@ def rloo_advantages(
     group_size: int,
     *,
     kl: Optional[torch.Tensor] = None,
-    beta: float = 0.0,
+    kl_coef: float = 0.0,
     normalize: bool = False,
     reward_clip_min: Optional[float] = None,
     reward_clip_max: Optional[float] = None,
 ) -> torch.Tensor:
     """REINFORCE leave-one-out advantages (Ahmadian et al. 2024, Eq. 7):
 
-        r_i  <- clip(r_i, lo, hi) - beta * KL_i              KL_i = sum_t (log pi_old - log pi_ref)_{i,t}
+        r_i  <- clip(r_i, lo, hi) - kl_coef * KL_i             KL_i = sum_t (log pi_old - log pi_ref)_{i,t}
         A_i   = r_i - 1/(G-1) sum_{j != i, same group} r_j    = G/(G-1) (r_i - mean(r_group))
         A    <- (A - mean(A)) / (std(A) + 1e-4)               over the batch, with ``normalize``
 
@@ -319,8 +319,8 @@ def rloo_advantages(
         raise ValueError(f"rewards must be (B,) with B a multiple of group_size={group_size} >= 2, got {tuple(rewards.shape)}")
     if reward_clip_min is not None or reward_clip_max is not None:
         rewards = torch.clamp(rewards, min=reward_clip_min, max=reward_clip_max)
-    if beta != 0.0:
-        rewards = rewards - beta * kl
+    if kl_coef != 0.0:
+        rewards = rewards - kl_coef * kl
     grouped = rewards.view(-1, group_size)  # (n_prompts, G)
     baseline = (grouped.sum(1, keepdim=True) - grouped) / (group_size - 1)
     advantages = (grouped - baseline).masked_fill(tied_rows(grouped), 0.0).reshape(-1)
@@ -367,31 +367,31 @@ def rloo_clip_fraction(logps, old_logps, advantages, mask, *, epsilon=0.2, epsil
 
 
 def kl_penalised_rewards(
-    scores: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor, kl_coef: float,
+    rewards: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor, kl_coef: float,
     clip_min: Optional[float] = None, clip_max: Optional[float] = None,
 ) -> torch.Tensor:
     """Per-token rewards (OpenRLHF's ``compute_reward``): every token pays -kl_coef * KL_t, the last
-    active token also gets the (clipped) score:  r_{i,t} = -kl_coef KL_{i,t} + [t = last_i] clip(s_i, lo, hi).
+    active token also gets the (clipped) reward:  r_{i,t} = -kl_coef KL_{i,t} + [t = last_i] clip(r_i, lo, hi).
 
-    ``scores`` (B,), ``kl`` and ``mask`` (B, T). Returns (B, T), 0 on padding."""
+    ``rewards`` (B,), ``kl`` and ``mask`` (B, T). Returns (B, T), 0 on padding."""
     mask = mask.to(kl.dtype)
     if clip_min is not None or clip_max is not None:
-        scores = torch.clamp(scores, min=clip_min, max=clip_max)
+        rewards = torch.clamp(rewards, min=clip_min, max=clip_max)
     last = (mask.size(1) - 1 - mask.long().flip(1).argmax(1)).unsqueeze(1)  # (B, 1); an all-padding row: T - 1
-    rewards = torch.zeros_like(kl).scatter_(1, last, scores.to(kl.dtype).unsqueeze(1))
-    return (rewards - kl_coef * kl) * mask
+    token_rewards = torch.zeros_like(kl).scatter_(1, last, rewards.to(kl.dtype).unsqueeze(1))
+    return (token_rewards - kl_coef * kl) * mask
 
 
-def cumulative_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
+def cumulative_returns(token_rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
     """Discounted reward-to-go per token (OpenRLHF's ``get_cumulative_returns``, REINFORCE's return):
 
         G_{i,t} = sum_{t' >= t} gamma^(t' - t) r_{i,t'}       (B, T), over active tokens only
     """
-    rewards = rewards * mask.to(rewards.dtype)
-    returns = torch.zeros_like(rewards)
-    running = torch.zeros_like(rewards[:, 0])
-    for t in reversed(range(rewards.size(1))):
-        running = rewards[:, t] + gamma * running
+    token_rewards = token_rewards * mask.to(token_rewards.dtype)
+    returns = torch.zeros_like(token_rewards)
+    running = torch.zeros_like(token_rewards[:, 0])
+    for t in reversed(range(token_rewards.size(1))):
+        running = token_rewards[:, t] + gamma * running
         returns[:, t] = running
     return returns
 
@@ -412,7 +412,7 @@ def batch_whiten(values: torch.Tensor, mask: torch.Tensor, std_norm: bool = True
 
 
 def reinforce_pp_advantages(
-    scores: torch.Tensor,
+    rewards: torch.Tensor,
     kl: torch.Tensor,
     mask: torch.Tensor,
     *,
@@ -426,19 +426,20 @@ def reinforce_pp_advantages(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++ token advantages (Hu 2025; OpenRLHF ``compute_advantages_and_returns``):
 
-        s_i     <- s_i - mean_{group}(s)                  REINFORCE++-baseline only (``group_baseline``)
-        r_{i,t}  = -kl_coef KL_{i,t} + [t = last_i] clip(s_i, lo, hi)           (``kl_penalised_rewards``)
+        r_i     <- r_i - mean_{group}(r)                  REINFORCE++-baseline only (``group_baseline``)
+        r_{i,t}  = -kl_coef KL_{i,t} + [t = last_i] clip(r_i, lo, hi)           (``kl_penalised_rewards``)
         G_{i,t}  = sum_{t' >= t} gamma^(t'-t) r_{i,t'}                          (``cumulative_returns``)
         A        = whiten(G) over all active tokens of the batch                (``batch_whiten``)
 
-    ``scores`` (B,) group by group; ``kl`` (B, T) the per-token KL of the old policy to the reference
+    ``rewards`` (B,) group by group; ``kl`` (B, T) the per-token KL of the old policy to the reference
     (zeros when the KL is in the loss instead). Returns (advantages, returns), each (B, T), no gradient.
     """
     if group_baseline:
-        if group_size < 2 or scores.numel() % group_size:
-            raise ValueError(f"group_baseline needs B a multiple of group_size >= 2, got B={scores.numel()}, G={group_size}")
-        grouped = scores.view(-1, group_size)
-        scores = (grouped - grouped.mean(1, keepdim=True)).masked_fill(tied_rows(grouped), 0.0).reshape(-1)
-    rewards = kl_penalised_rewards(scores, kl.detach(), mask, kl_coef, reward_clip_min, reward_clip_max)
-    returns = cumulative_returns(rewards, mask, gamma)
+        if group_size < 2 or rewards.numel() % group_size:
+            raise ValueError(f"group_baseline needs B a multiple of group_size >= 2, got B={rewards.numel()}, "
+                             f"G={group_size}")
+        grouped = rewards.view(-1, group_size)
+        rewards = (grouped - grouped.mean(1, keepdim=True)).masked_fill(tied_rows(grouped), 0.0).reshape(-1)
+    token_rewards = kl_penalised_rewards(rewards, kl.detach(), mask, kl_coef, reward_clip_min, reward_clip_max)
+    returns = cumulative_returns(token_rewards, mask, gamma)
     return batch_whiten(returns, mask, std_norm).detach(), returns.detach()

@@ -1,7 +1,7 @@
 """PPO with a critic: the classic RLHF recipe (Schulman et al. 2017; Ziegler et al. 2019; Ouyang et al. 2022).
 
 A value model of the policy's architecture -- a deep copy of the policy's transformer body with a
-fresh scalar head -- predicts a value per completion token. The task's score arrives on the final
+fresh scalar head -- predicts a value per completion token. The task's reward arrives on the final
 token; every token also pays -kl_coef * (log pi_old - log pi_ref), the k1 KL estimate, as TRL's
 PPOTrainer does. GAE(gamma, lambda) turns these into per-token advantages (whitened over the batch)
 and value targets; then several epochs of minibatch updates: the clipped policy objective steps the
@@ -18,7 +18,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from algorithms.base import Algorithm, AlgoConfig, register_algorithm
+from algorithms.base import Algorithm, AlgoConfig, Batch, StepLog, register_algorithm
 from algorithms.kl import KL_PENALTIES
 from algorithms.losses import (
     carries_signal, gae, masked_mean, masked_whiten, ppo_clip_fraction, ppo_policy_loss, ppo_value_loss,
@@ -44,7 +44,7 @@ class PPOConfig(AlgoConfig):
     whiten_advantages: bool = field(default=True, metadata={"help": "standardise advantages over the batch's tokens"})
     # TRL 1.12, verl 0.9 and OpenRLHF 0.11 whiten unconditionally (a 1e-8 eps on the variance is their only
     # guard): when every reward ties, what is left is the critic's error, scaled to unit variance.
-    skip_tied_batches: bool = field(default=False, metadata={"help": "when every score of the batch ties (every rank's), zero the policy's advantages: no policy step, the critic still learns (off: TRL, verl and OpenRLHF, which whiten the critic's error to unit variance then)"})
+    skip_tied_batches: bool = field(default=False, metadata={"help": "when every reward of the batch ties (every rank's), zero the policy's advantages: no policy step, the critic still learns (off: TRL, verl and OpenRLHF, which whiten the critic's error to unit variance then)"})
     critic_learning_rate: Optional[float] = field(default=None, metadata={"help": "the critic's AdamW rate (default: 10x the policy's: its head starts from zero)"})
 
     def validate(self) -> None:
@@ -65,7 +65,12 @@ class PPOConfig(AlgoConfig):
             raise ValueError(f"critic_learning_rate must be > 0, got {self.critic_learning_rate}")
 
     def completions_per_step(self) -> int:
-        return self.prompts_per_step * self.samples_per_prompt
+        return self.prompts_per_step * self.group_size
+
+    @property
+    def group_size(self) -> int:
+        """Completions per prompt, under the setting's name ``samples_per_prompt``."""
+        return self.samples_per_prompt
 
 
 # ``time/critic``: the critic's forward, value loss and step inside the update (``time/update`` includes it); its
@@ -123,16 +128,13 @@ class ValueModel(nn.Module):
 class PPO(Algorithm):
     name = "ppo"
     Config = PPOConfig
+    kl_estimator = "k1"  # in its reward
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.critic = ValueModel(self.policy).to(self.device)
         self.critic_optimizer = self.make_optimizer(
             self.critic.parameters(), self.config.critic_learning_rate or 10 * self.config.learning_rate)
-
-    @classmethod
-    def needs_reference(cls, config) -> bool:
-        return config.kl_coef > 0
 
     def trainable_modules(self) -> list[nn.Module]:
         return [self.policy, self.critic]
@@ -150,23 +152,24 @@ class PPO(Algorithm):
         rows = advantages.size(0)
         return everything[self.data_parallel.rank * rows:(self.data_parallel.rank + 1) * rows, :advantages.size(1)]
 
-    def batch_tied(self, scores: torch.Tensor) -> bool:
-        """Every score of the global batch equal (under data parallelism, every rank's)."""
-        everything = scores if self.data_parallel is None else self.data_parallel.gather(scores)
+    def batch_tied(self, rewards: torch.Tensor) -> bool:
+        """Every reward of the global batch equal (under data parallelism, every rank's)."""
+        everything = rewards if self.data_parallel is None else self.data_parallel.gather(rewards)
         return bool((everything == everything[0]).all())
 
-    def gae_advantages(self, scores: torch.Tensor, mask: torch.Tensor, old_logps: torch.Tensor, ref_logps: torch.Tensor,
-                       old_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float, bool]:
+    def gae_advantages(self, batch: Batch, old_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float, bool]:
         """Step 4: GAE(gamma, lambda) advantages and returns (B, T) of the KL-penalised token rewards (every token pays
-        kl_coef x k1, the last also gets the score), whitened over the batch, or zeroed when its scores all tie and
-        skip_tied_batches asks; with the advantages' std before whitening and whether the scores all tie."""
+        kl_coef x k1, the last also gets the reward), whitened over the batch, or zeroed when its rewards all tie and
+        skip_tied_batches asks; with the advantages' std before whitening and whether the rewards all tie."""
         c: PPOConfig = self.config
-        rewards = -c.kl_coef * (KL_PENALTIES["k1"](old_logps, ref_logps) * mask)
+        mask = batch.mask
+        ref_logps = batch.logps if batch.ref_logps is None else batch.ref_logps  # no reference: no KL
+        token_rewards = -c.kl_coef * (KL_PENALTIES["k1"](batch.logps, ref_logps) * mask)
         last = mask.sum(1).long() - 1  # (B,)
-        rewards[torch.arange(rewards.size(0), device=self.device), last] += scores
-        advantages, returns = gae(rewards, old_values, mask, c.gamma, c.lam)
+        token_rewards[torch.arange(token_rewards.size(0), device=self.device), last] += batch.rewards
+        advantages, returns = gae(token_rewards, old_values, mask, c.gamma, c.lam)
         raw_std = advantages[mask.bool()].std().item()
-        tied = self.batch_tied(scores)
+        tied = self.batch_tied(batch.rewards)
         if c.skip_tied_batches and tied:
             advantages = torch.zeros_like(advantages)
         elif c.whiten_advantages:
@@ -189,19 +192,16 @@ class PPO(Algorithm):
         order = torch.randperm(groups, generator=self.generator, device=self.device)
         return [torch.isin(group, chosen).nonzero().squeeze(1) for chosen in order.split(groups // c.minibatches)]
 
-    def train_step(self, prompts: list[str]) -> dict[str, float]:
+    def learn(self, batch: Batch, log: StepLog) -> None:
         c: PPOConfig = self.config
-        rollout = self.generate(prompts, c.samples_per_prompt)  # 1 generate
-        scores = self.score(rollout)  # 2 score
-        mask = rollout.completion_mask.float()
-        old_logps = self.frozen_logps(self.policy, rollout)  # 3 old/ref log-probs and old values
-        ref_logps = self.frozen_logps(self.ref_policy, rollout) if c.kl_coef > 0 else old_logps
+        rollout, mask = batch.rollout, batch.mask
+        batch.logps = old_logps = self.frozen_logps(self.policy, rollout)  # 3 old log-probs and old values
         with torch.no_grad(), self.timer("logprobs"), self.autocast():
             old_values = self.critic(rollout) * mask
 
-        advantages, returns, raw_std, tied = self.gae_advantages(scores, mask, old_logps, ref_logps, old_values)  # 4
+        batch.advantages, returns, raw_std, tied = self.gae_advantages(batch, old_values)  # 4 advantages
+        advantages = batch.advantages
 
-        sums = dict.fromkeys(("loss/policy", "loss/value", "clipfrac", "grad_norm", "entropy", "skipped_update"), 0.0)
         for _ in range(c.epochs):  # 5 epochs x minibatches
             for idx in self.minibatch_indices(rollout):
                 mb, mb_mask = rollout.select(idx, grouped=True), mask[idx]
@@ -210,30 +210,17 @@ class PPO(Algorithm):
                     num_tokens = self.data_parallel_token_count(mb_mask)
                     policy_loss = ppo_policy_loss(logps, old_logps[idx], advantages[idx], mb_mask, c.epsilon,
                                                   num_tokens=num_tokens)
-                    # Every advantage 0: no policy step, which AdamW's momentum would still take. The critic
-                    # still learns the returns.
-                    if self.any_rank(carries_signal(advantages[idx], mb_mask)):  # every rank updates, or none
-                        sums["grad_norm"] += self.update(policy_loss)
-                    else:
-                        sums["skipped_update"] += 1.0
+                    # Every advantage 0: no policy step. The critic still learns the returns.
+                    update = self.policy_update(policy_loss, self.any_rank(carries_signal(advantages[idx], mb_mask)))
                     with self.timer(CRITIC_PHASE):  # a part of the update: what the separate critic costs
                         with self.autocast():
                             values = self.critic(mb)
                         value_loss = ppo_value_loss(values, old_values[idx], returns[idx], mb_mask, c.value_clip,
                                                     num_tokens=num_tokens)
                         self.update(value_loss, self.critic_optimizer, self.critic.parameters())
-                sums["loss/policy"] += policy_loss.item()
-                sums["loss/value"] += value_loss.item()
-                sums["clipfrac"] += ppo_clip_fraction(logps, old_logps[idx], advantages[idx], mb_mask, c.epsilon).item()
-                sums["entropy"] += masked_mean(entropy, mb_mask).item()
-
-        updates = c.epochs * c.minibatches  # 6 metrics
-        metrics = {k: v / updates for k, v in sums.items()}
-        metrics["loss"] = metrics["loss/policy"] + metrics["loss/value"]
-        metrics.update(self.kl_metrics(old_logps, ref_logps if c.kl_coef > 0 else None, mask, "k1"))  # k1 in its reward
-        metrics.update(self.rollout_metrics(rollout, scores))
-        metrics.update(self.advantage_metrics(advantages, mask))
-        metrics["advantage/raw_std"] = raw_std  # before whitening: the signal whitening scales up
-        metrics["tied_batch"] = float(tied)
-        metrics["value/mean"] = masked_mean(old_values, mask).item()
-        return metrics
+                clipfrac = ppo_clip_fraction(logps, old_logps[idx], advantages[idx], mb_mask, c.epsilon)
+                # entropy: a token mean per minibatch, as it is trained on
+                log.add_update({"loss/policy": policy_loss.item(), "loss/value": value_loss.item(),
+                                "clipfrac": clipfrac.item(), **update, "entropy": masked_mean(entropy, mb_mask).item()})
+        log.add({"advantage/raw_std": raw_std,  # before whitening: the signal whitening scales up
+                 "tied_batch": float(tied), "value/mean": masked_mean(old_values, mask).item()})

@@ -14,9 +14,9 @@ from typing import Optional
 
 import torch
 
-from algorithms.base import Algorithm, AlgoConfig, register_algorithm
+from algorithms.base import Algorithm, AlgoConfig, Batch, StepLog, register_algorithm
 from algorithms.estimators import batch_mean_advantages
-from algorithms.losses import carries_signal, masked_mean_per_sequence, reinforce_loss
+from algorithms.losses import carries_signal, reinforce_loss
 
 BASELINES = ("moving_average", "batch_mean", "none")
 
@@ -40,7 +40,17 @@ class REINFORCEConfig(AlgoConfig):
             raise ValueError(f"beta must be >= 0, got {self.beta}")
 
     def completions_per_step(self) -> int:
-        return self.prompts_per_step * self.samples_per_prompt
+        return self.prompts_per_step * self.group_size
+
+    @property
+    def group_size(self) -> int:
+        """Completions per prompt, under the setting's name ``samples_per_prompt``."""
+        return self.samples_per_prompt
+
+    @property
+    def kl_coef(self) -> float:
+        """The KL coefficient, under the setting's name ``beta``."""
+        return self.beta
 
 
 @register_algorithm
@@ -52,34 +62,20 @@ class REINFORCE(Algorithm):
         super().__init__(*args, **kwargs)
         self.baseline: Optional[float] = None  # set from the first batch, so its advantages are centred
 
-    def train_step(self, prompts: list[str]) -> dict[str, float]:
+    def learn(self, batch: Batch, log: StepLog) -> None:
         c: REINFORCEConfig = self.config
-        rollout = self.generate(prompts, c.samples_per_prompt)  # 1 generate
-        rewards = self.score(rollout)  # 2 score
-        mask = rollout.completion_mask
-        ref_logps = self.frozen_logps(self.ref_policy, rollout) if c.beta > 0 else None  # 3 ref log-probs
-        advantages = self._advantages(rewards)  # 4 advantages
-        # No signal (every advantage 0, no KL term): no step, which AdamW's momentum would still take.
-        signal = self.any_rank(c.beta > 0 or carries_signal(advantages, mask))  # every rank updates, or none
-
+        batch.advantages = self.advantages(batch.rewards)  # 4 advantages; none and no KL term: no step
+        signal = self.any_rank(c.kl_coef > 0 or carries_signal(batch.advantages, batch.mask))
         with self.timer("update"):  # 5 one update
-            logps, entropy = self.logps(self.policy, rollout, with_entropy=True)
-            loss, parts = reinforce_loss(logps, advantages, mask, ref_logps, beta=c.beta, return_parts=True)
-            grad_norm = self.update(loss) if signal else 0.0
+            logps = self.policy_logps(batch)
+            loss, parts = reinforce_loss(logps, batch.advantages, batch.mask, batch.ref_logps, kl_coef=c.kl_coef,
+                                         return_parts=True)
+            update = self.policy_update(loss, signal)
+        log.add_update({"loss": loss.item(), **{f"loss/{part}": value for part, value in parts.items()}, **update})
+        log.add({"baseline": self.baseline if self.baseline is not None else 0.0})
 
-        return {  # 6 metrics
-            "loss": loss.item(),
-            **{f"loss/{part}": value for part, value in parts.items()},
-            "grad_norm": grad_norm,
-            "skipped_update": float(not signal),
-            **self.kl_metrics(logps.detach(), ref_logps, mask),
-            "entropy": masked_mean_per_sequence(entropy, mask).mean().item(),
-            "baseline": self.baseline if self.baseline is not None else 0.0,
-            **self.rollout_metrics(rollout, rewards),
-            **self.advantage_metrics(advantages),
-        }
-
-    def _advantages(self, rewards: torch.Tensor) -> torch.Tensor:
+    def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
+        """Step 4: (B,) the rewards less the baseline."""
         if self.config.baseline != "batch_mean":
             return rewards - self._baseline(rewards)
         if self.data_parallel is None:

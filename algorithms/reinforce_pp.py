@@ -15,12 +15,9 @@ from typing import Optional
 
 import torch
 
-from algorithms.base import Algorithm, AlgoConfig, register_algorithm
+from algorithms.base import Algorithm, AlgoConfig, Batch, StepLog, register_algorithm
 from algorithms.kl import KL_ESTIMATORS, approx_kl
-from algorithms.losses import (
-    carries_signal, masked_mean, masked_mean_per_sequence, ppo_clip_fraction, ppo_policy_loss,
-    reinforce_pp_advantages,
-)
+from algorithms.losses import carries_signal, masked_mean, ppo_clip_fraction, ppo_policy_loss, reinforce_pp_advantages
 from algorithms.policy_losses import aggregate_token_mean
 
 
@@ -62,7 +59,12 @@ class REINFORCEPPConfig(AlgoConfig):
             raise ValueError(f"reward_clip_min ({low}) must be less than reward_clip_max ({high})")
 
     def completions_per_step(self) -> int:
-        return self.prompts_per_step * self.samples_per_prompt
+        return self.prompts_per_step * self.group_size
+
+    @property
+    def group_size(self) -> int:
+        """G, completions per prompt, under the setting's name ``samples_per_prompt`` (OpenRLHF's)."""
+        return self.samples_per_prompt
 
 
 @register_algorithm
@@ -70,59 +72,46 @@ class REINFORCEPP(Algorithm):
     name = "reinforce_pp"
     Config = REINFORCEPPConfig
 
-    @classmethod
-    def needs_reference(cls, config) -> bool:
-        return config.kl_coef > 0
+    @property
+    def kl_estimator(self) -> str:
+        return self.config.kl_estimator
 
-    def train_step(self, prompts: list[str]) -> dict[str, float]:
+    def learn(self, batch: Batch, log: StepLog) -> None:
         c: REINFORCEPPConfig = self.config
-        rollout = self.generate(prompts, c.samples_per_prompt)  # 1 generate
-        scores = self.score(rollout)  # 2 score
-        mask = rollout.completion_mask.float()
-        ref_logps = self.frozen_logps(self.ref_policy, rollout) if c.kl_coef > 0 else None  # 3 reference log-probs
-
-        old_logps, sums = None, {"loss/policy": 0.0, "loss/kl": 0.0, "clipfrac": 0.0, "grad_norm": 0.0}
+        kl_in_loss = c.kl_in_loss and batch.ref_logps is not None
         for iteration in range(1, c.mu + 1):  # 5 update(s); the first forward also gives the old log-probs
             with self.timer("update"):
-                if iteration == 1:
-                    logps, entropy = self.logps(self.policy, rollout, with_entropy=True)
-                    old_logps = logps.detach()
-                    in_reward = ref_logps is not None and not c.kl_in_loss
-                    kl = approx_kl(old_logps, ref_logps, c.kl_estimator) if in_reward else torch.zeros_like(old_logps)
-                    # 4 advantages, from the batch as sampled, whitened over the global batch (every rank's tokens)
-                    advantages, returns = self.on_global_batch(
-                        lambda scores, kl, mask: reinforce_pp_advantages(
-                            scores, kl, mask, kl_coef=c.kl_coef, group_size=c.samples_per_prompt,
-                            group_baseline=c.group_baseline, gamma=c.gamma, reward_clip_min=c.reward_clip_min,
-                            reward_clip_max=c.reward_clip_max, std_norm=c.advantage_std_norm),
-                        scores, kl, mask)
-                    # No signal (every advantage 0, no KL loss): no step, which AdamW's momentum would still take.
-                    # Decided over every rank: a rank that skipped the gradient all-reduce would hang the others.
-                    kl_term = c.kl_in_loss and ref_logps is not None and bool(mask.any())
-                    signal = self.any_rank(kl_term or carries_signal(advantages, mask))
+                logps = self.policy_logps(batch, iteration)
+                if iteration == 1:  # 4 advantages, from the batch as sampled; none and no KL loss: no step
+                    batch.advantages, returns = self.advantages(batch, kl_in_loss)
+                    signal = self.any_rank((kl_in_loss and bool(batch.mask.any()))
+                                           or carries_signal(batch.advantages, batch.mask))
                     # Token means over the global batch's active tokens (None in one process: this mask's).
-                    num_tokens = self.data_parallel_token_count(mask)
-                else:
-                    logps = self.logps(self.policy, rollout)
-                policy_loss = ppo_policy_loss(logps, old_logps, advantages, mask, c.epsilon, c.epsilon_high,
-                                              num_tokens=num_tokens)
-                kl_loss = (aggregate_token_mean(approx_kl(logps, ref_logps, c.kl_estimator), mask, None, num_tokens)
-                           if c.kl_in_loss and ref_logps is not None else torch.zeros_like(policy_loss))
-                loss = policy_loss + c.kl_coef * kl_loss
-                if signal:
-                    sums["grad_norm"] += self.update(loss)
-            sums["loss/policy"] += policy_loss.item()
-            sums["loss/kl"] += c.kl_coef * kl_loss.item()  # as it enters the loss (0 where the KL is in the reward)
-            sums["clipfrac"] += ppo_clip_fraction(logps, old_logps, advantages, mask, c.epsilon, c.epsilon_high).item()
+                    num_tokens = self.data_parallel_token_count(batch.mask)
+                policy_loss = ppo_policy_loss(logps, batch.logps, batch.advantages, batch.mask, c.epsilon,
+                                              c.epsilon_high, num_tokens=num_tokens)
+                loss = policy_loss
+                if kl_in_loss:
+                    kl_loss = aggregate_token_mean(approx_kl(logps, batch.ref_logps, c.kl_estimator), batch.mask,
+                                                   None, num_tokens)
+                    loss = policy_loss + c.kl_coef * kl_loss
+                update = self.policy_update(loss, signal)
+            clipfrac = ppo_clip_fraction(logps, batch.logps, batch.advantages, batch.mask, c.epsilon, c.epsilon_high)
+            log.add_update({"loss/policy": policy_loss.item(),
+                            # as it enters the loss; where the KL is in the reward it is no part of the loss
+                            **({"loss/kl": c.kl_coef * kl_loss.item()} if kl_in_loss else {}),
+                            "clipfrac": clipfrac.item(), **update})
+        log.add({"return/mean": masked_mean(returns, batch.mask).item()})
 
-        metrics = {k: v / c.mu for k, v in sums.items()}  # 6 metrics
-        metrics["loss"] = metrics["loss/policy"] + metrics["loss/kl"]
-        if not (c.kl_in_loss and ref_logps is not None):
-            del metrics["loss/kl"]  # the KL sits in the reward: no part of the loss
-        metrics["skipped_update"] = float(not signal)
-        metrics.update(self.kl_metrics(old_logps, ref_logps, mask, c.kl_estimator))
-        metrics["entropy"] = masked_mean_per_sequence(entropy, mask).mean().item()
-        metrics.update(self.rollout_metrics(rollout, scores))
-        metrics.update(self.advantage_metrics(advantages, mask))
-        metrics["return/mean"] = masked_mean(returns, mask).item()
-        return metrics
+    def advantages(self, batch: Batch, kl_in_loss: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Step 4: (B, T) token advantages and returns of the rewards less, where the KL is in the reward, kl_coef
+        times the per-token KL, whitened over the global batch (every rank's tokens)."""
+        c: REINFORCEPPConfig = self.config
+        in_reward = batch.ref_logps is not None and not kl_in_loss
+        kl = approx_kl(batch.logps, batch.ref_logps, c.kl_estimator) if in_reward else torch.zeros_like(batch.logps)
+        return self.on_global_batch(
+            lambda rewards, kl, mask: reinforce_pp_advantages(
+                rewards, kl, mask, kl_coef=c.kl_coef, group_size=c.group_size, group_baseline=c.group_baseline,
+                gamma=c.gamma, reward_clip_min=c.reward_clip_min, reward_clip_max=c.reward_clip_max,
+                std_norm=c.advantage_std_norm),
+            batch.rewards, kl, batch.mask)

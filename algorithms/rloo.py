@@ -3,8 +3,8 @@ RLOOTrainer defines it.
 
 No critic: each prompt gets G completions and a completion's baseline is the mean reward of the other
 G - 1. The KL to the reference is TRL's: the k1 estimate summed over the completion's tokens and
-subtracted from its reward (beta 0.05), not a loss term. The loss is PPO's clip on the *sequence*
-ratio, averaged over completions; at mu = 1 it is REINFORCE with the leave-one-out baseline.
+subtracted from its reward (kl_coef 0.05, the setting ``beta``), not a loss term. The loss is PPO's clip
+on the *sequence* ratio, averaged over completions; at mu = 1 it is REINFORCE with the leave-one-out baseline.
 """
 
 from __future__ import annotations
@@ -14,11 +14,9 @@ from typing import Optional
 
 import torch
 
-from algorithms.base import Algorithm, AlgoConfig, register_algorithm
+from algorithms.base import Algorithm, AlgoConfig, Batch, StepLog, register_algorithm
 from algorithms.kl import KL_PENALTIES
-from algorithms.losses import (
-    carries_signal, masked_mean_per_sequence, rloo_advantages, rloo_clip_fraction, rloo_loss, sequence_logps,
-)
+from algorithms.losses import carries_signal, rloo_advantages, rloo_clip_fraction, rloo_loss, sequence_logps
 
 
 @dataclass
@@ -50,54 +48,43 @@ class RLOOConfig(AlgoConfig):
     def completions_per_step(self) -> int:
         return self.prompts_per_step * self.group_size
 
+    @property
+    def kl_coef(self) -> float:
+        """The KL coefficient, under the setting's name ``beta`` (TRL's)."""
+        return self.beta
+
 
 @register_algorithm
 class RLOO(Algorithm):
     name = "rloo"
     Config = RLOOConfig
+    kl_estimator = "k1"  # in its reward
+    per_update_metrics = ("loss", "grad_norm", "clipfrac")
 
-    def train_step(self, prompts: list[str]) -> dict[str, float]:
+    def learn(self, batch: Batch, log: StepLog) -> None:
         c: RLOOConfig = self.config
-        rollout = self.generate(prompts, c.group_size)  # 1 generate
-        rewards = self.score(rollout)  # 2 score
-        mask = rollout.loss_mask(c.mask_truncated)
-        ref_logps = self.frozen_logps(self.ref_policy, rollout) if c.beta > 0 else None  # 3 reference log-probs
-
-        old_logps, metrics = None, {}
         for iteration in range(1, c.mu + 1):  # 5 update(s); the first forward also gives the old log-probs
             with self.timer("update"):
-                if iteration == 1:
-                    logps, entropy = self.logps(self.policy, rollout, with_entropy=True)
-                    first_logps = logps.detach()
-                    # (B,): k1 summed over each completion's tokens
-                    kl = None if ref_logps is None else sequence_logps(KL_PENALTIES["k1"](first_logps, ref_logps), mask)
-                    # 4 advantages, from the batch as sampled; normalised over the global batch (every rank's)
-                    advantages = self.on_global_batch(
-                        lambda rewards, kl: rloo_advantages(
-                            rewards, c.group_size, kl=None if ref_logps is None else kl, beta=c.beta,
-                            normalize=c.normalize_advantages, reward_clip_min=c.reward_clip_min,
-                            reward_clip_max=c.reward_clip_max),
-                        rewards, torch.zeros_like(rewards) if kl is None else kl)
-                    if c.mu > 1:
-                        old_logps = first_logps
-                    # The KL is in them: none, no step (AdamW would move). Decided over every rank: a rank that
-                    # skipped the gradient all-reduce would hang the others.
-                    signal = self.any_rank(carries_signal(advantages, mask))
-                else:
-                    logps = self.logps(self.policy, rollout)
-                loss = rloo_loss(logps, old_logps, advantages, mask, epsilon=c.epsilon, epsilon_high=c.epsilon_high)
-                grad_norm = self.update(loss) if signal else 0.0
-            metrics[f"loss/iter{iteration}"] = loss.item()
-            metrics[f"grad_norm/iter{iteration}"] = grad_norm
-            metrics[f"clipfrac/iter{iteration}"] = rloo_clip_fraction(
-                logps, first_logps if old_logps is None else old_logps, advantages, mask,
-                epsilon=c.epsilon, epsilon_high=c.epsilon_high).item()
+                logps = self.policy_logps(batch, iteration)
+                if iteration == 1:  # 4 advantages, from the batch as sampled; the KL is in them: none, no step
+                    batch.advantages = self.advantages(batch)
+                    signal = self.any_rank(carries_signal(batch.advantages, batch.mask))
+                loss = rloo_loss(logps, batch.logps, batch.advantages, batch.mask, epsilon=c.epsilon,
+                                 epsilon_high=c.epsilon_high)
+                update = self.policy_update(loss, signal)
+            clipfrac = rloo_clip_fraction(logps, batch.logps, batch.advantages, batch.mask, epsilon=c.epsilon,
+                                          epsilon_high=c.epsilon_high)
+            # the KL is in the advantages: the loss is all policy
+            log.add_update({"loss": loss.item(), "loss/policy": loss.item(), **update, "clipfrac": clipfrac.item()})
 
-        metrics.update(self.kl_metrics(first_logps, ref_logps, mask, "k1"))  # 6 metrics; k1 sits in its reward
-        metrics["entropy"] = masked_mean_per_sequence(entropy, mask).mean().item()
-        metrics.update(self.rollout_metrics(rollout, rewards))
-        metrics.update(self.advantage_metrics(advantages))
-        self.mean_over_updates(metrics, c.mu)
-        metrics["loss/policy"] = metrics["loss"]  # the KL is in the advantages: the loss is all policy
-        metrics["skipped_update"] = float(not signal)
-        return metrics
+    def advantages(self, batch: Batch) -> torch.Tensor:
+        """Step 4: (B,) leave-one-out advantages of the rewards less kl_coef times the k1 KL summed over each
+        completion's tokens, normalised (where asked) over the global batch (every rank's)."""
+        c: RLOOConfig = self.config
+        kl = (torch.zeros_like(batch.rewards) if batch.ref_logps is None
+              else sequence_logps(KL_PENALTIES["k1"](batch.logps, batch.ref_logps), batch.mask))  # (B,)
+        return self.on_global_batch(
+            lambda rewards, kl: rloo_advantages(
+                rewards, c.group_size, kl=kl, kl_coef=c.kl_coef, normalize=c.normalize_advantages,
+                reward_clip_min=c.reward_clip_min, reward_clip_max=c.reward_clip_max),
+            batch.rewards, kl)

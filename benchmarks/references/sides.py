@@ -460,7 +460,8 @@ def same_batch_check_rloo(trl: Trl, prompts: list[str]) -> dict[str, float]:
         old = rollout_logps(model, rollout, temperature=t.temperature)
         ref = _reference_logps(t, model, rollout, t.temperature) if w.beta > 0 else None
     kl = sequence_logps(old - ref, mask) if ref is not None else None
-    advantages = rloo_advantages(torch.tensor(trl.last_rewards, device=mask.device), w.group_size, kl=kl, beta=w.beta)
+    advantages = rloo_advantages(torch.tensor(trl.last_rewards, device=mask.device), w.group_size, kl=kl,
+                                 kl_coef=w.beta)
     out = {"max_abs_diff_advantages": float((advantages - inputs["advantages"]).abs().max()),
            "max_abs_diff_old_logps": float((sequence_logps(old, mask) - inputs["old_logps"]).abs().max())}
 

@@ -102,7 +102,9 @@ def test_every_step_is_its_train_step_and_the_timings(pizza, name, options):
     config = cls.Config(learning_rate=1e-2, prompts_per_step=1, **options)
     ref = copy.deepcopy(policy).requires_grad_(False) if cls.needs_reference(config) else None
     algo = cls(policy, ref, pizza, config, Sampling(max_new_tokens=pizza.generation.max_new_tokens), seed=0)
-    assert "step" not in vars(cls) and "train_step" in vars(cls)  # the wrap-up is the base's, written once
+    assert "step" not in vars(cls)  # the wrap-up is the base's, written once
+    # and so is the step's skeleton: an algorithm holds its difference, ``learn`` (GRPO's step is still its own)
+    assert ("train_step" in vars(cls)) == (name == "grpo") and ("learn" in vars(cls)) == (name != "grpo")
     seen = []
     real = algo.train_step
     algo.train_step = lambda prompts: seen.append(dict(real(prompts))) or dict(seen[-1])

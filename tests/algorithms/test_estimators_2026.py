@@ -47,12 +47,12 @@ def test_reinforce_batch_mean_baseline_is_flash_reinforce():
     algo = REINFORCE.__new__(REINFORCE)  # the advantage step alone, no model
     algo.config, algo.data_parallel, algo.baseline = REINFORCEConfig(baseline="batch_mean"), None, None
     rewards = torch.tensor([1.0, 0.0, 0.0, 0.0])
-    assert algo._advantages(rewards).tolist() == [0.75, -0.25, -0.25, -0.25]
-    assert algo._advantages(torch.tensor([1.0, 1.0])).tolist() == [0.0, 0.0]  # no memory of the last batch
+    assert algo.advantages(rewards).tolist() == [0.75, -0.25, -0.25, -0.25]
+    assert algo.advantages(torch.tensor([1.0, 1.0])).tolist() == [0.0, 0.0]  # no memory of the last batch
     algo.config = REINFORCEConfig()  # the default is unchanged: the first batch centres on its own mean ...
-    assert algo._advantages(rewards).tolist() == [0.75, -0.25, -0.25, -0.25]
+    assert algo.advantages(rewards).tolist() == [0.75, -0.25, -0.25, -0.25]
     # ... and the next one on the moving average 0.9 * 0.25 + 0.1 * 0.25 = 0.25, not on its own mean 1
-    assert algo._advantages(torch.tensor([1.0, 1.0])).tolist() == [0.75, 0.75]
+    assert algo.advantages(torch.tensor([1.0, 1.0])).tolist() == [0.75, 0.75]
 
 
 def test_run_help_offers_the_new_estimators_and_the_batch_mean_baseline(run_cli, capsys):
@@ -91,7 +91,7 @@ def test_the_batch_mean_is_the_global_batch_s_under_data_parallelism():
     algo = REINFORCE.__new__(REINFORCE)
     algo.config, algo.data_parallel, algo.baseline = REINFORCEConfig(baseline="batch_mean"), _TwoRanks(
         torch.tensor([1.0, 1.0])), None
-    assert algo._advantages(torch.tensor([0.0, 0.0])).tolist() == [-0.5, -0.5]
+    assert algo.advantages(torch.tensor([0.0, 0.0])).tolist() == [-0.5, -0.5]
 
     from algorithms.grpo import GRPO, GRPOConfig
 

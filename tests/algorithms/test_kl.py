@@ -52,8 +52,8 @@ def test_the_parts_add_up_and_the_loss_is_unchanged(options):
 
 def test_reinforce_parts():
     logps, _, ref, adv, mask, _ = _batch(1)
-    loss, parts = reinforce_loss(logps, adv, mask, ref, beta=0.05, return_parts=True)
-    assert torch.equal(loss, reinforce_loss(logps, adv, mask, ref, beta=0.05))
+    loss, parts = reinforce_loss(logps, adv, mask, ref, kl_coef=0.05, return_parts=True)
+    assert torch.equal(loss, reinforce_loss(logps, adv, mask, ref, kl_coef=0.05))
     assert parts["policy"] + parts["kl"] == pytest.approx(loss.item(), abs=1e-6) and parts["kl"] > 0
     assert reinforce_loss(logps, adv, mask, return_parts=True)[1].keys() == {"policy"}
 

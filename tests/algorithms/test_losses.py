@@ -27,7 +27,7 @@ def test_reinforce_loss_by_hand():
     assert reinforce_loss(LOGPS, adv, MASK).item() == pytest.approx(expected)
     k3 = lambda lp, ref: math.exp(ref - lp) - (ref - lp) - 1  # noqa: E731
     kl_seq = [sum(k3(LOGPS[i, t].item(), REF[i, t].item()) for t in range(3) if MASK[i, t]) for i in range(2)]
-    got = reinforce_loss(LOGPS, adv, MASK, REF, beta=0.5).item()
+    got = reinforce_loss(LOGPS, adv, MASK, REF, kl_coef=0.5).item()
     assert got == pytest.approx(expected + 0.5 * sum(kl_seq) / 2, rel=1e-6)
 
 

@@ -152,7 +152,7 @@ def test_rloo_advantages_by_hand():
     kl = torch.tensor([1.0, 0.0, 2.0, 0.0, 0.0, 0.0])
     r = [1 - 0.5, 2.0, 4 - 1.0]  # clip then -beta KL with beta 0.5
     expected = [r[0] - (r[1] + r[2]) / 2, r[1] - (r[0] + r[2]) / 2, r[2] - (r[0] + r[1]) / 2, 0.0, 0.0, 0.0]
-    got = rloo_advantages(rewards, 3, kl=kl, beta=0.5, reward_clip_max=4.0)
+    got = rloo_advantages(rewards, 3, kl=kl, kl_coef=0.5, reward_clip_max=4.0)
     assert got.tolist() == pytest.approx(expected)
     normed = rloo_advantages(rewards, 3, normalize=True)
     raw = torch.tensor([-3.0, -1.5, 4.5, 0.0, 0.0, 0.0])

@@ -523,7 +523,7 @@ def rloo_advantages_of(cfg: dict):
         with torch.no_grad():
             out = trainer._generate_and_score_completions(batch)
             kl = _rloo_kl(trainer, out) if cfg["beta"] > 0 else None
-        ours = rloo_advantages(rewards, G, kl=kl, beta=cfg["beta"], normalize=cfg["normalize_advantages"],
+        ours = rloo_advantages(rewards, G, kl=kl, kl_coef=cfg["beta"], normalize=cfg["normalize_advantages"],
                                reward_clip_min=low, reward_clip_max=high)
         return _vector(ours, out["advantages"].float())
 
