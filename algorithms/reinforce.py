@@ -78,10 +78,13 @@ class REINFORCE(Algorithm):
         """Step 4: (B,) the rewards less the baseline."""
         if self.config.baseline != "batch_mean":
             return rewards - self._baseline(rewards)
-        if self.data_parallel is None:
-            return batch_mean_advantages(rewards)
         # the global batch's mean, as one process would take it; this rank's rows of the result
-        return batch_mean_advantages(self.data_parallel.gather(rewards)).view(self.world_size, -1)[self.data_parallel.rank]
+        found = rewards if self.data_parallel is None else self.data_parallel.gather(rewards)
+        advantages = batch_mean_advantages(found)
+        self.baseline = (found.mean() if advantages.any() else found[0]).item()  # what was subtracted: the metric
+        if self.data_parallel is None:
+            return advantages
+        return advantages.view(self.world_size, -1)[self.data_parallel.rank]
 
     def _baseline(self, rewards: torch.Tensor) -> float:
         """The baseline for this batch (from earlier batches only, except the first), then fold this batch in."""

@@ -48,8 +48,11 @@ def test_reinforce_batch_mean_baseline_is_flash_reinforce():
     algo.config, algo.data_parallel, algo.baseline = REINFORCEConfig(baseline="batch_mean"), None, None
     rewards = torch.tensor([1.0, 0.0, 0.0, 0.0])
     assert algo.advantages(rewards).tolist() == [0.75, -0.25, -0.25, -0.25]
+    assert algo.baseline == 0.25  # the step's "baseline" metric: what was subtracted
     assert algo.advantages(torch.tensor([1.0, 1.0])).tolist() == [0.0, 0.0]  # no memory of the last batch
-    algo.config = REINFORCEConfig()  # the default is unchanged: the first batch centres on its own mean ...
+    assert algo.baseline == 1.0
+    # the default is unchanged: a first batch centres on its own mean ...
+    algo.config, algo.baseline = REINFORCEConfig(), None
     assert algo.advantages(rewards).tolist() == [0.75, -0.25, -0.25, -0.25]
     # ... and the next one on the moving average 0.9 * 0.25 + 0.1 * 0.25 = 0.25, not on its own mean 1
     assert algo.advantages(torch.tensor([1.0, 1.0])).tolist() == [0.75, 0.75]
@@ -92,6 +95,7 @@ def test_the_batch_mean_is_the_global_batch_s_under_data_parallelism():
     algo.config, algo.data_parallel, algo.baseline = REINFORCEConfig(baseline="batch_mean"), _TwoRanks(
         torch.tensor([1.0, 1.0])), None
     assert algo.advantages(torch.tensor([0.0, 0.0])).tolist() == [-0.5, -0.5]
+    assert algo.baseline == 0.5  # the metric is the global batch's mean too
 
     from algorithms.grpo import GRPO, GRPOConfig
 
