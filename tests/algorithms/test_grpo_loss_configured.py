@@ -1,19 +1,15 @@
 """GRPO's configured loss (``GRPOConfig.loss()``) gives the loss, the parts and the gradients the loss gave before it
 was one object, on every loss type and on the masks, corrections and terms around them: the expected numbers below
-were computed by the earlier ``grpo_loss(..., **options)`` function at the same settings, as a GRPO step passed them.
+were computed by the earlier function, ``grpo_loss(..., **options)``, at the same settings as a GRPO step passed them.
 A wrong setting reaching the loss (a default, an option of a member, the aggregation) moves them far beyond 1e-6."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
-
 import pytest
 import torch
 
-from algorithms import grpo as grpo_module
 from algorithms.grpo import GRPOConfig
-from algorithms.policy_losses import grpo_loss
 
 T = 5
 NAN = float("nan")
@@ -123,12 +119,10 @@ def _loss(name: str):
     logps, old, ref, sampling, adv, mask, entropies, probe = _batch()
     logps.requires_grad_(True)
     entropies.requires_grad_(True)
-    config = GRPOConfig(**settings)
-    options = {**{n: getattr(config, n) for n in grpo_module.LOSS_OPTIONS}, **asdict(config.policy_loss().options),
-               **asdict(config.sampler_correction().options)}
-    loss, parts = grpo_loss(logps, None if on_policy else old, ref, adv, mask, **options, max_completion_length=T,
-                            entropies=entropies, sampling_logps=sampling if sampled else None,
-                            num_items_in_batch=num_items, generator=torch.Generator().manual_seed(3), return_parts=True)
+    loss, parts = GRPOConfig(**settings).loss(max_completion_length=T)(
+        logps, None if on_policy else old, ref, adv, mask, entropies=entropies,
+        sampling_logps=sampling if sampled else None, num_items_in_batch=num_items,
+        generator=torch.Generator().manual_seed(3), return_parts=True)
     loss.backward()
     entropy_grad = 0.0 if entropies.grad is None else entropies.grad.sum().item()
     return loss.item(), parts, (logps.grad * probe).sum().item(), logps.grad.abs().sum().item(), entropy_grad
