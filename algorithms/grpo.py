@@ -22,7 +22,6 @@ losses by name.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -34,7 +33,7 @@ from algorithms.diagnostics import sampler_mismatch
 from algorithms.estimators import ADVANTAGE_ESTIMATORS, AdvantageEstimator, EstimatorInputs, advantage_estimator
 from algorithms.kl import KL_PENALTIES
 from algorithms.losses import ADVANTAGE_SCALES, carries_signal, masked_mean_per_sequence, overlong_penalty
-from algorithms.policy_losses import GRPO_LEVELS, LOSS_AGGREGATIONS, POLICY_LOSSES, grpo_loss, policy_loss
+from algorithms.policy_losses import GRPO_LEVELS, LOSS_AGGREGATIONS, POLICY_LOSSES, GRPOLoss, policy_loss
 from algorithms.sampler_corrections import SAMPLER_CORRECTIONS, sampler_correction
 
 SAMPLING_PRECISIONS = ("same", "fp32", "bf16", "int8")
@@ -48,35 +47,34 @@ CORRECTION_OPTIONS = OptionGroup("importance_sampling_mode",
                                  lambda: {name: cls.Options for name, cls in SAMPLER_CORRECTIONS.items()})
 
 
-# A field whose metadata says ``loss_option`` is an argument of ``grpo_loss`` under the same name (LOSS_OPTIONS): a
-# knob every policy loss shares is one field. A loss's own knobs are its ``Options`` (POLICY_LOSS_OPTIONS).
+# Every setting of the loss is a field here, its default stated once: a knob every policy loss shares is one field, a
+# loss's own knobs are its ``Options`` (POLICY_LOSS_OPTIONS). ``loss()`` hands them to the loss, configured.
 @dataclass(init=False)
 class GRPOConfig(AlgoConfig):
-    group_size: int = field(default=8, metadata={
-        "loss_option": True, "help": "G, completions per prompt (>= 2; the paper uses 64)"})
+    group_size: int = field(default=8, metadata={"help": "G, completions per prompt (>= 2; the paper uses 64)"})
     mu: int = field(default=1, metadata={"help": "policy updates per generation batch (TRL's num_iterations)"})
-    level: str = field(default="token", metadata={"loss_option": True, "help": "importance ratio per token, or per sequence (GSPO; TRL's importance_sampling_level)", "choices": GRPO_LEVELS})
+    level: str = field(default="token", metadata={"help": "importance ratio per token, or per sequence (GSPO; TRL's importance_sampling_level)", "choices": GRPO_LEVELS})
     # The two registries' choices are live views: a plug-in registered before the parser is built is a choice.
     advantage_estimator: str = field(default="grpo", metadata={"help": "advantage estimator, by its registered name (algorithms/estimators.py): grpo (paper: group-standardised), rloo, reinforce_plus_plus(_baseline), remax (greedy-completion baseline), gpg, opo, grpo_passk, optimal_token_baseline (verl's per-token baseline; an extra no-grad forward per step), maxrl (SkyRL: divided by the group mean), flash_reinforce (OpenRLHF: minus the batch mean); plug-ins. scale_rewards applies to grpo and grpo_passk", "choices": ADVANTAGE_ESTIMATORS.keys()})
-    loss_type: str = field(default="grpo", metadata={"loss_option": True, "help": "policy loss, by its registered name: grpo (paper), bnpo, dr_grpo, dapo, cispo (MiniMax-M1), sapo (Qwen SAPO), luspo (LUSPO; use level sequence), vespo (VESPO): TRL 1.16's loss types; dual_clip, gmpo (epsilon is a log-ratio bound; paper: 0.4), clip_cov, kl_cov, dppo_tv, dppo_kl (epsilon, epsilon_high are divergence bounds; clip_ratio_c truncates the IS weight): verl's; real (group ranking loss), fipo (future-KL weighted clip): ms-swift's; plug-ins", "choices": POLICY_LOSSES.keys()})
-    loss_aggregation: Optional[str] = field(default=None, metadata={"loss_option": True, "help": "replace the loss type's aggregation: grpo, bnpo, dr_grpo, dapo, luspo, or verl's token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm (default: the loss type's own)", "choices": tuple(LOSS_AGGREGATIONS)})
-    kl_loss_type: str = field(default="k3", metadata={"loss_option": True, "help": "KL term's estimator (verl's kl_loss_type): k1, k2, k3 (paper), low_var_kl (verl's clamped k3), abs; a '+' suffix keeps the value with k2's gradient", "choices": tuple(KL_PENALTIES)})
-    entropy_coef: float = field(default=0.0, metadata={"loss_option": True, "help": "entropy bonus: loss -= coef * mean entropy of the trained tokens (TRL's entropy_coef, verl's entropy_coeff; off in the paper; typical 1e-3)"})
-    epsilon: float = field(default=0.2, metadata={"loss_option": True, "help": "lower clip range 1 - epsilon (PPO/GRPO: 0.2)"})
-    epsilon_high: Optional[float] = field(default=None, metadata={"loss_option": True, "help": "upper clip range 1 + epsilon_high (default epsilon; DAPO: 0.28); cispo: the IS-weight cap itself (ScaleRL: 5.0)"})
-    delta: Optional[float] = field(default=None, metadata={"loss_option": True, "help": "two-sided clipping: also cap the unclipped ratio at delta (INTELLECT-2; TRL default off; > 1 + epsilon_high)"})
-    beta: float = field(default=0.04, metadata={"loss_option": True, "help": "k3 KL penalty weight to the reference (paper: 0.04; 0 skips the reference)"})
+    loss_type: str = field(default="grpo", metadata={"help": "policy loss, by its registered name: grpo (paper), bnpo, dr_grpo, dapo, cispo (MiniMax-M1), sapo (Qwen SAPO), luspo (LUSPO; use level sequence), vespo (VESPO): TRL 1.16's loss types; dual_clip, gmpo (epsilon is a log-ratio bound; paper: 0.4), clip_cov, kl_cov, dppo_tv, dppo_kl (epsilon, epsilon_high are divergence bounds; clip_ratio_c truncates the IS weight): verl's; real (group ranking loss), fipo (future-KL weighted clip): ms-swift's; plug-ins", "choices": POLICY_LOSSES.keys()})
+    loss_aggregation: Optional[str] = field(default=None, metadata={"help": "replace the loss type's aggregation: grpo, bnpo, dr_grpo, dapo, luspo, or verl's token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm (default: the loss type's own)", "choices": tuple(LOSS_AGGREGATIONS)})
+    kl_loss_type: str = field(default="k3", metadata={"help": "KL term's estimator (verl's kl_loss_type): k1, k2, k3 (paper), low_var_kl (verl's clamped k3), abs; a '+' suffix keeps the value with k2's gradient", "choices": tuple(KL_PENALTIES)})
+    entropy_coef: float = field(default=0.0, metadata={"help": "entropy bonus: loss -= coef * mean entropy of the trained tokens (TRL's entropy_coef, verl's entropy_coeff; off in the paper; typical 1e-3)"})
+    epsilon: float = field(default=0.2, metadata={"help": "lower clip range 1 - epsilon (PPO/GRPO: 0.2)"})
+    epsilon_high: Optional[float] = field(default=None, metadata={"help": "upper clip range 1 + epsilon_high (default epsilon; DAPO: 0.28); cispo: the IS-weight cap itself (ScaleRL: 5.0)"})
+    delta: Optional[float] = field(default=None, metadata={"help": "two-sided clipping: also cap the unclipped ratio at delta (INTELLECT-2; TRL default off; > 1 + epsilon_high)"})
+    beta: float = field(default=0.04, metadata={"help": "k3 KL penalty weight to the reference (paper: 0.04; 0 skips the reference)"})
     scale_rewards: str = field(default="group", metadata={"help": "advantage scale: group std (paper), batch std, none (Dr. GRPO)", "choices": ADVANTAGE_SCALES})
     advantage_clip: Optional[float] = field(default=None, metadata={"help": "clip advantages to +/- this (the seed notebook: 2.0)"})
-    kl_bias_correction: bool = field(default=False, metadata={"loss_option": True, "help": "weight the KL term by the importance ratio (TRL's use_bias_correction_kl; off in the paper)"})
+    kl_bias_correction: bool = field(default=False, metadata={"help": "weight the KL term by the importance ratio (TRL's use_bias_correction_kl; off in the paper)"})
     mask_truncated: bool = field(default=False, metadata={"help": "drop completions without EOS from the loss (DAPO overlong filtering)"})
-    top_entropy_quantile: float = field(default=1.0, metadata={"loss_option": True, "help": "train on the top rho share of tokens by entropy (Beyond the 80/20 rule: 0.2; TRL default 1.0: all)"})
-    off_policy_mask_threshold: Optional[float] = field(default=None, metadata={"loss_option": True, "help": "drop A < 0 completions whose mean sampler-to-policy KL exceeds this (DeepSeek-V3.2 Eq. 9; TRL default off)"})
+    top_entropy_quantile: float = field(default=1.0, metadata={"help": "train on the top rho share of tokens by entropy (Beyond the 80/20 rule: 0.2; TRL default 1.0: all)"})
+    off_policy_mask_threshold: Optional[float] = field(default=None, metadata={"help": "drop A < 0 completions whose mean sampler-to-policy KL exceeds this (DeepSeek-V3.2 Eq. 9; TRL default off)"})
     sampling_precision: str = field(default="same", metadata={"help": "precision of sampling; fp32, bf16 or int8 (W8A8, CPU, Llama policies) also records the sampler's log-probs for mismatch metrics and IS correction", "choices": SAMPLING_PRECISIONS})
-    importance_sampling_correction: bool = field(default=True, metadata={"loss_option": True, "help": "weight the loss by the trainer/sampler IS ratio when the sampler's log-probs are recorded (TRL's vllm_importance_sampling_correction: on)"})
-    importance_sampling_mode: str = field(default="sequence_mask", metadata={"loss_option": True, "help": "sampler correction, by its registered name (algorithms/sampler_corrections.py): token_truncate, token_mask, sequence_truncate, sequence_mask (TRL's vllm_importance_sampling_mode: sequence_mask; bounds importance_sampling_clip_min/max); sequence_geometric_mask, sequence_outlier_mask (SkyRL; verl's Geo-RS); gated (OpenRLHF's is_correction_*); bypass (verl: the sampler's log-probs as the old policy's, no weight)", "choices": SAMPLER_CORRECTIONS.keys()})
-    importance_sampling_clip_min: Optional[float] = field(default=None, metadata={"loss_option": True, "help": "IS ratio lower bound C_min (TRL's vllm_importance_sampling_clip_min: none)"})
-    importance_sampling_clip_max: Optional[float] = field(default=3.0, metadata={"loss_option": True, "help": "IS ratio upper bound C_max (TRL's vllm_importance_sampling_clip_max: 3.0)"})
+    importance_sampling_correction: bool = field(default=True, metadata={"help": "weight the loss by the trainer/sampler IS ratio when the sampler's log-probs are recorded (TRL's vllm_importance_sampling_correction: on)"})
+    importance_sampling_mode: str = field(default="sequence_mask", metadata={"help": "sampler correction, by its registered name (algorithms/sampler_corrections.py): token_truncate, token_mask, sequence_truncate, sequence_mask (TRL's vllm_importance_sampling_mode: sequence_mask; bounds importance_sampling_clip_min/max); sequence_geometric_mask, sequence_outlier_mask (SkyRL; verl's Geo-RS); gated (OpenRLHF's is_correction_*); bypass (verl: the sampler's log-probs as the old policy's, no weight)", "choices": SAMPLER_CORRECTIONS.keys()})
+    importance_sampling_clip_min: Optional[float] = field(default=None, metadata={"help": "IS ratio lower bound C_min (TRL's vllm_importance_sampling_clip_min: none)"})
+    importance_sampling_clip_max: Optional[float] = field(default=3.0, metadata={"help": "IS ratio upper bound C_max (TRL's vllm_importance_sampling_clip_max: 3.0)"})
     dynamic_sampling: bool = field(default=False, metadata={"help": "DAPO dynamic sampling: drop groups whose rewards all tie, sample more until prompts_per_step groups remain"})
     dynamic_sampling_max_rounds: int = field(default=10, metadata={"help": "generation rounds per step before training on what is kept (verl's DAPO recipe max_num_gen_batches: 10)"})
     overlong_buffer_len: int = field(default=0, metadata={"help": "DAPO overlong reward shaping: linear penalty over the last L_cache tokens before the limit (0: off; DAPO: 4096 of 20480)"})
@@ -87,6 +85,20 @@ class GRPOConfig(AlgoConfig):
 
     def __init__(self, **settings):
         init_config(self, settings)
+
+    def loss(self, max_completion_length: Optional[int] = None) -> GRPOLoss:
+        """GRPO's loss at these settings (algorithms/policy_losses.py), its members with their options;
+        ``max_completion_length`` the sampling limit (the normaliser of dr_grpo and seq-mean-token-sum-norm)."""
+        policy = self.policy_loss()
+        return GRPOLoss(
+            policy=policy, correction=self.sampler_correction(), aggregation=self.loss_aggregation or policy.aggregation,
+            level=self.level, epsilon=self.epsilon, epsilon_high=self.epsilon_high, delta=self.delta, beta=self.beta,
+            kl_loss_type=self.kl_loss_type, kl_bias_correction=self.kl_bias_correction, entropy_coef=self.entropy_coef,
+            top_entropy_quantile=self.top_entropy_quantile, off_policy_mask_threshold=self.off_policy_mask_threshold,
+            importance_sampling_correction=self.importance_sampling_correction,
+            importance_sampling_clip_min=self.importance_sampling_clip_min,
+            importance_sampling_clip_max=self.importance_sampling_clip_max,
+            group_size=self.group_size, max_completion_length=max_completion_length)
 
     def policy_loss(self):
         """The configured policy loss, with its options."""
@@ -162,10 +174,6 @@ class GRPOConfig(AlgoConfig):
         return self.dynamic_sampling
 
 
-# The config fields passed to grpo_loss under their own names: those declared ``loss_option``.
-LOSS_OPTIONS = tuple(f.name for f in dataclasses.fields(GRPOConfig) if f.metadata.get("loss_option"))
-
-
 @register_algorithm
 class GRPO(Algorithm):
     name = "grpo"
@@ -189,19 +197,12 @@ class GRPO(Algorithm):
         # No signal (every advantage 0 and no KL or entropy term): no step, which AdamW's momentum would still take.
         # Under data parallelism: a step when any rank has a signal (the gradient all-reduce needs every rank).
         signal = self.any_rank(carries_signal(advantages, mask) or ((c.beta > 0 or c.entropy_coef != 0.0) and bool(mask.any())))
-        # An aggregation declared token_mean divides by the global batch's token count (every rank's tokens).
-        loss = c.policy_loss()
-        aggregation = LOSS_AGGREGATIONS[c.loss_aggregation or loss.aggregation]
-        num_items = self.data_parallel_token_count(mask) if aggregation.token_mean else None
-
-        options = {**{name: getattr(c, name) for name in LOSS_OPTIONS}, **dataclasses.asdict(loss.options),
-                   **dataclasses.asdict(c.sampler_correction().options)}
-        # Every iteration needs the current policy's entropies for the entropy mask, and with their graph for the bonus.
-        entropy_masked = c.top_entropy_quantile < 1.0 or c.entropy_coef != 0.0
-        clip_fraction = loss.clip_fraction
+        loss_fn = c.loss(self.sampling.max_new_tokens)
+        # A token-mean aggregation divides by the global batch's token count (every rank's tokens).
+        num_items = self.data_parallel_token_count(mask) if loss_fn.token_mean else None
         for iteration in range(1, c.mu + 1):  # 5 update(s) on the same batch
             with self.timer("update"):
-                if iteration == 1 or entropy_masked:
+                if iteration == 1 or loss_fn.reads_entropies:  # for the mask, and with their graph for the bonus
                     logps, entropy = self.logps(self.policy, rollout, with_entropy=True, entropy_grad=c.entropy_coef != 0.0)
                 else:
                     logps = self.logps(self.policy, rollout)
@@ -209,27 +210,22 @@ class GRPO(Algorithm):
                     first_logps, first_entropy = logps.detach(), entropy.detach()
                     if c.mu > 1:
                         old_logps = first_logps
-                loss, parts = grpo_loss(
-                    logps, old_logps, ref_logps, advantages, mask, **options,
-                    max_completion_length=self.sampling.max_new_tokens,
-                    entropies=entropy if entropy_masked else None, sampling_logps=rollout.sampling_logps,
-                    num_items_in_batch=num_items, generator=self.generator, return_parts=True,
-                )
+                loss, parts = loss_fn(logps, old_logps, ref_logps, advantages, mask, entropies=entropy,
+                                      sampling_logps=rollout.sampling_logps, num_items_in_batch=num_items,
+                                      generator=self.generator, return_parts=True)
                 grad_norm = self.update(loss) if signal else 0.0
             metrics[f"loss/iter{iteration}"] = loss.item()
             for part, value in parts.items():
                 metrics[f"loss/{part}"] = metrics.get(f"loss/{part}", 0.0) + value / c.mu
             metrics[f"grad_norm/iter{iteration}"] = grad_norm
-            if clip_fraction is not None:
-                metrics[f"clipfrac/iter{iteration}"] = clip_fraction(
-                    logps, first_logps if old_logps is None else old_logps, advantages, mask,
-                    level=c.level, epsilon=c.epsilon, epsilon_high=c.epsilon_high,
-                ).item()
+            clipped = loss_fn.clip_fraction(logps, first_logps if old_logps is None else old_logps, advantages, mask)
+            if clipped is not None:
+                metrics[f"clipfrac/iter{iteration}"] = clipped.item()
 
         metrics.update(self.kl_metrics(first_logps, ref_logps, mask, c.kl_loss_type))  # 6 metrics
         metrics["entropy"] = masked_mean_per_sequence(first_entropy, mask).mean().item()
         if rollout.sampling_logps is not None:
-            metrics.update(self.mismatch_metrics(first_logps, rollout))
+            metrics.update(self.mismatch_metrics(first_logps, rollout, loss_fn))
         metrics.update(self.advantage_metrics(advantages))
         self.mean_over_updates(metrics, c.mu)
         metrics["skipped_update"] = float(not signal)
@@ -385,21 +381,17 @@ class GRPO(Algorithm):
                 generator=self.generator, record_logps=True, int8=c.sampling_precision == "int8",
             )
 
-    def mismatch_metrics(self, logps: torch.Tensor, rollout: rollout_lib.Rollout) -> dict[str, float]:
+    def mismatch_metrics(self, logps: torch.Tensor, rollout: rollout_lib.Rollout, loss: GRPOLoss) -> dict[str, float]:
         """|log p_train - log p_sample| over the sampled tokens, the shared mismatch diagnostics (``sampler_mismatch``)
-        and the IS ratios the loss applies."""
-        c: GRPOConfig = self.config
+        and the IS ratios ``loss`` applies."""
         active = rollout.completion_mask.bool()
         gap = (logps - rollout.sampling_logps).abs()[active]
         metrics = {"mismatch/mean": gap.mean().item() if gap.numel() else 0.0,
                    "mismatch/max": gap.max().item() if gap.numel() else 0.0,
                    **sampler_mismatch(logps, rollout.sampling_logps, rollout.completion_mask)}
-        correction, ratio = c.sampler_correction(), None
-        if c.importance_sampling_correction:
-            ratio = correction.weights(logps, rollout.sampling_logps, rollout.completion_mask,
-                                       c.importance_sampling_clip_min, c.importance_sampling_clip_max)
-        if ratio is not None:  # bypass, gated at level off: no weight
-            ratio = ratio.flatten() if correction.sequence_level else ratio[active]
+        ratio = loss.sampler_weight(logps, rollout.sampling_logps, rollout.completion_mask)
+        if ratio is not None:  # correction off, bypass, gated at level off: no weight
+            ratio = ratio.flatten() if loss.correction.sequence_level else ratio[active]
             if ratio.numel():
                 metrics.update({"mismatch/is_ratio_min": ratio.min().item(), "mismatch/is_ratio_mean": ratio.mean().item(),
                                 "mismatch/is_ratio_max": ratio.max().item()})

@@ -7,7 +7,7 @@ Shapes used throughout:
 
 Here: group-relative advantages and the signal test, the masked means, and the losses of the other algorithms
 (DPO, REINFORCE, PPO with its critic, RLOO, REINFORCE++) and their reward shaping. GRPO's policy losses, their
-registry and ``grpo_loss`` live in algorithms/policy_losses.py; the KL estimators in algorithms/kl.py; the advantage
+registry and ``GRPOLoss`` live in algorithms/policy_losses.py; the KL estimators in algorithms/kl.py; the advantage
 estimators' registry in algorithms/estimators.py.
 """
 

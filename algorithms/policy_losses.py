@@ -1,5 +1,6 @@
 """GRPO's policy losses: the aggregations, the importance ratio, the registered per-token objectives with their
-options, the masks and the sampler correction, and ``grpo_loss``, the pipeline that puts them together.
+options, the masks and the sampler correction, and ``GRPOLoss``, GRPO's loss configured (``GRPOConfig.loss()``), whose
+call puts them together.
 
 Shapes used throughout: B completions (prompts x group size, group by group), T completion tokens, right-padded;
 ``mask`` is 1 on completion tokens up to and including the first EOS (the convention, stated once:
@@ -7,7 +8,7 @@ algorithms/rollout.py).
 
 A policy loss (verl's word; GRPO's ``loss_type``) is a small class: its name, its aggregation (``LOSS_AGGREGATIONS``),
 what it needs declared as properties, an ``Options`` dataclass of its own knobs, and ``objective``, a few lines
-over one ``LossInputs``. ``grpo_loss`` has no loss names inside: it reads the properties. A loss registers with
+over one ``LossInputs``. ``GRPOLoss`` has no loss names inside: it reads the properties. A loss registers with
 ``@register_policy_loss`` at its definition; an installed package adds one the same way (entry-point group
 ``grpo_bench.policy_losses``), and its options become GRPO settings (flags, config and matrix keys). An aggregation is
 a function registered by name with ``@register_aggregation``, which declares whether it is a token mean (GRPO then
@@ -24,8 +25,8 @@ import torch
 
 from algorithms.kl import KL_PENALTIES
 from algorithms.registry import Configurable, lookup_named, register_function, register_member, register_named
-from algorithms.sampler_corrections import (  # noqa: F401 (re-exported: callers import them from here too)
-    IMPORTANCE_SAMPLING_MODES, SAMPLER_CORRECTIONS, sampler_correction, sampling_importance_ratio,
+from algorithms.sampler_corrections import (  # noqa: F401 (the TRL modes re-exported: callers import them from here)
+    IMPORTANCE_SAMPLING_MODES, SamplerCorrection, sampling_importance_ratio,
 )
 
 GRPO_LEVELS = ("token", "sequence")
@@ -817,158 +818,178 @@ def high_entropy_mask(entropies: torch.Tensor, mask: torch.Tensor, quantile: flo
     return ((entropies >= threshold) & mask.bool()).to(entropies.dtype)
 
 
-def grpo_loss(
-    logps: torch.Tensor,
-    old_logps: Optional[torch.Tensor],
-    ref_logps: Optional[torch.Tensor],
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    level: str = "token",
-    loss_type: str = "grpo",
-    epsilon: float = 0.2,
-    epsilon_high: Optional[float] = None,
-    delta: Optional[float] = None,
-    beta: float = 0.0,
-    max_completion_length: Optional[int] = None,
-    kl_bias_correction: bool = False,
-    num_items_in_batch: Optional[float] = None,
-    entropies: Optional[torch.Tensor] = None,
-    top_entropy_quantile: float = 1.0,
-    off_policy_mask_threshold: Optional[float] = None,
-    sampling_logps: Optional[torch.Tensor] = None,
-    importance_sampling_correction: bool = True,
-    importance_sampling_mode: str = "sequence_mask",
-    importance_sampling_clip_min: Optional[float] = None,
-    importance_sampling_clip_max: Optional[float] = 3.0,
-    loss_aggregation: Optional[str] = None,
-    kl_loss_type: str = "k3",
-    entropy_coef: float = 0.0,
-    generator: Optional[torch.Generator] = None,
-    group_size: Optional[int] = None,
-    return_parts: bool = False,
-    **options,
-) -> torch.Tensor | tuple[torch.Tensor, dict[str, float]]:
-    """GRPO surrogate loss (DeepSeekMath, Shao et al. 2024, Eq. 21), to be minimised:
+@dataclass(frozen=True)
+class GRPOLoss:
+    """GRPO's surrogate loss (DeepSeekMath, Shao et al. 2024, Eq. 21), configured; a call takes the tensors and
+    returns the loss to minimise:
 
         J(theta) = 1/G sum_i 1/|o_i| sum_t { min( r_{i,t} A_i, clip(r_{i,t}, 1-eps, 1+eps_high) A_i )
                                              - beta * KL_k3[pi_theta || pi_ref]_{i,t} }
         loss = -J(theta)
 
-    with r_{i,t} = pi_theta(o_{i,t}|q,o_{i,<t}) / pi_theta_old(o_{i,t}|q,o_{i,<t}) (``level="token"``)
-    or one ratio per completion, exp of its mean token log-ratio (``level="sequence"``, GSPO).
+    with r_{i,t} = pi_theta(o_{i,t}|q,o_{i,<t}) / pi_theta_old(o_{i,t}|q,o_{i,<t}) (``level`` "token")
+    or one ratio per completion, exp of its mean token log-ratio (``level`` "sequence", GSPO).
 
-    ``loss_type`` names the registered policy loss (``POLICY_LOSSES``) that gives the per-token objective and the
-    aggregation: the clipped surrogate above with TRL 1.16's grpo / bnpo / dr_grpo / dapo / luspo aggregations,
-    cispo, sapo, vespo, verl's dual_clip, gmpo, clip_cov, kl_cov, dppo_tv, dppo_kl, ms-swift's real and fipo, and
-    plug-ins; ``options`` are that loss's own (its ``Options`` fields, e.g. sapo_temperature_pos). Then, in TRL's
-    order: the off-policy sequence mask, the high-entropy token mask, the sampler IS weight (unless the loss folds
-    it into its own), the KL term, the aggregation, the entropy bonus.
+    ``policy``, the registered policy loss (GRPO's ``loss_type``) with its options, gives the per-token objective: the
+    clipped surrogate above with TRL 1.16's grpo / bnpo / dr_grpo / dapo / luspo aggregations, cispo, sapo, vespo,
+    verl's dual_clip, gmpo, clip_cov, kl_cov, dppo_tv, dppo_kl, ms-swift's real and fipo, and plug-ins. Then, in TRL's
+    order: the off-policy sequence mask, the high-entropy token mask, the sampler's weight (``correction``, GRPO's
+    ``importance_sampling_mode`` with its options; unless the loss folds it into its own), the KL term, the
+    aggregation, the entropy bonus.
 
-    Args:
-        logps: (B, T) per-token log-probs under the current policy (carries the gradient).
-        old_logps: (B, T) log-probs of the sampling policy, or None for on-policy (mu = 1): then the
-            ratio is exp(logps - logps.detach()) = 1 in value with the policy gradient as its gradient,
-            which is why the loss *value* is 0 at mu = 1 and beta = 0 with loss_type "grpo".
-        ref_logps: (B, T) reference-policy log-probs; may be None when beta == 0.
-        advantages: (B,) one advantage per completion (``group_advantages``), or (B, T) one per token (an
-            estimator such as ``optimal_token_baseline``; not for a loss that reads one per completion, nor the
-            off-policy mask).
-        mask: (B, T) 1 on completion tokens up to and including the first EOS.
-        level: "token" or "sequence".
-        epsilon, epsilon_high: clip range [1 - epsilon, 1 + epsilon_high]; epsilon_high defaults to
-            epsilon (DAPO's clip-higher uses 0.28). For cispo, epsilon_high is the IS-weight cap.
-        delta: two-sided clipping's cap on the unclipped ratio (INTELLECT-2); None: off.
-        beta: weight of the KL penalty to the reference (DeepSeekMath uses 0.04).
-        max_completion_length: the normaliser of dr_grpo and seq-mean-token-sum-norm.
-        kl_bias_correction: multiply the KL term by the importance ratio, as TRL's
-            ``use_bias_correction_kl``; off in the paper.
-        num_items_in_batch: for a token-mean aggregation on a micro-batch or one rank's share, the generation
-            batch's active tokens (divided by the world size under data parallelism).
-        entropies, top_entropy_quantile: (B, T) token entropies of the current policy; with rho < 1 only
-            the top-rho share of tokens by entropy is trained on (``high_entropy_mask``).
-        off_policy_mask_threshold: delta of DeepSeek-V3.2's off-policy sequence mask; None: off.
-        sampling_logps: (B, T) the sampler's own log-probs of the sampled tokens, or None.
-        importance_sampling_correction, importance_sampling_mode, importance_sampling_clip_min,
-            importance_sampling_clip_max: when sampling_logps is given, correct for the sampler by the registered
-            ``SAMPLER_CORRECTIONS`` member ``importance_sampling_mode`` (algorithms/sampler_corrections.py): TRL's
-            vllm_importance_sampling_* weight, SkyRL's sequence masks, OpenRLHF's gate, or verl's bypass (the
-            sampler's log-probs as old_logps); ``options`` carry its own knobs too.
-        loss_aggregation: a ``LOSS_AGGREGATIONS`` name replacing the loss type's own (e.g. verl's
-            "seq-mean-token-sum-norm"); None: the loss type's.
-        kl_loss_type: the KL term's estimator, a ``KL_PENALTIES`` name ("k3": the paper's).
-        entropy_coef: the entropy bonus, loss -= coef * H with H the mean entropy over the tokens trained on
-            (``entropy_bonus_loss``, token-mean whatever the aggregation, as TRL and OpenRLHF; ``entropies`` must
-            then carry the graph). 0: off (the paper).
-        generator: the generator of a loss's random pick (clip_cov).
-        group_size: G, for a loss that works within groups (real); the batch is ordered group by group.
-        return_parts: also return the loss's parts, each aggregated as the loss is (no graph): ``policy`` (the
-            objective with its masks and IS weight), ``kl`` (beta x the KL term, with ``kl_loss_type``'s estimator;
-            present when beta > 0) and ``entropy`` (the bonus, negative; present when entropy_coef != 0). They add
-            up to the loss up to rounding; the loss itself is computed as without them.
-    Returns:
-        scalar loss tensor; with ``return_parts``, (loss, {part: value}).
-    """
-    loss_cls, correction_cls = policy_loss(loss_type), sampler_correction(importance_sampling_mode)
-    correction_names = {f.name for f in fields(correction_cls.Options)}
-    policy = loss_cls.with_options({k: v for k, v in options.items() if k not in correction_names})
-    correction = correction_cls.with_options({k: v for k, v in options.items() if k in correction_names})
-    kl_estimator = lookup_named(KL_PENALTIES, "kl_loss_type", kl_loss_type)
-    aggregate = lookup_named(LOSS_AGGREGATIONS, "loss_aggregation", loss_aggregation or loss_cls.aggregation)
-    if epsilon < 0 or (epsilon_high is not None and epsilon_high < 0) or beta < 0:
-        raise ValueError("epsilon, epsilon_high and beta must be >= 0")
-    mask = mask.to(logps.dtype)
-    old_logps = logps.detach() if old_logps is None else old_logps
-    is_ratio = None
-    if sampling_logps is not None and importance_sampling_correction:
-        if loss_cls.folds_sampling_weight and correction.sequence_level:
-            raise ValueError(f"loss_type {loss_type!r} needs a token-level importance_sampling_mode (TRL refuses "
-                             f"sequence modes), got {importance_sampling_mode!r}")
-        if correction.bypass:
-            old_logps = correction.old_logps(old_logps, sampling_logps)
-        is_ratio = correction.weights(old_logps, sampling_logps, mask, importance_sampling_clip_min,
-                                      importance_sampling_clip_max)
-    ratio = importance_ratio(logps, old_logps, mask, level)  # (B, T) or (B, 1)
-    per_token = policy.objective(LossInputs(
-        logps=logps, old_logps=old_logps, log_ratio=logps - old_logps, ratio=ratio, adv=per_token_advantages(advantages),
-        mask=mask, is_ratio=is_ratio, epsilon=epsilon, epsilon_high=epsilon if epsilon_high is None else epsilon_high,
-        delta=delta, generator=generator, group_size=group_size))
-    if off_policy_mask_threshold is not None:
-        behaviour = old_logps if sampling_logps is None else sampling_logps
-        per_token = per_token * off_policy_sequence_mask(logps, behaviour, advantages, mask, off_policy_mask_threshold)
-    trained = mask  # the tokens the loss trains on, which the entropy bonus averages over (TRL's effective mask)
-    if top_entropy_quantile < 1.0:
-        if entropies is None:
-            raise ValueError("top_entropy_quantile < 1 needs the tokens' entropies")
-        entropy_mask = high_entropy_mask(entropies, mask, top_entropy_quantile)
-        per_token = per_token * entropy_mask
-        trained = mask * entropy_mask
-    if is_ratio is not None and not loss_cls.folds_sampling_weight:
-        per_token = per_token * is_ratio
-    policy_per_token, kl_per_token = per_token, None
-    if beta != 0.0:
-        if ref_logps is None:
-            raise ValueError("beta > 0 needs ref_logps")
-        kl = kl_estimator(logps, ref_logps)
-        kl_per_token = beta * (kl * ratio if kl_bias_correction else kl)
-        per_token = per_token + kl_per_token
-    per_token = per_token.expand_as(logps)  # sequence level with beta = 0 is still (B, 1)
-    loss = aggregate(per_token, mask, max_completion_length, num_items_in_batch)
-    bonus = None
-    if entropy_coef != 0.0:
-        if entropies is None:
-            raise ValueError("entropy_coef != 0 needs the tokens' entropies (with their graph)")
-        bonus = entropy_bonus_loss(entropies, trained, entropy_coef)
-        loss = loss + bonus
-    if not return_parts:
-        return loss
-    with torch.no_grad():
-        def part(values: torch.Tensor) -> float:
-            return aggregate(values.expand_as(logps), mask, max_completion_length, num_items_in_batch).item()
+    ``GRPOConfig.loss()`` builds it. Every field but four is the GRPO setting of the same name, whose meaning and
+    default are stated there, once: ``policy`` and ``correction`` are the members those settings pick, ``aggregation``
+    is a ``LOSS_AGGREGATIONS`` name (``loss_aggregation``, else the loss type's own), and ``max_completion_length`` the
+    sampling limit (the normaliser of dr_grpo and seq-mean-token-sum-norm)."""
 
-        parts = {"policy": part(policy_per_token)}
-        if kl_per_token is not None:
-            parts["kl"] = part(kl_per_token)
-        if bonus is not None:
-            parts["entropy"] = bonus.item()
-    return loss, parts
+    policy: PolicyLoss
+    correction: SamplerCorrection
+    aggregation: str
+    level: str
+    epsilon: float
+    epsilon_high: Optional[float]
+    delta: Optional[float]
+    beta: float
+    kl_loss_type: str
+    kl_bias_correction: bool
+    entropy_coef: float
+    top_entropy_quantile: float
+    off_policy_mask_threshold: Optional[float]
+    importance_sampling_correction: bool
+    importance_sampling_clip_min: Optional[float]
+    importance_sampling_clip_max: Optional[float]
+    group_size: Optional[int]
+    max_completion_length: Optional[int]
+
+    def __post_init__(self):
+        lookup_named(KL_PENALTIES, "kl_loss_type", self.kl_loss_type)
+        lookup_named(LOSS_AGGREGATIONS, "loss_aggregation", self.aggregation)
+        if self.epsilon < 0 or (self.epsilon_high is not None and self.epsilon_high < 0) or self.beta < 0:
+            raise ValueError("epsilon, epsilon_high and beta must be >= 0")
+
+    @property
+    def token_mean(self) -> bool:
+        """Whether the aggregation divides by the batch's token count (``num_items_in_batch`` on one rank's share)."""
+        return LOSS_AGGREGATIONS[self.aggregation].token_mean
+
+    @property
+    def reads_entropies(self) -> bool:
+        """Whether a call needs the tokens' entropies: the entropy mask, or the bonus (which needs their graph)."""
+        return self.top_entropy_quantile < 1.0 or self.entropy_coef != 0.0
+
+    def sampler_weight(self, old_logps: torch.Tensor, sampling_logps: torch.Tensor,
+                       mask: torch.Tensor) -> Optional[torch.Tensor]:
+        """The correction's weight on the per-token loss, (B, T) or (B, 1), from pi_old and the sampler's log-probs
+        (B, T); None for none (correction off, bypass, a gate at level off)."""
+        if not self.importance_sampling_correction:
+            return None
+        return self.correction.weights(old_logps, sampling_logps, mask, self.importance_sampling_clip_min,
+                                       self.importance_sampling_clip_max)
+
+    def clip_fraction(self, logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor,
+                      mask: torch.Tensor) -> Optional[torch.Tensor]:
+        """The share of active tokens the policy loss's clip bound (its ``clip_fraction``); None where it has none."""
+        if self.policy.clip_fraction is None:
+            return None
+        return self.policy.clip_fraction(logps, old_logps, advantages, mask, level=self.level, epsilon=self.epsilon,
+                                         epsilon_high=self.epsilon_high)
+
+    def __call__(
+        self,
+        logps: torch.Tensor,
+        old_logps: Optional[torch.Tensor],
+        ref_logps: Optional[torch.Tensor],
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+        *,
+        entropies: Optional[torch.Tensor] = None,
+        sampling_logps: Optional[torch.Tensor] = None,
+        num_items_in_batch: Optional[float] = None,
+        generator: Optional[torch.Generator] = None,
+        return_parts: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, dict[str, float]]:
+        """The loss on one batch.
+
+        Args:
+            logps: (B, T) per-token log-probs under the current policy (carries the gradient).
+            old_logps: (B, T) log-probs of the sampling policy, or None for on-policy (mu = 1): then the
+                ratio is exp(logps - logps.detach()) = 1 in value with the policy gradient as its gradient,
+                which is why the loss *value* is 0 at mu = 1 and beta = 0 with loss_type "grpo".
+            ref_logps: (B, T) reference-policy log-probs; may be None when beta == 0.
+            advantages: (B,) one advantage per completion (``group_advantages``), or (B, T) one per token (an
+                estimator such as ``optimal_token_baseline``; not for a loss that reads one per completion, nor the
+                off-policy mask).
+            mask: (B, T) 1 on completion tokens up to and including the first EOS.
+            entropies: (B, T) token entropies of the current policy, for the entropy mask (``high_entropy_mask``)
+                and the bonus (``entropy_bonus_loss``, token-mean over the tokens trained on whatever the
+                aggregation, as TRL and OpenRLHF; then with their graph); read only where ``reads_entropies``.
+            sampling_logps: (B, T) the sampler's own log-probs of the sampled tokens, or None: where given, the
+                correction weighs the loss (``sampler_weight``) or, verl's bypass, stands in for old_logps.
+            num_items_in_batch: for a token-mean aggregation on a micro-batch or one rank's share, the generation
+                batch's active tokens (divided by the world size under data parallelism).
+            generator: the generator of a loss's random pick (clip_cov).
+            return_parts: also return the loss's parts, each aggregated as the loss is (no graph): ``policy`` (the
+                objective with its masks and IS weight), ``kl`` (beta x the KL term, with ``kl_loss_type``'s
+                estimator; present when beta > 0) and ``entropy`` (the bonus, negative; present when entropy_coef
+                != 0). They add up to the loss up to rounding; the loss itself is computed as without them.
+        Returns:
+            scalar loss tensor; with ``return_parts``, (loss, {part: value}).
+        """
+        policy = self.policy
+        mask = mask.to(logps.dtype)
+        old_logps = logps.detach() if old_logps is None else old_logps
+        is_ratio = None
+        if sampling_logps is not None and self.importance_sampling_correction:
+            if policy.folds_sampling_weight and self.correction.sequence_level:
+                raise ValueError(f"loss_type {policy.name!r} needs a token-level importance_sampling_mode (TRL "
+                                 f"refuses sequence modes), got {self.correction.name!r}")
+            if self.correction.bypass:
+                old_logps = self.correction.old_logps(old_logps, sampling_logps)
+            is_ratio = self.sampler_weight(old_logps, sampling_logps, mask)
+        ratio = importance_ratio(logps, old_logps, mask, self.level)  # (B, T) or (B, 1)
+        epsilon_high = self.epsilon if self.epsilon_high is None else self.epsilon_high
+        per_token = policy.objective(LossInputs(
+            logps=logps, old_logps=old_logps, log_ratio=logps - old_logps, ratio=ratio,
+            adv=per_token_advantages(advantages), mask=mask, is_ratio=is_ratio, epsilon=self.epsilon,
+            epsilon_high=epsilon_high, delta=self.delta, generator=generator, group_size=self.group_size))
+        if self.off_policy_mask_threshold is not None:
+            behaviour = old_logps if sampling_logps is None else sampling_logps
+            per_token = per_token * off_policy_sequence_mask(logps, behaviour, advantages, mask,
+                                                             self.off_policy_mask_threshold)
+        trained = mask  # the tokens the loss trains on, which the entropy bonus averages over (TRL's effective mask)
+        if self.top_entropy_quantile < 1.0:
+            if entropies is None:
+                raise ValueError("top_entropy_quantile < 1 needs the tokens' entropies")
+            entropy_mask = high_entropy_mask(entropies, mask, self.top_entropy_quantile)
+            per_token = per_token * entropy_mask
+            trained = mask * entropy_mask
+        if is_ratio is not None and not policy.folds_sampling_weight:
+            per_token = per_token * is_ratio
+        policy_per_token, kl_per_token = per_token, None
+        if self.beta != 0.0:
+            if ref_logps is None:
+                raise ValueError("beta > 0 needs ref_logps")
+            kl = KL_PENALTIES[self.kl_loss_type](logps, ref_logps)
+            kl_per_token = self.beta * (kl * ratio if self.kl_bias_correction else kl)
+            per_token = per_token + kl_per_token
+
+        def aggregate(values: torch.Tensor) -> torch.Tensor:  # sequence level with beta = 0 is still (B, 1)
+            return LOSS_AGGREGATIONS[self.aggregation](values.expand_as(logps), mask, self.max_completion_length,
+                                                       num_items_in_batch)
+
+        loss = aggregate(per_token)
+        bonus = None
+        if self.entropy_coef != 0.0:
+            if entropies is None:
+                raise ValueError("entropy_coef != 0 needs the tokens' entropies (with their graph)")
+            bonus = entropy_bonus_loss(entropies, trained, self.entropy_coef)
+            loss = loss + bonus
+        if not return_parts:
+            return loss
+        with torch.no_grad():
+            parts = {"policy": aggregate(policy_per_token).item()}
+            if kl_per_token is not None:
+                parts["kl"] = aggregate(kl_per_token).item()
+            if bonus is not None:
+                parts["entropy"] = bonus.item()
+        return loss, parts

@@ -24,7 +24,7 @@ from typing import Callable, Optional
 import torch
 
 from algorithms.kl import k3_kl
-from algorithms.policy_losses import grpo_loss
+from algorithms.grpo import GRPOConfig
 from algorithms.losses import group_advantages, masked_mean_per_sequence
 from algorithms.rollout import Rollout, rollout_logps
 from benchmarks.errors import UsageError
@@ -72,7 +72,7 @@ def reinforce_equivalence(policy, rollout: Rollout, advantages: torch.Tensor, te
     params = [p for p in policy.parameters() if p.requires_grad]
     mask = rollout.completion_mask.float()
     logps = rollout_logps(policy, rollout, temperature=temperature)
-    loss = grpo_loss(logps, None, None, advantages, mask, loss_type="grpo", beta=0.0)
+    loss = GRPOConfig(loss_type="grpo", beta=0.0).loss()(logps, None, None, advantages, mask)
     g_grpo = _flat_grad(loss, params)
     logps = rollout_logps(policy, rollout, temperature=temperature)
     reinforce = -(advantages * masked_mean_per_sequence(logps, mask)).mean()
@@ -91,7 +91,7 @@ def kl_term(policy, ref, rollout: Rollout, advantages: torch.Tensor, temperature
     mask = rollout.completion_mask.float()
     logps = rollout_logps(policy, rollout, temperature=temperature)
     ref_logps = rollout_logps(ref, rollout, temperature=temperature)
-    loss = grpo_loss(logps, None, ref_logps, advantages, mask, loss_type="grpo", beta=beta)
+    loss = GRPOConfig(loss_type="grpo", beta=beta).loss()(logps, None, ref_logps, advantages, mask)
     kl = masked_mean_per_sequence(k3_kl(logps, ref_logps), mask).mean()
     return {"loss": loss.item(), "mean_kl": kl.item(), "beta_kl": beta * kl.item(), "diff": abs(loss.item() - beta * kl.item())}
 
@@ -109,7 +109,7 @@ def length_decomposition(policy, rollout: Rollout, advantages: torch.Tensor, tem
     logps = rollout_logps(policy, rollout, temperature=temperature)
     lengths = mask.sum(1)
     B, N = mask.size(0), mask.sum().item()
-    losses = {lt: grpo_loss(logps, None, None, advantages, mask, loss_type=lt, max_completion_length=max_len).item()
+    losses = {lt: GRPOConfig(loss_type=lt, beta=0.0).loss(max_len)(logps, None, None, advantages, mask).item()
               for lt in ("grpo",) + TOKEN_WEIGHTED}
     by_length = defaultdict(lambda: {"completions": 0, "sum_advantage": 0.0})
     for n, a in zip(lengths.tolist(), advantages.tolist()):

@@ -96,7 +96,8 @@ def render(report: dict, title: Optional[str] = "The GRPO loss against TRL's on 
         "",
         "- **loss, end to end**: our loss from our own log-probs, reference log-probs and advantages, against TRL's "
         "`compute_loss` (and the advantages' difference, if larger).",
-        "- **loss function**: `grpo_loss` on TRL's own log-prob tensors against TRL's loss: the formula alone.",
+        "- **loss function**: our GRPO loss (`GRPOConfig.loss()`) on TRL's own log-prob tensors against TRL's loss: "
+        "the formula alone.",
         "- **log-probs**, **reference log-probs**: ours (packed rows: each prompt once with its completions) against "
         "TRL's (padded rows), the largest over the batch's tokens: the forward's rounding.",
         "- **transformers alone**: for scale, TRL's loss and log-probs with each row run by itself, unpadded, against "

@@ -20,7 +20,7 @@ from typing import NamedTuple, Optional
 import torch
 
 from algorithms.losses import group_advantages, rloo_advantages, rloo_loss, sequence_logps
-from algorithms.policy_losses import grpo_loss
+from algorithms.grpo import GRPOConfig
 from algorithms.rollout import Rollout, rollout_logps
 from benchmarks.harness import build, measure, resolve
 from benchmarks.harness.config import flat_settings
@@ -329,10 +329,10 @@ def same_batch_check(trl: Trl, prompts: list[str]) -> dict[str, float]:
     """TRL samples and scores one batch; both losses are computed on it, before and after one TRL update.
 
     Our side recomputes everything it owns: per-token log-probs (``rollout_logps``), reference log-probs,
-    group advantages from the rewards, and ``grpo_loss``. TRL's batch shuffling is turned off for this one
-    batch (the order does not change the loss) so that completions stay grouped by prompt.
+    group advantages from the rewards, and GRPO's loss (``GRPOConfig.loss()``). TRL's batch shuffling is turned off
+    for this one batch (the order does not change the loss) so that completions stay grouped by prompt.
 
-    The end-to-end difference has two sources, measured apart at each stage: the loss function (``grpo_loss`` on
+    The end-to-end difference has two sources, measured apart at each stage: the loss function (our loss on
     TRL's own log-prob tensors against TRL's loss: ``abs_diff_formula``) and the forward's rounding (our packed
     rows against TRL's padded ones: ``max_abs_diff_logps``, ``max_abs_diff_ref_logps``). Beside them,
     ``abs_diff_layout``: TRL's loss against the same loss on transformers' own log-probs with each row run alone,
@@ -408,11 +408,11 @@ class _SameBatch:
         return float((a - b)[self.mask.bool()].abs().max())
 
     def loss(self, logps, old, ref) -> torch.Tensor:
-        """``grpo_loss`` on this batch at the workload's settings (the paper's KL term, no bias correction)."""
+        """Our GRPO loss on this batch at the workload's settings (the paper's KL term, no bias correction)."""
         w = self.trl.workload
-        return grpo_loss(logps, old, ref, self.advantages, self.mask, level="token", loss_type=w.loss_type,
-                         epsilon=0.2, epsilon_high=None, beta=w.beta, max_completion_length=w.max_new_tokens,
-                         kl_bias_correction=False)
+        loss = GRPOConfig(level="token", loss_type=w.loss_type, epsilon=0.2, epsilon_high=None, beta=w.beta,
+                          kl_bias_correction=False).loss(max_completion_length=w.max_new_tokens)
+        return loss(logps, old, ref, self.advantages, self.mask)
 
     def losses(self, old, inputs_for_trl: Optional[dict], precision: str = "fp32") -> _Losses:
         """Our loss from our own log-probs (under bf16 autocast with ``precision`` "bf16"), ``old`` the old

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from algorithms import losses, policy_losses
+from algorithms.grpo import GRPOConfig
 
 B, T = 64, 64  # completions, completion tokens
 
@@ -38,9 +39,8 @@ def _forward_backward(benchmark, loss_of):
 def test_grpo_loss(benchmark, level, loss_type):
     benchmark.group = "loss (64 x 64 tokens, forward + backward)"
     logps, old, ref, adv, mask = _batch()
-    _forward_backward(benchmark, lambda: policy_losses.grpo_loss(
-        logps, old, ref, adv, mask, level=level, loss_type=loss_type, epsilon=0.2, epsilon_high=None, beta=0.04,
-        max_completion_length=T))
+    loss = GRPOConfig(level=level, loss_type=loss_type, epsilon=0.2, epsilon_high=None, beta=0.04).loss(T)
+    _forward_backward(benchmark, lambda: loss(logps, old, ref, adv, mask))
 
 
 def test_dpo_loss(benchmark):

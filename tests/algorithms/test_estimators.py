@@ -16,7 +16,7 @@ from algorithms.grpo import GRPO, GRPOConfig
 from algorithms.kl import KL_PENALTIES
 from algorithms.losses import group_advantages, rloo_advantages
 from algorithms.policy_losses import (
-    LOSS_AGGREGATIONS, POLICY_LOSSES, entropy_bonus_loss, grpo_loss, policy_loss, register_policy_loss,
+    LOSS_AGGREGATIONS, POLICY_LOSSES, entropy_bonus_loss, policy_loss, register_policy_loss,
 )
 
 # Two completions of lengths 3 and 1, T = 3; the padding holds junk (-9) that must not matter.
@@ -115,18 +115,18 @@ def test_dual_clip_floors_negative_advantages():
     # one token per row, r = 5: A = -1: max(-rA, -clip(r)A) = max(5, 1.2) = 5, floored at -cA = 3 -> 3 (no gradient);
     # A = +1: max(-5, -1.2) = -1.2 (clipped, no gradient). token-mean over 2 tokens: (3 - 1.2) / 2 = 0.9
     logps = torch.full((2, 1), math.log(5.0), requires_grad=True)
-    loss = grpo_loss(logps, torch.zeros(2, 1), None, torch.tensor([-1.0, 1.0]), torch.ones(2, 1), loss_type="dual_clip",
-                     clip_ratio_c=3.0)
+    dual_clip = GRPOConfig(loss_type="dual_clip", clip_ratio_c=3.0, beta=0.0).loss()
+    loss = dual_clip(logps, torch.zeros(2, 1), None, torch.tensor([-1.0, 1.0]), torch.ones(2, 1))
     assert loss.item() == pytest.approx(0.9, rel=1e-6)
     loss.backward()
     assert logps.grad.tolist() == [[0.0], [0.0]]
     # r = 2, A = -1: max(2, 1.2) = 2 < 3, unfloored: d(-A r)/dlogp = r = 2, / 2 tokens = 1
     logps = torch.full((2, 1), math.log(2.0), requires_grad=True)
-    grpo_loss(logps, torch.zeros(2, 1), None, torch.tensor([-1.0, 1.0]), torch.ones(2, 1), loss_type="dual_clip").backward()
+    dual_clip(logps, torch.zeros(2, 1), None, torch.tensor([-1.0, 1.0]), torch.ones(2, 1)).backward()
     assert logps.grad[0, 0].item() == pytest.approx(1.0, rel=1e-6)
     # below the floor it is PPO's clip with token-mean: bnpo's loss exactly (every ratio here is < 3)
-    assert grpo_loss(LOGPS, OLD, None, ADV, MASK, loss_type="dual_clip").item() == pytest.approx(
-        grpo_loss(LOGPS, OLD, None, ADV, MASK, loss_type="bnpo").item(), rel=1e-7)
+    assert dual_clip(LOGPS, OLD, None, ADV, MASK).item() == pytest.approx(
+        GRPOConfig(loss_type="bnpo", beta=0.0).loss()(LOGPS, OLD, None, ADV, MASK).item(), rel=1e-7)
 
 
 def test_gmpo_geometric_mean_of_log_clipped_ratios():
@@ -134,9 +134,10 @@ def test_gmpo_geometric_mean_of_log_clipped_ratios():
     # l = -1 * exp(-1/30). Row 1 (one token; padding ignored), A = -2 (sign -): lr = -0.5, clip -0.2;
     # -min(0.5, 0.2) = -0.2, l = 2 * exp(-0.2). Mean over the two completions.
     expected = (-math.exp(-0.1 / 3) + 2 * math.exp(-0.2)) / 2
-    assert grpo_loss(LOGPS, OLD, None, ADV, MASK, loss_type="gmpo").item() == pytest.approx(expected, rel=1e-6)
+    gmpo = GRPOConfig(loss_type="gmpo", beta=0.0).loss()
+    assert gmpo(LOGPS, OLD, None, ADV, MASK).item() == pytest.approx(expected, rel=1e-6)
     # on-policy every ratio is 1: l_i = -A_i, mean = (-1 + 2) / 2
-    assert grpo_loss(LOGPS, None, None, ADV, MASK, loss_type="gmpo").item() == pytest.approx(0.5, rel=1e-6)
+    assert gmpo(LOGPS, None, None, ADV, MASK).item() == pytest.approx(0.5, rel=1e-6)
 
 
 # Covariance layout: A = [2, -2] per row, on-policy logps [[-1, -3], [-5, -7]] (token means: A 0, logp -4),
@@ -151,7 +152,7 @@ def test_clip_cov_cuts_the_gradient_of_covariance_window_tokens():
     # window (1, 5): candidates (0,1) and (1,0), both Cov 2. ratio 1.0 -> max(1, floor(1.0 * 4)) = 4, capped at 2:
     # both cut. Per token -A r = [[-2, -2], [2, 2]] -> [[-2, 0], [0, 2]], token-mean 0; gradient -A / 4 where kept.
     logps = COV_LOGPS.clone().requires_grad_(True)
-    loss = grpo_loss(logps, None, None, COV_ADV, COV_MASK, loss_type="clip_cov", clip_cov_ratio=1.0)
+    loss = GRPOConfig(loss_type="clip_cov", clip_cov_ratio=1.0, beta=0.0).loss()(logps, None, None, COV_ADV, COV_MASK)
     assert loss.item() == pytest.approx(0.0, abs=1e-7)
     loss.backward()
     assert logps.grad.tolist() == [[-0.5, 0.0, 0.0], [0.0, 0.5, 0.0]]
@@ -159,8 +160,8 @@ def test_clip_cov_cuts_the_gradient_of_covariance_window_tokens():
     picks = set()
     for seed in range(8):
         logps = COV_LOGPS.clone().requires_grad_(True)
-        grpo_loss(logps, None, None, COV_ADV, COV_MASK, loss_type="clip_cov", clip_cov_ratio=0.25,
-                  generator=torch.Generator().manual_seed(seed)).backward()
+        GRPOConfig(loss_type="clip_cov", clip_cov_ratio=0.25, beta=0.0).loss()(
+            logps, None, None, COV_ADV, COV_MASK, generator=torch.Generator().manual_seed(seed)).backward()
         g = logps.grad
         assert g[0, 0].item() == -0.5 and g[1, 1].item() == 0.5  # outside the window: kept
         assert (g[0, 1].item(), g[1, 0].item()) in ((0.0, 0.5), (-0.5, 0.0))
@@ -176,10 +177,10 @@ def test_kl_cov_penalises_the_top_covariance_tokens():
     logps = torch.tensor([[-1.0, -3.0, 9.0], [-5.0, -8.0, 9.0]])
     old = logps - torch.tensor([[0.1, 0.2, 0.0], [0.3, -0.4, 0.0]])
     expected = (-2 * math.exp(0.1) - 2 * math.exp(0.2) + 2 * math.exp(0.3) + 2 * math.exp(-0.4) + 0.4) / 4
-    got = grpo_loss(logps, old, None, COV_ADV, COV_MASK, loss_type="kl_cov", kl_cov_ratio=0.25)
+    got = GRPOConfig(loss_type="kl_cov", kl_cov_ratio=0.25, beta=0.0).loss()(logps, old, None, COV_ADV, COV_MASK)
     assert got.item() == pytest.approx(expected, rel=1e-5)  # float32 log-ratios
     # ratio 0.5 -> 2 tokens: (1,1) and (0,0), adding |0.1| too
-    got = grpo_loss(logps, old, None, COV_ADV, COV_MASK, loss_type="kl_cov", kl_cov_ratio=0.5)
+    got = GRPOConfig(loss_type="kl_cov", kl_cov_ratio=0.5, beta=0.0).loss()(logps, old, None, COV_ADV, COV_MASK)
     assert got.item() == pytest.approx(expected + 0.1 / 4, rel=1e-5)
 
 
@@ -188,14 +189,16 @@ def test_one_token_and_fully_masked_rows():
     mask = torch.tensor([[1.0], [0.0]])
     logps, old, adv = torch.tensor([[-1.0], [-2.0]]), torch.tensor([[-1.2], [-9.0]]), torch.tensor([1.0, -1.0])
     for loss_type in ("dual_clip", "gmpo", "clip_cov", "kl_cov"):
-        got = grpo_loss(logps, old, None, adv, mask, loss_type=loss_type)
+        got = GRPOConfig(loss_type=loss_type, beta=0.0).loss()(logps, old, None, adv, mask)
         assert math.isfinite(got.item()), loss_type
     # dual_clip, one active token: r = e^0.2 = 1.2214 > 1.2, A = 1 -> -1.2, token-mean over 1 token
-    assert grpo_loss(logps, old, None, adv, mask, loss_type="dual_clip").item() == pytest.approx(-1.2, rel=1e-6)
+    loss = GRPOConfig(loss_type="dual_clip", beta=0.0).loss()
+    assert loss(logps, old, None, adv, mask).item() == pytest.approx(-1.2, rel=1e-6)
     # gmpo: row 0, clipped log-ratio 0.2 -> -e^0.2; row 1 has no tokens -> exp(0) * -A = 1, but grpo's
     # aggregation gives an empty row 0: (-e^0.2 + 0) / 2
-    assert grpo_loss(logps, old, None, adv, mask, loss_type="gmpo").item() == pytest.approx(-math.exp(0.2) / 2, rel=1e-6)
-    assert grpo_loss(logps, old, None, adv, torch.zeros(2, 1), loss_type="kl_cov").item() == 0.0
+    loss = GRPOConfig(loss_type="gmpo", beta=0.0).loss()
+    assert loss(logps, old, None, adv, mask).item() == pytest.approx(-math.exp(0.2) / 2, rel=1e-6)
+    assert GRPOConfig(loss_type="kl_cov", beta=0.0).loss()(logps, old, None, adv, torch.zeros(2, 1)).item() == 0.0
 
 
 # --- knobs: aggregations, KL estimators, entropy bonus ---------------------------------------------------
@@ -220,8 +223,9 @@ def test_verl_aggregation_modes():
                        ("seq-mean-token-sum-norm", "dr_grpo")):
         assert LOSS_AGGREGATIONS[verl](per_token[:2], full, 4, None).item() == LOSS_AGGREGATIONS[ours](per_token[:2], full, 4, None).item()
     # a loss type with another aggregation: dual_clip aggregated per sequence equals grpo's loss (ratios < 3)
-    assert grpo_loss(LOGPS, OLD, None, ADV, MASK, loss_type="dual_clip", loss_aggregation="seq-mean-token-mean").item() == \
-        pytest.approx(grpo_loss(LOGPS, OLD, None, ADV, MASK, loss_type="grpo").item(), rel=1e-7)
+    per_sequence = GRPOConfig(loss_type="dual_clip", loss_aggregation="seq-mean-token-mean", beta=0.0).loss()
+    assert per_sequence(LOGPS, OLD, None, ADV, MASK).item() == \
+        pytest.approx(GRPOConfig(loss_type="grpo", beta=0.0).loss()(LOGPS, OLD, None, ADV, MASK).item(), rel=1e-7)
 
 
 def test_kl_estimators_and_straight_through():
@@ -244,10 +248,12 @@ def test_kl_estimators_and_straight_through():
         assert x.grad.item() == pytest.approx(0.5)  # the gradient of k2: log r
     # the loss's default is the paper's k3, exactly
     ref = LOGPS - 0.25
-    assert torch.equal(grpo_loss(LOGPS, None, ref, ADV, MASK, beta=0.04), grpo_loss(LOGPS, None, ref, ADV, MASK, beta=0.04, kl_loss_type="k3"))
+    assert torch.equal(GRPOConfig(beta=0.04).loss()(LOGPS, None, ref, ADV, MASK),
+                       GRPOConfig(beta=0.04, kl_loss_type="k3").loss()(LOGPS, None, ref, ADV, MASK))
     # k1 = 0.25 on every token. On-policy the surrogate is -A_i per token (r = 1): per-row means -1 and 2, mean 0.5;
     # plus 0.1 * 0.25 -> 0.525
-    assert grpo_loss(LOGPS, None, ref, ADV, MASK, beta=0.1, kl_loss_type="k1").item() == pytest.approx(0.525, rel=1e-6)
+    k1 = GRPOConfig(beta=0.1, kl_loss_type="k1").loss()
+    assert k1(LOGPS, None, ref, ADV, MASK).item() == pytest.approx(0.525, rel=1e-6)
 
 
 def test_entropy_bonus_loss():
@@ -263,12 +269,14 @@ def test_dppo_tv_keeps_tokens_inside_the_total_variation_bound():
     # l = -1 * 1.2 * log 0.6. Row 1: p 0.5 -> 0.2 (moved -0.3 < -eps), A = -1: dropped. token-mean over 2 tokens.
     logps = torch.log(torch.tensor([[0.6], [0.2]])).requires_grad_()
     old = torch.log(torch.tensor([[0.5], [0.5]]))
-    loss = grpo_loss(logps, old, None, torch.tensor([1.0, -1.0]), torch.ones(2, 1), loss_type="dppo_tv")
+    loss = GRPOConfig(loss_type="dppo_tv", beta=0.0).loss()(logps, old, None, torch.tensor([1.0, -1.0]),
+                                                            torch.ones(2, 1))
     assert loss.item() == pytest.approx(-1.2 * math.log(0.6) / 2, rel=1e-5)
     loss.backward()
     assert logps.grad.flatten().tolist() == pytest.approx([-0.6, 0.0], abs=1e-6)  # d(-A w log p)/d log p = -A w / 2
     # the IS weight is truncated at clip_ratio_c: C = 1.1 -> weight 1.1
-    capped = grpo_loss(logps, old, None, torch.tensor([1.0, -1.0]), torch.ones(2, 1), loss_type="dppo_tv", clip_ratio_c=1.1)
+    capped = GRPOConfig(loss_type="dppo_tv", clip_ratio_c=1.1, beta=0.0).loss()(
+        logps, old, None, torch.tensor([1.0, -1.0]), torch.ones(2, 1))
     assert capped.item() == pytest.approx(-1.1 * math.log(0.6) / 2, rel=1e-5)
 
 
@@ -278,12 +286,14 @@ def test_dppo_kl_bounds_only_the_move_the_advantage_pushes():
     # weight 0.4, l = -0.4 log 0.2. token-mean over 2 tokens.
     logps = torch.log(torch.tensor([[0.6], [0.2]])).requires_grad_()
     old = torch.log(torch.tensor([[0.5], [0.5]]))
-    loss = grpo_loss(logps, old, None, torch.tensor([1.0, 1.0]), torch.ones(2, 1), loss_type="dppo_kl", epsilon=0.01)
+    loss = GRPOConfig(loss_type="dppo_kl", epsilon=0.01, beta=0.0).loss()(
+        logps, old, None, torch.tensor([1.0, 1.0]), torch.ones(2, 1))
     assert loss.item() == pytest.approx(-0.4 * math.log(0.2) / 2, rel=1e-5)
     loss.backward()
     assert logps.grad.flatten().tolist() == pytest.approx([0.0, -0.2], abs=1e-6)
     # a looser bound keeps row 0 too
-    loose = grpo_loss(logps, old, None, torch.tensor([1.0, 1.0]), torch.ones(2, 1), loss_type="dppo_kl", epsilon=0.05)
+    loose = GRPOConfig(loss_type="dppo_kl", epsilon=0.05, beta=0.0).loss()(
+        logps, old, None, torch.tensor([1.0, 1.0]), torch.ones(2, 1))
     assert loose.item() == pytest.approx((-1.2 * math.log(0.6) - 0.4 * math.log(0.2)) / 2, rel=1e-5)
 
 
@@ -291,12 +301,12 @@ def test_entropy_coef_subtracts_the_token_mean_entropy_with_its_gradient():
     # On-policy grpo: per-row means of -A: -1 and 2, mean 0.5. Entropy token-mean over the 4 active tokens:
     # (1 + 2 + 3 + 4) / 4 = 2.5 -> -0.1 * 2.5 = -0.25; total 0.25. d/dH = -0.1 / 4 on active tokens, 0 on padding.
     entropies = torch.tensor([[1.0, 2.0, 3.0], [4.0, 9.0, 9.0]], requires_grad=True)
-    loss = grpo_loss(LOGPS, None, None, ADV, MASK, entropies=entropies, entropy_coef=0.1)
+    loss = GRPOConfig(entropy_coef=0.1, beta=0.0).loss()(LOGPS, None, None, ADV, MASK, entropies=entropies)
     assert loss.item() == pytest.approx(0.25, rel=1e-6)
     loss.backward()
     assert entropies.grad.flatten().tolist() == pytest.approx([-0.025, -0.025, -0.025, -0.025, 0.0, 0.0])
     with pytest.raises(ValueError, match="entropy_coef"):
-        grpo_loss(LOGPS, None, None, ADV, MASK, entropy_coef=0.1)
+        GRPOConfig(entropy_coef=0.1, beta=0.0).loss()(LOGPS, None, None, ADV, MASK)
 
 
 # --- the registries ---------------------------------------------------------------------------------------
@@ -339,7 +349,7 @@ def test_an_unknown_name_is_one_line_listing_the_choices():
         message = str(info.value)
         assert message.startswith(f"unknown {kind} 'nope'; choose from ") and "\n" not in message
     assert "gpg, grpo, grpo_passk, maxrl, opo, optimal_token_baseline, reinforce_plus_plus" in str(pytest.raises(ValueError, advantage_estimator, "x").value)
-    assert "clip_cov" in str(pytest.raises(ValueError, grpo_loss, LOGPS, None, None, ADV, MASK, loss_type="x").value)
+    assert "clip_cov" in str(pytest.raises(ValueError, GRPOConfig(loss_type="x").loss).value)
     for field, value in (("advantage_estimator", "nope"), ("loss_type", "nope"), ("kl_loss_type", "k9"), ("loss_aggregation", "sum")):
         with pytest.raises(ValueError, match=f"unknown {field} '{value}'; choose from "):
             GRPOConfig(learning_rate=1e-3, **{field: value}).validate()

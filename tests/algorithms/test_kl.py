@@ -12,7 +12,7 @@ import torch
 
 from algorithms import GRPO, PPO, REINFORCE, REINFORCEPP, RLOO, Sampling
 from algorithms.kl import KL_PENALTIES, k3_kl
-from algorithms.policy_losses import grpo_loss
+from algorithms.grpo import GRPOConfig
 from algorithms.losses import masked_mean_per_sequence, reinforce_loss
 
 
@@ -31,20 +31,21 @@ def _batch(seed: int = 0, b: int = 8, t: int = 6):
 @pytest.mark.parametrize("options", [
     {"loss_type": "grpo", "beta": 0.04},
     {"loss_type": "dapo", "beta": 0.04, "entropy_coef": 0.01},
-    {"loss_type": "dr_grpo", "beta": 0.1, "max_completion_length": 6, "kl_loss_type": "k1"},
+    {"loss_type": "dr_grpo", "beta": 0.1, "kl_loss_type": "k1"},
     {"loss_type": "cispo", "beta": 0.0, "epsilon_high": 5.0},
     {"loss_type": "grpo", "level": "sequence", "beta": 0.04, "kl_loss_type": "low_var_kl", "entropy_coef": -0.02},
 ])
 def test_the_parts_add_up_and_the_loss_is_unchanged(options):
     logps, old, ref, adv, mask, entropies = _batch()
-    plain = grpo_loss(logps, old, ref, adv, mask, entropies=entropies, **options)
-    loss, parts = grpo_loss(logps, old, ref, adv, mask, entropies=entropies, return_parts=True, **options)
+    loss_fn = GRPOConfig(**options).loss(max_completion_length=6)
+    plain = loss_fn(logps, old, ref, adv, mask, entropies=entropies)
+    loss, parts = loss_fn(logps, old, ref, adv, mask, entropies=entropies, return_parts=True)
     assert torch.equal(loss, plain)  # asking for the parts computes the loss as before
     assert set(parts) == {"policy"} | ({"kl"} if options["beta"] else set()) | ({"entropy"} if options.get("entropy_coef") else set())
     assert sum(parts.values()) == pytest.approx(loss.item(), abs=1e-6)
     if options["beta"]:
         assert parts["kl"] > 0 if options.get("kl_loss_type", "k3") != "k1" else parts["kl"] != 0
-        no_kl = grpo_loss(logps, old, None, adv, mask, entropies=entropies, **{**options, "beta": 0.0})
+        no_kl = GRPOConfig(**{**options, "beta": 0.0}).loss(6)(logps, old, None, adv, mask, entropies=entropies)
         assert parts["policy"] + parts.get("entropy", 0.0) == pytest.approx(no_kl.item(), abs=1e-6)
     if options.get("entropy_coef"):
         assert math.copysign(1, parts["entropy"]) == -math.copysign(1, options["entropy_coef"])

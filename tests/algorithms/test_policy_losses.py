@@ -1,19 +1,17 @@
 """The policy losses' shape (algorithms/policy_losses.py): a plug-in loss with an option of its own is a GRPO setting
 like any other, as a flag under the loss in --help, a key of a matrix cell, a field of the recorded config, and the
 value its objective reads; and the loss's parts and KL column name what the loss used. What the pipeline passes is
-declared, not named: a config field declared ``loss_option`` reaches ``grpo_loss``, and an aggregation declared
-``token_mean`` gets the data-parallel token count."""
+declared, not named: every setting of the loss reaches the loss a step computes (``GRPOConfig.loss()``), and an
+aggregation declared ``token_mean`` gets the data-parallel token count."""
 
-import inspect
 from dataclasses import dataclass, field, fields
 
 import pytest
 import torch
 
 from algorithms import GRPO, GRPOConfig, Sampling
-from algorithms import grpo as grpo_module
 from algorithms.policy_losses import (
-    LOSS_AGGREGATIONS, POLICY_LOSSES, LossInputs, PolicyLoss, grpo_loss, register_aggregation, register_policy_loss,
+    LOSS_AGGREGATIONS, POLICY_LOSSES, GRPOLoss, LossInputs, PolicyLoss, register_aggregation, register_policy_loss,
 )
 
 SEEN: list[float] = []
@@ -53,11 +51,14 @@ def test_a_plugin_loss_option_is_a_flag_a_matrix_key_a_recorded_setting_and_what
     # the loss reads its own value: the same batch at scale 0.5 and 1.5 gives losses in the ratio 1 : 3
     logps = torch.tensor([[-1.0, -2.0], [-0.5, -3.0]])
     mask, adv = torch.ones(2, 2), torch.tensor([1.0, -0.5])
-    half = grpo_loss(logps, None, None, adv, mask, loss_type="scaled_reinforce_test", scaled_reinforce_scale=0.5)
-    three_halves = grpo_loss(logps, None, None, adv, mask, loss_type="scaled_reinforce_test", scaled_reinforce_scale=1.5)
+
+    def loss(**options):
+        return GRPOConfig(loss_type="scaled_reinforce_test", beta=0.0, **options).loss()(logps, None, None, adv, mask)
+
+    half, three_halves = loss(scaled_reinforce_scale=0.5), loss(scaled_reinforce_scale=1.5)
     assert half.item() == pytest.approx(-0.5 * (-3.0 + 0.5 * 3.5) / 4) and three_halves.item() == pytest.approx(3 * half.item())
-    with pytest.raises(TypeError, match="has no option sapo_temperature_pos"):
-        grpo_loss(logps, None, None, adv, mask, loss_type="scaled_reinforce_test", sapo_temperature_pos=1.0)
+    # another loss's option is that loss's: this one keeps its own default (s = 2)
+    assert loss(sapo_temperature_pos=3.0).item() == pytest.approx(4 * half.item())
 
 
 def test_a_grpo_step_hands_the_configured_option_to_the_loss(plugin):
@@ -103,9 +104,9 @@ def test_what_a_loss_needs_is_declared_not_named_in_the_pipeline():
     assert [n for n, aggregate in LOSS_AGGREGATIONS.items() if aggregate.token_mean] == ["bnpo", "dapo", "token-mean"]
 
 
-def _grpo_step(monkeypatch, **options) -> list[dict]:
-    """One GRPO step on pizza at ``options``, with a data-parallel token count of 123: the keyword arguments of each
-    ``grpo_loss`` call it made."""
+def _grpo_step(monkeypatch, **options) -> tuple[GRPO, list[tuple[GRPOLoss, dict]]]:
+    """One GRPO step on pizza at ``options``, with a data-parallel token count of 123: the algorithm, and the loss
+    and the keyword arguments of each loss call it made."""
     from benchmarks.harness.loop import make_evaluated_task
 
     torch.manual_seed(0)
@@ -117,27 +118,30 @@ def _grpo_step(monkeypatch, **options) -> list[dict]:
     algo = GRPO(task.load_policy(torch.device("cpu")), ref, task, config, sampling, seed=0)
     algo.data_parallel_token_count = lambda mask: 123.0
     calls = []
-    monkeypatch.setattr(grpo_module, "grpo_loss", lambda *args, **kwargs: calls.append(kwargs) or grpo_loss(*args, **kwargs))
+    call = GRPOLoss.__call__
+    monkeypatch.setattr(GRPOLoss, "__call__", lambda self, *args, **kwargs: calls.append((self, kwargs)) or
+                        call(self, *args, **kwargs))
     algo.step(["ravin likes "] * 2)
-    return calls
+    return algo, calls
 
 
-def test_every_field_declared_a_loss_option_reaches_grpo_loss(monkeypatch):
-    """The config fields grpo_loss takes under their own names are those declared ``loss_option``, and a step passes
-    each with the config's value (each set here to another value than its default)."""
-    takes = inspect.signature(grpo_loss).parameters
-    assert {f.name for f in fields(GRPOConfig) if f.name in takes} == set(grpo_module.LOSS_OPTIONS)
-    assert all(f.metadata.get("loss_option") for f in fields(GRPOConfig) if f.name in takes)
-    values = dict(level="sequence", loss_type="bnpo", epsilon=0.3, epsilon_high=0.31, delta=2.0, beta=0.0,
-                  kl_bias_correction=True, top_entropy_quantile=0.9, off_policy_mask_threshold=0.5,
-                  importance_sampling_correction=False, importance_sampling_mode="token_mask",
-                  importance_sampling_clip_min=0.1, importance_sampling_clip_max=4.0,
-                  loss_aggregation="seq-mean-token-sum", kl_loss_type="k2", entropy_coef=0.01, group_size=4)
-    assert set(values) == set(grpo_module.LOSS_OPTIONS)
+def test_every_setting_of_the_loss_reaches_the_loss_a_step_computes(monkeypatch):
+    """Every field of the configured loss but four is the GRPO setting of the same name, and a step's loss holds the
+    config's value (each set here to another value than its default); the four are the members and the aggregation
+    those settings pick, and the sampling limit."""
+    values = dict(level="sequence", epsilon=0.3, epsilon_high=0.31, delta=2.0, beta=0.0, kl_bias_correction=True,
+                  top_entropy_quantile=0.9, off_policy_mask_threshold=0.5, importance_sampling_correction=False,
+                  importance_sampling_clip_min=0.1, importance_sampling_clip_max=4.0, kl_loss_type="k2",
+                  entropy_coef=0.01, group_size=4)
+    picks = dict(loss_type="bnpo", importance_sampling_mode="token_mask", loss_aggregation="seq-mean-token-sum")
+    assert {f.name for f in fields(GRPOLoss)} == set(values) | {"policy", "correction", "aggregation",
+                                                                "max_completion_length"}
     defaults = {f.name: f.default for f in fields(GRPOConfig)}
-    assert all(value != defaults[name] for name, value in values.items())
-    (kwargs,) = _grpo_step(monkeypatch, **values)
-    assert {name: kwargs[name] for name in values} == values
+    assert all(value != defaults[name] for name, value in {**values, **picks}.items())
+    algo, ((loss, _),) = _grpo_step(monkeypatch, **values, **picks)
+    assert {name: getattr(loss, name) for name in values} == values
+    assert (loss.policy.name, loss.correction.name, loss.aggregation) == tuple(picks.values())
+    assert loss.max_completion_length == algo.sampling.max_new_tokens
 
 
 @pytest.fixture
@@ -161,7 +165,7 @@ def plugin_aggregations():
 @pytest.mark.parametrize("aggregation, count", [("token_mean_test", 123.0), ("sum_test", None)])
 def test_an_aggregation_declared_token_mean_gets_the_data_parallel_token_count(monkeypatch, plugin_aggregations,
                                                                                aggregation, count):
-    (kwargs,) = _grpo_step(monkeypatch, beta=0.0, loss_aggregation=aggregation)
+    _, ((_, kwargs),) = _grpo_step(monkeypatch, beta=0.0, loss_aggregation=aggregation)
     assert kwargs["num_items_in_batch"] == count and plugin_aggregations[aggregation] == count
 
 

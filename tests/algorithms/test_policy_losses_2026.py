@@ -5,12 +5,14 @@ score (a sum instead of the mean log-ratio), a wrong normaliser (the valid group
 wrong discount direction (past instead of future tokens) or a padding leak fails.
 """
 
+import dataclasses
 import math
 
 import pytest
 import torch
 
-from algorithms.policy_losses import fipo_influence_weights, grpo_loss, real_group_losses
+from algorithms.grpo import GRPOConfig
+from algorithms.policy_losses import fipo_influence_weights, real_group_losses
 
 
 def softplus(x):
@@ -38,7 +40,7 @@ def test_real_group_losses_by_hand():
 
 def test_real_loss_averages_over_all_groups_with_the_bounded_gradient():
     logps = (OLD + LOG_RATIO).requires_grad_(True)
-    loss = grpo_loss(logps, OLD, None, ADV, MASK, loss_type="real", beta=0.0, group_size=2)
+    loss = GRPOConfig(loss_type="real", beta=0.0, group_size=2).loss()(logps, OLD, None, ADV, MASK)
     assert loss.item() == pytest.approx(L1 / 2, rel=1e-6)  # over both groups (the tied one counts 0), not L1
     loss.backward()
     # dL/dS_pos = -(1/tau) sigmoid(-S_pos / tau) = -2 sigmoid(-0.4); dS/dlogp = 1/2 per token; 1/2 for n = 2 groups
@@ -52,13 +54,13 @@ def test_real_loss_averages_over_all_groups_with_the_bounded_gradient():
 
 def test_real_tau_and_on_policy_value():
     logps = OLD + LOG_RATIO
-    at_1 = grpo_loss(logps, OLD, None, ADV, MASK, loss_type="real", beta=0.0, group_size=2, real_tau=1.0)
+    at_1 = GRPOConfig(loss_type="real", beta=0.0, group_size=2, real_tau=1.0).loss()(logps, OLD, None, ADV, MASK)
     assert at_1.item() == pytest.approx((softplus(-0.4) + softplus(-0.2)) / 2, rel=1e-6)
     # mu = 1: S = 0 in value, L_g = 2 log 2 per valid group
-    on_policy = grpo_loss(logps, None, None, ADV, MASK, loss_type="real", beta=0.0, group_size=2)
+    on_policy = GRPOConfig(loss_type="real", beta=0.0, group_size=2).loss()(logps, None, None, ADV, MASK)
     assert on_policy.item() == pytest.approx(2 * math.log(2) / 2, rel=1e-6)
-    with pytest.raises(ValueError, match="group_size"):
-        grpo_loss(logps, OLD, None, ADV, MASK, loss_type="real", beta=0.0)
+    with pytest.raises(ValueError, match="group_size"):  # a loss built without it (GRPO's always has it)
+        dataclasses.replace(GRPOConfig(loss_type="real", beta=0.0).loss(), group_size=None)(logps, OLD, None, ADV, MASK)
 
 
 # --- FIPO ---------------------------------------------------------------------------------------------------
@@ -100,16 +102,16 @@ def test_fipo_influence_weight_is_the_discounted_future_kl():
 def test_fipo_loss_is_dapo_weighted_and_dapo_on_policy():
     old = torch.tensor([[-1.0, -1.0, -1.0], [-2.0, -2.0, -2.0]])
     logps = old + F_LOG_RATIO
-    kw = dict(beta=0.0, fipo_decay_rate=1.0)
-    fipo = grpo_loss(logps, old, None, F_ADV.view(-1), F_MASK, loss_type="fipo", **kw)
+    fipo = GRPOConfig(loss_type="fipo", beta=0.0, fipo_decay_rate=1.0).loss()(logps, old, None, F_ADV.view(-1), F_MASK)
     # row 1 (A = 1): -min(r, clip(r, 0.8, 1.2)) = -[e^0.1, 1.2, e^-0.05] times w = [1.2, e^0.175, 1]
     row1 = [-math.exp(0.1) * 1.2, -1.2 * math.exp(0.175), -math.exp(-0.05)]
     # row 2 (A = -1): -min(-r, -clip(r)) = max(r, clip(r)) = [e^1.5, e^0.3] times w = [safety: 1.0, 1.2 (clip of e^0.3)]
     row2 = [math.exp(1.5) * 1.0, math.exp(0.3) * 1.2]
     assert fipo.item() == pytest.approx(sum(row1 + row2) / 5, rel=1e-6)  # token mean over 5 active tokens
-    dapo = grpo_loss(logps, old, None, F_ADV.view(-1), F_MASK, loss_type="dapo", beta=0.0)
+    dapo = GRPOConfig(loss_type="dapo", beta=0.0).loss()(logps, old, None, F_ADV.view(-1), F_MASK)
     assert not math.isclose(fipo.item(), dapo.item(), rel_tol=1e-3)
-    on_policy = [grpo_loss(logps, None, None, F_ADV.view(-1), F_MASK, loss_type=t, beta=0.0) for t in ("fipo", "dapo")]
+    on_policy = [GRPOConfig(loss_type=t, beta=0.0).loss()(logps, None, None, F_ADV.view(-1), F_MASK)
+                 for t in ("fipo", "dapo")]
     assert torch.equal(on_policy[0], on_policy[1])
 
 

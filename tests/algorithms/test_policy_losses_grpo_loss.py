@@ -1,11 +1,12 @@
-"""grpo_loss and group_advantages against values computed by hand on small ragged tensors."""
+"""GRPO's loss (``GRPOConfig.loss()``) and group_advantages against values computed by hand on small ragged tensors."""
 
 import math
 
 import pytest
 import torch
 
-from algorithms.policy_losses import clip_fraction, grpo_loss
+from algorithms.grpo import GRPOConfig
+from algorithms.policy_losses import clip_fraction
 
 from algorithms.losses import group_advantages
 
@@ -58,7 +59,7 @@ def test_grpo_loss_matches_hand_computation(level, loss_type, beta):
         expected = sum(sum(row) for row in per_token) / 4  # 4 active tokens
     else:  # dr_grpo: B * max_completion_length = 2 * 5
         expected = sum(sum(row) for row in per_token) / 10
-    got = grpo_loss(LOGPS, OLD, REF, ADV, MASK, level=level, loss_type=loss_type, beta=beta, max_completion_length=5)
+    got = GRPOConfig(level=level, loss_type=loss_type, beta=beta).loss(5)(LOGPS, OLD, REF, ADV, MASK)
     assert got.item() == pytest.approx(expected, abs=1e-6)
 
 
@@ -66,15 +67,16 @@ def test_first_completion_worked_example():
     # Token ratios exp(0)=1, exp(0.5)=1.6487 -> clipped to 1.2 (A>0), exp(-0.3)=0.7408 (unclipped since A>0 takes min).
     # Completion 1 (A=1): -(1 + 1.2 + 0.7408) / 3 = -0.98027; completion 2 (A=-2, ratio exp(-0.5)=0.6065):
     # min(0.6065*-2, 0.8*-2) = -1.6 -> +1.6. grpo mean = (-0.98027 + 1.6) / 2 = 0.309863.
-    got = grpo_loss(LOGPS, OLD, None, ADV, MASK)
+    got = GRPOConfig(beta=0.0).loss()(LOGPS, OLD, None, ADV, MASK)
     assert got.item() == pytest.approx(((-(1 + 1.2 + math.exp(-0.3)) / 3) + 1.6) / 2, abs=1e-6)
 
 
 def test_epsilon_high_widens_upper_clip():
-    got = grpo_loss(LOGPS, OLD, None, ADV, MASK, epsilon_high=0.28, loss_type="bnpo")
+    got = GRPOConfig(epsilon_high=0.28, loss_type="bnpo", beta=0.0).loss()(LOGPS, OLD, None, ADV, MASK)
     expected = sum(sum(r) for r in by_hand_per_token(eps_high=0.28)) / 4
     assert got.item() == pytest.approx(expected, abs=1e-6)
-    assert got.item() != pytest.approx(grpo_loss(LOGPS, OLD, None, ADV, MASK, loss_type="bnpo").item(), abs=1e-4)
+    bnpo = GRPOConfig(loss_type="bnpo", beta=0.0).loss()
+    assert got.item() != pytest.approx(bnpo(LOGPS, OLD, None, ADV, MASK).item(), abs=1e-4)
 
 
 def test_kl_bias_correction_weights_kl_by_ratio():
@@ -83,14 +85,14 @@ def test_kl_bias_correction_weights_kl_by_ratio():
     kl = (torch.exp(d) - d - 1) * ratio
     surrogate = torch.tensor([[v for v in row] + [0.0] * (3 - len(row)) for row in by_hand_per_token()])
     expected = ((surrogate + 0.1 * kl) * MASK).sum() / MASK.sum()
-    got = grpo_loss(LOGPS, OLD, REF, ADV, MASK, beta=0.1, loss_type="bnpo", kl_bias_correction=True)
+    got = GRPOConfig(beta=0.1, loss_type="bnpo", kl_bias_correction=True).loss()(LOGPS, OLD, REF, ADV, MASK)
     assert got.item() == pytest.approx(expected.item(), abs=1e-6)
 
 
 def test_mu1_loss_is_zero_but_gradient_is_not():
     logps = LOGPS.clone().requires_grad_(True)
     adv = group_advantages(torch.tensor([4.0, 0.0, 0.0, 4.0]), group_size=2)[:2]  # (+0.707, -0.707)
-    loss = grpo_loss(logps, None, None, adv, MASK, beta=0.0, loss_type="grpo")
+    loss = GRPOConfig(beta=0.0, loss_type="grpo").loss()(logps, None, None, adv, MASK)
     assert abs(loss.item()) <= 1e-7
     loss.backward()
     # d loss / d logp_{i,t} = -A_i / (B |o_i|) on active tokens: the REINFORCE gradient, per-token averaged.
@@ -125,10 +127,10 @@ def test_clip_fraction_counts_binding_side_only():
 
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="loss_type"):
-        grpo_loss(LOGPS, OLD, None, ADV, MASK, loss_type="ppo")
+        GRPOConfig(loss_type="ppo").loss()
     with pytest.raises(ValueError, match="level"):
-        grpo_loss(LOGPS, OLD, None, ADV, MASK, level="word")
+        GRPOConfig(level="word", beta=0.0).loss()(LOGPS, OLD, None, ADV, MASK)
     with pytest.raises(ValueError, match="ref_logps"):
-        grpo_loss(LOGPS, OLD, None, ADV, MASK, beta=0.1)
+        GRPOConfig(beta=0.1).loss()(LOGPS, OLD, None, ADV, MASK)
     with pytest.raises(ValueError, match="max_completion_length"):
-        grpo_loss(LOGPS, OLD, None, ADV, MASK, loss_type="dr_grpo")
+        GRPOConfig(loss_type="dr_grpo", beta=0.0).loss()(LOGPS, OLD, None, ADV, MASK)

@@ -12,7 +12,7 @@ import torch
 from algorithms.base import Sampling
 from algorithms.grpo import GRPO, GRPOConfig
 from algorithms.kl import approx_kl
-from algorithms.policy_losses import grpo_loss, high_entropy_mask, sampling_importance_ratio, vespo_weights
+from algorithms.policy_losses import high_entropy_mask, sampling_importance_ratio, vespo_weights
 from algorithms.losses import overlong_penalty, reinforce_pp_advantages, rloo_advantages, rloo_loss
 from algorithms.reinforce_pp import REINFORCEPP, REINFORCEPPConfig
 from algorithms.rloo import RLOO, RLOOConfig
@@ -43,11 +43,11 @@ def test_cispo_by_hand():
         cap = eps_high or caps
         terms = [-min(r, cap) * ADV[i].item() * LOGPS[i, t].item()
                  for i in range(2) for r, t in zip(ratios()[i], ACTIVE[i])]
-        got = grpo_loss(LOGPS, OLD, None, ADV, MASK, loss_type="cispo", epsilon_high=eps_high)
+        got = GRPOConfig(loss_type="cispo", epsilon_high=eps_high, beta=0.0).loss()(LOGPS, OLD, None, ADV, MASK)
         assert got.item() == pytest.approx(sum(terms) / 4, rel=1e-6)
     # its gradient is the weighted REINFORCE gradient: d/dlogp = -sg(w) A / 4, the ratio itself gets none
     logps = LOGPS.clone().requires_grad_(True)
-    grpo_loss(logps, OLD, None, ADV, MASK, loss_type="cispo", epsilon_high=5.0).backward()
+    GRPOConfig(loss_type="cispo", epsilon_high=5.0, beta=0.0).loss()(logps, OLD, None, ADV, MASK).backward()
     assert logps.grad[0, 1].item() == pytest.approx(-min(math.exp(0.5), 5.0) * 1.0 / 4, rel=1e-6)
 
 
@@ -57,11 +57,12 @@ def test_sapo_by_hand():
     for i, tau in ((0, 1.0), (1, 1.05)):
         rows.append([-sigmoid(tau * (r - 1)) * 4 / tau * ADV[i].item() for r in ratios()[i]])
     expected = (sum(rows[0]) / 3 + sum(rows[1]) / 1) / 2
-    assert grpo_loss(LOGPS, OLD, None, ADV, MASK, loss_type="sapo").item() == pytest.approx(expected, rel=1e-6)
+    sapo = GRPOConfig(loss_type="sapo", beta=0.0).loss()
+    assert sapo(LOGPS, OLD, None, ADV, MASK).item() == pytest.approx(expected, rel=1e-6)
     # on-policy the gate's slope is exactly 1: the gradient is GRPO's
     a, b = LOGPS.clone().requires_grad_(True), LOGPS.clone().requires_grad_(True)
-    grpo_loss(a, None, None, ADV, MASK, loss_type="sapo").backward()
-    grpo_loss(b, None, None, ADV, MASK, loss_type="grpo").backward()
+    sapo(a, None, None, ADV, MASK).backward()
+    GRPOConfig(loss_type="grpo", beta=0.0).loss()(b, None, None, ADV, MASK).backward()
     torch.testing.assert_close(a.grad, b.grad)
 
 
@@ -70,7 +71,7 @@ def test_luspo_by_hand():
     s0 = math.exp((0.0 + 0.5 - 0.3) / 3)  # 1.0689, inside [0.8, 1.2]
     s1 = math.exp(-0.5)  # 0.6065 with A = -2: the clip binds, -min(-1.213, -1.6) = 1.6
     expected = (3 * -(s0 * 1.0) + 1 * -min(s1 * -2.0, 0.8 * -2.0)) / 2
-    got = grpo_loss(LOGPS, OLD, None, ADV, MASK, loss_type="luspo", level="sequence")
+    got = GRPOConfig(loss_type="luspo", level="sequence", beta=0.0).loss()(LOGPS, OLD, None, ADV, MASK)
     assert got.item() == pytest.approx(expected, rel=1e-6)
 
 
@@ -80,7 +81,8 @@ def test_vespo_by_hand():
     k, lam = [2.0, 3.0], [3.0, 2.0]  # A = 1 >= 0: (k_pos, lambda_pos); A = -2: (k_neg, lambda_neg)
     phi = [math.exp(lam[i] + k[i] * log_w[i] - lam[i] * math.exp(log_w[i])) for i in range(2)]
     terms = [-phi[i] * ADV[i].item() * LOGPS[i, t].item() for i in range(2) for t in ACTIVE[i]]
-    assert grpo_loss(LOGPS, OLD, None, ADV, MASK, loss_type="vespo").item() == pytest.approx(sum(terms) / 4, rel=1e-6)
+    vespo = GRPOConfig(loss_type="vespo", beta=0.0).loss()
+    assert vespo(LOGPS, OLD, None, ADV, MASK).item() == pytest.approx(sum(terms) / 4, rel=1e-6)
     assert vespo_weights(LOGPS - LOGPS, MASK, ADV.unsqueeze(1)).flatten().tolist() == pytest.approx([1.0, 1.0])  # phi(1) = 1
 
 
@@ -90,7 +92,7 @@ def test_delta_caps_the_unclipped_ratio():
     plain = [[-min(r * a, min(max(r, 0.8), 1.2) * a) for r in ratios()[i]] for i, a in enumerate((-1.0, -2.0))]
     capped = [[-min(min(r, 1.4) * a, min(max(r, 0.8), 1.2) * a) for r in ratios()[i]] for i, a in enumerate((-1.0, -2.0))]
     assert capped[0][1] == pytest.approx(1.4) and plain[0][1] == pytest.approx(math.exp(0.5))
-    got = grpo_loss(LOGPS, OLD, None, adv, MASK, loss_type="bnpo", delta=1.4)
+    got = GRPOConfig(loss_type="bnpo", delta=1.4, beta=0.0).loss()(LOGPS, OLD, None, adv, MASK)
     assert got.item() == pytest.approx(sum(map(sum, capped)) / 4, rel=1e-6)
 
 
@@ -102,17 +104,17 @@ def test_top_entropy_quantile_keeps_the_top_share():
     assert high_entropy_mask(entropies, MASK, 1.0).tolist() == MASK.tolist()
     terms = [[-min(r * a, min(max(r, 0.8), 1.2) * a) for r in ratios()[i]] for i, a in enumerate((1.0, -2.0))]
     expected = (terms[0][1] / 3 + terms[1][0] / 1) / 2  # grpo aggregation keeps the full |o_i| denominators (TRL)
-    got = grpo_loss(LOGPS, OLD, None, ADV, MASK, entropies=entropies, top_entropy_quantile=0.5)
+    got = GRPOConfig(top_entropy_quantile=0.5, beta=0.0).loss()(LOGPS, OLD, None, ADV, MASK, entropies=entropies)
     assert got.item() == pytest.approx(expected, rel=1e-6)
 
 
 def test_off_policy_mask_drops_negative_drifted_sequences():
     # mean(sampler - current) over completion 1 (A = -2): (-1.0 - -1.5) = 0.5 > 0.4 -> dropped; completion 0 has A > 0.
     terms = [-min(r * 1.0, min(max(r, 0.8), 1.2) * 1.0) for r in ratios()[0]]
-    got = grpo_loss(LOGPS, OLD, None, ADV, MASK, off_policy_mask_threshold=0.4)
+    got = GRPOConfig(off_policy_mask_threshold=0.4, beta=0.0).loss()(LOGPS, OLD, None, ADV, MASK)
     assert got.item() == pytest.approx((sum(terms) / 3 + 0.0) / 2, rel=1e-6)
-    kept = grpo_loss(LOGPS, OLD, None, ADV, MASK, off_policy_mask_threshold=0.6)
-    assert kept.item() == pytest.approx(grpo_loss(LOGPS, OLD, None, ADV, MASK).item())
+    kept = GRPOConfig(off_policy_mask_threshold=0.6, beta=0.0).loss()(LOGPS, OLD, None, ADV, MASK)
+    assert kept.item() == pytest.approx(GRPOConfig(beta=0.0).loss()(LOGPS, OLD, None, ADV, MASK).item())
 
 
 def test_sampling_importance_ratio_by_hand():
@@ -126,13 +128,15 @@ def test_sampling_importance_ratio_by_hand():
     seq_mask = sampling_importance_ratio(OLD, sampler, MASK, "sequence_mask", 0.5, 3.0)
     assert seq_mask.flatten().tolist() == pytest.approx([math.exp(-0.1), 0.0], rel=1e-6)
     # the loss is weighted token by token (old = current here, so the surrogate is -A per token)
-    got = grpo_loss(LOGPS, None, None, ADV, MASK, loss_type="bnpo", sampling_logps=sampler,
-                    importance_sampling_mode="token_truncate", importance_sampling_clip_min=0.9, importance_sampling_clip_max=1.5)
+    got = GRPOConfig(loss_type="bnpo", beta=0.0, importance_sampling_mode="token_truncate",
+                     importance_sampling_clip_min=0.9, importance_sampling_clip_max=1.5).loss()(
+        LOGPS, None, None, ADV, MASK, sampling_logps=sampler)
     rho = sampling_importance_ratio(LOGPS, sampler, MASK, "token_truncate", 0.9, 1.5)
     expected = sum(-ADV[i].item() * rho[i, t].item() for i in range(2) for t in ACTIVE[i]) / 4
     assert got.item() == pytest.approx(expected, rel=1e-6)
-    off = grpo_loss(LOGPS, None, None, ADV, MASK, loss_type="bnpo", sampling_logps=sampler, importance_sampling_correction=False)
-    assert off.item() == pytest.approx(grpo_loss(LOGPS, None, None, ADV, MASK, loss_type="bnpo").item())
+    off = GRPOConfig(loss_type="bnpo", importance_sampling_correction=False, beta=0.0).loss()(
+        LOGPS, None, None, ADV, MASK, sampling_logps=sampler)
+    assert off.item() == pytest.approx(GRPOConfig(loss_type="bnpo", beta=0.0).loss()(LOGPS, None, None, ADV, MASK).item())
 
 
 def test_overlong_penalty_by_hand():

@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from algorithms.grpo import GRPOConfig
-from algorithms.policy_losses import grpo_loss
 from algorithms.sampler_corrections import SAMPLER_CORRECTIONS, sampler_correction
 
 NAN = float("nan")
@@ -94,24 +93,26 @@ def test_bypass_uses_the_sampler_as_the_old_policy_and_applies_no_weight():
     logps = torch.tensor([[-1.0, -2.0], [-0.5, -3.0]], requires_grad=True)
     sampler = torch.tensor([[-1.3, -1.8], [-0.4, NAN]])
     adv = torch.tensor([1.0, -1.0])
-    bypass = grpo_loss(logps, None, None, adv, mask, beta=0.0, sampling_logps=sampler,
-                       importance_sampling_mode="bypass")
+    bypass = GRPOConfig(beta=0.0, importance_sampling_mode="bypass").loss()(logps, None, None, adv, mask,
+                                                                              sampling_logps=sampler)
     # at mu = 1 the ratio is pi_theta / pi_sampler: row 0 e^0.3 (clipped at 1.2 for A > 0), e^-0.2; row 1 e^-0.1
     want = ((-min(math.exp(0.3), 1.2) - math.exp(-0.2)) / 2 + max(math.exp(-0.1), 0.8)) / 2
     assert bypass.item() == pytest.approx(want, rel=1e-6)
-    same = grpo_loss(logps, torch.where(torch.isnan(sampler), logps.detach(), sampler), None, adv, mask, beta=0.0)
+    paper = GRPOConfig(beta=0.0).loss()
+    same = paper(logps, torch.where(torch.isnan(sampler), logps.detach(), sampler), None, adv, mask)
     assert bypass.item() == pytest.approx(same.item(), rel=1e-7)
-    weighted = grpo_loss(logps, None, None, adv, mask, beta=0.0, sampling_logps=sampler)  # TRL's default mode
+    weighted = paper(logps, None, None, adv, mask, sampling_logps=sampler)  # TRL's default mode
     assert not math.isclose(weighted.item(), bypass.item(), rel_tol=1e-3)
 
 
-def test_a_mode_s_options_reach_the_correction_through_grpo_loss():
+def test_a_mode_s_options_reach_the_correction_through_the_configured_loss():
     mask, logps = torch.ones(1, 2), torch.tensor([[-1.0, -1.0]])
     sampler = logps - 0.015  # geometric mean e^0.015: outside SkyRL's band, inside [0.9, 1.1]
-    kw = dict(beta=0.0, sampling_logps=sampler, importance_sampling_mode="sequence_geometric_mask")
+    kw = dict(beta=0.0, importance_sampling_mode="sequence_geometric_mask")
     adv = torch.tensor([1.0])
-    assert grpo_loss(logps, logps, None, adv, mask, **kw).item() == 0.0
-    assert grpo_loss(logps, logps, None, adv, mask, geo_mask_low=0.9, geo_mask_high=1.1, **kw).item() == -1.0
+    assert GRPOConfig(**kw).loss()(logps, logps, None, adv, mask, sampling_logps=sampler).item() == 0.0
+    wide = GRPOConfig(geo_mask_low=0.9, geo_mask_high=1.1, **kw).loss()
+    assert wide(logps, logps, None, adv, mask, sampling_logps=sampler).item() == -1.0
 
 
 def test_vespo_folds_only_token_level_weights():

@@ -1,7 +1,7 @@
 """ms-swift 4.6.0's cases: its GRPO trainer's loss types ``real`` (REAL's group ranking loss) and ``fipo`` (the
 clipped surrogate weighted by FIPO's future-KL influence), and the loss types it shares with TRL (grpo, bnpo,
 dr_grpo, dapo, cispo, sapo), the trainer's own loss code run on our tensors (benchmarks/references/swift.py),
-against ours (``grpo_loss`` of the same loss_type)."""
+against ours (GRPO's loss, ``GRPOConfig.loss()``, of the same loss_type)."""
 
 from __future__ import annotations
 

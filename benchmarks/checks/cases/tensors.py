@@ -17,7 +17,8 @@ from typing import Callable, Iterable, Optional, Sequence
 
 import torch
 
-from algorithms import kl, losses, policy_losses
+from algorithms import kl, losses
+from algorithms.grpo import GRPOConfig
 from benchmarks.checks.engine import CaseModule, Comparison, Config, Fixture, Tolerance
 from benchmarks.checks.cases.plants import PLANTS
 from benchmarks.references import install
@@ -165,23 +166,20 @@ def knobs(**values) -> str:
     return ", ".join(f"{k}={v}" for k, v in values.items()) or "-"
 
 
-def ours_loss(loss_type: str, **kwargs) -> Callable[[Batch], torch.Tensor]:
-    """``grpo_loss`` of ``loss_type`` on a batch; ``kwargs`` its options, plus ``with_entropies`` and
-    ``with_sampling`` (pass the batch's entropies, its sampler's log-probs), ``max_completion_length="T"`` (the
-    batch's width) and ``group_size="G"`` (the batch's)."""
+def ours_loss(loss_type: str, *, with_entropies: bool = False, with_sampling: bool = False,
+              max_completion_length: Optional[int | str] = None, **settings) -> Callable[[Batch], torch.Tensor]:
+    """Our GRPO loss (``GRPOConfig.loss()``) of ``loss_type`` on a batch; ``settings`` GRPO's (beta 0 unless given),
+    ``group_size="G"`` the batch's; ``with_entropies`` and ``with_sampling`` pass the batch's entropies and its
+    sampler's log-probs, ``max_completion_length="T"`` the batch's width."""
 
     def call(b: Batch) -> torch.Tensor:
-        extra = dict(kwargs)
-        ref = b.ref_logps if extra.get("beta", 0.0) else None
-        if extra.pop("with_entropies", False):
-            extra["entropies"] = b.entropies
-        if extra.pop("with_sampling", False):
-            extra["sampling_logps"] = b.sampling_logps
-        if extra.get("max_completion_length") == "T":
-            extra["max_completion_length"] = b.width
-        if extra.get("group_size") == "G":
-            extra["group_size"] = b.group_size
-        return policy_losses.grpo_loss(b.logps, b.old_logps, ref, b.advantages, b.mask, loss_type=loss_type, **extra)
+        config = GRPOConfig(**{"beta": 0.0, **settings, "loss_type": loss_type,
+                               **({"group_size": b.group_size} if settings.get("group_size") == "G" else {})})
+        # built per row, as it runs: a crash (a setting no member takes) is that row's failure, not the grid's
+        loss = config.loss(b.width if max_completion_length == "T" else max_completion_length)
+        return loss(b.logps, b.old_logps, b.ref_logps if config.beta else None, b.advantages, b.mask,
+                    entropies=b.entropies if with_entropies else None,
+                    sampling_logps=b.sampling_logps if with_sampling else None)
 
     return call
 

@@ -7,7 +7,7 @@ with that configuration runs TRL's own ``_generate_and_score_completions`` on on
 ``rollout_func`` hook returns our fixed completions and the sampler's log-probs instead of sampling), so
 TRL itself computes the old log-probs, the reference log-probs, the advantages, ``num_items_in_batch``
 and the sampler importance-sampling ratio; then ``GRPOTrainer.compute_loss`` gives the loss and its
-gradient. Ours is ``algorithms.losses.grpo_loss`` on the same inputs dict and on the current log-probs
+gradient. Ours is GRPO's loss (``GRPOConfig.loss()``) on the same inputs dict and on the current log-probs
 and entropies of TRL's own forward (with gradient), so a loss row compares loss formulas alone; our
 forward (``algorithms.rollout.per_token_logps``, which skips left padding in the positions) is compared
 with TRL's in a row of its own (``forward``).
@@ -47,7 +47,7 @@ import torch
 from algorithms import policy_losses
 from algorithms.grpo import GRPOConfig
 from algorithms.losses import dpo_loss, group_advantages, rloo_advantages, rloo_loss
-from algorithms.policy_losses import CLIPPED_LOSS_TYPES, GRPO_LOSS_TYPES, IMPORTANCE_SAMPLING_MODES, grpo_loss
+from algorithms.policy_losses import CLIPPED_LOSS_TYPES, GRPO_LOSS_TYPES, IMPORTANCE_SAMPLING_MODES
 from algorithms.rollout import per_token_logps, tokenize_prompts
 from benchmarks.checks.engine import CaseModule, Comparison, Config, Fixture, Plant, Tolerance, patched, register_cases
 from benchmarks.references import trl as trl_ref
@@ -150,7 +150,7 @@ class LossConfig:
         return " ".join(parts)
 
     def ours(self) -> dict:
-        """grpo_loss keyword arguments (the same names as our GRPOConfig's fields)."""
+        """Our GRPOConfig's settings (its fields' names)."""
         return {name: getattr(self, name) for name in self.OPTIONS}
 
 
@@ -421,8 +421,8 @@ def _trl_grpo_inputs(s: Setup, cfg: LossConfig):
 
 def grpo(cfg: LossConfig):
     """TRL prepares the inputs (old/ref log-probs, advantages, IS ratio) and computes its loss; ours is
-    ``grpo_loss`` on that same inputs dict. TRL's dict holds old log-probs where TRL computed them (mu > 1,
-    or its vLLM path); where it holds none, both sides take the current ones, detached."""
+    GRPO's loss (``GRPOConfig.loss()``) on that same inputs dict. TRL's dict holds old log-probs where TRL computed
+    them (mu > 1, or its vLLM path); where it holds none, both sides take the current ones, detached."""
 
     def compare(s: Setup) -> Comparison:
         model, trainer, inputs = _trl_grpo_inputs(s, cfg)
@@ -430,10 +430,10 @@ def grpo(cfg: LossConfig):
         trl_loss = trainer.compute_loss(model, inputs)
         trl_grad = _grads(trl_loss, params)
         logps, entropies = trl_logps(trainer, model, inputs)
-        ours = grpo_loss(
+        loss = GRPOConfig(**cfg.ours(), epsilon=TRL_PINNED["epsilon"]).loss(max_completion_length=T)
+        ours = loss(
             logps, inputs.get("old_per_token_logps"), inputs.get("ref_per_token_logps"),
-            inputs["advantages"], inputs["completion_mask"], **cfg.ours(), epsilon=TRL_PINNED["epsilon"],
-            max_completion_length=T, num_items_in_batch=float(inputs["num_items_in_batch"]),
+            inputs["advantages"], inputs["completion_mask"], num_items_in_batch=float(inputs["num_items_in_batch"]),
             entropies=entropies if cfg.top_entropy_quantile < 1.0 else None,
             sampling_logps=inputs.get("sampling_per_token_logps"),
         )

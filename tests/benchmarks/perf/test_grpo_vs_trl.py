@@ -42,8 +42,8 @@ def test_same_batch_parts_catch_a_planted_fault(pizza, plant, miss, monkeypatch)
     from benchmarks.references.sides import same_loss_misses
 
     if plant == "loss":  # planted where the same-batch engine takes it from
-        real_loss = sides.grpo_loss
-        monkeypatch.setattr(sides, "grpo_loss", lambda *a, **k: real_loss(*a, **k) * (1 + 1e-4) + 1e-5)
+        real_loss = sides._SameBatch.loss
+        monkeypatch.setattr(sides._SameBatch, "loss", lambda self, *a: real_loss(self, *a) * (1 + 1e-4) + 1e-5)
     else:
         real_logps = sides.rollout_logps
         monkeypatch.setattr(sides, "rollout_logps",
