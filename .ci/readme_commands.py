@@ -1,6 +1,6 @@
 """The README's set-up commands (the main job, the tests, the integration tests), read from its first ```bash block.
 
-CI runs exactly these (the main job into a scratch directory instead of results/, optionally on another
+CI runs exactly these (the main job into a scratch directory instead of runs/demo, optionally on another
 matrix file), and tests/test_readme.py checks the README still has them, so the two cannot drift apart.
 Usage: python3 .ci/readme_commands.py main|tests|integrations [--out DIR] [--matrix FILE]
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 DEFAULT_MATRIX = "benchmarks/matrices/default.toml"
-DEFAULT_OUT = "results/demo"
+DEFAULT_OUT = "runs/demo"
 
 
 def commands(readme: Path = README) -> dict[str, str]:

@@ -50,7 +50,7 @@ def run_cli(capsys):
 def grpo_member_option(run_cli, capsys, tmp_path):
     """``check(selector, member, option, value, refused=None)``: the option of a registry member (a policy loss's,
     picked by loss_type; an advantage estimator's, by advantage_estimator) is a GRPO setting everywhere: a flag under
-    the member in ``run --help``, a field of the recorded settings, a key of a matrix cell, and a value ``resolve``
+    the member in ``run --algo grpo --help``, a field of the recorded settings, a key of a matrix cell, and a value ``resolve``
     validates (``refused``: (a bad value, the message refusing it)). Returns the config ``resolve`` gives at
     ``value``, for the test to ask what the member reads."""
     from benchmarks.harness.config import flat_settings, resolve
@@ -58,7 +58,7 @@ def grpo_member_option(run_cli, capsys, tmp_path):
 
     def check(selector: str, member: str, option: str, value, refused=None):
         with pytest.raises(SystemExit):
-            run_cli("run", "--help")
+            run_cli("run", "--algo", "grpo", "--help")
         out = capsys.readouterr().out
         heading = out.index(f"grpo options of {selector} {member}")
         assert f"--{option.replace('_', '-')}" in out[heading:heading + 300]

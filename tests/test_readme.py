@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,6 +50,56 @@ def test_ci_runs_the_main_job_as_written_into_a_scratch_directory(capsys):
     module.main(["main", "--matrix", "benchmarks/matrices/smoke.toml", "--out", "/tmp/x"])
     command = capsys.readouterr().out.strip()
     assert "benchmarks/matrices/smoke.toml" in command and "default.toml" not in command
+
+
+def _git(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def _ignored(path: str) -> bool:
+    """Whether git leaves ``path`` out of ``git status`` here: .gitignore matches it and nothing under it is tracked
+    (a tracked file is shown when it changes, ignored or not)."""
+    return not _git("ls-files", "--", path).stdout.strip() and _git("check-ignore", "-q", "--", path).returncode == 0
+
+
+def _main_job_out(command: str) -> str:
+    words = shlex.split(command.split("&&")[-1])
+    return words[words.index("--out") + 1]
+
+
+def test_what_the_readme_commands_write_is_ignored_by_git():
+    if _git("rev-parse", "--is-inside-work-tree").returncode != 0:
+        pytest.skip("not a git checkout")
+    out = _main_job_out(_readme_commands().commands()["main"])
+    written = [f"{out}/README.md", f"{out}/results.parquet", f"{out}/plots/final_accuracy.png",
+               f"{out}/pizza/grpo/seed0/metrics.jsonl",  # the main job's store, report and cells
+               ".pytest_cache/v/cache/lastfailed", "grpo_bench.egg-info/PKG-INFO",  # the tests, pip install -e .
+               "runs/pizza-grpo-seed0/config.json"]  # `grpo-bench run`'s default folder
+    assert [path for path in written if not _ignored(path)] == []
+    # the check sees a tracked folder (the committed demo store the main job once rewrote) and an unignored one
+    assert not _ignored("results/demo/README.md") and not _ignored("results/new-matrix/README.md")
+
+
+@pytest.mark.slow  # the main job on the smoke matrix in a copy of the checkout: about 90 s
+def test_the_main_job_leaves_a_fresh_checkout_clean(tmp_path):
+    if _git("rev-parse", "--is-inside-work-tree").returncode != 0:
+        pytest.skip("not a git checkout")
+    copy = tmp_path / "checkout"
+    for name in _git("ls-files", "--cached", "--others", "--exclude-standard", "-z").stdout.split("\0"):
+        if name and (ROOT / name).is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, copy / name)
+    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "copy"]):
+        assert _git(*args, cwd=copy).returncode == 0
+    module = _readme_commands()
+    command = module.commands()["main"].replace(module.DEFAULT_MATRIX, "benchmarks/matrices/smoke.toml")
+    words = shlex.split(command.split("&&")[-1])  # past the pip installs: this environment has them
+    assert words[0] == "grpo-bench"
+    done = subprocess.run([sys.executable, "-m", "benchmarks.cli.main", *words[1:]], cwd=copy, capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(copy)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (copy / _main_job_out(command) / "README.md").is_file()
+    assert _git("status", "--porcelain", "--untracked-files=all", cwd=copy).stdout == ""
 
 
 def _layout_rows() -> dict[str, str]:

@@ -14,6 +14,7 @@ import dataclasses
 import importlib
 import importlib.util
 import re
+import sys
 import types
 import typing
 from pathlib import Path
@@ -25,10 +26,17 @@ PROG = "grpo-bench"
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line and exit status 2 (argparse prints the usage too)."""
+    """argparse, but a usage error is one line and exit status 2 (argparse prints the usage too). ``arg_strings``
+    holds the words it was last asked to parse, so that an action (run's --help) can read the flags after it."""
+
+    arg_strings: list[str] = []
 
     def error(self, message: str):
         raise UsageError(message)
+
+    def parse_known_args(self, args=None, namespace=None):
+        self.arg_strings = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
 
 
 class LazySubcommands(argparse._SubParsersAction):
@@ -251,13 +259,16 @@ def settings_from(args: argparse.Namespace, cls):
     return cls(**{name: _as_typed(value, hints[name]) for name, value in given.items()})
 
 
-def add_task_options(parser: argparse.ArgumentParser) -> None:
-    """A flag for every option some registered task declares (``Task.options``), with that task's help."""
+def add_task_options(parser: argparse.ArgumentParser, only: Optional[str] = None) -> None:
+    """A flag for every option some registered task declares (``Task.options``), with the help of the first task
+    that declares it; ``only``: that task's options, with its own help, under the heading "TASK options"."""
     from tasks import TASKS  # heavy: torch
 
-    group = parser.add_argument_group("task options")
+    group = parser.add_argument_group("task options" if only is None else f"{only} options")
     added: dict[str, list[str]] = {}
     for task_name, cls in sorted(TASKS.items()):
+        if only is not None and task_name != only:
+            continue
         for name, option in cls.options().items():
             added.setdefault(name, []).append(task_name)
             if len(added[name]) > 1:

@@ -2,7 +2,9 @@
 and past nine variants another line style and marker, so that 15 curves are told apart; one panel per task;
 curves are means over seeds with a 95% Student-t band. ``plots(..., highlight={...})`` draws the given variants
 (the ones that could be best, say) bold in colour and on top, the others thin in greys without bands; their
-names stay in the legend, highlighted ones in bold. Every title sits above the panels and legends it heads.
+names stay in the legend, highlighted ones in bold. Past six variants on a task the accuracy and reward curves are
+small multiples instead: a panel per variant, its curve in colour (highlighted) or dark grey (not), the others light
+grey behind it. Every title sits above the panels and legends it heads.
 
     accuracy_vs_completions.png   held-out accuracy against generated completions (the learning curves; only the
                                   completion counts a run was evaluated at: DPO's samples, drawn up front, put all
@@ -289,9 +291,22 @@ def _draw_lines(ax, frame: pd.DataFrame, x: str, y: str, style: _Style, *, band:
                             zorder=style.look(variant)["zorder"] - 1)
 
 
+# Past this many variants on a task, curves drawn over one another cannot be told apart however they are styled (the
+# toy verdict's 15 end within 0.05 of each other): each variant gets a small panel of its own, the others faint behind.
+SMALL_MULTIPLES_ABOVE = 6
+CONTEXT_GREY = "#d0d0d0"  # the other variants behind a small multiple's own curve
+
+
 def _curve_plot(frame: pd.DataFrame, x: str, y: str, style: _Style, path: Path, title: str, xlabel: str,
                 ylabel: str, *, accuracy: bool, markers: bool, svg: dict | None = None) -> None:
     tasks = [t for t in style.tasks if t in set(frame["task"])]
+    if max(frame.loc[frame["task"] == t, "variant"].nunique() for t in tasks) > SMALL_MULTIPLES_ABOVE:
+        fig = _small_multiples(frame, x, y, style, tasks, xlabel, ylabel, accuracy=accuracy)
+        where = " on its task" if style.per_task is not None else ""
+        title += ("; a panel per variant, the others light grey behind it"
+                  + (f"; {style.highlight_label}{where}: in colour, named in bold" if style.highlighted else ""))
+        _save(fig, path, title, svg)
+        return
     fig, panels = _panels(style, tasks)
     for task, ax in panels.items():
         _draw_lines(ax, frame[frame["task"] == task], x, y, style.panel(task), markers=markers)
@@ -303,6 +318,68 @@ def _curve_plot(frame: pd.DataFrame, x: str, y: str, style: _Style, path: Path, 
     fig.tight_layout()
     style.legend(fig, frame["variant"])
     _save(fig, path, title, svg)
+
+
+def _columns(panels: int) -> int:
+    """Three to five panels to a row, the fewest empty ones left over (then the fewest rows)."""
+    return min((3, 4, 5), key=lambda cols: (-(-panels // cols) * cols - panels, -cols))
+
+
+def _small_multiples(frame: pd.DataFrame, x: str, y: str, style: _Style, tasks: list[str], xlabel: str, ylabel: str,
+                     *, accuracy: bool):
+    """Per task a block of panels, one per variant (the legend's order: the highlighted first): its mean over seeds
+    with a 95% t band, in its colour where it is highlighted on the task (or nothing is) and dark grey where it is
+    not, over every other variant's mean in light grey; titled with its name and last mean. The panels of a task
+    share their axes (accuracy: the range its curves and bands span)."""
+    import matplotlib.pyplot as plt
+
+    order = {task: style.panel(task).order(frame.loc[frame["task"] == task, "variant"]) for task in tasks}
+    cols = _columns(max(len(variants) for variants in order.values()))
+    rows = {task: -(-len(variants) // cols) for task, variants in order.items()}
+    fig, axes = plt.subplots(sum(rows.values()), cols, figsize=(2.8 * cols, 2.2 * sum(rows.values())), squeeze=False)
+    top = 0
+    for task in tasks:
+        panel, part = style.panel(task), frame[frame["task"] == task]
+        means = {v: part.loc[part["variant"] == v, [x, y]].dropna().groupby(x, sort=True)[y].agg(["mean", "std", "count"])
+                 for v in order[task]}
+        block = axes[top:top + rows[task]]
+        flat = list(block.flat)
+        for ax, variant in zip(flat, order[task]):
+            for other in order[task]:
+                if other != variant and not means[other].empty:
+                    ax.plot(means[other].index.to_numpy(float), means[other]["mean"].to_numpy(float),
+                            color=CONTEXT_GREY, linewidth=0.7, label=f"_{other}", zorder=1)
+            own = panel.is_highlighted(variant) or not panel.highlighted
+            colour = panel.look(variant)["color"] if own else GREYS[2]
+            agg = means[variant]
+            if agg.empty:
+                ax.set_title(f"{variant}: no {ylabel}", fontsize=8)  # DPO logs no training reward
+            else:
+                xs, mean = agg.index.to_numpy(float), agg["mean"].to_numpy(float)
+                half = _t_half(agg["std"], agg["count"])
+                ax.fill_between(xs, mean - half, mean + half, color=colour, alpha=0.2, linewidth=0, zorder=2)
+                ax.plot(xs, mean, color=colour, linewidth=2.0 if panel.is_highlighted(variant) else 1.4, label=variant,
+                        marker="o", markersize=2.5, markevery=max(1, len(xs) // 10), zorder=3)
+                ax.set_title(f"{variant}: {mean[-1]:.3f}", fontsize=8, color=colour if panel.highlighted and own else
+                             "black", fontweight="bold" if panel.is_highlighted(variant) else "normal")
+            ax.tick_params(labelsize=7)
+            if ax is not flat[0]:
+                ax.sharex(flat[0])
+                ax.sharey(flat[0])
+        for ax in flat[len(order[task]):]:
+            ax.set_visible(False)
+        for ax in block[:, 0]:
+            ax.set_ylabel(f"{task}\n{ylabel}", fontsize=8)
+        if accuracy:  # the band the curves span, within 0-1: a small panel has no height to spare
+            spans = [(m["mean"] - h, m["mean"] + h) for m in means.values() if not m.empty
+                     for h in [_t_half(m["std"], m["count"])]]
+            low, high = (min(s[0].min() for s in spans), max(s[1].max() for s in spans)) if spans else (0.0, 1.0)
+            pad = 0.05 * max(high - low, 0.1)
+            flat[0].set_ylim(max(-0.02, low - pad), min(1.02, high + pad))
+        top += rows[task]
+    fig.supxlabel(xlabel, fontsize=9)
+    fig.tight_layout()
+    return fig
 
 
 def _learning_curves(curves: dict, style: _Style, out: Path, svg: dict | None = None) -> list[tuple[str, str]]:

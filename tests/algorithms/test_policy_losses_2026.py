@@ -129,9 +129,9 @@ def test_real_and_fipo_options_are_settings(grpo_member_option, member, option, 
 
 
 def help_section(run_cli, capsys, heading):
-    """The lines of ``run --help`` under ``heading``, up to the next option group."""
+    """The lines of ``run --algo grpo --help`` under ``heading``, up to the next option group."""
     with pytest.raises(SystemExit):
-        run_cli("run", "--help")
+        run_cli("run", "--algo", "grpo", "--help")
     out = capsys.readouterr().out
     start = out.index(heading)
     end = out.find("\n\n", start)

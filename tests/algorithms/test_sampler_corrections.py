@@ -127,7 +127,7 @@ def test_vespo_folds_only_token_level_weights():
 
 def test_run_help_lists_each_mode_s_options_under_it(run_cli, capsys):
     with pytest.raises(SystemExit):
-        run_cli("run", "--help")
+        run_cli("run", "--algo", "grpo", "--help")
     out = capsys.readouterr().out
 
     def section(heading):

@@ -71,7 +71,10 @@ def _grpo_bench(env, *args, cwd=ROOT):
 def test_plugin_algorithm_and_task_in_help_and_run(plugin_env, tmp_path):
     done = _grpo_bench(plugin_env, "run", "--help")
     assert done.returncode == 0, done.stderr
-    assert "plain_reinforce options" in done.stdout and "--bonus" in done.stdout
+    assert "  plain_reinforce " in done.stdout and "--bonus" in done.stdout  # listed among the algorithms and tasks
+    done = _grpo_bench(plugin_env, "run", "--algo", "plain_reinforce", "--task", "bonus_pizza", "--help")
+    assert done.returncode == 0, done.stderr
+    assert "plain_reinforce options:" in done.stdout and "bonus_pizza options:" in done.stdout
     out = tmp_path / "run"
     done = _grpo_bench(plugin_env, "run", "--task", "bonus_pizza", "--algo", "plain_reinforce", "--bonus", "1.5",
                        "--steps", "3", "--eval-samples", "16", "--eval-every", "0", "--out", str(out))

@@ -211,6 +211,10 @@ def drawn(monkeypatch, tmp_path):
         figures.clear()
         names.clear()
         data, curves, analysis = _frames(variants, tasks, collapse=kwargs.pop("collapse", False))
+        if "best_per_task" in kwargs:  # the verdicts' could-be-best set of each task, as the report reads it
+            best = kwargs.pop("best_per_task")
+            analysis["tasks"] = pd.DataFrame([{"task": task, "variant": v, "in_best_set": v in best[task]}
+                                              for task in tasks for v in variants])
         if kwargs.pop("bars_only", False):
             plots._bars(data["cells"], plots._Style(data["cells"]), tmp_path / "bars")
         else:
@@ -256,8 +260,9 @@ def test_fifteen_variants_are_told_apart(drawn):
     from matplotlib.colors import to_rgb
 
     figures = drawn(MANY, ["addition"])
-    for name in ("accuracy_vs_completions.png", "reward_vs_samples.png", "diagnostics_addition.png",
-                 "performance_profile.png"):
+    for name in ("accuracy_vs_completions.png", "reward_vs_samples.png"):  # a panel each (small multiples)
+        assert sorted(_panels_by_variant(figures[name])) == sorted(MANY), name
+    for name in ("diagnostics_addition.png", "performance_profile.png"):
         looks = _legend(figures[name])
         assert set(looks) == set(MANY), name
         for (a, la), (b, lb) in itertools.combinations(looks.items(), 2):
@@ -281,7 +286,7 @@ def test_highlighted_variants_are_bold_and_coloured_the_rest_thin_and_grey(drawn
 
     best = {"reinforce", "gmpo", "rloo"}
     figures = drawn(MANY, ["addition"], highlight=best, highlight_label="could be best")
-    looks = _legend(figures["accuracy_vs_completions.png"])
+    looks = _legend(figures["diagnostics_addition.png"])
     assert set(looks) == set(MANY) and list(looks)[:3] == ["reinforce", "gmpo", "rloo"]  # highlighted first
     spread = {v: np.ptp(to_rgb(look[0])) for v, look in looks.items()}  # 0 for a grey
     for v, (colour, _, _, width, bold) in looks.items():
@@ -290,12 +295,85 @@ def test_highlighted_variants_are_bold_and_coloured_the_rest_thin_and_grey(drawn
         else:
             assert not bold and width <= 1 and spread[v] < 0.05, v
     assert len({looks[v][0] for v in best}) == 3  # distinct colours among the highlighted
-    lines = {line.get_label(): line for line in figures["accuracy_vs_completions.png"].axes[0].get_lines()}
+    lines = {line.get_label(): line for line in figures["diagnostics_addition.png"].axes[0].get_lines()}
     assert min(lines[v].get_zorder() for v in best) > max(lines[v].get_zorder() for v in set(MANY) - best)
     ticks = {t.get_text(): t.get_fontweight() for t in figures["final_accuracy.png"].axes[0].get_xticklabels()}
     assert {v for v, w in ticks.items() if w in ("bold", 700)} == best
     rows = {t.get_text(): t.get_fontweight() for t in figures["interval_estimates.png"].axes[0].get_yticklabels()}
     assert {v for v, w in rows.items() if w in ("bold", 700)} == best
+
+
+def _panels_by_variant(figure) -> dict:
+    """A small-multiples figure's panels by the variant each is drawn for (its title: "variant: last mean")."""
+    return {ax.get_title().rsplit(": ", 1)[0]: ax for ax in figure.axes if ax.get_visible()}
+
+
+def _own_and_others(ax, variant: str):
+    """The panel's own curve (labelled with its variant) and the others' (labelled "_name": not in a legend)."""
+    (own,) = [line for line in ax.get_lines() if line.get_label() == variant]
+    return own, [line for line in ax.get_lines() if line.get_label() != variant]
+
+
+def test_past_six_variants_each_has_a_panel_coloured_if_it_could_be_best_and_grey_if_not(drawn):
+    """verdicts-tuned-v2's 15 learning curves (10 could be best) crossed within 0.05 of one another in one panel."""
+    best = {"reinforce", "gmpo", "rloo", "dapo"}
+    figures = drawn(MANY, ["addition"], highlight=best, highlight_label="could be best")
+    for name in ("accuracy_vs_completions.png", "accuracy_vs_seconds.png", "reward_vs_samples.png"):
+        _one_panel_each(figures[name], best)
+
+
+def _one_panel_each(figure, best: set[str]) -> None:
+    from matplotlib.colors import to_rgb
+
+    panels = _panels_by_variant(figure)
+    assert list(panels)[:4] == ["reinforce", "gmpo", "rloo", "dapo"] and sorted(panels) == sorted(MANY)
+    own_colours = {}
+    for variant, ax in panels.items():
+        own, others = _own_and_others(ax, variant)
+        assert sorted(line.get_label() for line in others) == sorted(f"_{v}" for v in MANY if v != variant)
+        assert {to_rgb(line.get_color()) for line in others} == {to_rgb(plots_module().CONTEXT_GREY)}
+        assert own.get_zorder() > max(line.get_zorder() for line in others)
+        colour = to_rgb(own.get_color())
+        own_colours[variant] = colour
+        bold = ax.title.get_fontweight() in ("bold", 700)
+        if variant in best:
+            assert np.ptp(colour) > 0.3 and bold, variant  # a colour, and the name in bold
+        else:  # a grey darker than the others' behind it
+            assert np.ptp(colour) < 0.05 and sum(colour) < sum(to_rgb(plots_module().CONTEXT_GREY)) and not bold, variant
+    assert len({own_colours[v] for v in best}) == 4  # told apart from one another
+    assert "could be best: in colour" in " ".join(figure._suptitle.get_text().split())
+
+
+def test_small_multiples_of_several_tasks_colour_each_tasks_own_best(drawn):
+    from matplotlib.colors import to_rgb
+
+    variants = MANY[:8]
+    best = {"a": {"reinforce", "ppo"}, "b": {"dpo"}}
+    figure = drawn(variants, ["a", "b"], highlight=set().union(*best.values()), best_per_task=best)[
+        "accuracy_vs_completions.png"]
+    panels = [ax for ax in figure.axes if ax.get_visible()]
+    assert len(panels) == 16
+    for task, block in zip(("a", "b"), (panels[:8], panels[8:])):
+        coloured = set()
+        for ax in block:
+            variant = ax.get_title().rsplit(": ", 1)[0]
+            own, _ = _own_and_others(ax, variant)
+            if np.ptp(to_rgb(own.get_color())) > 0.3:
+                coloured.add(variant)
+        assert coloured == best[task], task
+        assert block[0].get_ylabel().startswith(f"{task}\n")  # each block names its task
+
+
+def test_six_variants_or_fewer_share_one_panel_per_task(drawn):
+    figure = drawn(MANY[:6], ["addition"], highlight={"ppo"})["accuracy_vs_completions.png"]
+    (ax,) = [ax for ax in figure.axes if ax.get_visible()]
+    assert {line.get_label() for line in ax.get_lines()} == set(MANY[:6])
+
+
+def plots_module():
+    from benchmarks.report import plots
+
+    return plots
 
 
 def test_a_metric_that_barely_moves_is_labelled_without_an_offset(drawn):
