@@ -3,12 +3,12 @@ pizza task per variant, each step's metrics (the timings aside) and the policy's
 compared exactly. A change of the step's code that is meant to keep its behaviour must keep these bits; one meant to
 change it records the file again: ``python -m tests.algorithms.test_step_recorded``.
 
-The numbers are those of one torch build on one CPU kind, one thread (the file's ``host``): on another the same
-code rounds differently, so there the test is skipped with one line saying so rather than failing. The variants
-reach each step's branches (the KL in the reward or in the loss, several updates per batch, minibatches by rows or by
-prompts, a moving or a batch baseline, DPO's pairs counted or not; GRPO's KL term or none, the entropy mask and bonus, another aggregation,
-the sampler's own log-probs with a correction, dynamic sampling with overlong shaping, a per-token estimator, a
-group-wise loss)."""
+The numbers are those of one torch build on one CPU kind, one thread (the file's ``host``): on another the same code
+rounds differently, so there the test is skipped with one line saying so rather than failing. The variants reach each
+step's branches (the KL in the reward or in the loss, several updates per batch, minibatches by rows or by prompts, a
+moving or a batch baseline, DPO's pairs counted or not; GRPO's KL term or none, the entropy mask and bonus, another
+aggregation, the sampler's own log-probs with a correction, dynamic sampling with overlong shaping, a per-token
+estimator, a group-wise loss)."""
 
 from __future__ import annotations
 
