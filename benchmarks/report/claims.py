@@ -41,10 +41,9 @@ from benchmarks.report.matrix import collect
 from benchmarks.report.verdicts import analysis_spec, primary_name
 from benchmarks.store import ResultStore
 
-COLUMNS = ["matrix", "section", "task", "id", "source", "claim", "treatment", "control", "expects", "metric", "primary",
-           "margin",
-           "stated_at", "seeds", "cells_missing", "treatment_mean", "control_mean", "difference", "low", "high",
-           "mdd", "mark", "seeds_for_margin", "secondary", "secondary_treatment", "secondary_control",
+COLUMNS = ["matrix", "section", "task", "id", "source", "claim", "treatment", "control", "expects", "metric",
+           "primary", "margin", "stated_at", "seeds", "cells_missing", "treatment_mean", "control_mean", "difference",
+           "low", "high", "mdd", "mark", "seeds_for_margin", "secondary", "secondary_treatment", "secondary_control",
            "secondary_difference", "secondary_low", "secondary_high", "report",
            # a cost claim read from a stored matrix (cost_claims.py)
            "reading_stated", "reading_of", "time_ratio", "time_low", "time_high", "state_ratio", "rss_ratio", "rss_low",
@@ -110,9 +109,9 @@ def _start_accuracy(cells: pd.DataFrame, task: str, claims: Sequence[dict]) -> d
     if START in set(cells["variant"]):
         return {}
     treatments = [c["treatment"] for c in claims if c["control"] == START]
-    done = cells[(cells["task"] == task) & (cells["status"] == "complete") & cells["variant"].isin(treatments)]
     if not treatments:
         return {}
+    done = cells[(cells["task"] == task) & (cells["status"] == "complete") & cells["variant"].isin(treatments)]
     return {START: {int(seed): float(v) for seed, v in zip(done["seed"], done["accuracy_before"])}}
 
 
@@ -186,6 +185,9 @@ def _mark_text(r) -> str:
         text = "contradicted"
     elif r["mark"] == inference.CLAIM_EQUIVALENT:
         text = f"no difference beyond +-{r['margin']:g} (equivalent)"
+    elif r["mark"] == inference.IDENTICAL and isinstance(r["metric"], str):
+        # pass@K counts solved questions: two cells can agree on it exactly without being one computation
+        text = f"the same {r['metric']} on every seed: no difference (equivalent)"
     elif r["mark"] == inference.CLAIM_OPEN:
         text = f"not resolved at MDD {r['mdd']:.3f}" if not _missing(r["mdd"]) else "not resolved (too few seeds)"
         if r["seeds_for_margin"] is not None and not _missing(r["seeds_for_margin"]):

@@ -101,12 +101,14 @@ SEEDS = 6
 
 
 def _store(out: Path, section: str | None = "2026") -> Path:
-    """A finished matrix folder with three variants on pizza: each cell's evaluations end at ``final``, its pass@16
-    before training 0.9 + 0.01 seed (the same for every variant of a seed) and after it ``after16``."""
+    """A finished matrix folder with four variants on pizza: each cell's evaluations end at ``final`` (plus the seed's
+    part and noise), its pass@16 before training 0.9 + 0.01 seed (the same for every variant of a seed) and after
+    it that plus the planted change and a quarter of the noise; "same" ends exactly where it began."""
     out.mkdir(parents=True)
     store = ResultStore.open(out)
     rng = np.random.default_rng(3)
-    planted = {"grpo": (0.80, -0.05), "maxrl": (0.80, 0.0), "dapo": (0.70, 0.0)}  # (final, pass@16 after - before)
+    # (final, pass@16 after - before; None: exactly before's)
+    planted = {"grpo": (0.80, -0.05), "maxrl": (0.80, 0.0), "dapo": (0.70, 0.0), "same": (0.80, None)}
     cells = []
     for variant, (final, change) in planted.items():
         noise = rng.normal(0, 0.004, SEEDS)
@@ -121,7 +123,8 @@ def _store(out: Path, section: str | None = "2026") -> Path:
             summary = {"status": "complete", "steps": 2, "accuracy_before": 0.3 + 0.01 * seed,
                        "accuracy_after": accuracy, "completions_generated": 64.0, "wall_clock_s": 1.0,
                        "pass_at_k_before": {"1": 0.3, "16": before},
-                       "pass_at_k_after": {"1": accuracy, "16": before + change + noise[seed] / 4}}
+                       "pass_at_k_after": {"1": accuracy,
+                                           "16": before if change is None else before + change + noise[seed] / 4}}
             store.put(rel, spec, summary, rows)
             cells.append({"dir": rel, **spec})
     store.write()
@@ -131,7 +134,9 @@ def _store(out: Path, section: str | None = "2026") -> Path:
               {"id": "narrows", "source": "S", "claim": "RL narrows pass@16", "treatment": "grpo", "control": "start",
                "expects": "worse", "metric": "pass@16"},
               {"id": "keeps", "source": "S", "claim": "M keeps pass@16 above G", "treatment": "maxrl",
-               "control": "grpo", "metric": "pass@16"}]
+               "control": "grpo", "metric": "pass@16"},
+              {"id": "same", "source": "S", "claim": "S keeps pass@16", "treatment": "same", "control": "start",
+               "expects": "equal", "metric": "pass@16"}]
     analysis = {"primary": "last_2", "margin": 0.02, "target_mdd": None, "stated_at": "2026-12-01T00:00:00Z",
                 "claims": [dict({"expects": "better", "task": None, "secondary": None}, **c) for c in claims],
                 **({"section": section} if section else {})}
@@ -151,7 +156,7 @@ def test_pass_at_k_and_start_claims_read_the_cells_before_and_after_training(tmp
     # (0.3 + 0.01 s): 0.80 - 0.30 = 0.5 on average
     assert table.loc["pass1", "difference"] == pytest.approx(0.5, abs=0.006)
     assert table.loc["pass1", "control_mean"] == pytest.approx(0.3 + 0.01 * np.mean(range(SEEDS)))
-    assert list(table["metric"].fillna("-")) == ["-", "-", "pass@16", "pass@16"]
+    assert list(table["metric"].fillna("-")) == ["-", "-", "pass@16", "pass@16", "pass@16"]
     assert set(table["section"]) == {"2026"}
 
 
@@ -185,3 +190,26 @@ def test_a_section_s_claims_sit_under_its_heading_after_the_others(tmp_path):
     row = next(line for line in section.splitlines() if line.startswith("| D learns as G"))
     assert "`dapo` vs `grpo` on pizza |" in row and "contradicted" in row
     assert "95% divided by its number of metrics" in section and "#### None" not in text
+    # pass@16 counts solved questions: equal on every seed is no difference, not "identical runs"
+    row = next(line for line in section.splitlines() if line.startswith("| S keeps pass@16"))
+    assert "| the same pass@16 on every seed: no difference (equivalent) |" in row
+
+
+@pytest.mark.parametrize("name", ["claims_2026.toml", "claims_2026_small_budget.toml"])
+def test_the_2026_matrices_state_their_claims_under_2026_at_equal_completions_and_updates(name):
+    plan = parse(ROOT / "benchmarks" / "matrices" / name)
+    assert plan.analysis.section == "2026" and plan.analysis.margin == 0.02 and plan.analysis.primary == "last_3"
+    cells = {c.variant: c for c in plan.cells if c.seed == 0}
+    assert {c.seed for c in plan.cells} == set(range(8))
+    assert {c.settings["reward_mode"] for c in plan.cells} == {"correctness"}  # MaxRL's and REAL's binary reward
+    for claim in plan.analysis.claims:
+        treatment = cells[claim.treatment]
+        if claim.control == "start":
+            assert claim.metric == "pass@16" or claim.expects == "better"
+            continue
+        control = cells[claim.control]
+        # one knob: the same budget, completions a step and steps (so the same optimizer updates at equal mu)
+        assert (treatment.budget, treatment.completions_per_step, treatment.steps) == \
+               (control.budget, control.completions_per_step, control.steps), claim.id
+        assert treatment.settings.get("mu", 1) == control.settings.get("mu", 1), claim.id
+        assert treatment.settings["learning_rate"] == control.settings["learning_rate"] == 1e-4
