@@ -382,3 +382,25 @@ class FlashREINFORCE(AdvantageEstimator):
 
 # verl's "tir_optimal_token_baseline" (the multi-turn variant, tool-call tokens masked out of the path) is not here:
 # this suite's rollouts are single-turn.
+
+
+# --------------------------------------------------------------------------------------------
+# RGRA's ablation (arXiv 2603.18756): positive advantages only
+# --------------------------------------------------------------------------------------------
+
+
+@register_advantage_estimator
+class RGRAPositive(AdvantageEstimator):
+    """GRPO's advantage with every negative one set to 0, the ablation of Carrino et al. 2026 (arXiv 2603.18756,
+    "training solely on actions above a baseline"):
+
+        A_i = max(0, (r_i - mean(r_group)) / (std + eps))
+
+    scaled as ``grpo`` (``scale``: the group's std, the batch's, or none). A completion at or below its group's
+    mean gets no gradient, so the policy hears no negative feedback; a tied group gets 0, as with ``grpo``.
+    Not declared ``group_local`` (gathering every rank's rows is always right)."""
+
+    name = "rgra_positive"
+
+    def advantages(self, x: EstimatorInputs) -> torch.Tensor:
+        return group_advantages(x.rewards, x.group_size, x.scale).clamp(min=0.0)

@@ -993,3 +993,29 @@ class GRPOLoss:
             if bonus is not None:
                 parts["entropy"] = bonus.item()
         return loss, parts
+
+
+# --------------------------------------------------------------------------------------------
+# RGRA (arXiv 2603.18756): GRPO's group-relative advantage with REINFORCE's objective, no ratio and no clip
+# --------------------------------------------------------------------------------------------
+
+
+@register_policy_loss
+class RGRA(PolicyLoss):
+    """REINFORCE with Group Relative Advantage (Carrino et al. 2026, "Are complicated loss functions necessary for
+    teaching LLMs to reason?", arXiv 2603.18756): GRPO's objective with the importance ratio and its clip removed,
+    the group-relative advantage and the KL term kept,
+
+        J(theta) = 1/G sum_i 1/|o_i| sum_t { A_i log pi_theta(o_{i,t} | q, o_{i,<t})
+                                             - beta * KL_k3[pi_theta || pi_ref]_{i,t} }
+        loss = -J(theta)
+
+    per token -A_i log pi_theta, aggregated as GRPO's ("grpo"). At mu = 1 its gradient is GRPO's (there the ratio
+    is 1 in value and never clipped); at mu > 1 the later updates push on log pi_theta of completions sampled from
+    pi_old with no importance weight and no trust region, which is what the paper finds unnecessary. Its value is
+    not 0 on policy, as the clipped surrogate's is: it carries log pi itself."""
+
+    name, aggregation = "rgra", "grpo"
+
+    def objective(self, x: LossInputs) -> torch.Tensor:
+        return -x.adv * x.logps

@@ -7,7 +7,8 @@ on what a run's AUC was.
 
 from __future__ import annotations
 
-from typing import Sequence
+import re
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -92,3 +93,25 @@ def cell_scores(summary: dict, metrics: list[dict], primary: str, budget: float)
     tuning choice ranks grid points by, and what the report of a tuning stage shows."""
     x, y = accuracy_curve(summary, metrics)
     return primary_value(primary, x, y, budget), normalised_auc(x, y, budget), float(summary["accuracy_after"])
+
+
+# ------------------------------------------------------------------------------------------------
+# A claim's other metric: pass@K after training, against a variant or the policy before training
+# ------------------------------------------------------------------------------------------------
+
+# A claim's control that is no variant: the treatment's own policy before training, as its cells evaluated it.
+START = "start"
+_PASS_AT = re.compile(r"pass@([1-9]\d*)")
+
+
+def pass_at(metric: Optional[str]) -> Optional[int]:
+    """K of a claim's metric "pass@K"; None for anything else (the primary metric: None)."""
+    match = _PASS_AT.fullmatch(metric or "")
+    return int(match[1]) if match else None
+
+
+def pass_at_k_value(summary: dict, k: int, when: str) -> Optional[float]:
+    """A cell's pass@k ``when`` "before" or "after" training (its summary's pass_at_k_before/after, written with
+    RunConfig.pass_at_k); None where the cell did not evaluate it."""
+    value = (summary.get(f"pass_at_k_{when}") or {}).get(str(k))
+    return None if value is None else float(value)

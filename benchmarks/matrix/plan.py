@@ -42,7 +42,7 @@ from typing import Any, Optional, Sequence
 
 from algorithms import ALGORITHMS
 from algorithms.base import config_fields
-from benchmarks.curve import PRIMARY_DEFAULT, evaluations_needed, parse_primary
+from benchmarks.curve import PRIMARY_DEFAULT, START, evaluations_needed, parse_primary, pass_at
 from benchmarks.errors import UsageError
 from benchmarks.harness.config import field_type, flat_settings, resolve
 from tasks import TASKS
@@ -70,7 +70,8 @@ RUN_KEYS = {
               "point with the highest mean primary metric ([analysis]) on the tuning seeds, evaluated on validation problems",
     "analysis": "[analysis], stated before the cells run: primary (the metric the verdicts and the tuning judge by: "
                 "final, last_K or auc), margin (equivalence to the best within +-margin), target_mdd (optional: the "
-                "minimum detectable difference the seeds were chosen for), and [[analysis.claims]] (published claims "
+                "minimum detectable difference the seeds were chosen for), section (optional: the heading its "
+                "claims sit under in the claims report, e.g. \"2026\"), and [[analysis.claims]] (published claims "
                 "this matrix tests, each a treatment variant against a control: grpo-bench claims)",
     "tasks": "[tasks.NAME] tables",
     "algorithms": "[algorithms.NAME] tables",
@@ -79,7 +80,9 @@ RUN_KEYS = {
 TABLE_RUN_KEYS = {"replicate": "an independent replicate (A/A twin) of another table's variant: its training draws "
                                "other random numbers while its evaluation keeps the seed's block (RunConfig.replicate)",
                   "precision": "this variant's precision (auto, fp32 or bf16), instead of the matrix's",
-                  "logits_precision": "the output layer's product under bf16: same or fp32 (RunConfig.logits_precision)"}
+                  "logits_precision": "the output layer's product under bf16: same or fp32 (RunConfig.logits_precision)",
+                  "pass_at_k": "pass@k before and after training for these k, e.g. \"1,16\" (RunConfig.pass_at_k; off)",
+                  "pass_samples": "samples a question for pass_at_k, >= its largest k (default: that k)"}
 # The values a string-valued run key of an [algorithms.Y] table takes (the others are integers >= 0).
 TABLE_RUN_CHOICES = {"precision": ("auto", "fp32", "bf16"), "logits_precision": ("same", "fp32")}
 TASK_RESERVED = {"budget": "override the budget for this task", "eval_every": "override eval_every for this task",
@@ -448,12 +451,15 @@ def _variant_cells(check: _Checker, task: tuple, algo: tuple, per_task: dict, ru
 
 CLAIM_KEYS = {"id": "a short name for the claim (unique in the file)", "source": "who claims it (paper, year)",
               "claim": "the claim, in a sentence", "treatment": "the variant the claim says is better (or equal)",
-              "control": "the variant it is compared with",
+              "control": "the variant it is compared with, or start: the policy before training, read from the "
+                         "treatment's own cells (its accuracy before training stands for its primary metric)",
               "expects": "better (default), worse, equal, or differs (a difference of either sign: the source claims a "
                          "sensitivity, not a direction)",
               "task": "the task label it is judged on (default: every task of the matrix)",
               "secondary": "a training metric shown beside the claim's mark, described not judged (e.g. entropy, "
-                           "length/incorrect): its mean over the last quarter of each cell's steps"}
+                           "length/incorrect): its mean over the last quarter of each cell's steps",
+              "metric": "what the claim is judged on: the primary metric (default), or pass@K after training (both "
+                        "variants evaluate pass_at_k with this K)"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -468,6 +474,7 @@ class Claim:
     expects: str = "better"
     task: Optional[str] = None
     secondary: Optional[str] = None
+    metric: Optional[str] = None  # None: the primary metric
 
 
 @dataclasses.dataclass(frozen=True)
@@ -479,13 +486,17 @@ class Analysis:
     margin: Optional[float] = None
     target_mdd: Optional[float] = None
     claims: tuple[Claim, ...] = ()
+    section: Optional[str] = None  # the claims report's heading for this matrix's claims
 
     def as_dict(self) -> dict:
         out = dataclasses.asdict(self)
         if not self.claims:  # matrices stated before claims existed keep their recorded analysis equal
             del out["claims"]
-        else:
-            out["claims"] = [dataclasses.asdict(c) for c in self.claims]
+        else:  # so do those stated before a claim could name its metric
+            out["claims"] = [{k: v for k, v in dataclasses.asdict(c).items() if k != "metric" or v is not None}
+                             for c in self.claims]
+        if self.section is None:  # and before a section could be named
+            del out["section"]
         return out
 
 
@@ -496,10 +507,13 @@ def _analysis(check: _Checker, data: dict, eval_every: int, budget: int) -> Opti
     where = ("analysis",)
     if not isinstance(table, dict):
         check.fail((), "analysis", "analysis must be a table: [analysis]")
-    unknown = sorted(set(table) - {"primary", "margin", "target_mdd", "claims"})
+    unknown = sorted(set(table) - {"primary", "margin", "target_mdd", "claims", "section"})
     if unknown:
         check.fail(where, unknown[0], f"unknown key {unknown[0]!r} of [analysis]; it has: primary, margin, target_mdd, "
-                                      "claims")
+                                      "section, claims")
+    section = table.get("section")
+    if section is not None and not (isinstance(section, str) and section.strip()):
+        check.fail(where, "section", f"section must be a heading (text), got {section!r}")
     primary = table.get("primary", PRIMARY_DEFAULT)
     try:
         parse_primary(primary if isinstance(primary, str) else repr(primary))
@@ -516,7 +530,7 @@ def _analysis(check: _Checker, data: dict, eval_every: int, budget: int) -> Opti
         if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < 1):
             check.fail(where, key, f"{key} must be a number in (0, 1), got {value!r}")
         numbers[key] = None if value is None else float(value)
-    return Analysis(primary, **numbers, claims=_claims(check, table.get("claims", [])))
+    return Analysis(primary, **numbers, claims=_claims(check, table.get("claims", [])), section=section)
 
 
 def _claims(check: _Checker, claims: Any) -> tuple[Claim, ...]:
@@ -541,8 +555,11 @@ def _claims(check: _Checker, claims: Any) -> tuple[Claim, ...]:
         for key in ("task", "secondary"):
             if claim.get(key) is not None and not (isinstance(claim[key], str) and claim[key].strip()):
                 check.fail(where, key, f"{key} must be a name (text), got {claim[key]!r}")
+        if claim.get("metric") is not None and pass_at(claim["metric"]) is None:
+            check.fail(where, "metric", f"claim {claim['id']!r}: metric must be pass@K (e.g. pass@16) or left out "
+                                        f"for the primary metric, got {claim['metric']!r}")
         out.append(Claim(claim["id"], claim["source"], claim["claim"], claim["treatment"], claim["control"], expects,
-                         claim.get("task"), claim.get("secondary")))
+                         claim.get("task"), claim.get("secondary"), claim.get("metric")))
     ids = [c.id for c in out]
     if len(set(ids)) != len(ids):
         check.fail(where, "id", f"claim ids repeat: {sorted({i for i in ids if ids.count(i) > 1})}")
@@ -550,19 +567,33 @@ def _claims(check: _Checker, claims: Any) -> tuple[Claim, ...]:
 
 
 def _check_claims(check: _Checker, plan: "Plan") -> None:
-    """Every claim names variants and a task the matrix runs."""
+    """Every claim names variants and a task the matrix runs; a claim on pass@K, variants that evaluate it."""
     if plan.analysis is None:
         return
     variants = {c.variant for c in plan.cells} | {g.variant for g in plan.tuning}
     tasks = {c.task_label for c in plan.cells} | {g.task_label for g in plan.tuning}
     for claim in plan.analysis.claims:
+        k = pass_at(claim.metric)
         for side in ("treatment", "control"):
-            if getattr(claim, side) not in variants:
-                check.fail(("analysis", "claims"), side, f"claim {claim.id!r}: {side} {getattr(claim, side)!r} is not a "
+            name = getattr(claim, side)
+            if side == "control" and name == START and START not in variants:
+                continue
+            if name not in variants:
+                check.fail(("analysis", "claims"), side, f"claim {claim.id!r}: {side} {name!r} is not a "
                                                          f"variant of this matrix ({', '.join(sorted(variants))})")
+            if k is not None and not all(k in _pass_ks(c) for c in evaluation_cells(plan) if c.variant == name):
+                check.fail(("analysis", "claims"), "metric", f"claim {claim.id!r} reads pass@{k}, but variant "
+                                                             f"{name!r} does not evaluate it (pass_at_k with {k} in "
+                                                             "its table)")
         if claim.task is not None and claim.task not in tasks:
             check.fail(("analysis", "claims"), "task", f"claim {claim.id!r}: task {claim.task!r} is not one of this "
                                                        f"matrix's ({', '.join(sorted(tasks))})")
+
+
+def _pass_ks(cell: Cell) -> tuple[int, ...]:
+    """The ks a cell evaluates pass@k at (none: off)."""
+    text = cell.settings.get("pass_at_k")
+    return tuple(int(part) for part in str(text).split(",")) if text else ()
 
 
 def _on_validation(task: tuple) -> tuple:
@@ -798,6 +829,10 @@ def _algorithms(check: _Checker, data: dict) -> list[tuple[str, str, dict, str, 
         config_cls = ALGORITHMS[algo].Config
         fields = set(config_fields(config_cls))
         for key, value in options.items():
+            if key == "pass_at_k":  # its ks are checked with the run's settings (RunConfig.validate)
+                if not isinstance(value, str):
+                    check.fail(where, key, f"pass_at_k must be text such as \"1,16\", got {value!r}")
+                continue
             if key in TABLE_RUN_CHOICES:
                 if value not in TABLE_RUN_CHOICES[key]:
                     check.fail(where, key, f"{key} must be one of {', '.join(TABLE_RUN_CHOICES[key])}, got {value!r}")

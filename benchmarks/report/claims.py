@@ -11,6 +11,13 @@ these contrasts), and one mark: *supported*, *contradicted*, *equivalent* within
 a claim names is not there), or *not resolved*, with the MDD and the seeds the margin would need. A claim whose
 matrix has not finished says how many cells it still lacks; nothing is guessed.
 
+A claim may name its metric: pass@K after training (the cells' ``pass_at_k_after``) instead of the primary metric.
+Its control may be ``start``, the policy before training, read from the treatment's own cells: their accuracy
+before training for the primary metric (an untrained policy's learning curve is flat at it), their
+``pass_at_k_before`` for pass@K (one policy and one evaluation seed: the same value in every cell of a seed).
+Each metric's claims are one family at 95% / (the number of metrics), so a matrix's marks still hold together with
+probability >= 95% (Bonferroni over its metrics). A matrix's ``section`` puts its claims under that heading.
+
 It reads the result stores and matrix.json files only.
 """
 
@@ -18,12 +25,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
+from benchmarks.curve import START, pass_at, pass_at_k_value
 from benchmarks.errors import UsageError
 from benchmarks.markdown import markdown_table
 from benchmarks.report import curves as learning_curves
@@ -31,10 +39,11 @@ from benchmarks.report import inference
 from benchmarks.report.cost_claims import cost_claims_of, cost_mark_text
 from benchmarks.report.matrix import collect
 from benchmarks.report.verdicts import analysis_spec, primary_name
+from benchmarks.store import ResultStore
 
-COLUMNS = ["matrix", "task", "id", "source", "claim", "treatment", "control", "expects", "primary", "margin",
-           "stated_at", "seeds", "cells_missing", "treatment_mean", "control_mean", "difference", "low", "high",
-           "mdd", "mark", "seeds_for_margin", "secondary", "secondary_treatment", "secondary_control",
+COLUMNS = ["matrix", "section", "task", "id", "source", "claim", "treatment", "control", "expects", "metric",
+           "primary", "margin", "stated_at", "seeds", "cells_missing", "treatment_mean", "control_mean", "difference",
+           "low", "high", "mdd", "mark", "seeds_for_margin", "secondary", "secondary_treatment", "secondary_control",
            "secondary_difference", "secondary_low", "secondary_high", "report",
            # a cost claim read from a stored matrix (cost_claims.py)
            "reading_stated", "reading_of", "time_ratio", "time_low", "time_high", "state_ratio", "rss_ratio", "rss_low",
@@ -68,6 +77,44 @@ def paired_difference(a: dict[int, float], b: dict[int, float]) -> tuple[float, 
             float(d.mean() - half), float(d.mean() + half))
 
 
+def pass_at_k_scores(store: ResultStore, cells: pd.DataFrame, task: str, claims: Sequence[dict],
+                     k: int) -> dict[str, dict[int, float]]:
+    """{variant: {seed: pass@k after training}} of the claims' variants on ``task``, and under ``START`` (where no
+    variant has that name) the policy's before training, read from the cells of the treatments compared with it."""
+    done = cells[(cells["task"] == task) & (cells["status"] == "complete")]
+    variants = set(cells["variant"])
+
+    def read(variant: str, when: str) -> dict[int, float]:
+        out = {}
+        for _, row in done[done["variant"] == variant].iterrows():
+            value = pass_at_k_value(store.summary(row["dir"]) or {}, k, when)
+            if value is not None:
+                out[int(row["seed"])] = float(value)
+        return out
+
+    scores: dict[str, dict[int, float]] = {}
+    for claim in claims:
+        for name in (claim["treatment"], claim["control"]):
+            if name == START and START not in variants:
+                for seed, value in read(claim["treatment"], "before").items():
+                    scores.setdefault(START, {}).setdefault(seed, value)
+            elif name not in scores:
+                scores[name] = read(name, "after")
+    return scores
+
+
+def _start_accuracy(cells: pd.DataFrame, task: str, claims: Sequence[dict]) -> dict[str, dict[int, float]]:
+    """{START: {seed: accuracy before training}} where a claim compares with the policy before training (and no
+    variant is named so), from the complete cells of its treatments; {} otherwise."""
+    if START in set(cells["variant"]):
+        return {}
+    treatments = [c["treatment"] for c in claims if c["control"] == START]
+    if not treatments:
+        return {}
+    done = cells[(cells["task"] == task) & (cells["status"] == "complete") & cells["variant"].isin(treatments)]
+    return {START: {int(seed): float(v) for seed, v in zip(done["seed"], done["accuracy_before"])}}
+
+
 def claims_of(directory: Path | str) -> pd.DataFrame:
     """One row per (claim, task) of the matrix in ``directory``: its interval and mark (``COLUMNS``)."""
     directory = Path(directory)
@@ -78,6 +125,7 @@ def claims_of(directory: Path | str) -> pd.DataFrame:
         raise UsageError(f"{directory}: its matrix states no claims ([[analysis.claims]] in the matrix file)")
     cells = data["cells"]
     per_cell = learning_curves.build(cells, data["evals"], spec["primary"]).get("cells", pd.DataFrame())
+    store = ResultStore.read(directory) if any(c.get("metric") for c in claims) else None
     tasks = list(dict.fromkeys(cells["task"]))
     name = (data["meta"] or {}).get("name", directory.name)
     rows = []
@@ -86,21 +134,34 @@ def claims_of(directory: Path | str) -> pd.DataFrame:
         if not mine:
             continue
         frame = per_cell[per_cell["task"] == task] if not per_cell.empty else per_cell
-        scores = {v: {} for c in mine for v in (c["treatment"], c["control"])}
-        for variant, group in (frame.groupby("variant", sort=False) if not frame.empty else []):
-            if variant in scores:
-                scores[variant] = dict(zip(group["seed"].astype(int), group["primary"].astype(float)))
-        planned = cells[(cells["task"] == task) & cells["variant"].isin(list(scores))]
+        families: dict[Optional[str], list[dict]] = {}  # per metric (None: the primary), one family each
+        for claim in mine:
+            families.setdefault(claim.get("metric"), []).append(claim)
+        results = {}
+        for metric, family in families.items():
+            if metric is None:
+                scores = {v: {} for c in family for v in (c["treatment"], c["control"])}
+                for variant, group in (frame.groupby("variant", sort=False) if not frame.empty else []):
+                    if variant in scores:
+                        scores[variant] = dict(zip(group["seed"].astype(int), group["primary"].astype(float)))
+                scores.update(_start_accuracy(cells, task, family))
+            else:
+                scores = pass_at_k_scores(store, cells, task, family, pass_at(metric))
+            table, _ = inference.contrasts(scores, family, margin=spec["margin"], alpha=inference.ALPHA / len(families))
+            results.update({c["id"]: result for c, (_, result) in zip(family, table.iterrows())})
+        used = {v for c in mine for v in (c["treatment"], c["control"])}
+        planned = cells[(cells["task"] == task) & cells["variant"].isin(list(used))]
         missing = int((planned["status"] != "complete").sum())
-        table, _ = inference.contrasts(scores, mine, margin=spec["margin"])
-        for claim, (_, result) in zip(mine, table.iterrows()):
+        for claim in mine:
+            result = results[claim["id"]]
             metric = claim.get("secondary")
             described = paired_difference(secondary_values(data["steps"], task, claim["treatment"], metric),
                                           secondary_values(data["steps"], task, claim["control"], metric)) \
                 if metric else (math.nan,) * 5
-            rows.append({"matrix": name, "task": task, "id": claim["id"], "source": claim["source"],
-                         "claim": claim["claim"], "treatment": claim["treatment"], "control": claim["control"],
-                         "expects": claim.get("expects", "better"), "primary": spec["primary"], "margin": spec["margin"],
+            rows.append({"matrix": name, "section": spec.get("section"), "task": task, "id": claim["id"],
+                         "source": claim["source"], "claim": claim["claim"], "treatment": claim["treatment"],
+                         "control": claim["control"], "expects": claim.get("expects", "better"),
+                         "metric": claim.get("metric"), "primary": spec["primary"], "margin": spec["margin"],
                          "stated_at": spec.get("stated_at"), "seeds": result["seeds"], "cells_missing": missing,
                          **{k: result[k] for k in ("treatment_mean", "control_mean", "difference", "low", "high", "mdd",
                                                    "mark", "seeds_for_margin")},
@@ -124,6 +185,9 @@ def _mark_text(r) -> str:
         text = "contradicted"
     elif r["mark"] == inference.CLAIM_EQUIVALENT:
         text = f"no difference beyond +-{r['margin']:g} (equivalent)"
+    elif r["mark"] == inference.IDENTICAL and isinstance(r["metric"], str):
+        # pass@K counts solved questions: two cells can agree on it exactly without being one computation
+        text = f"the same {r['metric']} on every seed: no difference (equivalent)"
     elif r["mark"] == inference.CLAIM_OPEN:
         text = f"not resolved at MDD {r['mdd']:.3f}" if not _missing(r["mdd"]) else "not resolved (too few seeds)"
         if r["seeds_for_margin"] is not None and not _missing(r["seeds_for_margin"]):
@@ -152,14 +216,17 @@ def _stated(r) -> str:
 
 def render(table: pd.DataFrame, *, link_from: Path, command: str) -> str:
     """The claims table, then what each mark means and how the table was made."""
-    rows = []
+    sections: dict[Optional[str], list] = {None: []}  # the rows of each section, the unnamed one first
     for _, r in table.iterrows():
         where = Path(r["report"])
         try:
             link = where.resolve().relative_to(link_from.resolve())
         except ValueError:
             link = where
-        setting = f"`{r['treatment']}` vs `{r['control']}` on {r['task']}"
+        control = "its policy before training" if r["control"] == START else f"`{r['control']}`"
+        setting = f"`{r['treatment']}` vs {control} on {r['task']}"
+        if isinstance(r["metric"], str):
+            setting += f", {r['metric']} after training"
         result = (f"{_number(r['difference'])} [{_number(r['low'])}, {_number(r['high'])}] "
                   f"({_number(r['treatment_mean'], '{:.3f}')} vs {_number(r['control_mean'], '{:.3f}')}, "
                   f"{r['seeds']} seeds)") if not _missing(r["difference"]) else f"- ({r['seeds']} seeds)"
@@ -177,11 +244,16 @@ def render(table: pd.DataFrame, *, link_from: Path, command: str) -> str:
             beside = f"{r['secondary']}: not logged"
         expects = {"equal": " (expects: equal)", "differs": " (expects: a difference, either sign)",
                    "cheaper": " (expects: cheaper, equally accurate)"}.get(r["expects"], "")
-        rows.append([r["claim"] + expects, r["source"], setting,
-                     result, _mark_text(r), beside, f"[{r['matrix']}]({link})"])
+        section = r["section"] if isinstance(r["section"], str) else None
+        sections.setdefault(section, []).append([r["claim"] + expects, r["source"], setting, result, _mark_text(r),
+                                                 beside, f"[{r['matrix']}]({link})"])
     stated = sorted({_stated(r) for _, r in table.iterrows()})
-    lines = [markdown_table(["claim", "source", "setting here", "treatment - control [simultaneous 95%]", "mark",
-                             "beside it (described, not judged)", "matrix"], rows), "",
+    header = ["claim", "source", "setting here", "treatment - control [simultaneous 95%]", "mark",
+              "beside it (described, not judged)", "matrix"]
+    unnamed = sections.pop(None)
+    tables = [markdown_table(header, unnamed)] if unnamed else []
+    tables += [f"#### {name}\n\n{markdown_table(header, rows)}" for name, rows in sections.items()]
+    lines = ["\n\n".join(tables), "",
              "How to read it: each matrix states its claims, primary metric and margin of equivalence in its file before "
              "its first cell runs (the store records when). The interval is for the treatment's primary metric minus the "
              "control's, blocked by seed; a matrix's claims are one family of simultaneous 95% intervals, the critical "
@@ -191,7 +263,12 @@ def render(table: pd.DataFrame, *, link_from: Path, command: str) -> str:
              "difference of either sign: inside +-margin, and it is supported by a separation from 0 beyond that); "
              "*equivalent*: inside +-margin, so the difference the claim names is not there at this scale; *not "
              "resolved*: none of these, with the MDD (the true difference found with 80% probability) and the seeds "
-             "the margin would need. Not resolved is not equivalent. *Beside it*: a training metric the claim speaks "
+             "the margin would need. Not resolved is not equivalent. A claim on pass@K (its setting says so) compares "
+             "the cells' pass@K after training (unbiased, from the samples a question of their pass@k evaluation); "
+             "a claim against *its policy before training* reads the same cells' evaluation before their first step "
+             "(their accuracy for the primary metric). A matrix's claims on one metric are one family, at 95% "
+             "divided by its number of metrics (Bonferroni), so its marks still hold together with probability "
+             ">= 95%. *Beside it*: a training metric the claim speaks "
              "of (entropy, the length of incorrect completions), each cell's mean over the last quarter of its steps, "
              "treatment vs control and their per-seed difference with a one-at-a-time 95% t-interval: a description, "
              "not part of the family the marks come from. *A reading* (expects: cheaper) reads a matrix that ran both "
