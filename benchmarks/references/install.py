@@ -31,7 +31,7 @@ import sys
 import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable
 
 from benchmarks.errors import UsageError
 
@@ -69,10 +69,6 @@ PINNED = {p.name: p for p in (
     # Read from its files only: its trainer module imports ModelScope, vLLM and its own TRL stack.
     Pinned("ms-swift", "ms-swift", "4.6.0", sys_path=False),
 )}
-# What the modules the adapters import need beyond this suite's own dependencies: the ``references`` extra.
-LIGHT_DEPENDENCIES = ("omegaconf", "tensordict", "codetiming", "ray", "orjson")
-
-
 class MissingFramework(UsageError):
     """A reference framework (or a light library its modules import) is not there: one line naming what to install."""
 
@@ -195,7 +191,3 @@ def source_file(framework: str, relative: str) -> Path:
         raise MissingFramework(f"{PINNED[framework].label} has no {relative} in {path.parent}: reinstall it "
                                f"(remove {folder(framework)}, then `grpo-bench check references --install`)")
     return path
-
-
-def version_of(framework: str) -> Optional[str]:
-    return PINNED[framework].version if is_installed(framework) else None
