@@ -6,8 +6,8 @@ executors are.
 A study is a subclass of ``Study``: a ``name``, a ``group`` (one of GROUPS; one name per group, so a ``check NAME``
 and a ``bench NAME`` are two studies), a one-line ``help``, a ``Settings`` dataclass (a subclass of
 ``StudySettings``) whose fields, each with a one-line ``help`` in its metadata, are its flags, and ``run(settings,
-command) -> exit status``. The built-in ones are in benchmarks/checks/studies.py, benchmarks/perf/studies.py and
-benchmarks/studies.py; an installed package adds a check or a bench through the entry-point group
+command) -> exit status``. The built-in ones are in benchmarks/checks/commands.py, benchmarks/perf/commands.py and
+benchmarks/commands.py; an installed package adds a check or a bench through the entry-point group
 ``grpo_bench.studies`` (``load_study_plugins``). The top-level commands are the project's own: ``grpo-bench --help``
 lists them without importing anything.
 
@@ -139,7 +139,7 @@ class Study:
     def write(self, result, settings, command: str, *, readme: bool = True) -> str:
         """The report rendered from ``result`` and, with --readme, its README section (``readme=False``: the report
         alone, one still being measured, whose section is written at the end). Returns the report's body."""
-        from benchmarks.markdown import write_report  # start-up: hashlib, random (benchmarks/studies.py's docstring)
+        from benchmarks.markdown import write_report  # start-up: hashlib, random (benchmarks/commands.py's docstring)
 
         body = self.render(result, settings, command)
         page, section = self.readme_section(settings) if readme else (None, "")

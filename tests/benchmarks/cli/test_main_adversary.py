@@ -141,7 +141,7 @@ def test_an_output_folder_without_write_permission_is_one_line(run_cli, tmp_path
 ])
 def test_a_path_error_any_command_meets_is_one_line(run_cli, monkeypatch, error, line):
     """What no check before the work catches (a path that changed meanwhile, a command without such a check)."""
-    from benchmarks.studies import Readme
+    from benchmarks.commands import Readme
 
     def run(self, settings, command):
         raise error

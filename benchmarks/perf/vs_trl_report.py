@@ -1,4 +1,4 @@
-"""The report half of ``grpo-bench bench grpo-vs-trl`` / ``rloo-vs-trl`` (benchmarks/perf/grpo_vs_trl.py measures):
+"""The report half of ``grpo-bench bench grpo-vs-trl`` / ``rloo-vs-trl`` (benchmarks/perf/vs_trl.py measures):
 a finished or stopped run's report dict rendered as markdown (``render_markdown``: what ran where, the comparison
 table and the target, each step's phases, the same batch part by part, bf16 and scaling where measured), the
 target's one-line verdict (``target_verdict``) and the scaling plot (``plot_scaling``). It reads only the report
@@ -13,6 +13,7 @@ from typing import Optional
 from benchmarks.io import save_figure
 from benchmarks.markdown import markdown_table
 from benchmarks.references.sides import SAME_LOGPS_ATOL, SAME_LOSS_ATOL, SIDES, STEP_PARTS, TRL_SETTINGS, same_loss_misses
+from benchmarks.references.trl import TRAINERS
 
 
 def _fmt_bytes(n: Optional[float]) -> str:
@@ -94,11 +95,11 @@ def render_markdown(report: dict) -> str:
 def _intro_lines(report: dict) -> list[str]:
     """The versions, the machine and its matmul rate; how TRL runs and how the ratio reads."""
     env = report["environment"]
-    trainer = "GRPOTrainer" if report.get("algo", "grpo") == "grpo" else "RLOOTrainer"
+    algo = report.get("algo", "grpo")  # a report from before RLOO's bench: GRPO
     settings = "; ".join(f"{name}: {', '.join(f'{k}={v}' for k, v in opts.items()) or 'TRL defaults'}"
                          for name, opts in TRL_SETTINGS.items())
     return [
-        f"{report.get('algo', 'grpo').upper()} step, this suite vs TRL {env['versions'].get('trl')} `{trainer}`, on "
+        f"{algo.upper()} step, this suite vs TRL {env['versions'].get('trl')} `{TRAINERS[algo][1]}`, on "
         f"{env['device_name']} (torch {env['versions']['torch']}, {report['threads']} threads). Matmul 2048x2048: "
         f"{report['matmul_gflops']['fp32']:.0f} GFLOP/s fp32, {report['matmul_gflops']['bf16']:.0f} GFLOP/s bf16."
         + code_line(env),
