@@ -1,4 +1,4 @@
-"""Issue #45, the command line's part: bad input that showed a traceback, paths and settings accepted silently,
+"""The command line's adversary: bad input that showed a traceback, paths and settings accepted silently,
 and a --help that waited seconds for torch. Each test fails on the code before its fix.
 
     7  a file that is not UTF-8 (matrix file, --config, --prompts): one line naming the file, exit 2
