@@ -24,6 +24,7 @@ called, and nothing of it stays in ``sys.modules`` (so transformers never mistak
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import os
 import subprocess
@@ -191,3 +192,9 @@ def source_file(framework: str, relative: str) -> Path:
         raise MissingFramework(f"{PINNED[framework].label} has no {relative} in {path.parent}: reinstall it "
                                f"(remove {folder(framework)}, then `grpo-bench check references --install`)")
     return path
+
+
+@functools.cache
+def source_text(framework: str, relative: str) -> str:
+    """The text of ``source_file(framework, relative)``, read once per process."""
+    return source_file(framework, relative).read_text()
