@@ -3,9 +3,9 @@ workloads (a task, an algorithm and their settings, as ``grpo-bench bench grpo-v
 name them), this suite's step (``Ours``) and TRL's trainer on the same task, model and reward (``Trl``, with the one
 reward wrapper ``references.trl.task_reward``), and the same-batch engine: both sides' loss on one batch.
 
-What differs by algorithm is one registry entry each (``PAIRINGS``, one shape: ``Pairing``): the config fields a
-workload sets, the same-batch check against TRL's trainer of it (none: no TRL side), and how many of its workloads a
-bench runs unless told. Nothing else here or in the bench branches on the algorithm.
+What differs by algorithm is one entry each in ``PAIRINGS`` (one shape: ``Pairing``): the config fields a workload
+sets, the same-batch check against TRL's trainer of it (none: no TRL side), and how many of its workloads a bench
+runs unless told. Nothing else here or in the bench branches on the algorithm.
 
 Neither perf/ nor checks/ imports the other; both import this.
 """
@@ -25,7 +25,6 @@ import torch
 
 from algorithms.losses import group_advantages, rloo_advantages, rloo_loss, sequence_logps
 from algorithms.policy_losses import grpo_loss
-from algorithms.registry import register_named
 from algorithms.rollout import Rollout, rollout_logps
 from benchmarks.harness import build, measure, resolve
 from benchmarks.harness.config import flat_settings
@@ -480,29 +479,16 @@ def same_batch_check_rloo(trl: Trl, prompts: list[str]) -> dict[str, float]:
 # --------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
 class Pairing:
-    """One algorithm of ours as the workloads run it, registered with ``register_pairing`` under ``algo``.
-    ``settings(w)``: the config fields a workload sets, in our names (defaults spelled out where TRL's differ or
-    must match). ``same_batch(trl, prompts)``: the same loss on the same batch against TRL's trainer of it
-    (``references.trl.TRAINERS``); None where the workloads have no TRL side (a step for bench revisions only).
+    """One algorithm of ours as the workloads run it. ``settings(w)``: the config fields a workload sets, in our
+    names (defaults spelled out where TRL's differ or must match). ``same_batch(trl, prompts)``: the same loss on the
+    same batch against TRL's trainer of it (``references.trl.TRAINERS``); None where its workloads have no TRL side.
     ``defaults``: how many of its workloads with a TRL side a bench runs unless told (None: all)."""
 
-    algo: str
+    settings: Callable[[Workload], dict]
     same_batch: Optional[Callable[[Trl, list[str]], dict]] = None
     defaults: Optional[int] = None
-
-    @staticmethod
-    def settings(w: Workload) -> dict:
-        raise NotImplementedError
-
-
-# Filled by ``register_pairing``; keyed by ``Pairing.algo``, our algorithm's name.
-PAIRINGS: dict[str, type[Pairing]] = {}
-
-
-def register_pairing(cls: type[Pairing]) -> type[Pairing]:
-    """Class decorator: ``PAIRINGS[cls.algo] = cls``; a second, different class under a taken name is refused."""
-    return register_named(PAIRINGS, "TRL pairing", cls.algo, cls)
 
 
 def _group_settings(w: Workload) -> dict:
@@ -511,46 +497,28 @@ def _group_settings(w: Workload) -> dict:
             "learning_rate": w.learning_rate, "epsilon": 0.2, "max_grad_norm": 1.0}
 
 
-@register_pairing
-class GrpoPairing(Pairing):
-    algo, same_batch = "grpo", staticmethod(same_batch_check)
-
-    @staticmethod
-    def settings(w: Workload) -> dict:
-        # TRL 1.16's KL bias correction defaults to on; the paper (and ours) has no ratio on KL
-        return {**_group_settings(w), "loss_type": w.loss_type, "scale_rewards": "group", "kl_bias_correction": False}
+def _grpo_settings(w: Workload) -> dict:
+    # TRL 1.16's KL bias correction defaults to on; the paper (and ours) has no ratio on KL
+    return {**_group_settings(w), "loss_type": w.loss_type, "scale_rewards": "group", "kl_bias_correction": False}
 
 
-@register_pairing
-class RlooPairing(Pairing):
-    algo, same_batch, defaults = "rloo", staticmethod(same_batch_check_rloo), 1
-    settings = staticmethod(_group_settings)
+def _ppo_settings(w: Workload) -> dict:
+    """Its critic's algorithm, with TRL's PPO defaults: ``group_size`` is its samples a prompt."""
+    return {"samples_per_prompt": w.group_size, "prompts_per_step": w.prompts_per_step, "kl_coef": w.beta,
+            "learning_rate": w.learning_rate, "epsilon": 0.2, "max_grad_norm": 1.0}
 
 
-@register_pairing
-class PpoPairing(Pairing):
-    """Its critic's algorithm, with TRL's PPO defaults: ``group_size`` is its samples a prompt. No TRL side (TRL's
-    PPOTrainer needs a reward model)."""
-
-    algo = "ppo"
-
-    @staticmethod
-    def settings(w: Workload) -> dict:
-        return {"samples_per_prompt": w.group_size, "prompts_per_step": w.prompts_per_step, "kl_coef": w.beta,
-                "learning_rate": w.learning_rate, "epsilon": 0.2, "max_grad_norm": 1.0}
+def _dpo_settings(w: Workload) -> dict:
+    """``group_size`` is its pairs a step (2 rows each); two steps' worth of pairs, built at the first."""
+    return {"pairs_per_step": w.group_size, "pairs": 2 * w.group_size, "beta": w.beta,
+            "learning_rate": w.learning_rate, "max_grad_norm": 1.0}
 
 
-@register_pairing
-class DpoPairing(Pairing):
-    """``group_size`` is its pairs a step (2 rows each); two steps' worth of pairs, built at the first. No TRL side
-    here."""
-
-    algo = "dpo"
-
-    @staticmethod
-    def settings(w: Workload) -> dict:
-        return {"pairs_per_step": w.group_size, "pairs": 2 * w.group_size, "beta": w.beta,
-                "learning_rate": w.learning_rate, "max_grad_norm": 1.0}
+# Our algorithm's name -> its part. PPO has no TRL side (TRL's PPOTrainer needs a reward model), nor DPO here: their
+# workloads are steps for bench revisions.
+PAIRINGS = {"grpo": Pairing(_grpo_settings, same_batch_check),
+            "rloo": Pairing(_group_settings, same_batch_check_rloo, defaults=1),
+            "ppo": Pairing(_ppo_settings), "dpo": Pairing(_dpo_settings)}
 
 
 # --------------------------------------------------------------------------------------------

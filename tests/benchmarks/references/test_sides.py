@@ -1,14 +1,12 @@
 """The per-algorithm part of every comparison with TRL (benchmarks/references/sides.py's ``PAIRINGS``): each
-workload's settings in our names as its algorithm's config takes them, the same-batch check and the default
-workloads from one registry entry, and a second entry under a taken name refused."""
+workload's settings in our names as its algorithm's config takes them, and the same-batch check and the default
+workloads from one entry."""
 
 import dataclasses
 
-import pytest
-
 from algorithms import ALGORITHMS
 from benchmarks.references import sides
-from benchmarks.references.sides import PAIRINGS, WORKLOADS, Pairing, default_workloads, register_pairing
+from benchmarks.references.sides import PAIRINGS, WORKLOADS, default_workloads
 
 
 def test_every_workload_has_its_algorithms_pairing_and_its_settings_are_the_configs_fields():
@@ -39,11 +37,3 @@ def test_the_same_batch_check_and_the_default_workloads_come_from_the_pairing():
     assert default_workloads("rloo") == ["pizza-rloo"]  # its first
     assert len(default_workloads("grpo")) == sum(w.algo == "grpo" and w.trl_side for w in WORKLOADS.values()) > 1
 
-
-def test_a_second_pairing_under_a_taken_name_is_refused():
-    class Other(Pairing):
-        algo = "grpo"
-
-    with pytest.raises(ValueError, match="TRL pairing name 'grpo' is taken"):
-        register_pairing(Other)
-    assert register_pairing(PAIRINGS["grpo"]) is PAIRINGS["grpo"]  # the same class again: a no-op
