@@ -12,7 +12,8 @@ from typing import Optional
 
 from benchmarks.io import save_figure
 from benchmarks.markdown import markdown_table
-from benchmarks.references.sides import SAME_LOGPS_ATOL, SAME_LOSS_ATOL, SIDES, STEP_PARTS, TRL_SETTINGS, same_loss_misses
+from benchmarks.references.sides import (SAME_BATCH_COLUMNS, SAME_LOGPS_ATOL, SAME_LOSS_ATOL, SIDES, STEP_PARTS,
+                                         TRL_SETTINGS, same_loss_misses)
 from benchmarks.references.trl import TRAINERS
 
 
@@ -230,19 +231,15 @@ def _same_batch_lines(report: dict) -> list[str]:
     if not parts:
         return []
     nan = float("nan")
+    columns = [(key, label) for key, label in SAME_BATCH_COLUMNS if key != "max_abs_diff_advantages"]
     return ["", "The same batch, part by part (largest over the two stages, as sampled and after one TRL update): "
             "the end-to-end loss difference; the loss function alone (our loss on TRL's own log-prob tensors "
             "against TRL's); our log-probs and reference log-probs against TRL's (the forward's rounding: our "
             "packed rows against its padded ones); and, for scale, transformers against itself: TRL's loss and "
             "log-probs with each row run alone, unpadded, against its padded batch.", "",
-            markdown_table(
-                ["workload", "loss, end to end", "loss function", "log-probs", "reference log-probs",
-                 "transformers alone: loss", "transformers alone: log-probs"],
-                [[r["workload"]["name"], f"{r['same_batch']['max_abs_diff']:.1e}",
-                  f"{r['same_batch']['abs_diff_formula']:.1e}", f"{r['same_batch']['max_abs_diff_logps']:.1e}",
-                  f"{r['same_batch'].get('max_abs_diff_ref_logps', nan):.1e}",
-                  f"{r['same_batch']['abs_diff_layout']:.1e}", f"{r['same_batch']['max_abs_diff_layout_logps']:.1e}"]
-                 for r in parts])]
+            markdown_table(["workload", *(label for _, label in columns)],
+                           [[r["workload"]["name"], *(f"{r['same_batch'].get(key, nan):.1e}" for key, _ in columns)]
+                            for r in parts])]
 
 
 def _bf16_lines(report: dict) -> list[str]:

@@ -536,6 +536,13 @@ SAME_LOSS_ATOL = 1e-6
 SAME_LOGPS_ATOL = 1e-4
 
 
+# The parts of a same-batch check's difference that its reports show: (its key, its column's label).
+SAME_BATCH_COLUMNS = (("max_abs_diff", "loss, end to end"), ("abs_diff_formula", "loss function"),
+                      ("max_abs_diff_advantages", "advantages"), ("max_abs_diff_logps", "log-probs"),
+                      ("max_abs_diff_ref_logps", "reference log-probs"), ("abs_diff_layout", "transformers alone: loss"),
+                      ("max_abs_diff_layout_logps", "transformers alone: log-probs"))
+
+
 def same_loss_misses(check: dict) -> list[str]:
     """Why a same-batch check fails the bar ([] when it holds). Where the check measured its parts: the loss
     function on TRL's own log-probs within SAME_LOSS_ATOL, the advantages likewise, and our log-probs within
