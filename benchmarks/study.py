@@ -1,5 +1,5 @@
 """Studies: the checks (``grpo-bench check NAME``), benchmarks (``grpo-bench bench NAME``), paired evaluations
-(``grpo-bench paired NAME``) and the top-level studies (``grpo-bench NAME``: survey, claims, transfer, ...) whose
+(``grpo-bench paired NAME``) and the top-level studies (``grpo-bench NAME``: claims, transfer, brief, ...) whose
 numbers go into results/ and the README, each registered by name with ``@register_study`` as algorithms, tasks and
 executors are.
 
