@@ -1,13 +1,13 @@
 """Studies: the checks (``grpo-bench check NAME``), benchmarks (``grpo-bench bench NAME``), paired evaluations
-(``grpo-bench paired NAME``) and the top-level studies (``grpo-bench NAME``: survey, claims, transfer, ...) whose
+(``grpo-bench paired NAME``) and the top-level studies (``grpo-bench NAME``: claims, transfer, brief, ...) whose
 numbers go into results/ and the README, each registered by name with ``@register_study`` as algorithms, tasks and
 executors are.
 
 A study is a subclass of ``Study``: a ``name``, a ``group`` (one of GROUPS; one name per group, so a ``check NAME``
 and a ``bench NAME`` are two studies), a one-line ``help``, a ``Settings`` dataclass (a subclass of
 ``StudySettings``) whose fields, each with a one-line ``help`` in its metadata, are its flags, and ``run(settings,
-command) -> exit status``. The built-in ones are in benchmarks/checks/studies.py, benchmarks/perf/studies.py and
-benchmarks/studies.py; an installed package adds a check or a bench through the entry-point group
+command) -> exit status``. The built-in ones are in benchmarks/checks/commands.py, benchmarks/perf/commands.py and
+benchmarks/commands.py; an installed package adds a check or a bench through the entry-point group
 ``grpo_bench.studies`` (``load_study_plugins``). The top-level commands are the project's own: ``grpo-bench --help``
 lists them without importing anything.
 
@@ -46,7 +46,6 @@ from pathlib import Path
 from typing import Optional
 
 from benchmarks.errors import UsageError
-from benchmarks.io import atomic_write_json
 
 TOP = "top"  # the group of the studies that are top-level commands: ``grpo-bench NAME``
 GROUPS = ("check", "bench", "paired", TOP)
@@ -91,18 +90,6 @@ def option(name: str, default=MISSING, *, shown: Optional[str] = None, required:
 class StudySettings:
     """The base of every study's settings. It has no field of its own: each study declares its flags, the shared
     ones with ``option``."""
-
-
-@dataclass
-class MatrixVariantsSettings(StudySettings):
-    """The base of a study that runs a matrix file's variants as they would run in its cells, each with its cell's
-    settings (the precision check and bench)."""
-
-    matrix: str = dataclasses.field(default="benchmarks/matrices/rg_verdict_chain_sum.toml", metadata={
-        "help": "matrix file whose variants the study runs, each with its cell's settings"})
-    task: Optional[str] = dataclasses.field(default=None, metadata={"help": "the matrix's task label (default: its first)"})
-    variants: Optional[tuple[str, ...]] = dataclasses.field(default=None, metadata={
-        "help": "comma-separated variants (default: every variant of the task)", "comma_separated": True})
 
 
 class Study:
@@ -152,7 +139,7 @@ class Study:
     def write(self, result, settings, command: str, *, readme: bool = True) -> str:
         """The report rendered from ``result`` and, with --readme, its README section (``readme=False``: the report
         alone, one still being measured, whose section is written at the end). Returns the report's body."""
-        from benchmarks.markdown import write_report  # start-up: hashlib, random (benchmarks/studies.py's docstring)
+        from benchmarks.markdown import write_report  # start-up: hashlib, random (benchmarks/commands.py's docstring)
 
         body = self.render(result, settings, command)
         page, section = self.readme_section(settings) if readme else (None, "")
@@ -339,57 +326,12 @@ def earlier_report(settings, path: Path, parts: str) -> Optional[dict]:
         raise UsageError(f"--resume: {path} cannot be read: {e!r}") from None
 
 
-def kept_parts(settings, path: Path, same: dict, key: str = "variants") -> tuple[Optional[dict], dict]:
-    """``--resume`` of a report whose parts are measured one at a time (``report[key]``: name -> result): the
-    earlier report at ``path`` and the parts it measured with the settings ``same`` (all of them are measured again
-    when any setting differs)."""
-    earlier = earlier_report(settings, path, f"the {key}")
-    same_settings = isinstance(earlier, dict) and all(earlier.get(k) == v for k, v in same.items())
-    return earlier, (earlier.get(key, {}) if same_settings else {})
-
-
 def at_least(**bounds: tuple[int, int]) -> None:
     """One UsageError line for the first count option below its least value: ``at_least(rounds=(settings.rounds,
     2))``."""
     for name, (value, least) in bounds.items():
         if value < least:
             raise UsageError(f"--{name.replace('_', '-')} must be >= {least}, got {value}")
-
-
-def measure_parts(settings, path: Path, same: dict, header: dict, parts, measure, *, key: str = "variants",
-                  log=print) -> dict:
-    """A report measured one part at a time, ``--resume``-able: ``parts`` are (name, argument) pairs and
-    ``measure(argument)`` is one part's result. The report is ``header`` (it holds ``same``, the settings a kept
-    part must share) and ``report[key]``: name -> result, written to ``path`` after each part, so a finished part
-    is kept if the rest is cut off. A header's "load" gets the 1-minute load average at the "end" after each part.
-    When every part was kept nothing was measured now, and the measuring run's own record (the header's keys that
-    are not settings: command, environment, load, ...) stands. A part is kept only if it was measured with the same
-    argument (``report["measured_with"]``: each part's argument as JSON): a variant whose matrix settings changed
-    since is measured again; a part of a report that did not record its argument cannot be checked, and is too."""
-    earlier, kept = kept_parts(settings, path, same, key)
-    with_before = (earlier or {}).get("measured_with") or {}
-    report = {**header, key: {}, "measured_with": {}}
-
-    def mark_load():
-        if isinstance(report.get("load"), dict):
-            report["load"]["end"] = os.getloadavg()[0]
-
-    for name, argument in parts:
-        report["measured_with"][name] = json.dumps(argument, sort_keys=True, default=repr)
-        if name in kept and with_before.get(name) == report["measured_with"][name]:
-            report[key][name] = kept[name]
-            continue
-        log(f"{name}:" + (" measured with other settings before, measured again" if name in kept else ""))
-        kept.pop(name, None)
-        report[key][name] = measure(argument)
-        mark_load()
-        atomic_write_json(path, report)
-    if earlier and all(name in kept for name in report[key]):
-        report.update({k: earlier[k] for k in header if k not in same and k in earlier})
-    else:
-        mark_load()
-    atomic_write_json(path, report)
-    return report
 
 
 def rerender_source(path: Path, what: str = "report") -> dict:

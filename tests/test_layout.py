@@ -268,13 +268,13 @@ def test_the_checks_and_the_benches_sit_side_by_side():
     broken = broken_rules(graph)["checks/ and perf/ side by side"]
     assert not broken, broken
     assert "benchmarks.references.sides" in graph["benchmarks.checks.same_batch"]
-    assert "benchmarks.references.sides" in graph["benchmarks.perf.grpo_vs_trl"]
+    assert "benchmarks.references.sides" in graph["benchmarks.perf.vs_trl"]
 
 
 def test_a_planted_check_on_a_bench_is_caught(monkeypatch):
     graph = import_graph()
     monkeypatch.setattr(sys.modules[__name__], "import_graph",
-                        lambda: {**graph, "benchmarks.checks.same_batch": {"benchmarks.perf.grpo_vs_trl"}})
+                        lambda: {**graph, "benchmarks.checks.same_batch": {"benchmarks.perf.vs_trl"}})
     with pytest.raises(AssertionError, match="benchmarks.checks.same_batch"):
         test_the_checks_and_the_benches_sit_side_by_side()
 

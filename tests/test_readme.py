@@ -171,8 +171,8 @@ def test_the_front_page_links_resolve():
 
 
 def test_tool_written_sections_live_on_their_pages_and_the_defaults_point_there():
-    from benchmarks.perf.grpo_vs_trl import PerfSettings
-    from benchmarks.studies import ReadmeSettings
+    from benchmarks.perf.vs_trl import PerfSettings
+    from benchmarks.commands import ReadmeSettings
 
     front = (ROOT / "README.md").read_text()
     assert "<!-- grpo-bench:" not in front  # the front page holds no tool-written section
@@ -182,7 +182,7 @@ def test_tool_written_sections_live_on_their_pages_and_the_defaults_point_there(
     results = (ROOT / "results" / "README.md").read_text()
     for name in ("matrix-verdicts-tuned-verdicts", "matrix-reasoning-gym-verdicts", "matrix-ppo-ties-verdicts"):
         assert results.count(f"<!-- grpo-bench:{name} -->") == 1 and results.count(f"<!-- /grpo-bench:{name} -->") == 1
-    from benchmarks.perf.studies import GrpoVsTrl
+    from benchmarks.perf.commands import GrpoVsTrl
 
     assert GrpoVsTrl().readme_section(PerfSettings(device="cpu"))[0] == "results/checks.md"  # with the default --out
     assert ReadmeSettings.readme == "results/checks.md"

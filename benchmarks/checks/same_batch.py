@@ -20,7 +20,7 @@ from benchmarks.harness import measure
 from benchmarks.io import atomic_write_json, atomic_write_text
 from benchmarks.markdown import markdown_table
 from benchmarks.references.sides import (
-    SAME_LOGPS_ATOL, SAME_LOSS_ATOL, Trl, same_batch_check, same_loss_misses, workloads_of,
+    SAME_BATCH_COLUMNS, SAME_LOGPS_ATOL, SAME_LOSS_ATOL, Trl, same_batch_check, same_loss_misses, workloads_of,
 )
 from benchmarks.study import StudySettings, at_least, option
 
@@ -32,12 +32,6 @@ class SameBatchSettings(StudySettings):
     batches: int = field(default=3, metadata={"help": "sampled batches per workload"})
     seed: int = option("seed")
     out: str = option("out", "results/same_batch")  # report.md, results.json
-
-
-COLUMNS = (("max_abs_diff", "loss, end to end"), ("abs_diff_formula", "loss function"),
-           ("max_abs_diff_advantages", "advantages"), ("max_abs_diff_logps", "log-probs"),
-           ("max_abs_diff_ref_logps", "reference log-probs"), ("abs_diff_layout", "transformers alone: loss"),
-           ("max_abs_diff_layout_logps", "transformers alone: log-probs"))
 
 
 def run_same_batch_check(settings: SameBatchSettings, command: str, log=print) -> dict:
@@ -85,7 +79,7 @@ def headline(report: dict) -> str:
 def render(report: dict, title: Optional[str] = "The GRPO loss against TRL's on the same batches, part by part") -> str:
     rows = report["rows"]
     table = [[r["workload"], r["batch"] + 1, r["advantages"].split(" (")[0],
-              *(f"{r[key]:.1e}" if key in r else "-" for key, _ in COLUMNS), "; ".join(r["misses"]) or "holds"]
+              *(f"{r[key]:.1e}" if key in r else "-" for key, _ in SAME_BATCH_COLUMNS), "; ".join(r["misses"]) or "holds"]
              for r in rows]
     env = report["environment"]
     return "\n".join([
@@ -103,5 +97,5 @@ def render(report: dict, title: Optional[str] = "The GRPO loss against TRL's on 
         "- **transformers alone**: for scale, TRL's loss and log-probs with each row run by itself, unpadded, against "
         "its padded batch: how far a change of layout alone moves transformers' own numbers.",
         "",
-        markdown_table(["workload", "batch", "advantages from", *(label for _, label in COLUMNS), "bar"], table),
+        markdown_table(["workload", "batch", "advantages from", *(label for _, label in SAME_BATCH_COLUMNS), "bar"], table),
         "", f"Regenerate: `{report['command']}`", ""])

@@ -1,5 +1,7 @@
 """The ``grpo-bench`` command line: one parser, with the subcommands of this package's modules and a subcommand
-per study (benchmarks/study.py: the checks, the benches, the paired evaluations and the top-level studies).
+per study (benchmarks/study.py: the checks, the benches, the paired evaluations and the top-level studies). A
+study's flags come from its Settings dataclass; the one handler builds the settings from the flags given and starts
+the study's lifecycle (``Study.start``).
 
 Bad input never shows a traceback: one line, exit status 2; a run that breaks (a non-finite loss)
 exits 1. Installed plug-ins (entry points ``grpo_bench.algorithms`` / ``grpo_bench.tasks``, and
@@ -18,14 +20,15 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from benchmarks.cli.options import PROG, LazySubcommands, OneLineParser
+from benchmarks.cli.options import PROG, LazySubcommands, OneLineParser, add_settings_flags, settings_from
 from benchmarks.errors import TrainingFailed, UsageError
+from benchmarks.study import GROUPS, PLUGIN_GROUPS, TOP, load_study_plugins, studies, study_class
 
 # Each subcommand: the module and function that add its parser (given the subparsers and the subcommand's name), and
 # its line in ``grpo-bench --help`` (the help that function passes, which tests/benchmarks/cli/test_main_adversary.py
 # holds equal to this one). The studies' (benchmarks/study.py) are built from the study registry by
-# benchmarks.cli.studies.
-STUDY = ("benchmarks.cli.studies", "add_study_command")
+# ``add_study_command``; a group's (check, bench, paired) line is its own ``--help`` line too.
+STUDY = ("benchmarks.cli.main", "add_study_command")
 COMMANDS = {
     "run": ("benchmarks.cli.run", "add_run_parser", "train one algorithm on one task, evaluate before and after"),
     "eval": ("benchmarks.cli.run", "add_eval_parser",
@@ -53,6 +56,10 @@ COMMANDS = {
 }
 # The subcommands with a flag per algorithm and task option: the plug-ins are registered before their parser is built.
 FROM_REGISTRIES = ("run", "eval")
+# The module that registers each group's built-in studies. Those of the top-level group and of paired import no
+# engine until they run: their --help loads neither torch nor pandas.
+BUILT_IN = {"check": "benchmarks.checks.commands", "bench": "benchmarks.perf.commands", "paired": "benchmarks.commands",
+            TOP: "benchmarks.commands"}
 
 
 def _builder(name: str):
@@ -74,6 +81,43 @@ def build_parser() -> OneLineParser:
     for name, (_, _, help_text) in COMMANDS.items():
         sub.add_lazy(name, help_text, _builder(name))
     return parser
+
+
+def load_studies(groups=GROUPS) -> None:
+    """Register the built-in studies of ``groups``; for a group plug-ins add to, the built-in checks and benches
+    first, then the installed plug-ins (after them: none can take a built-in's name)."""
+    pluggable = any(group in PLUGIN_GROUPS for group in groups)
+    for group in GROUPS:  # in this order whatever was asked: the registry's order is the listings' order
+        if group in groups or (pluggable and group in PLUGIN_GROUPS):
+            importlib.import_module(BUILT_IN[group])
+    if pluggable:
+        load_study_plugins()
+
+
+def add_study_command(subparsers, name: str) -> None:
+    """The subcommand ``name``: a group of studies (check, bench, paired), with a subcommand per study of the group
+    in the order they were registered, or a top-level study."""
+    if name not in GROUPS:  # a top-level study: grpo-bench NAME
+        load_studies([TOP])
+        add_study_parser(subparsers, TOP, name)
+        return
+    load_studies([name])
+    parser = subparsers.add_parser(name, help=COMMANDS[name][2])
+    which = parser.add_subparsers(dest=name, required=True, parser_class=type(parser))
+    for study in studies(name):
+        add_study_parser(which, name, study)
+
+
+def add_study_parser(subparsers, group: str, name: str) -> None:
+    cls = study_class(group, name)
+    parser = subparsers.add_parser(name, help=cls.help)
+    add_settings_flags(parser, cls.Settings)
+    parser.set_defaults(handler=run_study, study=(group, name))
+
+
+def run_study(args) -> int:
+    cls = study_class(*args.study)
+    return cls().start(settings_from(args, cls.Settings), args.command_line)
 
 
 def _decoded_file(exc: UnicodeDecodeError) -> Optional[str]:

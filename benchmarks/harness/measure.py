@@ -34,11 +34,6 @@ def requested_device(name: str) -> torch.device:
         raise UsageError(str(exc)) from None
 
 
-# The training precisions the precision check and bench compare: (label, precision, logits_precision), fp32 first,
-# the reference the others are measured against.
-TRAINING_PRECISIONS = (("fp32", "fp32", "same"), ("bf16", "bf16", "same"), ("bf16, fp32 logits", "bf16", "fp32"))
-
-
 def resolve_precision(name: str, device: torch.device) -> str:
     """'auto' is bf16 autocast on a CUDA GPU that supports it, fp32 everywhere else."""
     if name == "auto":

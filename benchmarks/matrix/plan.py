@@ -38,7 +38,7 @@ import re
 import tomllib
 import typing
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from algorithms import ALGORITHMS
 from algorithms.base import config_fields
@@ -257,28 +257,6 @@ def design_warnings(plan: Plan) -> list[str]:
                      f"training (eval_every {every}): each learning curve is before and after only, so AUC and "
                      f"completions to a threshold are not shown")
     return lines
-
-
-def variant_settings(path: str | Path, task: Optional[str] = None,
-                     variants: Optional[Sequence[str]] = None) -> tuple[str, list[tuple[str, dict]]]:
-    """(task label, [(variant, its resolved settings)]) of a matrix file: each variant as its first evaluation cell
-    runs it (with tuning: at the first grid point), on ``task`` (default: the file's first), in the file's order;
-    ``variants`` picks some. An unknown task or variant is one UsageError line."""
-    plan = parse(path)
-    cells = plan.cells or [group.candidates[0][0] for group in plan.tuning]
-    labels = list(dict.fromkeys(c.task_label for c in cells))
-    task = task or labels[0]
-    if task not in labels:
-        raise UsageError(f"task {task!r} is not one of {path}'s ({', '.join(labels)})")
-    chosen: dict[str, dict] = {}
-    for cell in cells:
-        if cell.task_label == task and cell.variant not in chosen:
-            chosen[cell.variant] = cell.settings
-    wanted = list(variants or chosen)
-    unknown = [v for v in wanted if v not in chosen]
-    if unknown:
-        raise UsageError(f"no variant {', '.join(unknown)} on {task} in {path} (its variants: {', '.join(chosen)})")
-    return task, [(v, chosen[v]) for v in wanted]
 
 
 def _slug(label: str) -> str:

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The GPU checks of issues 43 (item 5) and 44 (item 5) in one command, on a CUDA machine holding this checkout:
+# The GPU checks of the cost work and of the real-LM verdict in one command, on a CUDA machine holding this checkout:
 #   1. decoding tokens/s of the real SmolLM2-135M-Instruct weights at batch 16, 64 and 256, fp32 and bf16, against
 #      the card's bandwidth roof and the launch floor of a step's kernels (`grpo-bench bench roof --device cuda`);
 #   2. the chain_sum verdict's GPU replicate (benchmarks/matrices/gpu_verdict_chain_sum.toml), resuming from the
 #      store under results/gpu/verdict-chain-sum, for at most MATRIX_SECONDS; its first cell (GRPO, seed 0) is the
-#      "one chain_sum GRPO cell end to end" of issue 43, its time in the store (cell_s).
+#      "one chain_sum GRPO cell end to end" the cost work asks for, its time in the store (cell_s).
 #
 #   bash benchmarks/perf/gpu_checks.sh [MATRIX_SECONDS]      (default 300)
 #

@@ -37,7 +37,7 @@ from benchmarks.harness import measure
 from benchmarks.io import atomic_write_json, atomic_write_text
 from benchmarks.markdown import markdown_table
 from benchmarks.perf import revisions_worker
-from benchmarks.perf.grpo_vs_trl import median_interval
+from benchmarks.perf.vs_trl import median_interval
 from benchmarks.references.sides import WORKLOADS
 from benchmarks.study import StudySettings, at_least, option
 

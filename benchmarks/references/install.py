@@ -24,6 +24,7 @@ called, and nothing of it stays in ``sys.modules`` (so transformers never mistak
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import os
 import subprocess
@@ -31,7 +32,7 @@ import sys
 import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable
 
 from benchmarks.errors import UsageError
 
@@ -69,10 +70,6 @@ PINNED = {p.name: p for p in (
     # Read from its files only: its trainer module imports ModelScope, vLLM and its own TRL stack.
     Pinned("ms-swift", "ms-swift", "4.6.0", sys_path=False),
 )}
-# What the modules the adapters import need beyond this suite's own dependencies: the ``references`` extra.
-LIGHT_DEPENDENCIES = ("omegaconf", "tensordict", "codetiming", "ray", "orjson")
-
-
 class MissingFramework(UsageError):
     """A reference framework (or a light library its modules import) is not there: one line naming what to install."""
 
@@ -197,5 +194,7 @@ def source_file(framework: str, relative: str) -> Path:
     return path
 
 
-def version_of(framework: str) -> Optional[str]:
-    return PINNED[framework].version if is_installed(framework) else None
+@functools.cache
+def source_text(framework: str, relative: str) -> str:
+    """The text of ``source_file(framework, relative)``, read once per process."""
+    return source_file(framework, relative).read_text()

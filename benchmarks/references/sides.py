@@ -3,6 +3,10 @@ workloads (a task, an algorithm and their settings, as ``grpo-bench bench grpo-v
 name them), this suite's step (``Ours``) and TRL's trainer on the same task, model and reward (``Trl``, with the one
 reward wrapper ``references.trl.task_reward``), and the same-batch engine: both sides' loss on one batch.
 
+What differs by algorithm is one entry each in ``PAIRINGS`` (one shape: ``Pairing``): the config fields a workload
+sets, the same-batch check against TRL's trainer of it (none: no TRL side), and how many of its workloads a bench
+runs unless told. Nothing else here or in the bench branches on the algorithm.
+
 Neither perf/ nor checks/ imports the other; both import this.
 """
 
@@ -15,7 +19,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional
 
 import torch
 
@@ -47,7 +51,7 @@ class Workload:
     learning_rate: Optional[float] = None  # None: the task's recommended rate
     beta: float = 0.04  # the paper's KL weight, so the reference pass is part of the step
     loss_type: str = "grpo"
-    algo: str = "grpo"  # "grpo" (TRL's GRPOTrainer), "rloo" (TRL's RLOOTrainer); "ppo", "dpo" (no TRL side: bench revisions)
+    algo: str = "grpo"  # its PAIRINGS entry: "grpo", "rloo"; "ppo", "dpo" (no TRL side: bench revisions only)
     prompts_per_step: int = 1  # prompts a step samples group_size completions of each
     task_options: tuple = ()  # (name, value) pairs for make_task, both sides
     lora_r: int = 0  # > 0: LoRA through PEFT on both sides, the harness's adapter (TRL: the same peft_config)
@@ -60,19 +64,9 @@ class Workload:
     trl_side: bool = True  # False: a step for bench revisions only, which bench grpo-vs-trl does not run by default
 
     def settings(self) -> dict:
-        """Our GRPOConfig (or RLOOConfig) fields, which both sides train with: ours as its config, TRL's through
-        its adapter. The defaults spelled out are those where TRL's differ or that must match."""
-        if self.algo == "dpo":  # group_size is its pairs a step (2 rows each); two steps' worth of pairs, built at the first
-            return {"pairs_per_step": self.group_size, "pairs": 2 * self.group_size, "beta": self.beta,
-                    "learning_rate": self.learning_rate, "max_grad_norm": 1.0}
-        if self.algo == "ppo":  # its critic's algorithm, with TRL's PPO defaults: group_size is its samples a prompt
-            return {"samples_per_prompt": self.group_size, "prompts_per_step": self.prompts_per_step, "kl_coef": self.beta,
-                    "learning_rate": self.learning_rate, "epsilon": 0.2, "max_grad_norm": 1.0}
-        fields = {"group_size": self.group_size, "prompts_per_step": self.prompts_per_step, "mu": self.mu,
-                  "beta": self.beta, "learning_rate": self.learning_rate, "epsilon": 0.2, "max_grad_norm": 1.0}
-        if self.algo == "grpo":  # TRL 1.16's KL bias correction defaults to on; the paper (and ours) has no ratio on KL
-            fields.update(loss_type=self.loss_type, scale_rewards="group", kl_bias_correction=False)
-        return fields
+        """Our config fields of the workload's algorithm, which both sides train with: ours as its config, TRL's
+        through its adapter (``PAIRINGS[algo].settings``)."""
+        return PAIRINGS[self.algo].settings(self)
 
     def run_settings(self, *, seed: int, device: str, precision: Optional[str] = None) -> dict:
         """The workload as one run's flat settings, a matrix cell's names: both sides ``resolve`` them (at
@@ -129,9 +123,9 @@ def workloads_of(algo: str) -> dict[str, Workload]:
 
 
 def default_workloads(algo: str) -> list[str]:
-    """Every GRPO workload with a TRL side by default; RLOO's first."""
+    """The workloads of ``algo`` a bench runs unless told: those with a TRL side, the first ``defaults`` of them."""
     names = [name for name, w in workloads_of(algo).items() if w.trl_side]
-    return names if algo == "grpo" else names[:1]
+    return names[:PAIRINGS[algo].defaults]
 
 
 def rss_bytes() -> int:
@@ -482,6 +476,53 @@ def same_batch_check_rloo(trl: Trl, prompts: list[str]) -> dict[str, float]:
 
 
 # --------------------------------------------------------------------------------------------
+# Each algorithm's part, one shape: its settings, its same-batch check against TRL, its default workloads
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """One algorithm of ours as the workloads run it. ``settings(w)``: the config fields a workload sets, in our
+    names (defaults spelled out where TRL's differ or must match). ``same_batch(trl, prompts)``: the same loss on the
+    same batch against TRL's trainer of it (``references.trl.TRAINERS``); None where its workloads have no TRL side.
+    ``defaults``: how many of its workloads with a TRL side a bench runs unless told (None: all)."""
+
+    settings: Callable[[Workload], dict]
+    same_batch: Optional[Callable[[Trl, list[str]], dict]] = None
+    defaults: Optional[int] = None
+
+
+def _group_settings(w: Workload) -> dict:
+    """GRPO's and RLOO's: a group of completions per prompt, ``mu`` updates on each generation batch."""
+    return {"group_size": w.group_size, "prompts_per_step": w.prompts_per_step, "mu": w.mu, "beta": w.beta,
+            "learning_rate": w.learning_rate, "epsilon": 0.2, "max_grad_norm": 1.0}
+
+
+def _grpo_settings(w: Workload) -> dict:
+    # TRL 1.16's KL bias correction defaults to on; the paper (and ours) has no ratio on KL
+    return {**_group_settings(w), "loss_type": w.loss_type, "scale_rewards": "group", "kl_bias_correction": False}
+
+
+def _ppo_settings(w: Workload) -> dict:
+    """Its critic's algorithm, with TRL's PPO defaults: ``group_size`` is its samples a prompt."""
+    return {"samples_per_prompt": w.group_size, "prompts_per_step": w.prompts_per_step, "kl_coef": w.beta,
+            "learning_rate": w.learning_rate, "epsilon": 0.2, "max_grad_norm": 1.0}
+
+
+def _dpo_settings(w: Workload) -> dict:
+    """``group_size`` is its pairs a step (2 rows each); two steps' worth of pairs, built at the first."""
+    return {"pairs_per_step": w.group_size, "pairs": 2 * w.group_size, "beta": w.beta,
+            "learning_rate": w.learning_rate, "max_grad_norm": 1.0}
+
+
+# Our algorithm's name -> its part. PPO has no TRL side (TRL's PPOTrainer needs a reward model), nor DPO here: their
+# workloads are steps for bench revisions.
+PAIRINGS = {"grpo": Pairing(_grpo_settings, same_batch_check),
+            "rloo": Pairing(_group_settings, same_batch_check_rloo, defaults=1),
+            "ppo": Pairing(_ppo_settings), "dpo": Pairing(_dpo_settings)}
+
+
+# --------------------------------------------------------------------------------------------
 # Measurements
 # --------------------------------------------------------------------------------------------
 
@@ -494,6 +535,13 @@ SAME_LOSS_ATOL = 1e-6
 # in what is computed (a temperature 1% off already fails it: tested; a token shift, a mask, the adapter left on in
 # the reference pass) moves them by far more.
 SAME_LOGPS_ATOL = 1e-4
+
+
+# The parts of a same-batch check's difference that its reports show: (its key, its column's label).
+SAME_BATCH_COLUMNS = (("max_abs_diff", "loss, end to end"), ("abs_diff_formula", "loss function"),
+                      ("max_abs_diff_advantages", "advantages"), ("max_abs_diff_logps", "log-probs"),
+                      ("max_abs_diff_ref_logps", "reference log-probs"), ("abs_diff_layout", "transformers alone: loss"),
+                      ("max_abs_diff_layout_logps", "transformers alone: log-probs"))
 
 
 def same_loss_misses(check: dict) -> list[str]:

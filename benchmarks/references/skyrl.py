@@ -128,14 +128,6 @@ def outlier_token_mask(old_logps: torch.Tensor, rollout_logps: torch.Tensor, mas
     return kept
 
 
-def corrected_mask(old_logps: torch.Tensor, rollout_logps: torch.Tensor, mask: torch.Tensor,
-                   **correction) -> torch.Tensor:
-    """``compute_off_policy_correction``'s loss mask: (B, T), the outlier and sequence masks applied in its order."""
-    _, _, kept = correction_utils().compute_off_policy_correction(old_logps, rollout_logps, mask,
-                                                                 off_policy_config(**correction))
-    return kept
-
-
 def policy_loss(logps, old_logps, rollout_logps, advantages, mask, *, epsilon: float = 0.2,
                 epsilon_high: Optional[float] = None, reduction: str = "token_mean", **correction) -> torch.Tensor:
     """``ppo_policy_loss`` ("regular") with the off-policy correction ``correction``, its advantages first scaled by

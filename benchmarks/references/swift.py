@@ -50,12 +50,6 @@ DEFAULTS = dict(real_tau=0.5, fipo_decay_rate=32.0, fipo_clip_range=0.2, fipo_cl
 _cache: dict = {}
 
 
-def _source() -> str:
-    if "source" not in _cache:
-        _cache["source"] = install.source_file(FRAMEWORK, RELATIVE).read_text()
-    return _cache["source"]
-
-
 def _missing(what) -> install.MissingFramework:
     return install.MissingFramework(f"{install.PINNED[FRAMEWORK].label}'s {RELATIVE} lacks {what}: not the pinned file")
 
@@ -69,7 +63,7 @@ def methods() -> dict:
     if "methods" not in _cache:
         from trl.trainer.utils import nanmax, nanmin  # what the file imports them from (TRL's grpo_trainer)
 
-        tree = ast.parse(_source())
+        tree = ast.parse(install.source_text(FRAMEWORK, RELATIVE))
         constants = [node for node in tree.body if isinstance(node, ast.Assign)
                      and any(getattr(t, "id", None) in CONSTANTS for t in node.targets)]
         cls = next((node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == CLASS), None)

@@ -3,9 +3,8 @@ its trainers built on them (``trainer``), and the few TRL conventions a check or
 
 TRL is the suite's own dependency (installed, unlike verl, OpenRLHF and TRL 1.12, which ``install`` fetches), and
 its numbers come from its real trainers, so this adapter builds objects rather than calling loose functions: the
-reference check (its case module ``benchmarks/checks/cases/trl.py``) and the step benchmark
-(``perf/grpo_vs_trl.py``) build TRL's config here, from
-settings in our names. ``KNOBS`` renames our options to TRL's, ``POLICY_LOSSES`` maps our loss types to TRL's
+reference check (its case module ``benchmarks/checks/cases/trl.py``) and the step benchmark (``perf/vs_trl.py``)
+build TRL's config here, from settings in our names. ``KNOBS`` renames our options to TRL's, ``POLICY_LOSSES`` maps our loss types to TRL's
 ``loss_type`` values; a setting TRL has no counterpart for is refused with the list of those it has.
 
 TRL is imported when a config or trainer is built, not when this module is: the tables read without it.

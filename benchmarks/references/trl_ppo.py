@@ -55,16 +55,10 @@ KNOBS = {"epsilon": "cliprange", "value_clip": "cliprange_value", "gamma": "gamm
 _cache: dict = {}
 
 
-def _source() -> str:
-    if "source" not in _cache:
-        _cache["source"] = install.source_file(FRAMEWORK, RELATIVE).read_text()
-    return _cache["source"]
-
-
 def functions() -> SimpleNamespace:
     """``masked_mean``, ``masked_var``, ``masked_whiten`` and ``INVALID_LOGPROB``, compiled from the file's own source."""
     if "functions" not in _cache:
-        source = _source()
+        source = install.source_text(FRAMEWORK, RELATIVE)
         tree = ast.parse(source)
         wanted = [node for node in tree.body
                   if (isinstance(node, ast.FunctionDef) and node.name in FUNCTIONS)
@@ -82,7 +76,7 @@ def functions() -> SimpleNamespace:
 
 def block(name: str) -> str:
     """The lines of ``PPOTrainer.train`` from BLOCKS[name]'s first line to its last, dedented."""
-    lines = _source().splitlines()
+    lines = install.source_text(FRAMEWORK, RELATIVE).splitlines()
     first, last = BLOCKS[name]
     try:
         start = next(i for i, line in enumerate(lines) if line.strip().startswith(first))

@@ -26,7 +26,7 @@ the best left out of the could-be-best set) is <= 5%. Three measurements:
     global null with equal and unequal spreads, and on the real A/A cells cut into null matrices with the same
     variants and contrasts (as many seeds as the cells allow).
 
-It reads the result stores and matrix.json files it is given; the study (benchmarks/studies.py) writes OUT/report.md
+It reads the result stores and matrix.json files it is given; the study (benchmarks/commands.py) writes OUT/report.md
 and OUT/calibration.json.
 """
 

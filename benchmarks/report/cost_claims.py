@@ -1,4 +1,4 @@
-"""Cost claims read from stored matrices: "A costs less than B at equal accuracy" (issue 47, claim 9).
+"""Cost claims read from stored matrices: "A costs less than B at equal accuracy" (the published claim 9).
 
 A claim of this kind is not one contrast of a matrix that ran for it: it reads a matrix that ran both variants for
 another question (a verdict matrix), so the claims file that states it (``[[cost_claims]]``, e.g.

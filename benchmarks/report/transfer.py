@@ -15,7 +15,7 @@ numbers, and the verdicts pair the cells by seed), so one draw of seed indices s
 
 Like for like: per pairing, the algorithm settings the two matrices' cells ran with (matrix.json's resolved
 ``settings``) that differ, and the precision they ran at. Which keys are algorithm settings is the algorithm
-registry's (passed in by benchmarks/studies.py: the report does not import ``algorithms``), less learning_rate and
+registry's (passed in by benchmarks/commands.py: the report does not import ``algorithms``), less learning_rate and
 the keys the matrices' [tuning] grids varied for the variant, which are expected to differ.
 
 It reads the two result stores and matrix.json files only.

@@ -1,5 +1,5 @@
 """``grpo-bench variance DIR...``: where a primary metric's seed-to-seed spread comes from, and the design that
-reaches a target MDD with the fewest core-seconds (the real-LM verdict's variance pilot, issue 44).
+reaches a target MDD with the fewest core-seconds (the real-LM verdict's variance pilot).
 
 A cell's primary metric M (final accuracy, the mean of the last K evaluations, or the AUC) is a linear function of
 its evaluations, so over any subset S of the held-out questions it is the mean of per-question contributions m_q

@@ -1,4 +1,4 @@
-"""Issue #46's loose ends in algorithms/: one metrics wrap-up for every algorithm's step (the base's ``step`` adds the
+"""Loose ends in algorithms/: one metrics wrap-up for every algorithm's step (the base's ``step`` adds the
 phase timings to ``train_step``'s metrics, ``advantage_metrics`` writes advantage/mean and advantage/std), one KL
 table (OpenRLHF's ``approx_kl`` is a view of ``KL_PENALTIES``, equal bit for bit, gradients included, to the
 if-branches it replaced), and one PHASES."""

@@ -1,4 +1,4 @@
-"""DPO's step computes what the paper's Eq. 7 asks and no more (issue 43): each pair's chosen and rejected rows
+"""DPO's step computes what the paper's Eq. 7 asks and no more: each pair's chosen and rejected rows
 together, a run of one prompt encoded once, and the frozen reference's log-probs of each pair computed once and
 kept, in the checkpoint too. Held against the step as it was (rows chosen first then rejected, each row its own
 prompt, the reference run every step) on the same pairs: the same loss, the same gradient, to float32 rounding."""

@@ -1,4 +1,4 @@
-"""The logged loss by its parts, and a KL column that names its estimator (issue #46): the parts add up to the loss
+"""The logged loss by its parts, and a KL column that names its estimator: the parts add up to the loss
 that was minimised, asking for them leaves the loss bit for bit as it was, and kl/<estimator> is that estimator's
 value, not k3's under another name."""
 

@@ -1,4 +1,4 @@
-"""Issue 17: every algorithm survives degenerate batches -- every completion empty (EOS first), one-token
+"""Every algorithm survives degenerate batches -- every completion empty (EOS first), one-token
 completions, rewards that all tie, groups of two -- with finite metrics, and takes no optimizer step
 where the batch carries no signal (every advantage 0, no KL term): AdamW would otherwise still move the
 weights by its momentum, and a tied group's float32 mean (eight 0.3s: off by 3e-8) scaled by 1/std or a
@@ -208,7 +208,7 @@ def test_a_kl_term_is_signal(pizza, name):
 
 @pytest.mark.parametrize("name", SAMPLED)
 def test_real_sampler_all_eos_batch(pizza, name, monkeypatch):
-    """The bandit/PPO crash of issue 17 (an all-EOS batch at step 79): the real sampler, made to draw EOS first,
+    """The bandit/PPO crash once seen (an all-EOS batch at step 79): the real sampler, made to draw EOS first,
     then the real log-prob and critic forwards on (B, 1) completions."""
     task = ScriptedTask(pizza)
     algo = build_sampled(name, task, 4)

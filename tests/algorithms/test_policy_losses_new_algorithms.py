@@ -1,4 +1,4 @@
-"""Issue 19: TRL 1.16's newer GRPO loss types and options, RLOO, REINFORCE++, DAPO's dynamic sampling and
+"""TRL 1.16's newer GRPO loss types and options, RLOO, REINFORCE++, DAPO's dynamic sampling and
 overlong shaping. Loss values are written out by hand (plain Python, no tensors) so a wrong
 implementation fails; the algorithms survive degenerate batches; seeded pizza runs train."""
 

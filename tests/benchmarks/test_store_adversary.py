@@ -1,5 +1,5 @@
-"""Issue #45: README markers that do not pair up are refused, the result store detects a flipped bit, a malformed
-store is one line, and every atomic write keeps an existing file's mode (a new one follows the umask)."""
+"""Adversary finds: README markers that do not pair up are refused, the result store detects a flipped bit, a
+malformed store is one line, and every atomic write keeps an existing file's mode (a new one follows the umask)."""
 
 from __future__ import annotations
 

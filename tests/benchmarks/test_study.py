@@ -18,11 +18,10 @@ import pytest
 
 from benchmarks import study
 from benchmarks.cli import main as cli_main
-from benchmarks.cli.main import main
+from benchmarks.cli.main import load_studies, main
 from benchmarks.cli.options import flag, settings_types
-from benchmarks.cli.studies import GROUP_HELP, load_studies
 from benchmarks.io import atomic_write_json
-from benchmarks.study import (GROUPS, PLUGIN_GROUPS, SHARED_OPTIONS, TOP, Study, StudySettings, kept_parts, option,
+from benchmarks.study import (GROUPS, PLUGIN_GROUPS, SHARED_OPTIONS, TOP, Study, StudySettings, earlier_report, option,
                               register_study)
 
 
@@ -82,7 +81,7 @@ def test_a_second_class_under_a_taken_name_is_refused(registry):
 
     with pytest.raises(ValueError, match=r"study name 'check:echo' is taken by .*Echo; .*Other needs another name"):
         register_study(Other)
-    with pytest.raises(ValueError, match=r"study name 'check:mu1' is taken by benchmarks.checks.studies.Mu1Check"):
+    with pytest.raises(ValueError, match=r"study name 'check:mu1' is taken by benchmarks.checks.commands.Mu1Check"):
         register_study(Other, name="mu1")
     assert register_study(EchoBench) is EchoBench  # one name per group: bench echo is another study
     assert study.study_class("bench", "echo") is EchoBench and study.study_class("check", "echo") is Echo
@@ -196,7 +195,7 @@ def test_every_top_level_study_is_a_listed_command_and_every_listed_study_is_reg
     too)."""
     load_studies()
     listed = {name for name, (_, function, _) in cli_main.COMMANDS.items() if function == "add_study_command"}
-    assert listed == set(study.studies(TOP)) | set(GROUP_HELP)
+    assert listed == set(study.studies(TOP)) | (set(GROUPS) - {TOP})
     for name, cls in study.studies(TOP).items():
         assert cli_main.COMMANDS[name][2] == cls.help, name
     assert {"matrix", "report", "run", "eval"}.isdisjoint(study.studies(TOP))
@@ -353,7 +352,8 @@ class Ledger(Study):
 
     def run(self, s: LedgerSettings, command: str) -> int:
         path = Path(s.out) / "ledger.json"
-        earlier, kept = kept_parts(s, path, {"command": command.split(" --")[0]}, key="parts")
+        earlier = earlier_report(s, path, "the parts")
+        kept = earlier["parts"] if earlier and earlier["command"] == command.split(" --")[0] else {}
         parts = {**kept, **{p: MEASURED.append(p) or len(p) for p in s.parts if p not in kept}}
         result = {"command": command.split(" --")[0], "parts": parts}
         atomic_write_json(path, result)
@@ -506,60 +506,6 @@ def test_every_device_flag_has_one_default_and_one_help():
                      if "--device" in a.option_strings]
         # run's flags default to None and take their defaults from the settings resolver, which says auto
         assert device.default in ("auto", None) and device.help == "auto, cpu or cuda (default: auto)", command
-
-
-def test_measure_parts_keeps_what_a_resume_finds_and_measures_the_rest(tmp_path, monkeypatch):
-    """The per-part loop of the benches that resume (bench precision, bench eval, check precision): each finished
-    part is on disk before the next starts, --resume measures only what the report lacks under the same settings
-    and everything again when a setting differs, and a resume that measured nothing keeps the measuring run's own
-    record (command, environment, load) instead of its own."""
-    from types import SimpleNamespace
-    path = tmp_path / "r.json"
-    loads = iter([float(i) for i in range(1, 30)])
-    monkeypatch.setattr(study.os, "getloadavg", lambda: (next(loads), 0.0, 0.0))
-    measured, on_disk = [], []
-
-    def measure(argument):
-        measured.append(argument)
-        on_disk.append(json.loads(path.read_text())["variants"] if path.exists() else None)
-        if argument == "boom":
-            raise KeyboardInterrupt
-        return {"value": argument * 2}
-
-    fresh = SimpleNamespace(resume=False)
-    same = {"rounds": 3}
-    header = lambda cmd: {"command": cmd, **same, "environment": {"cpu": cmd}, "load": {"start": 0.5, "end": None}}
-    with pytest.raises(KeyboardInterrupt):
-        study.measure_parts(fresh, path, same, header("first"), [("a", "x"), ("b", "boom")], measure, log=lambda _: None)
-    assert measured == ["x", "boom"] and on_disk == [None, {"a": {"value": "xx"}}]  # a is kept although b failed
-    resume = SimpleNamespace(resume=True)
-    measured.clear()
-    report = study.measure_parts(resume, path, same, header("second"), [("a", "x"), ("b", "y")], measure,
-                                 log=lambda _: None)
-    assert measured == ["y"] and report["variants"] == {"a": {"value": "xx"}, "b": {"value": "yy"}}
-    assert report["command"] == "second" and report["load"]["end"] == 3.0  # measured now: this run's record
-    assert json.loads(path.read_text()) == report
-    measured.clear()
-    again = study.measure_parts(resume, path, same, header("third"), [("a", "x"), ("b", "y")], measure,
-                                log=lambda _: None)
-    assert measured == [] and again["command"] == "second" and again["environment"] == {"cpu": "second"}
-    assert again["load"] == {"start": 0.5, "end": 3.0}  # nothing measured: the measuring run's record stands
-    other = study.measure_parts(resume, path, {"rounds": 5}, {**header("fourth"), "rounds": 5}, [("a", "x")],
-                                measure, log=lambda _: None)
-    assert measured == ["x"] and other["variants"] == {"a": {"value": "xx"}} and other["command"] == "fourth"
-    # A part whose own argument changed (a matrix variant's settings amended) is measured again, the rest kept.
-    same = {"rounds": 5}
-    measured.clear()
-    study.measure_parts(resume, path, same, header("fifth"), [("a", "x"), ("b", "y")], measure, log=lambda _: None)
-    changed = study.measure_parts(resume, path, same, header("sixth"), [("a", "z"), ("b", "y")], measure,
-                                  log=lambda _: None)
-    assert measured == ["y", "z"] and changed["variants"] == {"a": {"value": "zz"}, "b": {"value": "yy"}}
-    # A report that did not record its parts' arguments cannot be checked: every part is measured again.
-    stale = {k: v for k, v in json.loads(path.read_text()).items() if k != "measured_with"}
-    path.write_text(json.dumps(stale))
-    measured.clear()
-    study.measure_parts(resume, path, same, header("seventh"), [("a", "z"), ("b", "y")], measure, log=lambda _: None)
-    assert measured == ["z", "y"]
 
 
 @pytest.mark.parametrize("bounds, line", [({"rounds": (1, 2)}, "--rounds must be >= 2, got 1"),

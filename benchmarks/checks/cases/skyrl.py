@@ -6,8 +6,8 @@ log-probs are the batch's ``sampling_logps``, pi_old its ``old_logps``."""
 from __future__ import annotations
 
 from algorithms import estimators, kl, losses, policy_losses
-from benchmarks.checks.cases.tensors import (Grid, TensorCases, knobs, loss_pair, missing, ours_correction, ours_loss,
-                                             sampler_corrections, token_rewards, value_pair)
+from benchmarks.checks.cases.tensors import (Grid, TensorCases, add_gae, knobs, loss_pair, missing, ours_correction,
+                                             ours_loss, sampler_corrections, value_pair)
 from benchmarks.checks.cases.verl import reinforce_pp_unbiased
 from benchmarks.checks.engine import register_cases
 from benchmarks.references import skyrl
@@ -46,17 +46,7 @@ def _critic_free_and_gae(grid: Grid) -> None:
         lambda b: skyrl.advantages("rloo", b.rewards, b.mask, b.group_size)))
     grid.add("estimator", "reinforce_plus_plus (cumulative_returns + masked_whiten)", "reinforce++", "-", value_pair(
         lambda b: reinforce_pp_unbiased(b, False), lambda b: skyrl.advantages("reinforce++", b.rewards, b.mask, 1)))
-    for gamma, lam in ((1.0, 0.95), (0.99, 0.9)):
-        def ours(b, g=gamma, lam_=lam):
-            return losses.gae(token_rewards(b), b.old_values, b.mask, g, lam_)
-
-        def theirs(b, g=gamma, lam_=lam):
-            return skyrl.gae(token_rewards(b), b.old_values, b.mask, g, lam_)
-
-        names = ("compute_gae_advantage_return", knobs(gamma=gamma, lam=lam))
-        grid.add("gae", "gae + masked_whiten", *names,
-                 value_pair(lambda b, o=ours: losses.masked_whiten(o(b)[0], b.mask), lambda b, t=theirs: t(b)[0]))
-        grid.add("gae", "gae (returns)", *names, value_pair(lambda b, o=ours: o(b)[1], lambda b, t=theirs: t(b)[1]))
+    add_gae(grid, skyrl.gae, ((1.0, 0.95), (0.99, 0.9)))
 
 
 def _kl(grid: Grid) -> None:

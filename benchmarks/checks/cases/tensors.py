@@ -231,6 +231,23 @@ class Grid:
                                        TOLERANCE, Fixture(make_batch, (case, seed)), by_design=reason, skip=skip))
 
 
+def add_gae(grid: Grid, theirs_gae: Callable, settings: Iterable[tuple[float, float]]) -> None:
+    """PPO's GAE on ``token_rewards`` against ``theirs_gae(rewards, values, mask, gamma, lam)`` (its
+    ``compute_gae_advantage_return``) at each (gamma, lam): the advantages, whitened by ``masked_whiten``, and the
+    returns."""
+    for gamma, lam in settings:
+        def ours(b, g=gamma, lam_=lam):
+            return losses.gae(token_rewards(b), b.old_values, b.mask, g, lam_)
+
+        def theirs(b, g=gamma, lam_=lam):
+            return theirs_gae(token_rewards(b), b.old_values, b.mask, g, lam_)
+
+        names = ("compute_gae_advantage_return", knobs(gamma=gamma, lam=lam))
+        grid.add("gae", "gae + masked_whiten", *names,
+                 value_pair(lambda b, o=ours: losses.masked_whiten(o(b)[0], b.mask), lambda b, t=theirs: t(b)[0]))
+        grid.add("gae", "gae (returns)", *names, value_pair(lambda b, o=ours: o(b)[1], lambda b, t=theirs: t(b)[1]))
+
+
 def missing(registry: dict, name: str, what: str) -> Optional[str]:
     """A configuration's skip reason where this suite has no ``name`` in ``registry`` (None where it has)."""
     return None if name in registry else f"this suite has no {what} {name!r}"

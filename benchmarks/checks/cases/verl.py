@@ -10,9 +10,8 @@ from typing import Optional
 import torch
 
 from algorithms import estimators, kl, losses, policy_losses
-from benchmarks.checks.cases.tensors import (HUGE_C, Batch, Grid, TensorCases, knobs, loss_pair, missing,
-                                             ours_correction, ours_loss, sampler_corrections, token_adv,
-                                             token_rewards, value_pair)
+from benchmarks.checks.cases.tensors import (HUGE_C, Batch, Grid, TensorCases, add_gae, knobs, loss_pair, missing,
+                                             ours_correction, ours_loss, sampler_corrections, token_adv, value_pair)
 from benchmarks.checks.engine import register_cases
 from benchmarks.references import verl
 
@@ -217,17 +216,7 @@ def _estimators(grid: Grid) -> None:
 
 def _gae_and_rewards(grid: Grid) -> None:
     """PPO's GAE (with verl's whitening, and its returns) and the critic's KL in the reward."""
-    for gamma, lam in ((1.0, 0.95), (0.99, 0.95), (1.0, 1.0)):
-        def ours(b, g=gamma, lam_=lam):
-            return losses.gae(token_rewards(b), b.old_values, b.mask, g, lam_)
-
-        def theirs(b, g=gamma, lam_=lam):
-            return verl.gae(token_rewards(b), b.old_values, b.mask, g, lam_)
-
-        names = ("compute_gae_advantage_return", knobs(gamma=gamma, lam=lam))
-        grid.add("gae", "gae + masked_whiten", *names,
-                 value_pair(lambda b, o=ours: losses.masked_whiten(o(b)[0], b.mask), lambda b, t=theirs: t(b)[0]))
-        grid.add("gae", "gae (returns)", *names, value_pair(lambda b, o=ours: o(b)[1], lambda b, t=theirs: t(b)[1]))
+    add_gae(grid, verl.gae, ((1.0, 0.95), (0.99, 0.95), (1.0, 1.0)))
     for coef in (0.05, 0.2):
         grid.add("kl_in_reward", "kl_penalised_rewards", "compute_rewards (k1)", knobs(kl_coef=coef), value_pair(
             lambda b, c=coef: losses.kl_penalised_rewards(b.rewards, kl.kl_k1(b.old_logps, b.ref_logps), b.mask, c),

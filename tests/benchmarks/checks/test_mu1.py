@@ -101,10 +101,10 @@ def test_bad_input_is_one_line_exit_2(argv, capsys):
 
 
 def test_the_command_line_hands_the_check_typed_settings_and_the_command_as_typed(monkeypatch):
-    from benchmarks.checks import studies
+    from benchmarks.checks import commands
 
     seen = []
-    monkeypatch.setattr(studies, "run_mu1_check", lambda settings, command, write: seen.append((settings, command)) or 0)
+    monkeypatch.setattr(commands, "run_mu1_check", lambda settings, command, write: seen.append((settings, command)) or 0)
     assert main(["check", "mu1", "--task", "gsm8k", "--eval-k", "2", "--readme", ""]) == 0
     assert seen == [(mu1_check.Mu1Settings(task="gsm8k", eval_k=2, readme=""),
                      "grpo-bench check mu1 --task gsm8k --eval-k 2 --readme ''")]

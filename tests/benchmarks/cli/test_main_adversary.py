@@ -1,4 +1,4 @@
-"""Issue #45, the command line's part: bad input that showed a traceback, paths and settings accepted silently,
+"""The command line's adversary: bad input that showed a traceback, paths and settings accepted silently,
 and a --help that waited seconds for torch. Each test fails on the code before its fix.
 
     7  a file that is not UTF-8 (matrix file, --config, --prompts): one line naming the file, exit 2
@@ -141,7 +141,7 @@ def test_an_output_folder_without_write_permission_is_one_line(run_cli, tmp_path
 ])
 def test_a_path_error_any_command_meets_is_one_line(run_cli, monkeypatch, error, line):
     """What no check before the work catches (a path that changed meanwhile, a command without such a check)."""
-    from benchmarks.studies import Readme
+    from benchmarks.commands import Readme
 
     def run(self, settings, command):
         raise error

@@ -1,6 +1,6 @@
-"""Issue 17's probes, one test per row: non-finite options, unusable --out directories, finished runs and
+"""Probes of bad input and reruns, one test per row: non-finite options, unusable --out directories, finished runs and
 matrices never overwritten unasked, one run per directory, resuming past a damaged checkpoint or with other
-settings, and the regressions the issue checked that held (matrix files, reward functions, report).
+settings, and the regressions the probes checked that held (matrix files, reward functions, report).
 Every refusal is one line and exit status 2, before any work."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 45's adversary, one test per defect: two variant names for one folder, a resume that would shrink a
+"""The harness's adversary, one test per defect: two variant names for one folder, a resume that would shrink a
 finished run or change its reward function, an empty prompt, a full disk while checkpointing, a reward
 function that calls sys.exit. Each is one line and exit status 2, and the run on disk is left as it was."""
 

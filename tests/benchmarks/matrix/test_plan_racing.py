@@ -1,5 +1,5 @@
 """Racing is gone: a matrix runs the fixed seeds it states. More seeds for the variants whose mark was still open,
-with no correction for the repeated looks, raised the false-"worse" rate above 5% (issue 42); the verdict's
+with no correction for the repeated looks, raised the false-"worse" rate above 5%; the verdict's
 procedure (benchmarks/report/inference.py) is calibrated for a fixed design."""
 
 import pytest

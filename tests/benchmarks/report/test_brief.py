@@ -12,7 +12,7 @@ import pytest
 from benchmarks.report import brief as brief_module
 from benchmarks.report import verdicts
 from benchmarks.report.brief import brief, render
-from benchmarks.studies import algorithm_settings
+from benchmarks.commands import algorithm_settings
 
 STATED = {"primary": "last_3", "margin": 0.03, "target_mdd": 0.05, "stated_at": "2026-11-27T10:00:00+00:00"}
 

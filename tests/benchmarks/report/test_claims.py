@@ -1,4 +1,4 @@
-"""Published claims tested by pre-registered matrices (issue #47): [[analysis.claims]] is parsed and checked and
+"""Published claims tested by pre-registered matrices: [[analysis.claims]] is parsed and checked and
 recorded with the analysis; a claim's contrast gets a simultaneous interval whose family-wise error over the
 matrix's claims is <= 5% (simulated at the toy claims matrix's own design), planted differences are found, and
 `grpo-bench claims` writes the table from a store."""

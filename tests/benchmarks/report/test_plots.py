@@ -1,4 +1,4 @@
-"""Reports a person can read (issue 45, items 20 and 21): one seed prints "n/a (1 seed)", never a zero-width or
+"""Reports a person can read: one seed prints "n/a (1 seed)", never a zero-width or
 nan interval; the matrix header's numbers do not contradict one another; the plots' titles overlap nothing, 15
 variants are told apart, bars are named on every panel, a set of variants can be highlighted. The plots are
 drawn from hand-made frames (no training, no statistics), and read back from the matplotlib figures."""

@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks.report import transfer as transfer_module
 from benchmarks.report.transfer import resampled_means, smallest_significant_tau, tau_interval, transfer
-from benchmarks.studies import algorithm_settings
+from benchmarks.commands import algorithm_settings
 
 TUNED = "results/verdicts-tuned"
 SIX = ["reinforce", "reinforce_pp_baseline", "rloo", "dapo", "remax", "dpo"]  # by their committed means, high to low

@@ -1,4 +1,4 @@
-"""Where a primary metric's spread comes from (issue #44's variance pilot): every evaluation keeps a per-question
+"""Where a primary metric's spread comes from (the real-LM variance pilot): every evaluation keeps a per-question
 record, the split-half estimator recovers planted policy and evaluation variances, and `grpo-bench variance`
 turns a store's records into the components and the cheapest design for a target MDD."""
 

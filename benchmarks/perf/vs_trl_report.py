@@ -1,4 +1,4 @@
-"""The report half of ``grpo-bench bench grpo-vs-trl`` / ``rloo-vs-trl`` (benchmarks/perf/grpo_vs_trl.py measures):
+"""The report half of ``grpo-bench bench grpo-vs-trl`` / ``rloo-vs-trl`` (benchmarks/perf/vs_trl.py measures):
 a finished or stopped run's report dict rendered as markdown (``render_markdown``: what ran where, the comparison
 table and the target, each step's phases, the same batch part by part, bf16 and scaling where measured), the
 target's one-line verdict (``target_verdict``) and the scaling plot (``plot_scaling``). It reads only the report
@@ -12,7 +12,9 @@ from typing import Optional
 
 from benchmarks.io import save_figure
 from benchmarks.markdown import markdown_table
-from benchmarks.references.sides import SAME_LOGPS_ATOL, SAME_LOSS_ATOL, SIDES, STEP_PARTS, TRL_SETTINGS, same_loss_misses
+from benchmarks.references.sides import (SAME_BATCH_COLUMNS, SAME_LOGPS_ATOL, SAME_LOSS_ATOL, SIDES, STEP_PARTS,
+                                         TRL_SETTINGS, same_loss_misses)
+from benchmarks.references.trl import TRAINERS
 
 
 def _fmt_bytes(n: Optional[float]) -> str:
@@ -94,11 +96,11 @@ def render_markdown(report: dict) -> str:
 def _intro_lines(report: dict) -> list[str]:
     """The versions, the machine and its matmul rate; how TRL runs and how the ratio reads."""
     env = report["environment"]
-    trainer = "GRPOTrainer" if report.get("algo", "grpo") == "grpo" else "RLOOTrainer"
+    algo = report.get("algo", "grpo")  # a report from before RLOO's bench: GRPO
     settings = "; ".join(f"{name}: {', '.join(f'{k}={v}' for k, v in opts.items()) or 'TRL defaults'}"
                          for name, opts in TRL_SETTINGS.items())
     return [
-        f"{report.get('algo', 'grpo').upper()} step, this suite vs TRL {env['versions'].get('trl')} `{trainer}`, on "
+        f"{algo.upper()} step, this suite vs TRL {env['versions'].get('trl')} `{TRAINERS[algo][1]}`, on "
         f"{env['device_name']} (torch {env['versions']['torch']}, {report['threads']} threads). Matmul 2048x2048: "
         f"{report['matmul_gflops']['fp32']:.0f} GFLOP/s fp32, {report['matmul_gflops']['bf16']:.0f} GFLOP/s bf16."
         + code_line(env),
@@ -229,19 +231,15 @@ def _same_batch_lines(report: dict) -> list[str]:
     if not parts:
         return []
     nan = float("nan")
+    columns = [(key, label) for key, label in SAME_BATCH_COLUMNS if key != "max_abs_diff_advantages"]
     return ["", "The same batch, part by part (largest over the two stages, as sampled and after one TRL update): "
             "the end-to-end loss difference; the loss function alone (our loss on TRL's own log-prob tensors "
             "against TRL's); our log-probs and reference log-probs against TRL's (the forward's rounding: our "
             "packed rows against its padded ones); and, for scale, transformers against itself: TRL's loss and "
             "log-probs with each row run alone, unpadded, against its padded batch.", "",
-            markdown_table(
-                ["workload", "loss, end to end", "loss function", "log-probs", "reference log-probs",
-                 "transformers alone: loss", "transformers alone: log-probs"],
-                [[r["workload"]["name"], f"{r['same_batch']['max_abs_diff']:.1e}",
-                  f"{r['same_batch']['abs_diff_formula']:.1e}", f"{r['same_batch']['max_abs_diff_logps']:.1e}",
-                  f"{r['same_batch'].get('max_abs_diff_ref_logps', nan):.1e}",
-                  f"{r['same_batch']['abs_diff_layout']:.1e}", f"{r['same_batch']['max_abs_diff_layout_logps']:.1e}"]
-                 for r in parts])]
+            markdown_table(["workload", *(label for _, label in columns)],
+                           [[r["workload"]["name"], *(f"{r['same_batch'].get(key, nan):.1e}" for key, _ in columns)]
+                            for r in parts])]
 
 
 def _bf16_lines(report: dict) -> list[str]:

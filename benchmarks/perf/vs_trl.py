@@ -29,9 +29,11 @@ Headroom. The update's FLOP rate (6 x parameters x token positions each side's f
 TRL every prompt + completion row; ours each prompt once plus the completions, the step's ``tokens/processed``)
 and generation's tokens/s are put beside this machine's measured 2048x2048 matmul throughput in fp32 and bf16.
 
-This module measures and writes the report's json; the report's markdown, its target verdict and the scaling plot
-are rendered by ``grpo_vs_trl_report`` from the report dict alone, and written by the study's lifecycle
-(benchmarks/perf/studies.py: its file, title and README section).
+What differs between GRPO and RLOO (their settings, their same-batch check, the workloads run by default) is their
+entry in ``references.sides.PAIRINGS``; nothing here branches on the algorithm. This module measures and writes the
+report's json; the report's markdown, its target verdict and the scaling plot are rendered by ``vs_trl_report`` from
+the report dict alone, and written by the study's lifecycle (benchmarks/perf/commands.py: its file, title and README
+section).
 """
 
 from __future__ import annotations
@@ -54,12 +56,10 @@ import torch
 from benchmarks.harness import measure
 from benchmarks.errors import UsageError
 from benchmarks.io import atomic_write_json
-from benchmarks.perf.grpo_vs_trl_report import plot_scaling
-from benchmarks.perf.grpo_vs_trl_report import code_line, render_markdown, target_verdict  # noqa: F401  re-exported: callers import them here
+from benchmarks.perf.vs_trl_report import plot_scaling
 from benchmarks.perf.roof import memory_bandwidth
 from benchmarks.references.sides import (
-    SIDES, TRL_SETTINGS, WORKLOADS, Ours, Trl, Workload, default_workloads, rss_bytes, same_batch_check,
-    same_batch_check_rloo, workloads_of,
+    PAIRINGS, SIDES, TRL_SETTINGS, WORKLOADS, Ours, Trl, Workload, default_workloads, rss_bytes, workloads_of,
 )
 from benchmarks.study import StudySettings, earlier_report, option
 from tasks import TASKS
@@ -149,7 +149,7 @@ def compare(w: Workload, *, pairs: int, seed: int, device: str, log=print) -> di
         runners.clear()
         gc.collect()
         checked = Trl(dataclasses.replace(w, precision="fp32"), seed=seed, device=device, task=ours.task)
-    check = (same_batch_check if w.algo == "grpo" else same_batch_check_rloo)(checked, prompt_rng.choices(prompts, k=1))
+    check = PAIRINGS[w.algo].same_batch(checked, prompt_rng.choices(prompts, k=1))
     result = {
         "workload": dataclasses.asdict(w),
         "parameters": params,
@@ -294,7 +294,7 @@ class PerfSettings(StudySettings):
     """What ``grpo-bench bench grpo-vs-trl`` / ``rloo-vs-trl`` runs; each command's settings are a subclass
     (``GrpoVsTrlSettings``, ``RlooVsTrlSettings``) with its ``algo`` and its own defaults."""
 
-    algo: str = "grpo"  # "grpo" (against TRL's GRPOTrainer) or "rloo" (RLOOTrainer)
+    algo: str = "grpo"  # a PAIRINGS entry with a TRL side: "grpo" (TRL's GRPOTrainer) or "rloo" (RLOOTrainer)
     workloads: Optional[list[str]] = None  # names from WORKLOADS of ``algo`` (None: default_workloads(algo))
     pairs: int = field(default=5, metadata={
         "help": "timed rounds (ours, TRL default, TRL fastest) per workload after one warm-up round (>= 5)"})

@@ -1,5 +1,5 @@
-"""grpo-bench bench grpo-vs-trl / rloo-vs-trl: same loss as TRL on the same batch, the report against TRL's
-default and fastest settings, the step's processed positions, and the shared-prompt log-probs."""
+"""grpo-bench bench grpo-vs-trl / rloo-vs-trl (benchmarks/perf/vs_trl.py): same loss as TRL on the same batch, the
+report against TRL's default and fastest settings, the step's processed positions, and the shared-prompt log-probs."""
 
 import pytest
 import torch
@@ -70,7 +70,7 @@ def test_same_batch_loss_matches_trl_with_lora(pizza):
 
 
 def test_median_interval_is_a_seeded_bootstrap_of_the_median():
-    from benchmarks.perf.grpo_vs_trl import median_interval
+    from benchmarks.perf.vs_trl import median_interval
 
     values = [2.0, 2.1, 2.2, 2.3, 2.4, 2.5, 2.6, 2.7, 9.0]
     low, high = median_interval(values, seed=0)
@@ -125,7 +125,7 @@ def test_step_metrics_carry_the_processed_positions(pizza):
 
 
 def test_report_shows_trl_default_and_fastest_and_the_ratio_against_the_faster():
-    from benchmarks.perf.grpo_vs_trl import SIDES, render_markdown
+    from benchmarks.perf.vs_trl_report import SIDES, render_markdown
 
     def side(t):
         return {"median": {"time/step": t, **{f"time/{p}": 0.0 for p in ("generate", "score", "logprobs", "update", "other")},
@@ -167,8 +167,8 @@ def test_bench_refuses_to_replace_a_report_and_resumes_the_workloads_it_lacks(tm
     import json
 
     from benchmarks.errors import UsageError
-    from benchmarks.perf import grpo_vs_trl as bench
-    from benchmarks.perf.studies import GrpoVsTrl
+    from benchmarks.perf import vs_trl as bench
+    from benchmarks.perf.commands import GrpoVsTrl
 
     measured, stopped = [], []
 
@@ -421,7 +421,7 @@ def test_algorithms_step_fused_adamw_with_the_reference_adamw_numbers(pizza):
 
 
 def test_target_verdict_names_each_workload_that_misses():
-    from benchmarks.perf.grpo_vs_trl import target_verdict
+    from benchmarks.perf.vs_trl_report import target_verdict
 
     def comparison(name, median, ours_bytes, trl_bytes, diff):
         return {"workload": {"name": name}, "ratio": {"median": median}, "same_batch": {"max_abs_diff": diff},
@@ -459,11 +459,11 @@ def test_first_update_logps_are_the_old_logps_bit_for_bit(pizza, shared, monkeyp
 
 
 def test_the_command_line_hands_the_bench_typed_settings_and_the_command_as_typed(run_cli, monkeypatch):
-    from benchmarks.perf import studies
-    from benchmarks.perf.grpo_vs_trl import GrpoVsTrlSettings, RlooVsTrlSettings
+    from benchmarks.perf import commands
+    from benchmarks.perf.vs_trl import GrpoVsTrlSettings, RlooVsTrlSettings
 
     seen = []
-    monkeypatch.setattr(studies, "run_bench", lambda settings, command, path, write: seen.append((settings, command)))
+    monkeypatch.setattr(commands, "run_bench", lambda settings, command, path, write: seen.append((settings, command)))
     assert run_cli("bench", "rloo-vs-trl", "--pairs", "7", "--no-memory")[0] == 0
     assert seen == [(RlooVsTrlSettings(pairs=7, memory=False), "grpo-bench bench rloo-vs-trl --pairs 7 --no-memory")]
     rloo = seen[0][0]
@@ -475,7 +475,7 @@ def test_the_command_line_hands_the_bench_typed_settings_and_the_command_as_type
 
 
 def test_scaling_skips_a_task_without_scaling_points():
-    from benchmarks.perf.grpo_vs_trl import SCALING, scaling
+    from benchmarks.perf.vs_trl import SCALING, scaling
 
     assert "reasoning_gym" not in SCALING
     lines = []
@@ -506,7 +506,7 @@ def test_reports_name_the_commit_of_the_code_they_measured(tmp_path):
     from pathlib import Path
 
     from benchmarks.harness import measure
-    from benchmarks.perf.grpo_vs_trl import code_line
+    from benchmarks.perf.vs_trl_report import code_line
 
     root = ROOT
     if not (root / ".git").exists():
@@ -524,7 +524,7 @@ def test_a_copy_of_the_checkout_names_the_commit_it_was_given(monkeypatch):
     import os
 
     from benchmarks.harness import measure
-    from benchmarks.perf.grpo_vs_trl import code_line
+    from benchmarks.perf.vs_trl_report import code_line
 
     monkeypatch.setenv("GRPO_BENCH_REVISION", "0123456789abcdef\n")
     code = measure.code_revision()
@@ -542,7 +542,7 @@ def test_a_workload_reaches_the_memory_probe_whole():
     import dataclasses
     import json
 
-    from benchmarks.perf.grpo_vs_trl import with_model, workload_of_json
+    from benchmarks.perf.vs_trl import with_model, workload_of_json
 
     w = with_model([dataclasses.replace(WORKLOADS["chain_sum-lora-mu2"], max_new_tokens=7)], "/models/m")[0]
     assert dict(w.task_options)["model"] == "/models/m" and w.max_new_tokens == 7
@@ -574,7 +574,7 @@ def _saved_pizza_model(path):
 def test_random_weights_keep_the_architecture_and_are_seeded(tmp_path, monkeypatch):
     from transformers import AutoModelForCausalLM
 
-    from benchmarks.perf.grpo_vs_trl import random_weight_checkpoint
+    from benchmarks.perf.vs_trl import random_weight_checkpoint
 
     source = _saved_pizza_model(tmp_path / "model")
     monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
@@ -623,13 +623,13 @@ def test_at_bf16_both_sides_train_in_bf16_and_the_same_batch_check_stays_fp32(pi
     own folder and README section, and a resume at another precision is refused."""
     import dataclasses
 
-    from benchmarks.perf import grpo_vs_trl
-    from benchmarks.perf.grpo_vs_trl import GrpoVsTrlSettings, _planned, compare, out_folder
-    from benchmarks.perf.studies import GrpoVsTrl
+    from benchmarks.perf import vs_trl
+    from benchmarks.perf.vs_trl import GrpoVsTrlSettings, _planned, compare, out_folder
+    from benchmarks.perf.commands import GrpoVsTrl
 
     w = dataclasses.replace(WORKLOADS["pizza-mu1"], precision="bf16")
     dtypes = {}
-    real_trl = grpo_vs_trl.Trl
+    real_trl = vs_trl.Trl
 
     def watched_trl(workload, **kwargs):
         side = real_trl(workload, **kwargs)
@@ -638,15 +638,15 @@ def test_at_bf16_both_sides_train_in_bf16_and_the_same_batch_check_stays_fp32(pi
             (workload.precision, kwargs.get("setting", "default")), out.dtype) and None)  # its output kept
         return side
 
-    monkeypatch.setattr(grpo_vs_trl, "Trl", watched_trl)
-    real_ours = grpo_vs_trl.Ours
+    monkeypatch.setattr(vs_trl, "Trl", watched_trl)
+    real_ours = vs_trl.Ours
 
     def watched_ours(workload, **kwargs):
         side = real_ours(workload, **kwargs)
         dtypes[("ours", workload.precision)] = side.algo.precision  # its forward passes' autocast (algorithms/base)
         return side
 
-    monkeypatch.setattr(grpo_vs_trl, "Ours", watched_ours)
+    monkeypatch.setattr(vs_trl, "Ours", watched_ours)
     import gc
     import weakref
     alive = []  # the timed bf16 trainers, freed before the fp32 one is built (memory: one more 135M trainer at most)
@@ -660,7 +660,7 @@ def test_at_bf16_both_sides_train_in_bf16_and_the_same_batch_check_stays_fp32(pi
         alive.append(weakref.ref(side))
         return side
 
-    monkeypatch.setattr(grpo_vs_trl, "Trl", counted_trl)
+    monkeypatch.setattr(vs_trl, "Trl", counted_trl)
     result = compare(w, pairs=1, seed=0, device="cpu", log=lambda _: None)
     assert len(alive) == 3 and set(result) >= {"ours", "trl_default", "trl_fastest"}
     assert dtypes[("ours", "bf16")] == "bf16"
@@ -670,8 +670,8 @@ def test_at_bf16_both_sides_train_in_bf16_and_the_same_batch_check_stays_fp32(pi
     # The settings carry it to every workload, its folder and section are its own, the report says how
     settings = GrpoVsTrlSettings(workloads=["pizza-mu1"], precision="bf16", device="cpu")
     assert [x.precision for x in _planned(settings, {"pizza-mu1": WORKLOADS["pizza-mu1"]}, ["pizza-mu1"], {})] == ["bf16"]
-    assert out_folder(settings) == grpo_vs_trl.Path("results/perf/bf16")
-    assert out_folder(dataclasses.replace(settings, precision="fp32")) == grpo_vs_trl.Path("results/perf")
+    assert out_folder(settings) == vs_trl.Path("results/perf/bf16")
+    assert out_folder(dataclasses.replace(settings, precision="fp32")) == vs_trl.Path("results/perf")
     assert GrpoVsTrl().readme_section(settings) == ("results/checks.md", "perf-bf16")
     assert GrpoVsTrl().readme_section(dataclasses.replace(settings, precision="fp32")) == ("results/checks.md", "perf")
     # checks.md's section is the default folder's report: a run elsewhere writes it only when --readme asks
@@ -682,14 +682,14 @@ def test_at_bf16_both_sides_train_in_bf16_and_the_same_batch_check_stays_fp32(pi
     # A kept workload measured at fp32 (a report from before the setting has no precision) is not a bf16 one
     fp32_kept = {"workload": dataclasses.asdict(WORKLOADS["pizza-mu1"]), "pairs": 5}
     fp32_kept["workload"].pop("precision")
-    grpo_vs_trl._check_kept(WORKLOADS["pizza-mu1"], grpo_vs_trl._as_json(fp32_kept), dataclasses.replace(
+    vs_trl._check_kept(WORKLOADS["pizza-mu1"], vs_trl._as_json(fp32_kept), dataclasses.replace(
         settings, precision="fp32", pairs=5), tmp_path / "perf.json")
-    with pytest.raises(grpo_vs_trl.UsageError, match="measured with other settings"):
-        grpo_vs_trl._check_kept(w, grpo_vs_trl._as_json(fp32_kept), dataclasses.replace(settings, pairs=5),
+    with pytest.raises(vs_trl.UsageError, match="measured with other settings"):
+        vs_trl._check_kept(w, vs_trl._as_json(fp32_kept), dataclasses.replace(settings, pairs=5),
                                 tmp_path / "perf.json")
     report = {"precision": "bf16", "environment": {"versions": {"trl": "1", "torch": "2"}, "device_name": "cpu"},
               "threads": 1, "matmul_gflops": {"fp32": 1.0, "bf16": 2.0}}
-    from benchmarks.perf.grpo_vs_trl_report import _intro_lines
+    from benchmarks.perf.vs_trl_report import _intro_lines
     intro = "\n".join(_intro_lines(report))
     assert "both sides train in bf16" in intro and "`bf16=True`" in intro and "runs in fp32" in intro
     assert "Precision:" not in "\n".join(_intro_lines({**report, "precision": "fp32"}))

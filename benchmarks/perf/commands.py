@@ -9,8 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
-from benchmarks.perf.grpo_vs_trl import GrpoVsTrlSettings, PerfSettings, RlooVsTrlSettings, out_folder, run_bench
-from benchmarks.perf.grpo_vs_trl_report import render_markdown
+from benchmarks.perf.vs_trl import GrpoVsTrlSettings, PerfSettings, RlooVsTrlSettings, out_folder, run_bench
+from benchmarks.perf.vs_trl_report import render_markdown
 from benchmarks.perf.revisions import RevisionSettings, run_revisions
 from benchmarks.perf.roof import RoofSettings, run_roof
 from benchmarks.study import Study, register_study
