@@ -1,7 +1,7 @@
 """Every algorithm's step computes what it computed when ``step_recorded.json`` was written: a few seeded steps on the
 pizza task per variant, each step's metrics (the timings aside) and the policy's (and critic's) weights after them,
 compared exactly. A change of the step's code that is meant to keep its behaviour must keep these bits; one meant to
-change it records the file again: ``python -m tests.algorithms.test_step_recorded``.
+change it records the file again: ``python -m tests.algorithms.test_base_step_recorded``.
 
 The numbers are those of one torch build on one CPU kind, one thread (the file's ``host``): on another the same code
 rounds differently, so there the test is skipped with one line saying so rather than failing. The variants reach each
@@ -111,7 +111,7 @@ def test_step_computes_what_was_recorded(pizza, name):
     recorded = json.loads(RECORDED.read_text())
     if recorded["host"] != this_host():
         pytest.skip(f"recorded on {recorded['host']}, this host is {this_host()}: bits differ by rounding; "
-                    "re-record with python -m tests.algorithms.test_step_recorded")
+                    "re-record with python -m tests.algorithms.test_base_step_recorded")
     expected = recorded[name]
     got = json.loads(json.dumps(run_variant(pizza, name)))  # through JSON, as recorded (a float's repr is exact)
     for step, (ours, before) in enumerate(zip(got["steps"], expected["steps"]), 1):
@@ -121,7 +121,7 @@ def test_step_computes_what_was_recorded(pizza, name):
     assert got["weights"] == expected["weights"]
 
 
-if __name__ == "__main__":  # python -m tests.algorithms.test_step_recorded: record the file again
+if __name__ == "__main__":  # python -m tests.algorithms.test_base_step_recorded: record the file again
     from tasks import make_task
 
     torch.set_num_threads(1)
