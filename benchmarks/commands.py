@@ -158,9 +158,15 @@ class BriefSettings(StudySettings):
     pair: list[tuple[str, str]] = field(default_factory=list, kw_only=True, metadata={
         "help": "with --toy: an algorithm both ran, by its variant name in the toy matrix and in the skills' (repeat)",
         "repeat": True, "nargs": 2, "metavar": ("TOY_VARIANT", "REAL_VARIANT")})
-    out: str = option("out", required=True, file="the markdown page to write")
+    out: str = option("out", required=True, file="the markdown page to write (and beside it the figure, as .png)")
     readme: str = option("readme", "", shown="none")
     section: str = option("section", "brief")
+    front: str = field(default="", kw_only=True, metadata={
+        "help": "a front page (README) whose front-answer section gets a table per skill and the figure ('': none)",
+        "writes": "file"})
+
+
+FRONT_SECTION = "front-answer"  # the front page's section that ``grpo-bench brief --front`` writes
 
 
 @register_study
@@ -183,23 +189,36 @@ class Brief(Study):
         variant_pairs(s.pair)
 
     def run(self, s: BriefSettings, command: str) -> int:
-        from benchmarks.report.brief import brief  # heavy: pandas, scipy
+        from benchmarks.markdown import write_section  # start-up: hashlib, random (module docstring)
+        from benchmarks.report.brief import brief, figure, front  # heavy: pandas, scipy
 
-        text = self.write(brief(s.dirs, algorithm_settings(), toy=s.toy, pairs=variant_pairs(s.pair)), s, command)
+        result = brief(s.dirs, algorithm_settings(), toy=s.toy, pairs=variant_pairs(s.pair))
+        figure(result, self.figure_path(s))
+        text = self.write(result, s, command)
+        if s.front:
+            write_section(s.front, FRONT_SECTION, front(result, Path(s.front).parent, figure_path=self.figure_path(s),
+                                                        page=s.out))
         print(text.splitlines()[0])
-        print(_wrote(s))
+        print(_wrote(s) + f", {self.figure_path(s)}" + (f" and the {FRONT_SECTION} section of {s.front}" if s.front else ""))
         return 0
+
+    @staticmethod
+    def figure_path(s: BriefSettings) -> Path:
+        """The figure beside the page: --out with .png for its suffix."""
+        return Path(s.out).with_suffix(".png")
 
     def render(self, result: dict, s: BriefSettings, command: str) -> str:
         from benchmarks.report.brief import render  # heavy: pandas, scipy
 
-        return render(result, link_from=Path(s.out).parent) + f"\nRegenerate: `{command}`\n"
+        return (render(result, link_from=Path(s.out).parent, figure_path=self.figure_path(s))
+                + f"\nRegenerate: `{command}`\n")
 
     def render_section(self, result: dict, s: BriefSettings, command: str, body: str) -> str:
         """The same page, its links made from the README's folder."""
         from benchmarks.report.brief import render  # heavy: pandas, scipy
 
-        return render(result, link_from=Path(s.readme).parent) + f"\nWritten by `{command}`.\n"
+        return (render(result, link_from=Path(s.readme).parent, figure_path=self.figure_path(s))
+                + f"\nWritten by `{command}`.\n")
 
 
 @dataclass

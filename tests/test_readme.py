@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -153,12 +154,85 @@ def test_the_layout_check_can_fail():
     assert "algorithms/imaginary.py" in _named_modules(grown) - _tree_modules()
 
 
-def test_the_front_page_says_what_it_found_in_its_first_100_lines():
-    lines = (ROOT / "README.md").read_text().splitlines()
-    start = lines.index("## What the suite found")
-    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("## "))
-    assert end <= 100, f"'What the suite found' ends at line {end}, past the first 100"
-    assert any("```bash" in line for line in lines[:start])  # the set-up commands come before it
+FRONT = "front-answer"  # the front page's section that `grpo-bench brief --front README.md` writes
+FIRST_SCREEN = 60  # lines
+
+
+def _brief_command() -> list[str]:
+    """The brief's command as the tool recorded it on its page (results/reasoning-gym/verdict.md's Regenerate line)."""
+    import shlex
+
+    page = (ROOT / "results" / "reasoning-gym" / "verdict.md").read_text()
+    return shlex.split(page.split("Regenerate: `")[1].split("`")[0])
+
+
+def _fresh_answer(command: list[str]) -> str:
+    """The front page's answer as the tool writes it from the committed result stores now: the recorded command's
+    skills, page and front page (the bootstrap's resamples do not reach the answer's numbers: fewer of them here)."""
+    from benchmarks.report.brief import front, read_matrix, skill
+
+    directories = [ROOT / d for d in command[2:command.index(next(a for a in command[2:] if a.startswith("--")))]]
+    out, page = ROOT / command[command.index("--out") + 1], ROOT / command[command.index("--front") + 1]
+    result = {"skills": [skill(read_matrix(d, reps=200), d.relative_to(ROOT)) for d in directories]}
+    return front(result, page.parent, figure_path=out.with_suffix(".png"), page=out)
+
+
+def front_page_problems(text: str, fresh: str) -> list[str]:
+    """What keeps the README's first screen from being the answer: the tool's section (``fresh``, the tables and the
+    figure) missing, stale, after the findings or not in the first 60 lines, or its figure file missing."""
+    lines = text.splitlines()
+    start, end = f"<!-- grpo-bench:{FRONT} -->", f"<!-- /grpo-bench:{FRONT} -->"
+    if lines.count(start) != 1 or lines.count(end) != 1:
+        return ["no single front-answer section"]
+    a, b = lines.index(start), lines.index(end)
+    problems = []
+    if "\n".join(lines[a + 1:b]) + "\n" != fresh:
+        problems.append("the answer is not what grpo-bench brief writes from the committed stores now")
+    findings = [i for i, line in enumerate(lines) if line.startswith("## What the suite found")]
+    if not findings or findings[0] < b:
+        problems.append("the answer does not come before the findings")
+    set_up = next(i for i, line in enumerate(lines) if line.startswith("```bash"))
+    if [line for line in lines[set_up:a] if line.startswith("## ")][1:]:
+        problems.append("a section stands between the set-up commands and the answer")
+    tables = [i for i in range(a, b) if lines[i].startswith("| ")]
+    figures = re.findall(r"!\[[^]]*\]\(([^)]+\.png)\)", "\n".join(lines[a:b]))
+    if not tables or tables[-1] >= FIRST_SCREEN:
+        problems.append(f"the answer's tables are not within the first {FIRST_SCREEN} lines")
+    shown = [i for i in range(a, b) if lines[i].startswith("![")]
+    if len(figures) != 1 or shown[0] >= FIRST_SCREEN:
+        problems.append(f"no one figure within the first {FIRST_SCREEN} lines")
+    elif not ((ROOT / figures[0]).is_file() and (ROOT / figures[0]).read_bytes().startswith(b"\x89PNG")):
+        problems.append(f"the figure {figures[0]} is missing")
+    return problems
+
+
+@pytest.fixture(scope="module")
+def fresh_answer():
+    return _fresh_answer(_brief_command())
+
+
+def test_the_front_page_answers_first_with_the_tables_and_figure_the_tool_writes_from_the_stores(fresh_answer):
+    assert "--front" in _brief_command() and "README.md" in _brief_command()
+    assert front_page_problems((ROOT / "README.md").read_text(), fresh_answer) == []
+
+
+def test_the_front_page_check_fails_on_a_stale_late_or_figureless_answer(fresh_answer):
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index(f"<!-- grpo-bench:{FRONT} -->"):text.index(f"<!-- /grpo-bench:{FRONT} -->")]
+    row = next(line for line in section.splitlines() if line.startswith("| `"))
+    stale = text.replace(row, row.replace(" | ", " | 0", 1))
+    assert front_page_problems(stale, fresh_answer) == [
+        "the answer is not what grpo-bench brief writes from the committed stores now"]
+    late = text.replace("## Set up and run", "\n" * FIRST_SCREEN + "## Set up and run")
+    assert front_page_problems(late, fresh_answer) == [
+        f"the answer's tables are not within the first {FIRST_SCREEN} lines", f"no one figure within the first {FIRST_SCREEN} lines"]
+    findings = text[text.index("## What the suite found"):text.index("## Glossary")]
+    moved = text.replace(findings, "").replace("## Set up and run", findings + "## Set up and run")
+    assert "the answer does not come before the findings" in front_page_problems(moved, fresh_answer)
+    figure = re.search(r"!\[[^]]*\]\(([^)]+\.png)\)", section).group(1)
+    assert front_page_problems(text.replace(figure, "results/none.png"), fresh_answer) == [
+        "the answer is not what grpo-bench brief writes from the committed stores now",
+        "the figure results/none.png is missing"]
 
 
 def test_the_front_page_links_resolve():
@@ -175,7 +249,7 @@ def test_tool_written_sections_live_on_their_pages_and_the_defaults_point_there(
     from benchmarks.commands import ReadmeSettings
 
     front = (ROOT / "README.md").read_text()
-    assert "<!-- grpo-bench:" not in front  # the front page holds no tool-written section
+    assert re.findall(r"<!-- grpo-bench:(\S+) -->", front) == [FRONT]  # the answer, `grpo-bench brief --front`'s
     checks = (ROOT / "results" / "checks.md").read_text()
     for name in ("checks", "perf", "features"):
         assert f"<!-- grpo-bench:{name} -->" in checks and f"<!-- /grpo-bench:{name} -->" in checks

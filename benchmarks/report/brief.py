@@ -14,6 +14,10 @@ that could be best on both. Against a toy matrix (``--toy`` with ``--pair TOY_VA
 the toy's ranking against each skill's, and how many pairings ran like for like. Both comparisons are
 benchmarks/report/transfer.py's ``compare``: the same numbers ``grpo-bench transfer`` reports in full.
 
+``front`` is the front page's answer from the same result: per skill one line and a table (one row per algorithm:
+its mark, the primary metric's mean with its 95% Student-t interval over seeds, P(best), training seconds per cell,
+peak memory, the tuned setting), then ``figure``'s PNG (per skill a panel of the gap-to-best intervals).
+
 It reads the result stores and matrix.json files only; each matrix is analysed once.
 """
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
 from itertools import combinations
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
@@ -30,11 +35,20 @@ import pandas as pd
 from benchmarks.errors import UsageError
 from benchmarks.markdown import lower_bound, markdown_table
 from benchmarks.report import inference
-from benchmarks.report.stats import REPS, SEED
-from benchmarks.report.transfer import compare, ran_with, read_matrix
+from benchmarks.report.matrix import analyse, collect, glossary_path
+from benchmarks.report.plots import skills_figure
+from benchmarks.report.stats import REPS, SEED, t_interval
+from benchmarks.report.transfer import compare, ran_with
 from benchmarks.report.verdicts import peak_text, primary_name, seeds_needed
 
 MIN_RANKED = 3  # algorithms a ranking comparison needs (transfer's own floor)
+WIDTH = 120  # the front page's prose lines
+
+
+def read_matrix(directory: Path, reps: int = REPS) -> dict:
+    """A matrix directory as its report reads it (transfer's ``read_matrix``), its descriptive bootstrap intervals
+    on ``reps`` resamples (the marks, P(best) and the front page's table do not depend on them)."""
+    return analyse(collect(directory), reps=reps)
 
 
 def skill(data: dict, directory: Path) -> dict:
@@ -50,8 +64,11 @@ def skill(data: dict, directory: Path) -> dict:
     tuning = analysis.get("tuning")
     chosen = (tuning[tuning["chosen"] & (tuning["task"] == task)].set_index("variant")
               if tuning is not None and not tuning.empty else pd.DataFrame())
+    per_cell = data["curves"]["cells"]
+    primary = "primary" if "primary" in per_cell else "final_accuracy"
     rows = []
     for r in verdicts.sort_values("primary_mean", ascending=False, kind="stable").itertuples(index=False):
+        _, half = t_interval(per_cell.loc[(per_cell["task"] == task) & (per_cell["variant"] == r.variant), primary])
         if r.variant in chosen.index:
             point = chosen.loc[r.variant]
             tuned = _point(str(point["point"])) + (" (grid edge)" if point["at_edge"] else "")
@@ -59,8 +76,9 @@ def skill(data: dict, directory: Path) -> dict:
             rate = ran_with(data, r.variant)["settings"].get("learning_rate")
             tuned = f"lr {rate:g}, untuned" if isinstance(rate, (int, float)) else "untuned"
         rows.append({"variant": r.variant, "seeds": int(r.seeds), "mean": float(r.primary_mean), "mark": r.mark,
-                     "worse_by": float(r.worse_by), "gap_low": float(r.gap_low), "p_best": float(r.p_best),
-                     "in_best_set": bool(r.in_best_set), "tuned": tuned,
+                     "worse_by": float(r.worse_by), "gap_low": float(r.gap_low), "gap_high": float(r.gap_high),
+                     "p_best": float(r.p_best), "in_best_set": bool(r.in_best_set), "fragile": bool(r.fragile),
+                     "saturated": bool(r.saturated), "half": half, "tuned": tuned,
                      "train_s": float(getattr(r, "wall_clock_s", math.nan)),
                      "train_cpu_s": float(getattr(r, "training_cpu_s", math.nan)),
                      "steps": float(getattr(r, "steps", math.nan)), "steps_planned": float(getattr(r, "steps_planned", math.nan)),
@@ -89,7 +107,7 @@ def brief(directories: Sequence[Path | str], algorithm_settings: Mapping[str, Se
     skill's (the ``pairs`` whose variants both matrices hold); a comparison with fewer than 3 algorithms in common
     is listed as ``None`` with what it lacked."""
     directories = [Path(d) for d in directories]
-    data = {d: read_matrix(d) for d in directories}
+    data = {d: read_matrix(d, reps) for d in directories}
     skills = [skill(data[d], d) for d in directories]
     if len({s["task"] for s in skills}) < len(skills):
         raise UsageError("each skill's matrix must rank a different task; two of these rank the same one")
@@ -108,7 +126,7 @@ def brief(directories: Sequence[Path | str], algorithm_settings: Mapping[str, Se
     toys = []
     if toy is not None:
         toy = Path(toy)
-        toy_data = read_matrix(toy)
+        toy_data = read_matrix(toy, reps)
         toy_variants = set(toy_data["analysis"]["tasks"]["variant"]) if not toy_data["analysis"]["tasks"].empty else set()
         unknown = [t for t, _ in pairs if t not in toy_variants]
         if unknown:
@@ -173,9 +191,10 @@ def _link(path: str, link_from: Path) -> str:
     return f"[{path}]({os.path.relpath(page, link_from)})"
 
 
-def render(result: dict, link_from: Path | str = ".") -> str:
-    """The brief as markdown: a line per skill, across the skills, against the toy, then one table of the variants
-    over the skills; links made from ``link_from`` (the page's folder)."""
+def render(result: dict, link_from: Path | str = ".", *, figure_path: Optional[Path | str] = None) -> str:
+    """The brief as markdown: a line per skill, across the skills, against the toy, then the figure (``figure``'s,
+    at ``figure_path``, where given) and one table of the variants over the skills; links made from ``link_from``
+    (the page's folder)."""
     link_from = Path(link_from)
     lines = []
     for s in result["skills"]:
@@ -204,6 +223,9 @@ def render(result: dict, link_from: Path | str = ".") -> str:
         toy_task = next((e["ranking"]["toy_task"] for e in result["toys"] if e["ranking"]), "the toy task")
         lines.append(f"- **The toy ranking** (`{toy_task}`, {_link(result['toy'], link_from)}): "
                      + "; ".join(parts) + ".")
+    if figure_path is not None:
+        lines += ["", f"![Per skill, each algorithm's gap to the best of the others: simultaneous 95% intervals]"
+                      f"({_relative(figure_path, link_from)})"]
     lines += ["", _table(result)]
     return "\n".join(lines) + "\n"
 
@@ -237,3 +259,96 @@ def _cost(r) -> str:
         parts.append(f" in {r['steps']:.3g} of {r['steps_planned']:.0f} steps")
     parts.append(", " + peak_text(r["peak_mib"] * 2**20, r.get("peak_n"), r["seeds"]))
     return "".join(parts)
+
+
+# ------------------------------------------------------------------------------------------------
+# The front page's answer
+# ------------------------------------------------------------------------------------------------
+
+
+def figure(result: dict, path: Path | str) -> Path:
+    """The front page's figure at ``path``: per skill a panel of each algorithm's gap to the best of the others
+    (simultaneous 95% intervals), the could-be-best set highlighted."""
+    path = Path(path)
+    skills_figure([{"task": s["task"], "rows": s["rows"].rename(columns={"mean": "primary_mean"}),
+                    "margin": s["spec"].get("margin")} for s in result["skills"]], path)
+    return path
+
+
+def _relative(path: Path | str, link_from: Path) -> str:
+    return Path(os.path.relpath(Path(path).resolve(), link_from.resolve())).as_posix()
+
+
+def _metric_heading(primary: str) -> str:
+    """A column's name for the primary metric: "last-3 accuracy", "final accuracy", "AUC"."""
+    if primary.startswith("last_"):
+        return f"last-{primary[5:]} accuracy"
+    return {"final": "final accuracy", "auc": "AUC"}.get(primary, primary)
+
+
+def _front_mark(r) -> str:
+    text = {inference.WORSE: f"worse (by >= {lower_bound(r['worse_by'])})",
+            inference.BEST: f"**best** (by >= {lower_bound(r['gap_low'])})",
+            inference.NOT_RESOLVED: "could be best"}.get(r["mark"], str(r["mark"]))
+    return text + (" (fragile)" if r["fragile"] else "")
+
+
+def _front_lead(s: dict, link_from: Path) -> str:
+    """A skill's line: which could be best, which are worse or equivalent, on how many seeds, and its report."""
+    rows, spec = s["rows"], s["spec"]
+    judged = rows[rows["mark"] != inference.TOO_FEW]
+    best = judged[judged["in_best_set"]]
+    names = lambda frame: ", ".join(f"`{v}`" for v in frame["variant"])
+    if judged.empty:
+        said = "no verdict: fewer than two algorithms with 3 or more seeds"
+    elif len(best) == 1:
+        said = f"{names(best)} is best"
+    else:
+        said = f"{len(best)} of {len(judged)} could be best"
+    worse = judged[judged["mark"] == inference.WORSE]
+    if len(worse):
+        said += f"; worse: {names(worse)}"
+    equivalent = judged[judged["mark"] == inference.EQUIVALENT]
+    if len(equivalent):
+        said += f"; equivalent to the best within +-{spec['margin']:g}: {names(equivalent)}"
+    seeds = sorted(set(rows["seeds"]))
+    mdd = s["power"].get("mdd")
+    design = (f"{'/'.join(map(str, seeds))} seeds an algorithm, {primary_name(spec['primary'])}"
+              + (f", MDD {mdd:.3f}" if isinstance(mdd, float) and math.isfinite(mdd) else ""))
+    page = _relative(Path(s["dir"]) / "README.md", link_from)
+    return f"**`{s['task']}`**: {said} ({design}; [report]({page}))."
+
+
+def _front_table(s: dict) -> str:
+    heading = _metric_heading(s["spec"]["primary"])
+    rows = []
+    for r in (row._asdict() for row in s["rows"].itertuples(index=False)):
+        mean = f"{r['mean']:.3f}" + ("" if math.isnan(r["half"]) else f" ± {r['half']:.3f}")
+        seconds = "-" if math.isnan(r["train_s"]) else f"{r['train_s']:.0f}"
+        if not math.isnan(r["steps"]) and r["steps"] != r["steps_planned"]:
+            seconds += f" ({r['steps']:.3g} of {r['steps_planned']:.0f} steps)"
+        rows.append([f"`{r['variant']}`", _front_mark(r), mean, "-" if math.isnan(r["p_best"]) else f"{r['p_best']:.2f}",
+                     seconds, peak_text(r["peak_mib"] * 2**20, r["peak_n"], r["seeds"]), r["tuned"]])
+    return markdown_table(["algorithm", "mark", f"{heading} ± 95% CI", "P(best)", "training s per cell",
+                           "peak MiB", "tuned"], rows)
+
+
+def front(result: dict, link_from: Path | str, *, figure_path: Path | str, page: Path | str) -> str:
+    """The front page's answer: per skill its line and table, the figure (``figure_path``), and where the rest is
+    (``page``: the brief's own page; the glossary of the marks, where the skills' results folder has one); links
+    made from ``link_from`` (the front page's folder)."""
+    link_from = Path(link_from)
+    lines = []
+    for s in result["skills"]:
+        lines += [*textwrap.wrap(_front_lead(s, link_from), WIDTH, break_on_hyphens=False), "", _front_table(s), ""]
+    lines.append(f"![Per skill, each algorithm's gap to the best of the others: simultaneous 95% intervals]"
+                 f"({_relative(figure_path, link_from)})")
+    glossary = glossary_path(Path(result["skills"][0]["dir"])) if result["skills"] else None
+    rest = (f"Written by `grpo-bench brief` from the result stores: its command, each skill's power and the rankings "
+            f"across skills and against the toy: [{Path(page).name}]({_relative(page, link_from)})")
+    if glossary is not None:
+        rest += f"; the marks and intervals: [glossary]({_relative(glossary, link_from)}#how-to-read-the-marks)"
+    rest += (". Training seconds and peak memory are means over seeds ('k of n fresh': over the k whose cell ran first "
+             "in its process)")
+    lines += ["", *textwrap.wrap(rest + ".", WIDTH, break_on_hyphens=False)]
+    return "\n".join(lines) + "\n"

@@ -12,7 +12,10 @@ Read from the result store's cells and matrix.json alone, each flag is one funct
     grid_edges        tuning choices at an edge of their grid: a better setting may lie beyond it, untried
     tuning_reliability  how often a rerun of the tuning stage would pick the same point, from the tuning cells' spread
 
-``find`` runs them all and ``render`` writes the lines of those that fire (the matrix report's "Flags" section).
+``find`` runs them all and ``render`` writes the lines of those that fire (the matrix report's "Flags" section);
+``history_lines`` are the code versions' lines alone (commits, code outside the history, uncommitted changes), which
+a matrix report keeps with its provenance at its end, its Flags section (``render(..., history=False)``) keeping
+what bears on a comparison.
 """
 
 from __future__ import annotations
@@ -361,9 +364,10 @@ def find(meta: Optional[dict], store: ResultStore, steps: Optional[pd.DataFrame]
             "grid_edges": grid_edges(meta), "reliability": tuning_reliability(meta, store)}
 
 
-def lines(found: dict) -> list[str]:
-    """One line per flag that fires, with its numbers; none where none does."""
-    out = _code_lines(found["code"])
+def lines(found: dict, *, history: bool = True) -> list[str]:
+    """One line per flag that fires, with its numbers; none where none does. ``history=False``: without
+    ``history_lines``."""
+    out = (_history_lines(found["code"]) if history else []) + _comparison_lines(found["code"])
     for u in found["updates"]:
         counts = ", ".join(f"`{v}` {_span(c)}" for v, c in sorted(u["variants"].items(), key=lambda kv: kv[1]))
         rho = ("" if u["spearman"] is None else
@@ -389,12 +393,20 @@ def lines(found: dict) -> list[str]:
     return out
 
 
-def render(found: dict) -> str:
-    """The "Flags" section of a matrix's report."""
-    found_lines = lines(found)
+def history_lines(found: dict) -> list[str]:
+    """The code versions' lines: the commits the cells ran at, those this repository's history lacks, and cells run
+    with uncommitted changes."""
+    return _history_lines(found["code"])
+
+
+def render(found: dict, *, history: bool = True) -> str:
+    """The "Flags" section of a matrix's report (``history=False``: without ``history_lines``)."""
+    found_lines = lines(found, history=history)
     body = [f"- {line}" for line in found_lines] if found_lines else ["None."]
-    return "\n".join(["#### Flags", "", "What the numbers rest on that the verdicts do not say: code versions, "
-                      "optimizer updates, hosts, identical runs and the tuning's choices.", ""] + body) + "\n"
+    what = ("code versions, optimizer updates, hosts, identical runs and the tuning's choices" if history else
+            "optimizer updates, hosts, identical runs, the tuning's choices and variants run at different code")
+    return "\n".join(["#### Flags", "", f"What the numbers rest on that the verdicts do not say: {what}.", ""]
+                     + body) + "\n"
 
 
 def _span(pair) -> str:
@@ -402,7 +414,7 @@ def _span(pair) -> str:
     return f"{low:,}" if low == high else f"{low:,}-{high:,}"
 
 
-def _code_lines(code: dict) -> list[str]:
+def _history_lines(code: dict) -> list[str]:
     out = []
     if len(code["commits"]) > 1:
         tuning = f" ({code['tuning_cells']} tuning cells included)" if code.get("tuning_cells") else ""
@@ -415,6 +427,11 @@ def _code_lines(code: dict) -> list[str]:
                    f"{len(outside)} of their {len(code['commits'])} commits that it lacks ({_counts(outside, 7)}).")
     if code["dirty"]:
         out.append(f"Uncommitted changes: {code['dirty']} of {code['cells']} cells ran with changes no commit holds.")
+    return out
+
+
+def _comparison_lines(code: dict) -> list[str]:
+    out = []
     for c in code["comparisons"]:
         each = "; ".join(f"`{v}` {_counts(codes)}" for v, codes in c["variants"].items())
         what = "Variants" if len(c["variants"]) > 1 else "Cells"  # one variant: its seeds or replicates compared

@@ -15,8 +15,10 @@ Writes under DIR:
     plots/*.png        the verdict figure, learning curves, training reward, bars, per-task diagnostics, rliable plots
     index.html         one self-contained page: headline, verdicts, the verdict figure and the learning curves
                        (inline SVG), cost per variant, flags, and the whole report folded (``html``)
-    README.md          the flags, verdicts, tables and plots; also a section of results/README.md when DIR is under
-                       results/
+    README.md          the flags, verdicts, tables and plots, then where the numbers come from (device, sessions,
+                       code versions); also a section of results/README.md when DIR is under results/
+and, when DIR is under a results/ folder, results/glossary.md: the key to the marks and tables that each report there
+links to instead of repeating it.
 
 Over a partial directory it says which cells are missing and reports the rest; failed cells are
 listed with their error and left out of the means and the statistics.
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
 import time
 from pathlib import Path
 from typing import Optional
@@ -325,45 +328,44 @@ def _peak_text(r, fmt: str, scale: float) -> str:
 # ------------------------------------------------------------------------------------------------
 
 
+# The key to the "Every measured number" table (in the glossary where the report links one, else above the table).
+MEASURED_KEY = ("Mean ± 95% confidence interval over seeds (Student t); failed and missing cells are left out of the "
+                "means. On CPU, peak memory is the cell process's peak RSS, Python and torch included, over the cells "
+                "that ran first in their process (a warm worker's later cells read what its earlier cells left; '-' "
+                "where no cell did, 'k of n fresh' where only some did); params+grads+optim counts what training adds "
+                "(a critic included).")
+PROVENANCE = "Provenance and run history"  # the heading of the report's last section
+
+
 def render(data: dict, summary: pd.DataFrame, images: list[tuple[str, str]], prefix: str, source: str,
-           *, brief: bool = False) -> str:
+           *, brief: bool = False, glossary: Optional[str] = None) -> str:
     """The report as markdown; ``prefix`` is the path from the README holding it to DIR. ``brief``: what a
     README section shows, the matrix's header lines and a link to the whole report (the verdicts go in a
-    section of their own)."""
+    section of their own). ``glossary``: the link from the page to the glossary (``glossary_text``), which then
+    holds the key to the marks and the tables instead of the page. Where the numbers come from (the device, the
+    sessions, the code versions) closes the report, under its own heading."""
     meta, cells = data["meta"], data["cells"]
     done = cells[cells["status"] == "complete"] if "status" in cells else cells.iloc[:0]
     lines = [f"### Matrix `{meta.get('name', Path(source).name)}`" + (f": {meta['description']}" if meta.get("description") else "")]
-    if not done.empty:
-        first = done.iloc[0]
-        versions = ", ".join(f"{lib} {first.get('version_' + lib)}" for lib in ("torch", "transformers", "trl")
-                             if isinstance(first.get("version_" + lib), str))
-        lines.append(f"Device: {first.get('device_name')} ({first.get('precision')}); {versions}.")
     budgets = cells.drop_duplicates("task")[["task", "budget"]].dropna()
     if not budgets.empty:
         lines.append("Budget: " + ", ".join(f"{int(b)} generated completions per cell on {t}" for t, b in budgets.values)
                      + "; each variant runs budget // (its completions per step) steps, shown in the table as steps = "
                        "completions used (a variant that generates more than a step's worth to fill a batch, as DAPO's "
                        "dynamic sampling, takes fewer steps for the same completions: 'T of P planned').")
-    clock = wall_clock_line(meta.get("sessions", []), done)
-    if clock:
-        lines.append(clock)
     counts = cells["status"].value_counts() if "status" in cells else {}
     lines.append(f"Cells: {len(cells)} planned, " + ", ".join(f"{n} {s}" for s, n in counts.items()) + ".")
     lines += pair_sample_lines(data.get("steps", pd.DataFrame()), budgets)
     if brief:
-        return "\n".join(lines + [f"The verdicts, every measured number, the learning curves, the diagnostics and the "
-                                      f"statistics plots: [{prefix}README.md]({prefix}README.md)."]) + "\n"
+        return "\n".join(lines + [f"The verdicts, every measured number, the learning curves, the diagnostics, the "
+                                      f"statistics plots and where the numbers come from: "
+                                      f"[{prefix}README.md]({prefix}README.md)."]) + "\n"
     if data.get("flags") is not None:
-        lines += ["", flags.render(data["flags"]).rstrip()]
+        lines += ["", flags.render(data["flags"], history=False).rstrip()]
     if data.get("analysis") is not None:
-        lines += ["", verdicts.render(data["analysis"]).rstrip()]
-    lines += ["", "#### Every measured number", "",
-              "Mean ± 95% confidence interval over seeds (Student t); failed and missing cells are left out of the means. "
-              "On CPU, peak memory is the cell process's peak RSS, Python and torch included, over the cells that ran "
-              "first in their process (a warm worker's later cells read what its earlier cells left; '-' where no "
-              "cell did, 'k of n fresh' where only some did); "
-              "params+grads+optim counts what training adds (a critic included).",
-              "", summary_markdown(summary)]
+        lines += ["", verdicts.render(data["analysis"], glossary=glossary).rstrip()]
+    key = f"How to read it: [glossary]({glossary}#every-measured-number)." if glossary else MEASURED_KEY
+    lines += ["", "#### Every measured number", "", key, "", summary_markdown(summary)]
     reference = data.get("cost_reference")
     phases = phase_markdown(cells, reference) if "status" in cells else ""
     if phases:
@@ -387,36 +389,74 @@ def render(data: dict, summary: pd.DataFrame, images: list[tuple[str, str]], pre
         lines += ["", f"![{caption}]({prefix}plots/{name})"]
     links = [f"[{prefix}tables/{name}.csv]({prefix}tables/{name}.csv)" + note for name, note in TABLES]
     lines += ["", "Tables: " + ", ".join(links) + "."]
-    if meta.get("file"):
-        again = f" --cost-reference {reference}" if reference else ""
-        lines += ["", f"Regenerate: `grpo-bench matrix {meta['file']} --out {source} && grpo-bench report {source}{again}`"]
+    lines += ["", provenance(data, done, source).rstrip()]
     return "\n".join(lines) + "\n"
+
+
+def provenance(data: dict, done: pd.DataFrame, source: str) -> str:
+    """The report's last section: the device and libraries the cells ran with, the sessions that ran them, the code
+    versions (``flags.history_lines``) and the command that makes the matrix and its report again."""
+    meta = data["meta"]
+    lines = [f"### {PROVENANCE}", ""]
+    if not done.empty:
+        first = done.iloc[0]
+        versions = ", ".join(f"{lib} {first.get('version_' + lib)}" for lib in ("torch", "transformers", "trl")
+                             if isinstance(first.get("version_" + lib), str))
+        lines += [f"Device: {first.get('device_name')} ({first.get('precision')}); {versions}.", ""]
+    clock = wall_clock_line(meta.get("sessions", []), done)
+    if clock:
+        lines += [clock, ""]
+    history = flags.history_lines(data["flags"]) if data.get("flags") is not None else []
+    if history:
+        lines += [f"- {line}" for line in history] + [""]
+    if meta.get("file"):
+        reference = data.get("cost_reference")
+        again = f" --cost-reference {reference}" if reference else ""
+        lines.append(f"Regenerate: `grpo-bench matrix {meta['file']} --out {source} && grpo-bench report {source}{again}`")
+    if len(lines) == 2:
+        lines.append("Not recorded: no complete cell, no session and no matrix file.")
+    return "\n".join(lines).rstrip() + "\n"
 
 
 def pair_sample_lines(steps: pd.DataFrame, budgets: pd.DataFrame) -> list[str]:
     """For each variant that built preference pairs (DPO's ``pairs/samples``): how many completions it sampled to
     build them per cell, and whether they counted against the budget (its first step's completions then exceed
-    its later steps'). Uncounted, they are generated completions beyond the budget the other variants had."""
+    its later steps'). Uncounted, they are generated completions beyond the budget the other variants had. One line
+    per variant and way of counting, its tasks listed in it."""
     if steps.empty or "pairs/samples" not in steps:
         return []
     budget_of = dict(budgets.values) if not budgets.empty else {}
-    out = []
+    found: dict[tuple[str, bool], list[tuple[str, float]]] = {}
     for (task, variant), rows in steps[steps["pairs/samples"].notna()].groupby(["task", "variant"], sort=False):
         samples = rows.groupby("seed")["pairs/samples"].max().mean()
         first = rows[rows["step"] == rows["step"].min()]["completions"].mean()
         later = rows[rows["step"] > rows["step"].min()]["completions"].median()
         counted = bool(first > later) if pd.notna(later) else False
-        budget = budget_of.get(task)
-        if counted:
+        found.setdefault((variant, counted), []).append((task, samples))
+    out = []
+    for (variant, counted), tasks in found.items():
+        how = ("counted against the budget (count_pair_samples): drawn up front, then its planned steps over the pairs"
+               if counted else "not counted against the budget (count_pair_samples off)")
+        if len(tasks) == 1:
+            (task, samples), = tasks
+            more = "" if counted else _beyond(samples, budget_of.get(task), ", {}")
             out.append(f"`{variant}` on {task} built its preference pairs from {samples:.0f} samples of the starting "
-                       "policy per cell, counted against the budget (count_pair_samples): drawn up front, then its "
-                       "planned steps over the pairs.")
-        else:
-            extra = f", {samples / budget:.0%} more generated completions than the budget of {budget:.0f}" if budget else ""
-            out.append(f"`{variant}` on {task} built its preference pairs from {samples:.0f} samples of the starting "
-                       f"policy per cell, not counted against the budget (count_pair_samples off){extra}: not like "
-                       "for like with the others on generated completions.")
+                       f"policy per cell, {how}{more}" + ("." if counted else ": not like for like with the others on "
+                                                          "generated completions."))
+            continue
+        each = ", ".join(f"{task} {samples:.0f}" + ("" if counted else _beyond(samples, budget_of.get(task), " ({})"))
+                         for task, samples in tasks)
+        out.append(f"`{variant}` built its preference pairs from samples of the starting policy per cell, {how}"
+                   + ("" if counted else ": not like for like with the others on generated completions")
+                   + f". Samples per cell: {each}.")
     return out
+
+
+def _beyond(samples: float, budget, form: str) -> str:
+    """How far pair samples outside the budget go beyond it, in ``form``; nothing without a budget."""
+    if not budget:
+        return ""
+    return form.format(f"{samples / budget:.0%} more generated completions than the budget of {budget:.0f}")
 
 
 def wall_clock_line(sessions: list[dict], done: pd.DataFrame) -> str:
@@ -492,10 +532,11 @@ TABLES = [("summary", ""), ("cells", " (every cell)"), ("evals", ""), ("curves",
           ("aa_pairs", " (declared-equivalent pairs)"), ("tuning", " (each variant's grid on the tuning seeds)")]
 
 
-def analyse(data: dict) -> dict:
-    """Learning curves and the statistics over them, added to ``data`` as "curves" and "analysis"."""
+def analyse(data: dict, *, reps: int = stats.REPS) -> dict:
+    """Learning curves and the statistics over them, added to ``data`` as "curves" and "analysis"; ``reps``: the
+    resamples behind the descriptive bootstrap intervals (the marks do not use them)."""
     data["curves"] = learning_curves.build(data["cells"], data["evals"], verdicts.analysis_spec(data["meta"])["primary"])
-    data["analysis"] = verdicts.analyse(data["cells"], data["curves"], meta=data["meta"])
+    data["analysis"] = verdicts.analyse(data["cells"], data["curves"], meta=data["meta"], reps=reps)
     return data
 
 
@@ -535,6 +576,42 @@ def _results_root(out: Path) -> Optional[Path]:
         if parent.name == "results":
             return parent
     return None
+
+
+GLOSSARY = "glossary.md"  # in the results folder: the key every matrix report under it links to
+
+
+def glossary_path(out: Path | str) -> Optional[Path]:
+    """The glossary a matrix directory's report links to: GLOSSARY in the results folder above it (None where DIR
+    is not under one: its report then holds the key itself)."""
+    out = Path(out).resolve()
+    root = _results_root(out)
+    return root / GLOSSARY if root is not None and root != out else None
+
+
+def glossary_text() -> str:
+    """The glossary page: how to read the marks, a task's tuning table, the measured numbers and the provenance,
+    once for every matrix report (each links here instead of repeating it); prose wrapped at 120 characters."""
+    sections = [
+        ("How to read the marks", verdicts.MARKS_KEY),
+        ("Tuning", "A tuned matrix's table per task: each variant's chosen grid point and its score on the validation "
+                   "problems. " + verdicts.TUNING_KEY),
+        ("Every measured number", MEASURED_KEY),
+        (PROVENANCE, "The last section of a report: the device and libraries its cells ran with, the sessions that ran "
+                     "them (elapsed time on the wall, apart from cell time summed over parallel workers), the commits "
+                     "they ran at (naming those this repository's history lacks, and cells run with uncommitted "
+                     "changes) and the command that makes the matrix and its report again.")]
+    wrap = lambda text: "\n".join(textwrap.wrap(text, 120, break_on_hyphens=False, break_long_words=False))
+    lines = ["# How to read the matrix reports", "",
+             wrap("Written by `grpo-bench report DIR` for every matrix report under this folder, each of which links "
+                  "here instead of repeating it. The front page's terms: [../README.md](../README.md#glossary).")]
+    for heading, text in sections:
+        lines += ["", f"## {heading}", "", wrap(text)]
+    return "\n".join(lines) + "\n"
+
+
+def _link(target: Path, page_folder: Path) -> str:
+    return Path(os.path.relpath(target.resolve(), page_folder.resolve())).as_posix()
 
 
 def _progress(out: Path, enabled: bool):
@@ -598,12 +675,17 @@ def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[s
                    highlight_label="could be best", svg=svgs) if plot else []
     source = str(out)
     say("README.md and index.html")
-    whole = render(data, summary, images, "", source)
+    key = glossary_path(out)
+    if key is not None:
+        atomic_write_text(key, glossary_text())
+    own = _link(key, out) if key is not None else None
+    whole = render(data, summary, images, "", source, glossary=own)
     atomic_write_text(out / "README.md", "# grpo-bench results\n\n" + whole)
     brief = render(data, summary, images, "", source, brief=True).rstrip().splitlines()
     html.write_page(out / html.PAGE, title=brief[0].lstrip("# "), header_md="\n\n".join(brief[1:-1]),
                     sentences=analysis["sentences"], tasks=tasks, summary=summary, svgs=svgs,
-                    flags_md=flags.render(data["flags"]), report_md=render(data, summary, [], "", source),
+                    flags_md=flags.render(data["flags"], history=False),
+                    report_md=render(data, summary, [], "", source, glossary=own),
                     files=[f"plots/{name}" for name, _ in images] + [f"tables/{name}.csv" for name, _ in frames])
     section_name = section or f"matrix-{out.name}"
     targets = _readme_targets(out, readme, verdicts_section)
@@ -611,7 +693,8 @@ def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[s
         prefix = Path(os.path.relpath(out.resolve(), target.resolve().parent)).as_posix() + "/"
         update_section(target, section_name, render(data, summary, images, prefix, source, brief=True))
         if with_verdicts:
-            update_section(target, f"{section_name}-verdicts", verdicts.render(analysis, scaling=False))
+            update_section(target, f"{section_name}-verdicts", verdicts.render(
+                analysis, scaling=False, glossary=_link(key, target.parent) if key is not None else None))
     data["summary"] = summary
     data["written"] = [str(out / "README.md"), str(out / html.PAGE)] + [str(t) for t, _ in targets]
     say("done")

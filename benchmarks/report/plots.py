@@ -416,32 +416,7 @@ def _verdict_figure(analysis: dict, style: _Style, out: Path, svg: dict | None =
     fig.set_size_inches(fig.get_size_inches()[0], -(-len(tasks) // 3) * (0.3 * most + 1.4))
     margin = (analysis.get("spec") or {}).get("margin")
     for task, ax in panels.items():
-        frame = table[table["task"] == task].sort_values("primary_mean", ascending=False, kind="stable")
-        rows = list(frame.itertuples(index=False))
-        for y, r in enumerate(rows):
-            best = bool(r.in_best_set)
-            colour = COLOURS[[v.variant for v in rows if v.in_best_set].index(r.variant) % 9] if best else GREYS[0]
-            if pd.isna(r.gap_low) or pd.isna(r.gap_high):
-                ax.text(0, y, f" {r.mark}", va="center", ha="left", fontsize=7, color=GREYS[2], style="italic")
-                continue
-            ax.plot([r.gap_low, r.gap_high], [y, y], color=colour, linewidth=3.2 if best else 1.6,
-                    solid_capstyle="butt", zorder=3 if best else 2)
-            ax.plot([r.gap_low, r.gap_high], [y, y], linestyle="none", marker="|", markersize=9 if best else 6,
-                    color=colour, zorder=3 if best else 2)
-        if margin:
-            ax.axvspan(-margin, margin, color="#2ca02c", alpha=0.12, linewidth=0, zorder=0)
-        ax.axvline(0, color="black", linewidth=0.9, zorder=1)
-        ax.set_yticks(range(len(rows)), [r.variant for r in rows], fontsize=8)
-        for label, r in zip(ax.get_yticklabels(), rows):
-            if r.in_best_set:
-                label.set_fontweight("bold")
-            else:
-                label.set_color(GREYS[2])
-        ax.set_ylim(len(rows) - 0.5, -0.5)
-        note = " (ranks nothing: saturated)" if bool(frame["saturated"].iloc[0]) else ""
-        ax.set_title(f"{task}{note}", fontsize=10)
-        ax.set_xlabel("gap to the best of the others (primary metric)")
-        ax.grid(axis="y", visible=False)
+        _gap_panel(ax, table[table["task"] == task], margin, task)
     fig.tight_layout()
     name = "verdicts.png"
     band = f"; shaded: the margin of equivalence +-{margin:g}" if margin else ""
@@ -695,3 +670,63 @@ def _interval_estimates(table: pd.DataFrame, style: _Style, out: Path) -> tuple[
     _save(fig, out / "interval_estimates.png", "All tasks: IQM and mean with 95% stratified-bootstrap intervals"
                                                + (f"; bold: {style.highlight_label}" if style.highlighted else ""))
     return "interval_estimates.png", "IQM and mean over all tasks with 95% bootstrap intervals"
+
+
+def _gap_panel(ax, frame: pd.DataFrame, margin, title: str, colours: dict | None = None) -> None:
+    """One task's panel of the verdict figure: each variant's gap interval, ranked by the primary metric, the
+    could-be-best set in colour (``colours``' for a variant, else by its place in the set) and bold, 0 marked, the
+    margin shaded where stated."""
+    frame = frame.sort_values("primary_mean", ascending=False, kind="stable")
+    rows = list(frame.itertuples(index=False))
+    places = [v.variant for v in rows if v.in_best_set]
+    for y, r in enumerate(rows):
+        best = bool(r.in_best_set)
+        colour = (colours or {}).get(r.variant, COLOURS[places.index(r.variant) % 9]) if best else GREYS[0]
+        if pd.isna(r.gap_low) or pd.isna(r.gap_high):
+            ax.text(0, y, f" {r.mark}", va="center", ha="left", fontsize=7, color=GREYS[2], style="italic")
+            continue
+        ax.plot([r.gap_low, r.gap_high], [y, y], color=colour, linewidth=3.2 if best else 1.6,
+                solid_capstyle="butt", zorder=3 if best else 2)
+        ax.plot([r.gap_low, r.gap_high], [y, y], linestyle="none", marker="|", markersize=9 if best else 6,
+                color=colour, zorder=3 if best else 2)
+    if margin:
+        ax.axvspan(-margin, margin, color="#2ca02c", alpha=0.12, linewidth=0, zorder=0)
+    ax.axvline(0, color="black", linewidth=0.9, zorder=1)
+    ax.set_yticks(range(len(rows)), [r.variant for r in rows], fontsize=8)
+    for label, r in zip(ax.get_yticklabels(), rows):
+        if r.in_best_set:
+            label.set_fontweight("bold")
+        else:
+            label.set_color(GREYS[2])
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    note = " (ranks nothing: saturated)" if bool(frame["saturated"].iloc[0]) else ""
+    ax.set_title(f"{title}{note}", fontsize=10)
+    ax.set_xlabel("gap to the best of the others (primary metric)")
+    ax.grid(axis="y", visible=False)
+
+
+
+def skills_figure(skills: list[dict], path: Path) -> None:
+    """The front page's figure: one panel per skill (``skills``: {"task", "rows", "margin"}, ``rows`` the verdicts'
+    rows of that skill's matrix: ``gap_low``, ``gap_high``, ``in_best_set``, ``primary_mean``, ``mark``,
+    ``saturated``), each the verdict figure's panel (``_gap_panel``), side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid", context="paper")
+    most = max(len(s["rows"]) for s in skills)
+    # an algorithm keeps its colour in every panel
+    order = list(dict.fromkeys(v for s in skills for v in s["rows"]["variant"]))
+    colours = {v: COLOURS[i % 9] for i, v in enumerate(order)}
+    fig, axes = plt.subplots(1, len(skills), figsize=(4.6 * len(skills), 0.3 * most + 1.4), squeeze=False)
+    for ax, s in zip(axes.flat, skills):
+        _gap_panel(ax, s["rows"], s["margin"], s["task"], colours)
+    fig.tight_layout()
+    margins = sorted({s["margin"] for s in skills if s["margin"]})
+    band = f"; shaded: the margin of equivalence +-{'/'.join(f'{m:g}' for m in margins)}" if margins else ""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _save(fig, path, "Which algorithm on a real LM: each one's gap to the best of the others, simultaneous 95% "
+                     f"intervals per skill (could be best: in colour, bold; worse: grey, below 0{band})")

@@ -287,8 +287,15 @@ def tuning_table(meta: dict | None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _tuning_lines(analysis: dict, task: str) -> list[str]:
-    """One row per variant: the chosen point and its score, then every grid point's score / final accuracy."""
+# The key to a task's tuning table (in the glossary where the report links one, else below the table's lead).
+TUNING_KEY = ("*Grid*: each point's score / final accuracy, means over the tuning seeds. *Sensitivity*: the spread of "
+              "final accuracy across the grid (small: forgiving of the setting). *Grid edge*: the chosen learning rate "
+              "is the grid's smallest or largest, so a better one may lie beyond it, untried.")
+
+
+def _tuning_lines(analysis: dict, task: str, glossary: Optional[str] = None) -> list[str]:
+    """One row per variant: the chosen point and its score, then every grid point's score / final accuracy;
+    ``glossary``: a link to the glossary page, which holds the table's key."""
     tuned = analysis.get("tuning", pd.DataFrame())
     if tuned is None or tuned.empty or task not in set(tuned["task"]):
         return []
@@ -304,11 +311,9 @@ def _tuning_lines(analysis: dict, task: str) -> list[str]:
     how = ("AUC on the evaluation problems (this matrix ran before tuning selected on the primary metric and on "
            "validation problems)" if by is None or pd.isna(by) else
            f"primary metric ({primary_name(by)}) on the task's validation problems")
+    key = f" (its columns: [glossary]({glossary}#tuning))." if glossary else f". {TUNING_KEY}"
     return ["", f"Tuning ({n} tuning seed(s), disjoint from the seeds above): each variant ran with the grid point of "
-                f"highest mean {how}. *Grid*: each point's score / final accuracy, means over the tuning seeds. "
-                "*Sensitivity*: the spread of final accuracy across the grid (small: forgiving of the setting). "
-                "*Grid edge*: the chosen learning rate is the grid's smallest or largest, so a better one may lie "
-                "beyond it, untried.", "",
+                f"highest mean {how}{key}", "",
             markdown_table(["variant", "chosen", "its score", "grid (score / final accuracy)", "sensitivity"], rows)]
 
 
@@ -583,42 +588,46 @@ def _power_text(p: pd.Series, spec: dict) -> str:
     return " ".join(parts)
 
 
-# The verdict section's key to its marks, intervals and counts.
-HOW_TO_READ = (
-    "How to read the marks (benchmarks/report/inference.py): every claim comes from one family of simultaneous "
-    "95% intervals for each variant's *gap to the best of the others* (Hsu's multiple comparisons with the best, "
-    "blocked on the seed that cells of different variants share, each pair's interval with its own spread, the "
-    "critical value calibrated by simulation for unequal spreads; the procedure is named below), so all the marks "
-    "of a task hold together with probability "
-    ">= 95%; a mark marked *fragile* changes when the critical value moves within its Monte Carlo error (+-2 "
-    "SE). *Could be best*: the gap's interval reaches 0 (the set of these is a 95% confidence set for the best); "
-    "*worse*: below the best by at least the amount shown; *equivalent*: the interval inside +-margin; *not "
-    "resolved*: could be best, and the seeds cannot say more. *P(best)*: the posterior probability of having the "
+# The verdict section's key to its marks, intervals and counts (report.matrix's glossary page holds it once for the
+# reports that link one; a report without one holds it as HOW_TO_READ).
+MARKS_KEY = (
+    "Every claim comes from one family of simultaneous 95% intervals for each variant's *gap to the best of the "
+    "others* (benchmarks/report/inference.py: Hsu's multiple comparisons with the best, blocked on the seed that cells "
+    "of different variants share, each pair's interval with its own spread, the critical value calibrated by "
+    "simulation for unequal spreads; the procedure is named in the verdict section), so all the marks of a task hold "
+    "together with probability >= 95%; a mark marked *fragile* changes when the critical value moves within its Monte "
+    "Carlo error (+-2 SE). *Could be best*: the gap's interval reaches 0 (the set of these is a 95% confidence set "
+    "for the best); *worse*: below the best by at least the amount shown; *equivalent*: the interval inside +-margin; "
+    "*not resolved*: could be best, and the seeds cannot say more. *P(best)*: the posterior probability of having the "
     "highest mean. *MDD*: the gap to the best that this design calls worse with 80% probability. Final accuracy "
     f"mean and IQM are described with stratified-bootstrap 95% intervals ({stats.REPS} resamples; rliable). "
     f"*Collapsed*: fell >= {stats.COLLAPSE_DROP} below its peak and stayed there (Wilson 95% interval); *never "
-    "learned*: never above its start. Costs are means over seeds; peak memory over the seeds whose cell ran first in its "
-    "process (a warm worker's later cells read what its earlier cells left).")
+    "learned*: never above its start. Costs are means over seeds; peak memory over the seeds whose cell ran first in "
+    "its process (a warm worker's later cells read what its earlier cells left).")
+HOW_TO_READ = "How to read the marks: " + MARKS_KEY[0].lower() + MARKS_KEY[1:]
 
 
-def render(analysis: dict, *, scaling: bool = True) -> str:
+def render(analysis: dict, *, scaling: bool = True, glossary: Optional[str] = None) -> str:
     """The verdict section as markdown; ``scaling``: with a compute-scaling table per ranking task (without,
-    one line pointing to tables/scaling_fits.csv: what a README section shows)."""
+    one line pointing to tables/scaling_fits.csv: what a README section shows). ``glossary``: a link to the glossary
+    page (report.matrix's ``glossary_text``), which then holds the key to the marks and the tuning tables instead
+    of the section."""
     table = analysis["tasks"]
     spec = analysis.get("spec") or analysis_spec(None)
     if table.empty:  # between the stages of a tuned matrix: what the tuning chose, still
         lines = ["### Verdicts", "", "No complete cells with evaluations yet: nothing to rank."]
         tuned = analysis.get("tuning")
         for task in ([] if tuned is None or tuned.empty else dict.fromkeys(tuned["task"])):
-            lines += ["", f"#### `{task}`"] + _tuning_lines(analysis, task)
+            lines += ["", f"#### `{task}`"] + _tuning_lines(analysis, task, glossary)
         return "\n".join(lines) + "\n"
-    lines = ["### Verdicts", "", HOW_TO_READ, "", procedure_line(analysis), ""]
+    key = f"How to read the marks: [glossary]({glossary}#how-to-read-the-marks)." if glossary else HOW_TO_READ
+    lines = ["### Verdicts", "", key, "", procedure_line(analysis), ""]
     lines += [f"- {s}" for s in analysis["sentences"]]
     lines += _aa_check_lines(analysis.get("aa", pd.DataFrame()))
     power_by_task = analysis.get("power", pd.DataFrame())
     power_by_task = power_by_task.set_index("task") if not power_by_task.empty else power_by_task
     for task, frame in table.groupby("task", sort=False):
-        lines += _task_section(analysis, task, frame, spec, power_by_task, scaling=scaling)
+        lines += _task_section(analysis, task, frame, spec, power_by_task, scaling=scaling, glossary=glossary)
     fitted = analysis.get("scaling_fits")
     if not scaling and fitted is not None and not fitted.empty:
         lines += ["", "Compute-scaling fits (ScaleRL's sigmoid of accuracy against completions: asymptote, midpoint, "
@@ -637,7 +646,7 @@ def _aa_check_lines(aa: pd.DataFrame | None) -> list[str]:
 
 
 def _task_section(analysis: dict, task: str, frame: pd.DataFrame, spec: dict, power_by_task: pd.DataFrame, *,
-                  scaling: bool) -> list[str]:
+                  scaling: bool, glossary: Optional[str] = None) -> list[str]:
     """One task's heading, what its numbers rest on, its table of variants, its tuning and its scaling fits."""
     note = " (ranks nothing: saturated)" if frame["saturated"].iloc[0] else ""
     curve_ok = bool(frame["curve_metrics"].iloc[0])
@@ -664,7 +673,7 @@ def _task_section(analysis: dict, task: str, frame: pd.DataFrame, spec: dict, po
     changed = changed_marks_line(analysis, task, frame)
     if changed:
         lines += ["", changed]
-    lines += _tuning_lines(analysis, task)
+    lines += _tuning_lines(analysis, task, glossary)
     if scaling and curve_ok:
         lines += _scaling_lines(analysis, task, frame)
     return lines

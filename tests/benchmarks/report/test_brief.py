@@ -55,7 +55,7 @@ def _skill(task, means, *, sd=0.002, seeds=6, seed=0, tuned=None, seconds=None):
 
 
 def _read(monkeypatch, matrices):
-    monkeypatch.setattr(brief_module, "read_matrix", lambda d: matrices[d.name])
+    monkeypatch.setattr(brief_module, "read_matrix", lambda d, reps=None: matrices[d.name])
 
 
 SEPARATED = {"a": 0.60, "b": 0.50, "c": 0.40, "d": 0.30, "e": 0.20}
@@ -177,3 +177,59 @@ def test_the_readme_section_is_written_with_links_from_the_readme(tmp_path, monk
     page = (tmp_path / "results" / "brief.md").read_text()
     assert page.startswith("# Which algorithm on a real LM") and "(cs/README.md)" in page
     assert not math.isnan(float(page.split("MDD ")[1].split(" ")[0]))
+
+
+def test_the_front_answer_is_a_table_per_skill_with_the_marks_intervals_and_costs(tmp_path, monkeypatch, settings):
+    from scipy import stats
+
+    skill = _skill("chain_sum", SEPARATED, tuned={"a": (1, ["learning_rate=1e-05", "learning_rate=3e-05"])},
+                   seconds={"a": 425.4})
+    close = _skill("letter_counting", {"a": 0.50, "b": 0.49, "c": 0.30}, sd=0.02, seeds=4, seed=3)
+    _read(monkeypatch, {"cs": skill, "lc": close})
+    result = brief([tmp_path / "results" / "cs", tmp_path / "results" / "lc"], settings)
+    text = brief_module.front(result, tmp_path, figure_path=tmp_path / "results" / "v.png",
+                              page=tmp_path / "results" / "v.md")
+    marks = skill["analysis"]["tasks"].set_index("variant")
+    values = skill["curves"]["cells"].query("variant == 'a'")["primary"]
+    half = stats.t.ppf(0.975, 5) * values.std(ddof=1) / math.sqrt(6)  # the 95% Student-t interval over 6 seeds
+    best = f"**best** (by >= {brief_module.lower_bound(marks.loc['a', 'gap_low'])})"
+    assert (f"| `a` | {best} | {marks.loc['a', 'primary_mean']:.3f} ± {half:.3f} | {marks.loc['a', 'p_best']:.2f} "
+            "| 425 | 1000 | lr 3e-05 (grid edge) |") in text
+    assert "| `c` | worse (by >= " in text and "| 300 (17.5 of 40 steps) | 1002 | lr 0.0001, untuned |" in text
+    assert "**`chain_sum`**: `a` is best; worse: `b`, `c`, `d`, `e` (6 seeds an algorithm" in text
+    assert "(results/cs/README.md)" in text and "last-3 accuracy ± 95% CI" in text
+    lead = text.split("**`letter_counting`**: ")[1].split(" (4 seeds")[0]
+    rows = close["analysis"]["tasks"]
+    assert lead.startswith(f"{int(rows['in_best_set'].sum())} of 3 could be best")  # a set, not a best
+    assert "![Per skill" in text and "(results/v.png)" in text and "[v.md](results/v.md)" in text
+    assert "[glossary](results/glossary.md#how-to-read-the-marks)" in text
+    prose = [line for line in text.splitlines() if not line.startswith("|")]
+    assert max(map(len, prose)) <= 120
+    assert text.index("**`chain_sum`**") < text.index("| `a` |") < text.index("**`letter_counting`**")
+
+
+def test_the_front_figure_has_a_panel_per_skill(tmp_path, monkeypatch, settings):
+    from matplotlib.image import imread
+
+    _read(monkeypatch, {"cs": _skill("chain_sum", SEPARATED), "lc": _skill("letter_counting", SEPARATED, seed=1)})
+    one = brief_module.figure(brief([tmp_path / "cs"], settings), tmp_path / "one.png")
+    two = brief_module.figure(brief([tmp_path / "cs", tmp_path / "lc"], settings), tmp_path / "two.png")
+    height, width = imread(one).shape[:2]
+    height2, width2 = imread(two).shape[:2]
+    assert width2 > 1.6 * width and abs(height2 - height) < 0.2 * height  # a second panel beside the first
+
+
+def test_brief_front_writes_the_front_pages_section_and_the_figure_beside_its_page(tmp_path, monkeypatch, run_cli):
+    (tmp_path / "results" / "cs").mkdir(parents=True)
+    (tmp_path / "results" / "cs" / "matrix.json").write_text("{}")
+    _read(monkeypatch, {"cs": _skill("chain_sum", SEPARATED)})
+    readme = tmp_path / "README.md"
+    readme.write_text("# front\n\n<!-- grpo-bench:front-answer -->\nold\n<!-- /grpo-bench:front-answer -->\n\nafter\n")
+    code, stdout, _ = run_cli("brief", tmp_path / "results" / "cs", "--out", tmp_path / "results" / "brief.md",
+                              "--front", readme)
+    assert code == 0 and "front-answer section" in stdout
+    text = readme.read_text()
+    assert "old" not in text and text.endswith("<!-- /grpo-bench:front-answer -->\n\nafter\n")
+    assert "| `a` | **best** (by >= " in text and "(results/brief.png)" in text and "(results/cs/README.md)" in text
+    assert (tmp_path / "results" / "brief.png").read_bytes().startswith(b"\x89PNG")
+    assert "(brief.png)" in (tmp_path / "results" / "brief.md").read_text()  # the brief's page shows it too
