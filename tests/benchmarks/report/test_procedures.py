@@ -23,7 +23,7 @@ def _limit(sims: int, rate: float = 0.05) -> float:
 
 def test_the_registered_procedure_follows_the_analysis():
     assert inference.PROCEDURE == "pairs-v2"  # paired-v3 is offered, not current: more conservative at most designs
-    assert set(inference.PROCEDURES) == {"pooled-v1", "pairs-v2", "paired-v3"}
+    assert set(inference.PROCEDURES) == {"pooled-v1", "pairs-v2", "paired-v3", "crossed-v4"}  # crossed-v4: offered
     assert inference.registered({"procedure": "pairs-v2", "stated_at": "2026-12-07T00:00:00+00:00"}) == "pairs-v2"
     assert inference.registered({"stated_at": "2026-11-27T23:59:59+00:00"}) == "pooled-v1"
     assert inference.registered({"stated_at": "2026-11-28T04:31:23+00:00"}) == "pairs-v2"
