@@ -1285,6 +1285,7 @@ class Design:
     margin: Optional[float] = None
     questions: int = 0             # Q per-question scores a cell (0: one score a cell, no question axis)
     question_sd: float | np.ndarray = 0.0  # each variant's own question effect's sd (a scalar or (k,))
+    question_cov: Optional[np.ndarray] = None  # or the question effects' (k, k) covariance (overrides question_sd)
     residual_sd: float | np.ndarray = 0.0  # the per-(seed, question) residual's sd (a scalar or (k,))
     shared_question_sd: float = 0.0  # a question effect every variant shares (cancels in the pairs)
 
@@ -1334,12 +1335,17 @@ def _with_questions(y: np.ndarray, design: Design, rng: np.random.Generator, per
     cell scores (sims, k, n), the mean over the questions, for the others."""
     k, n, q = design.k, design.n, design.questions
     question_sd = np.broadcast_to(np.asarray(design.question_sd, float), (k,))[None, :, None, None]
+    if design.question_cov is not None:  # a square root of the covariance (positive semi-definite)
+        value, vector = np.linalg.eigh(np.asarray(design.question_cov, float))
+        root = vector * np.sqrt(np.maximum(value, 0.0))
     residual_sd = np.broadcast_to(np.asarray(design.residual_sd, float), (k,))[None, :, None, None]
     parts = []
     for start in range(0, len(y), QUESTION_CHUNK):
         cells = y[start:start + QUESTION_CHUNK]
         size = len(cells)
-        table = (cells[..., None] + question_sd * rng.standard_normal((size, k, 1, q))
+        effect = (question_sd * rng.standard_normal((size, k, 1, q)) if design.question_cov is None
+                  else np.einsum("ij,sjq->siq", root, rng.standard_normal((size, k, q)))[:, :, None, :])
+        table = (cells[..., None] + effect
                  + design.shared_question_sd * rng.standard_normal((size, 1, 1, q))
                  + residual_sd * rng.standard_normal((size, k, n, q)))
         parts.append(crossed_tables(table) if per_question else table.mean(-1))
