@@ -430,8 +430,8 @@ def calibration(directories: Sequence[Path | str], *, aa: Sequence[Path | str] =
     planned design, each A/A matrix's cells (``aa``, directories) cut into null matrices, the declared pairs, and
     each parsed claims matrix of ``claims`` simulated (``claims_sims`` matrices a case, default ``sims``) and on the
     first A/A matrix's cells; and crossed-v4 at the stores' designs with per-question records and on the A/A
-    stores' per-question cells (``crossed_measurements``). ``progress(total, desc=, unit=)``, the caller's (the report reads run data only),
-    makes the object told of each case as it finishes (``update``, ``close``)."""
+    stores' per-question cells (``crossed_measurements``). ``progress(total, desc=, unit=)``, the caller's (the
+    report reads run data only), makes the object told of each case as it finishes (``update``, ``close``)."""
     designs = matrix_designs(directories)
     planned_designs = [d for plan in plans for d in plan_designs(plan)]
     claim_designs = [claims_design(plan) for plan in claims]  # parsed claims matrices
@@ -713,9 +713,10 @@ def crossed_section(result: dict, command: str) -> str:
                 if "question_cov_misfit" in d]
         if fits:
             lines += ["*The pairs' question parts (not split)*: the question effects drawn from one covariance across "
-                      "variants fitted to every pair's question component (classical scaling), where crossed-v4's "
-                      "calibration splits them per variant (additive); its median misfit to the pairs' components, "
-                      "over their mean: " + ", ".join(fits) + ".", ""]
+                      "variants fitted to every pair's question component (classical scaling), where the other "
+                      "scenarios split them per variant (additive; crossed-v4's calibration reads each matrix's own "
+                      "covariance); its median misfit to the pairs' components, over their mean: "
+                      + ", ".join(fits) + ".", ""]
     for summary, rates in result["real_aa"]:
         lines += [f"On real A/A replicates: `{summary['matrix']}` ({summary['dir']}), `{summary['variant']}` on "
                   f"{summary['cells']} independent seeds, every cell with its {summary['questions']} questions' "

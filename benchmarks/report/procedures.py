@@ -8,7 +8,8 @@ design's pooled spread; and the median over the pairs of each pair's own), and h
 best, equivalent or not resolved, with the marks that are fragile (they change with c moved within its band).
 Where the store keeps per-question records, crossed-v4 (the questions sampled too) beside them: the same numbers,
 its MDD at 2x and 4x the seeds and with 10,000 (the question floor), the seeds an MDD of TARGET needs, and the MDD
-among the variants it leaves in the could-be-best set. Written as a markdown page (default: results/calibration/procedures.md), atomically; it reads the stores only.
+among the variants it leaves in the could-be-best set. Written as a markdown page (default:
+results/calibration/procedures.md), atomically; it reads the stores only.
 """
 
 from __future__ import annotations
@@ -160,7 +161,8 @@ def _crossed_table(frame: pd.DataFrame) -> list[str]:
     key = lambda what: f"{CROSSED} {what}".replace("-", "_").replace(" ", "_")
     if key("c") not in frame:
         return []
-    number = lambda x, fmt="{:.3f}": "-" if x is None or (isinstance(x, float) and not np.isfinite(x)) else fmt.format(x)
+    missing = lambda x: x is None or (isinstance(x, float) and not np.isfinite(x))
+    number = lambda x, fmt="{:.3f}": "-" if missing(x) else fmt.format(x)
     rows = []
     for r in frame[frame[key("c")].map(lambda x: isinstance(x, str))].itertuples(index=False):
         r = r._asdict()
@@ -169,8 +171,7 @@ def _crossed_table(frame: pd.DataFrame) -> list[str]:
                      number(r[key("MDD")]), number(r[key("pair_MDD")]),
                      number(r[key("pair_MDD")] / r[f"{base}_pair_MDD"], "{:.2f}"), number(r[key("MDD_x2_seeds")]),
                      number(r[key("MDD_x4_seeds")]), number(r[key("MDD_floor")]),
-                     number(r[key("seeds_for_target")], "{:.0f}") if r[key("seeds_for_target")] is not None
-                     and np.isfinite(r[key("seeds_for_target")]) else "past 1024",
+                     "past 1024" if missing(r[key("seeds_for_target")]) else f"{r[key('seeds_for_target')]:.0f}",
                      number(r[key("set_MDD")]), r[key("marks")]])
     if not rows:
         return []

@@ -282,10 +282,10 @@ def test_crossed_v4_on_the_real_aa_cells_and_its_section(tmp_path):
                                                         reps=200)
     assert summary["cells"] == 24 and summary["questions"] == 300 and summary["variant"] == "grpo"
     assert list(rates["variants"]) == [8] and rates["false_claim"].iloc[0] <= 0.15  # 5 x 5 needs 25 cells
+    rates_of = {f"{p} {k}": 0.04 for p in ("crossed-v4", "pairs-v2")
+                for k in ("false_claim", "noncoverage", "false_equivalent", "any_worse")}
     sim = pd.DataFrame([{"matrix": "m", "task": "t", "variants": 8, "seeds": 6, "questions": 300,
-                         "scenario": "global null", "sims": 1000, **{f"{p} {k}": 0.04 for p in ("crossed-v4", "pairs-v2")
-                                                                     for k in ("false_claim", "noncoverage",
-                                                                               "false_equivalent", "any_worse")}}])
+                         "scenario": "global null", "sims": 1000, **rates_of}])
     result = {"designs": [{"matrix": "m", "task": "t", "question_share": 0.07}], "simulated": sim,
               "real_aa": [(summary, rates)], "sims": 1000, "reps": 500}
     page = calibration_report.render_calibration({"simulated": pd.DataFrame(), "real_aa": [],
