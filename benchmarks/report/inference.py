@@ -68,21 +68,28 @@ A wide variant widens other pairs' intervals under pairs-v2 (conservative for th
 
 crossed-v4: claims about the skill. Every cell of a real-LM matrix scores the same Q questions, so the seeds-only
 procedures speak for those questions; crossed-v4 adds what a new draw of questions would move (crossed.py). Its
-posterior bootstrap simulates each matrix's sufficient statistics directly (``CrossedTables``: the means and the Gram
-matrices of the centred seed means, question means and residuals, independent Wishart draws under Gaussian parts;
-tests/benchmarks/report/test_inference_crossed.py checks them against full tables): the seed part per variant from
-its posterior on S - 1 degrees of freedom (``split_variance`` of the pairs' MS_seed / Q), the question and residual
-parts as the matrix's own centred covariances across variants (hundreds of degrees of freedom and more; a per-variant
-split misfits the real stores' question parts by 0.32 of the mean pair's, number_sequence); c is the larger of that
-and the equal-spread value. Measured (results/calibration/report.md, section crossed-v4): at the real-LM designs
-(8 x 8 x 300 chain_sum, 8 x 6 x 300 number_sequence, the stores' own parts) crossed-v4's family-wise rate of false
-claims about the skill, and on the A/A store's per-question cells; the question part is small there (a median 0.10
-and 0.07 of the seeds-only variance; the brief's 0.47 reads as a bootstrap over questions, whose variance MS_question
-/ (S Q) also counts the residual the seeds-only variance holds), so the current procedure's marks about the skill
-err little more at those designs, and far more where the question part is larger (question parts x5). Its pair MDD
-is 1.13x pairs-v2's at number_sequence's design (results/calibration/procedures.md) and more seeds shrink only the
-seed part: ``crossed_mdd``, ``crossed_seeds_for``. It stays offered: the current procedure is what matrices registered
-before their cells ran, and the choice to judge the skill rather than the Q questions is the matrix's to state.
+posterior bootstrap simulates each matrix's sufficient statistics directly (``CrossedTables``: the means and the
+Gram matrices of the centred seed means, question means and residuals, independent Wishart draws under Gaussian
+parts; tests/benchmarks/report/test_inference_crossed.py checks them against full tables): the seed part per variant
+from its posterior on S - 1 degrees of freedom (``split_variance`` of the pairs' MS_seed / Q), the question and
+residual parts as the matrix's own centred covariances across variants (hundreds of degrees of freedom and more; a
+per-variant split misfits the real stores' question parts by 0.32 of the mean pair's, number_sequence); c is the
+larger of that and the equal-spread value. Measured (results/calibration/report.md, section crossed-v4; 1000
+simulated matrices a scenario, +-0.007), its family-wise rate of false claims about the skill: 0.031-0.042 at 8 x 8
+x 300 with chain_sum's parts, 0.048 and 0.053 at 8 x 6 x 300 with number_sequence's and 0.059 with its question
+parts x5 (c there from 1000 bootstrap matrices a simulated matrix, which errs upward: 0.056 with 1000 against 0.0515
+with 4000, 2000 matrices; a fit's from MCB_REPS); 0.007-0.012 on the real A/A store's 24 cells with their
+per-question records (8 x 3, 6 x 4, 4 x 6). The question part is small at those designs: a median 0.10 and 0.07 of
+the seeds-only variance (a bootstrap over the questions at fixed seeds reads more, its standard error a median 0.50
+and 0.49 of the seeds-only one, as its variance, about MS_question / (S Q), also counts the residual the seeds-only
+variance holds). So pairs-v2's marks, judged against the skill, err a little more there (0.043-0.062) and far more
+with the question parts x5 (0.16, 0.13). The price (results/calibration/procedures.md): c 4.17 at 8 x 8 x 300 and
+5.21 at 8 x 6 x 300 (pairs-v2: 3.71, 4.05), a median pair MDD 1.08x and 1.19x pairs-v2's; on those stores it marks
+no variant worse or equivalent, where pairs-v2 marks chain_sum's rloo worse, and number_sequence's dpo worse and one
+equivalent. More seeds shrink only the seed and residual parts (``crossed_mdd``, ``crossed_seeds_for``): an MDD of
+0.05 needs 29 seeds at chain_sum and 9 at number_sequence, and 300 questions leave a floor of 0.025 and 0.012. It
+stays offered: the current procedure is what matrices registered before their cells ran, and judging the skill
+rather than the Q questions is a matrix's to state.
 
 Measured and rejected: Hsu's constrained MCB with the one-sided critical value (the k - 1 one-sided comparisons with
 the best: 3.09 at 8 x 8 with paired pairs). Its guarantee is that *a* best stays in the set; a variant tied with
