@@ -93,6 +93,13 @@ def _markers(name: str) -> tuple[str, str]:
     return f"<!-- grpo-bench:{name} -->", f"<!-- /grpo-bench:{name} -->"
 
 
+def marked_section(name: str, body: str) -> str:
+    """``body`` between section ``name``'s markers, as ``update_section`` writes it (a page written whole can hold a
+    section that ``update_section`` later rewrites alone)."""
+    start, end = _markers(name)
+    return f"{start}\n{body.rstrip()}\n{end}"
+
+
 def update_section(path: Path | str, name: str, body: str) -> None:
     """Replace section ``name`` of ``path`` with ``body`` (appending the section if it is new). Markers that do
     not pair up are refused, the file untouched: guessing where the section ends would delete what follows."""
@@ -102,7 +109,7 @@ def update_section(path: Path | str, name: str, body: str) -> None:
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: cannot read it as a markdown file ({getattr(exc, 'strerror', None) or exc})") from None
     start, end = _markers(name)
-    block = f"{start}\n{body.rstrip()}\n{end}"
+    block = marked_section(name, body)
     starts, ends = text.count(start), text.count(end)
     if not starts and not ends:
         text = text.rstrip() + "\n\n" + block + "\n"

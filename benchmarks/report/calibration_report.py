@@ -24,7 +24,12 @@ the best left out of the could-be-best set) is <= 5%. Three measurements:
     line, judged by
     ``inference.contrasts``): simulated at the file's own design (its claim variants, seeds and contrasts) under the
     global null with equal and unequal spreads, and on the real A/A cells cut into null matrices with the same
-    variants and contrasts (as many seeds as the cells allow).
+    variants and contrasts (as many seeds as the cells allow);
+  * crossed-v4, the offered procedure whose marks speak for the task's questions rather than the Q drawn
+    (``crossed_measurements``): simulated at each given store's design that keeps per-question records, its seed,
+    question and residual parts as the store estimates them, beside the current procedure judged against the same
+    skill-level truth; and on an A/A store's per-question cells cut into null matrices. ``python -m
+    benchmarks.report.calibration_report DIR ... --aa AA_DIR`` rewrites its section of OUT/report.md alone.
 
 It reads the result stores and matrix.json files it is given; the study (benchmarks/commands.py) writes OUT/report.md
 and OUT/calibration.json.
@@ -39,8 +44,9 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from benchmarks.markdown import markdown_table
-from benchmarks.report import inference, stats
+from benchmarks.errors import UsageError
+from benchmarks.markdown import marked_section, markdown_table
+from benchmarks.report import crossed, inference, stats
 from benchmarks.report.curves import build
 from benchmarks.report.matrix import analyse, collect
 from benchmarks.report.verdicts import analysis_spec
@@ -423,8 +429,9 @@ def calibration(directories: Sequence[Path | str], *, aa: Sequence[Path | str] =
     """Every measurement of the report: the matrices' designs simulated, each parsed matrix file of ``plans`` at its
     planned design, each A/A matrix's cells (``aa``, directories) cut into null matrices, the declared pairs, and
     each parsed claims matrix of ``claims`` simulated (``claims_sims`` matrices a case, default ``sims``) and on the
-    first A/A matrix's cells. ``progress(total, desc=, unit=)``, the caller's (the report reads run data only),
-    makes the object told of each case as it finishes (``update``, ``close``)."""
+    first A/A matrix's cells; and crossed-v4 at the stores' designs with per-question records and on the A/A
+    stores' per-question cells (``crossed_measurements``). ``progress(total, desc=, unit=)``, the caller's (the
+    report reads run data only), makes the object told of each case as it finishes (``update``, ``close``)."""
     designs = matrix_designs(directories)
     planned_designs = [d for plan in plans for d in plan_designs(plan)]
     claim_designs = [claims_design(plan) for plan in claims]  # parsed claims matrices
@@ -445,9 +452,10 @@ def calibration(directories: Sequence[Path | str], *, aa: Sequence[Path | str] =
         bar.update(bool(aa))
         judged.append((design, rates, real))
     bar.close()
+    crossed_result = crossed_measurements(directories, aa, sims=sims, progress=progress)
     return {"designs": designs, "simulated": sim, "real_aa": measured, "declared_pairs": pairs, "claims": judged,
             "planned_designs": planned_designs, "planned": planned, "matrices": [str(d) for d in directories],
-            "sims": sims, "claims_sims": claims_sims or sims}
+            "sims": sims, "claims_sims": claims_sims or sims, "crossed": crossed_result}
 
 
 class _Silent:
@@ -462,8 +470,11 @@ class _Silent:
 
 def render_calibration(result: dict, command: str) -> str:
     """``calibration``'s result rendered: the report below its title."""
-    return render(result["simulated"], result["real_aa"], result["declared_pairs"], command, result["claims"],
+    text = render(result["simulated"], result["real_aa"], result["declared_pairs"], command, result["claims"],
                   result.get("planned"))
+    if result.get("crossed"):  # between its markers: ``main`` rewrites this section alone
+        text = text.rstrip() + "\n\n" + marked_section(CROSSED_SECTION, crossed_section(result["crossed"], command))
+    return text
 
 
 def records(result: dict) -> dict:
@@ -475,4 +486,303 @@ def records(result: dict) -> dict:
                        for d, r, a in result["claims"]],
             "planned": {"designs": result["planned_designs"], "simulated": result["planned"].to_dict(orient="records")},
             "sims": result["sims"], "claims_sims": result.get("claims_sims", result["sims"]), "alpha": inference.ALPHA,
-            "seed": stats.SEED}
+            "seed": stats.SEED, **({"crossed": crossed_records(result["crossed"])} if result.get("crossed") else {})}
+
+
+# ------------------------------------------------------------------------------------------------
+# crossed-v4: claims about the skill, the questions sampled too
+# ------------------------------------------------------------------------------------------------
+
+CROSSED = "crossed-v4"
+CROSSED_REPS = 1000  # simulated matrices behind each simulated matrix's c (its bootstrap and its floor): fewer
+# err upward (a noisier c; measured at number_sequence's design, 2000 matrices: 0.056 with 1000, 0.0515 with 4000)
+CROSSED_AA_REPS = 500  # the same on the A/A null matrices, whose rates sit far below 0.05
+CROSSED_QUESTION_SCALE = 5.0  # the stress scenario: every question part's variance this many times the store's
+CROSSED_AA_SHAPES = ((8, 3), (6, 4), (4, 6))  # null matrices cut from an A/A store's per-question cells (24 there)
+CROSSED_SECTION = "crossed-v4"  # the report's section (markers): ``main`` rewrites it alone
+CROSSED_JSON = "crossed.json"
+
+
+def _split(pairs: np.ndarray) -> np.ndarray:
+    """Per variant, the variance whose pairwise sums come closest to the pairs' (k, k) (``split_variance``)."""
+    k = len(pairs)
+    return inference.split_variance(np.where(np.eye(k, dtype=bool), 0.0, pairs))
+
+
+def _covariance(pairs: np.ndarray) -> np.ndarray:
+    """A covariance across variants whose pairs' variances S_ii + S_jj - 2 S_ij come closest to ``pairs`` (k, k):
+    classical scaling, -J pairs J / 2 with J the centring matrix, its negative eigenvalues set to 0 (a pair's
+    variance, unlike the additive split, need not be the sum of two variants' own)."""
+    k = len(pairs)
+    centre = np.eye(k) - 1.0 / k
+    value, vector = np.linalg.eigh(-centre @ np.where(np.eye(k, dtype=bool), 0.0, pairs) @ centre / 2)
+    return (vector * np.maximum(value, 0.0)) @ vector.T
+
+
+def _misfit(covariance: np.ndarray, pairs: np.ndarray) -> float:
+    """The median over pairs of |the covariance's pair variance - the pair's own|, over the pairs' mean."""
+    i, j = np.triu_indices(len(pairs), 1)
+    implied = covariance[i, i] + covariance[j, j] - 2 * covariance[i, j]
+    return float(np.median(np.abs(implied - pairs[i, j])) / pairs[i, j].mean())
+
+
+def crossed_designs(directories: Sequence[Path | str]) -> list[dict]:
+    """Per (matrix, task) with per-question records and two or more variants on MIN_BLOCKS complete seeds: the
+    design crossed-v4's simulation reproduces -- variants, seeds, questions, and per variant the sds of its own
+    seed, question and residual parts (each pair's components, ``inference.crossed_parts``, split per variant),
+    the sd of the question effect all variants share, and the question effects' covariance across variants that
+    reproduces the pairs' question components without the split's additivity (``_covariance``, with its misfit)
+    -- with the median over pairs of the question part over the
+    seeds-only variance, and the stated margin."""
+    designs = []
+    for directory in directories:
+        try:
+            frame = crossed.question_scores(directory)
+        except UsageError:  # no per-question records, or nothing to report yet
+            continue
+        margin = analysis_spec(collect(Path(directory))["meta"]).get("margin")
+        for task in dict.fromkeys(frame["task"]):
+            tables = crossed.variant_tables(frame, task=task)
+            common = sorted(set.intersection(*(set(s.tolist()) for s, _ in tables.values())))
+            if len(tables) < 2 or len(common) < inference.MIN_BLOCKS:
+                continue
+            y = np.stack([table[np.isin(seeds, common)] for seeds, table in tables.values()])  # (k, S, Q)
+            t = inference.crossed_tables(y)
+            components = inference.crossed_parts(t)
+            seed_part, question_part, residual = (_split(x) for x in components)
+            question_cov = _covariance(components[1])
+            variance, _ = inference.crossed_pairs(t)
+            ms_s = inference.pair_mean_squares(t)[0]
+            i, j = np.triu_indices(len(y), 1)
+            share = np.median((variance[i, j] - ms_s[i, j] / (t.seeds * t.questions))
+                              / (ms_s[i, j] / (t.seeds * t.questions)))
+            designs.append({"matrix": Path(directory).name, "dir": str(directory), "task": task,
+                            "variants": list(tables), "k": len(y), "n": t.seeds, "questions": t.questions,
+                            "seed_sds": np.sqrt(seed_part).tolist(), "question_sds": np.sqrt(question_part).tolist(),
+                            "residual_sds": np.sqrt(residual).tolist(), "question_cov": question_cov.tolist(),
+                            "question_cov_misfit": _misfit(question_cov, components[1]),
+                            "shared_question_sd": float(y.mean((0, 1)).std(ddof=1)),
+                            "sd": float(np.sqrt(np.mean(variance[i, j]) * t.seeds / 2)), "question_share": float(share),
+                            "margin": margin})
+    return designs
+
+
+def _crossed_scenarios(d: dict) -> list[tuple[str, inference.Design]]:
+    """A design's scenarios: the global null and the top 2 tied (the rest a pooled sd of a cell apart), at
+    the store's own parts split per variant (as crossed-v4's calibration assumes); the global null with the question
+    effects' covariance from the pairs instead (as the store shows them, not additive); and the global null with
+    every question part CROSSED_QUESTION_SCALE times larger."""
+    k, n = d["k"], d["n"]
+    shape = dict(sds=np.asarray(d["seed_sds"]), questions=d["questions"], residual_sd=np.asarray(d["residual_sds"]),
+                 shared_question_sd=d["shared_question_sd"], margin=d["margin"])
+    question_sds = np.asarray(d["question_sds"])
+    out = [("global null", inference.Design(k, n, question_sd=question_sds, **shape)),
+           ("global null, the pairs' question parts (not split)",
+            inference.Design(k, n, question_cov=np.asarray(d["question_cov"]), **shape))]
+    out += [(f"top {m} equal, the rest {d['sd']:.3f} apart below",
+             inference.Design(k, n, question_sd=question_sds, means=inference.partial_null(k, m, d["sd"]), **shape))
+            for m in (2,) if m < k]  # measured with the top 3 tied too: 0.009 and 0.025, far below 0.05
+    out.append((f"global null, question parts x{CROSSED_QUESTION_SCALE:g}",
+                inference.Design(k, n, question_sd=question_sds * math.sqrt(CROSSED_QUESTION_SCALE), **shape)))
+    return out
+
+
+def crossed_simulated(designs: list[dict], *, sims: int = 1000, reps: int = CROSSED_REPS,
+                      tick: Callable[[], None] = lambda: None) -> pd.DataFrame:
+    """Per design and scenario: crossed-v4's family-wise rates (``inference.family_error`` on per-question
+    matrices) and, on the same simulated matrices, the current procedure's (its seeds-only intervals judged
+    against the skill's truth); ``tick`` after each."""
+    rows = []
+    for d in designs:
+        for label, design in _crossed_scenarios(d):
+            row = {"matrix": d["matrix"], "task": d["task"], "variants": d["k"], "seeds": d["n"],
+                   "questions": d["questions"], "scenario": label, "sims": sims}
+            for name in (CROSSED, inference.PROCEDURE):
+                rates = inference.family_error(design, sims=sims, reps=reps, procedure=name)
+                row.update({f"{name} {key}": rates[key] for key in ("false_claim", "noncoverage",
+                                                                     "false_equivalent", "any_worse")})
+            rows.append(row)
+            tick()
+    return pd.DataFrame(rows)
+
+
+def crossed_real_aa(directory: Path | str, *, shapes: Sequence[tuple[int, int]] = CROSSED_AA_SHAPES,
+                    draws: int = 1000, outer: int = 40, inner: int = 50, reps: int = CROSSED_AA_REPS, seed: int = 0,
+                    tick: Callable[[], None] = lambda: None) -> tuple[dict, pd.DataFrame]:
+    """An A/A store's cells with their per-question records (one variant, independent seeds, every cell on the
+    same questions) cut at random into null matrices of k variants x n seeds, every cell at most once a matrix,
+    paired by position (the cells are exchangeable, so any pairing is a valid block), judged by crossed-v4: the
+    family-wise rate of false claims over ``draws`` partitions, and its 95% interval from ``outer`` bootstrap
+    resamples of the cells (``inner`` partitions each); ``tick`` after each shape."""
+    frame = crossed.question_scores(directory)
+    tables = crossed.variant_tables(frame)
+    if len(tables) != 1:
+        raise ValueError(f"{directory}: an A/A matrix runs one variant, found {len(tables)}: {', '.join(tables)}")
+    (variant, (_, cells)), = tables.items()  # (cells, Q)
+    margin = analysis_spec(collect(Path(directory))["meta"]).get("margin")
+    rng = np.random.default_rng(seed)
+
+    def rates(values: np.ndarray, k: int, n: int, count: int, at: int) -> dict:
+        picks = np.argsort(rng.random((count, len(values))), axis=1)[:, : k * n]
+        y = values[picks].reshape(count, k, n, values.shape[-1])
+        low, high, in_set = inference.crossed_procedure(y, reps=reps, seed=at)
+        return inference.error_rates(low, high, np.zeros(k), margin, in_set)
+
+    rows = []
+    for k, n in shapes:
+        tick()
+        if k * n > len(cells):
+            continue
+        rate = rates(cells, k, n, draws, seed + 11)
+        boot = [rates(cells[rng.integers(0, len(cells), len(cells))], k, n, inner, seed + 13 + b)["false_claim"]
+                for b in range(outer)]
+        rows.append({"variants": k, "seeds": n, "draws": draws, "false_claim": rate["false_claim"],
+                     "low": float(np.quantile(boot, 0.025)), "high": float(np.quantile(boot, 0.975)),
+                     "false_equivalent": rate["false_equivalent"], "noncoverage": rate["noncoverage"]})
+    summary = {"matrix": Path(directory).name, "dir": str(directory), "variant": variant, "cells": len(cells),
+               "questions": cells.shape[1], "margin": margin}
+    return summary, pd.DataFrame(rows)
+
+
+def crossed_measurements(directories: Sequence[Path | str], aa: Sequence[Path | str], *, sims: int = 1000,
+                         progress: Optional[Callable[..., Any]] = None) -> dict:
+    """crossed-v4's calibration: its designs (``crossed_designs``) simulated, and every A/A store of ``aa`` with
+    per-question records cut into null matrices (``crossed_real_aa``)."""
+    designs = crossed_designs(directories)
+    held = [d for d in aa if _has_records(d)]
+    cases = sum(len(_crossed_scenarios(d)) for d in designs) + len(CROSSED_AA_SHAPES) * len(held)
+    bar = (progress(cases, desc=f"crossed-v4 ({sims} simulated matrices a case)", unit="case")
+           if progress and cases else _Silent())
+    sim = crossed_simulated(designs, sims=sims, tick=lambda: bar.update(1))
+    measured = [crossed_real_aa(d, tick=lambda: bar.update(1)) for d in held]
+    bar.close()
+    return {"designs": designs, "simulated": sim, "real_aa": measured, "sims": sims, "reps": CROSSED_REPS}
+
+
+def _has_records(directory: Path | str) -> bool:
+    try:
+        crossed.question_scores(directory)
+    except UsageError:
+        return False
+    return True
+
+
+def crossed_records(result: dict) -> dict:
+    """``crossed_measurements``'s result as data (OUT/crossed.json, and calibration.json's ``crossed``)."""
+    return {"designs": result["designs"], "simulated": result["simulated"].to_dict(orient="records"),
+            "real_aa": [{"summary": s, "rates": r.to_dict(orient="records")} for s, r in result["real_aa"]],
+            "sims": result["sims"], "reps": result["reps"], "alpha": inference.ALPHA}
+
+
+def crossed_section(result: dict, command: str) -> str:
+    """The section on crossed-v4: its rates at the real-LM designs beside the current procedure's, and on the
+    A/A cells."""
+    sim, current = result["simulated"], inference.PROCEDURE
+    se = lambda p, n: math.sqrt(p * (1 - p) / max(n, 1))
+    lines = [f"## `{CROSSED}`: claims about the skill, the questions sampled too", "",
+             f"Written by `{command}`.", "",
+             f"`{CROSSED}` (benchmarks/report/inference.py, offered, not current) judges each pair on its "
+             "per-(seed, question) differences: the crossed seeds x questions variance, Satterthwaite's degrees of "
+             "freedom, c the larger of the posterior bootstrap's and the equal-spread value, so its marks speak for "
+             "the task's questions, not the Q drawn. Simulated at each store's design with its per-question records: "
+             "each variant's own seed, question and residual parts as the store estimates them (each pair's "
+             "components split per variant), a question effect all variants share, Gaussian parts, the questions "
+             "drawn anew per simulated matrix; the truth is the skill's mean. *Question share*: the median over "
+             "pairs of the question part over the seeds-only variance. Beside it, the current procedure "
+             f"(`{current}`, seeds-only) on the same matrices, judged against the same truth. "
+             f"Each simulated matrix's c from {result['reps']} matrices (a fit's from {inference.MCB_REPS}: "
+             "fewer err upward); Monte Carlo SE of a rate near 0.05 at "
+             f"{result['sims']} matrices: {se(0.05, result['sims']):.3f}.", ""]
+    designs = {(d["matrix"], d["task"]): d for d in result["designs"]}
+    if not sim.empty:
+        rows = []
+        for r in sim.to_dict(orient="records"):
+            d = designs[(r["matrix"], r["task"])]
+            rows.append([r["matrix"], r["task"], f"{r['variants']} x {r['seeds']} x {r['questions']}",
+                         f"{d['question_share']:.2f}", r["scenario"],
+                         f"{r[f'{CROSSED} false_claim']:.3f} +-{se(r[f'{CROSSED} false_claim'], r['sims']):.3f}",
+                         f"{r[f'{CROSSED} noncoverage']:.3f}", f"{r[f'{CROSSED} false_equivalent']:.3f}",
+                         f"{r[f'{CROSSED} any_worse']:.3f}",
+                         f"{r[f'{current} false_claim']:.3f} +-{se(r[f'{current} false_claim'], r['sims']):.3f}",
+                         f"{r[f'{current} any_worse']:.3f}", r["sims"]])
+        lines += [markdown_table(["matrix", "task", "design (variants x seeds x questions)", "question share",
+                                  "scenario", f"{CROSSED} false claim [+-SE]", "non-coverage", "false equivalence",
+                                  "any worse", f"{current} false claim [+-SE]", f"{current} any worse",
+                                  "simulated matrices"], rows), ""]
+        fits = [f"`{d['matrix']}` {d['question_cov_misfit']:.2f}" for d in result["designs"]
+                if "question_cov_misfit" in d]
+        if fits:
+            lines += ["*The pairs' question parts (not split)*: the question effects drawn from one covariance across "
+                      "variants fitted to every pair's question component (classical scaling), where the other "
+                      "scenarios split them per variant (additive; crossed-v4's calibration reads each matrix's own "
+                      "covariance); its median misfit to the pairs' components, over their mean: "
+                      + ", ".join(fits) + ".", ""]
+    for summary, rates in result["real_aa"]:
+        lines += [f"On real A/A replicates: `{summary['matrix']}` ({summary['dir']}), `{summary['variant']}` on "
+                  f"{summary['cells']} independent seeds, every cell with its {summary['questions']} questions' "
+                  "records, cut at random into null matrices (every cell at most once a matrix, paired by position: "
+                  f"the cells are exchangeable), judged by `{CROSSED}`; the interval is a bootstrap over the cells. "
+                  "The questions are the same in every cell, so the question part of a null pair is 0 here: this "
+                  "checks the seed and residual parts' real distribution, the simulation the question part.", ""]
+        if rates.empty:
+            lines += ["Too few cells for any null-matrix shape.", ""]
+            continue
+        lines += [markdown_table(["null matrix", "partitions", "false claim [95% bootstrap]", "false equivalence",
+                                  "non-coverage"],
+                                 [[f"{r.variants} x {r.seeds}", r.draws, f"{r.false_claim:.3f} [{r.low:.3f}, "
+                                   f"{r.high:.3f}]", f"{r.false_equivalent:.3f}", f"{r.noncoverage:.3f}"]
+                                  for r in rates.itertuples()]), ""]
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``DIR ... [--aa AA_DIR ...] [--out OUT] [--sims N]``: crossed-v4's calibration alone, written as the
+    section ``crossed-v4`` of OUT/report.md (the rest of the page untouched) and OUT/crossed.json."""
+    import sys
+
+    from benchmarks.io import atomic_write_json
+    from benchmarks.markdown import update_section
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    usage = ("usage: python -m benchmarks.report.calibration_report DIR [DIR ...] [--aa AA_DIR ...] [--out OUT] "
+             "[--sims N]")
+    if "--help" in args or "-h" in args:
+        print(main.__doc__.strip() + "\n" + usage)
+        return 0
+    dirs, aa, out, sims = [], [], "results/calibration", 1000
+    at = dirs
+    try:
+        items = iter(args)
+        for item in items:
+            if item == "--aa":
+                at = aa
+            elif item in ("--out", "--sims"):
+                value = next(items)
+                if item == "--out":
+                    out = value
+                elif not value.isdigit():
+                    raise ValueError(f"--sims takes a number of simulated matrices, got {value!r}")
+                else:
+                    sims = int(value)
+            elif item.startswith("-"):
+                raise ValueError(f"unknown option {item}")
+            else:
+                at.append(item)
+        if sims < 100:
+            raise ValueError(f"--sims must be at least 100, got {sims}")
+        missing = [d for d in dirs + aa if not (Path(d) / "matrix.json").exists()]
+        if not dirs or missing:
+            raise ValueError(("not a result store (no matrix.json): " + ", ".join(missing)) if missing else "no DIR")
+    except (StopIteration, ValueError) as error:
+        print(f"error: {str(error) or 'an option without its value'}; {usage}", file=sys.stderr)
+        return 2
+    command = "python -m benchmarks.report.calibration_report " + " ".join(args)
+    result = crossed_measurements(dirs, aa, sims=sims)
+    update_section(Path(out) / "report.md", CROSSED_SECTION, crossed_section(result, command))
+    atomic_write_json(Path(out) / CROSSED_JSON, crossed_records(result))
+    print(f"wrote the {CROSSED_SECTION} section of {out}/report.md, {out}/{CROSSED_JSON}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -52,6 +52,7 @@ from scipy import stats as st
 
 from benchmarks.errors import UsageError
 from benchmarks.io import QUESTIONS_CORRECT, QUESTIONS_SAMPLES, read_json
+from benchmarks.report import inference
 from benchmarks.report.curves import completion_grids
 from benchmarks.report.matrix import collect
 from benchmarks.report.variance import question_contributions
@@ -211,6 +212,16 @@ def variant_tables(store_or_frame, primary: Optional[str] = None, *,
     return out
 
 
+def task_inputs(store_or_frame, primary: Optional[str] = None, *,
+                task: Optional[str] = None) -> tuple[dict, dict]:
+    """(scores, questions) of one task as a per-question procedure reads them (``inference.compare``): {variant:
+    {seed: the cell's score, the mean over its questions}} and {variant: {seed: its per-question scores}}."""
+    tables = variant_tables(store_or_frame, primary, task=task)
+    scores = {v: {int(s): float(row.mean()) for s, row in zip(seeds, y)} for v, (seeds, y) in tables.items()}
+    questions = {v: {int(s): row for s, row in zip(seeds, y)} for v, (seeds, y) in tables.items()}
+    return scores, questions
+
+
 # ------------------------------------------------------------------------------------------------
 # The crossed random-effects model on a pair's differences
 # ------------------------------------------------------------------------------------------------
@@ -230,27 +241,15 @@ def crossed_variance(d: np.ndarray) -> dict[str, np.ndarray]:
         nan = np.full(d.shape[:-2], math.nan)
         return {k: nan for k in ("difference", "variance", "df", "seed_part", "question_part", "residual_part",
                                  "sigma2_seed", "sigma2_question", "sigma2_residual", "seeds_variance", "seeds_df")}
-    grand = d.mean((-2, -1))
-    by_seed, by_question = d.mean(-1), d.mean(-2)
-    df_s, df_q, df_e = s - 1.0, q - 1.0, (s - 1.0) * (q - 1.0)
-    ms_s = q * ((by_seed - grand[..., None]) ** 2).sum(-1) / df_s
-    ms_q = s * ((by_question - grand[..., None]) ** 2).sum(-1) / df_q
-    resid = d - by_seed[..., :, None] - by_question[..., None, :] + grand[..., None, None]
-    ms_e = (resid ** 2).sum((-2, -1)) / df_e
-    kept = ms_q > ms_e  # the question component, truncated at 0
-    c_q = kept.astype(float)
-    # Var = sum_k c_k MS_k over (seed, question, residual) with c = (1, c_q, -c_q) / (S Q).
-    terms = np.stack([ms_s, c_q * ms_q, -c_q * ms_e]) / (s * q)
-    variance = terms.sum(0)
-    dfs = np.array([df_s, df_q, df_e]).reshape((3,) + (1,) * variance.ndim)
-    denominator = (terms ** 2 / dfs).sum(0)
-    df = np.where(denominator > 0, variance ** 2 / np.where(denominator > 0, denominator, 1.0), math.nan)
+    ms_s, ms_q, ms_e = inference.crossed_mean_squares(d)
+    variance, df = inference.crossed_from_mean_squares(ms_s, ms_q, ms_e, s, q)
+    kept = ms_q > ms_e
     sigma2_seed = np.maximum(ms_s - ms_e, 0.0) / q
     sigma2_question = np.where(kept, ms_q - ms_e, 0.0) / s
-    return {"difference": grand, "variance": variance, "df": df,
+    return {"difference": d.mean((-2, -1)), "variance": variance, "df": df,
             "seed_part": sigma2_seed / s, "question_part": sigma2_question / q, "residual_part": ms_e / (s * q),
             "sigma2_seed": sigma2_seed, "sigma2_question": sigma2_question, "sigma2_residual": ms_e,
-            "seeds_variance": ms_s / (s * q), "seeds_df": np.full(grand.shape, df_s)}
+            "seeds_variance": ms_s / (s * q), "seeds_df": np.full(ms_s.shape, s - 1.0)}
 
 
 def half_width(variance, df, confidence: float = CONFIDENCE) -> np.ndarray:

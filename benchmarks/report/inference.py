@@ -35,6 +35,12 @@ cells run, and is marked by the one it registered: ``registered``). They differ 
                 fewer than MIN_BLOCKS complete seeds: sqrt(s_i^2 / n_i + s_j^2 / n_j), each variant's own cells);
                 c the larger of the posterior bootstrap's and the equal-spread value of
                 max_{i<j} |m_i - m_j| / SE_ij.
+    crossed-v4  (offered, not current) SE_ij^2 = the crossed seeds x questions variance of the per-(seed,
+                question) differences d_ij,sq = y_isq - y_jsq over the complete seeds and the Q questions every
+                cell evaluates (benchmarks/report/crossed.py's model: MS_seed / (S Q) plus the question part), on
+                Satterthwaite's degrees of freedom; c the larger of the posterior bootstrap's and the equal-spread
+                value of max_{i<j} |m_i - m_j| / SE_ij. Its marks speak for the task's questions, not the Q drawn;
+                it reads the cells' per-question records (``compare``'s ``questions``).
 
 The critical value. The posterior bootstrap simulates matrices of the same design whose variants' sds are drawn
 from their posteriors (ss_i / chi-square with df_i: the spread each showed, with the uncertainty of a few seeds;
@@ -59,6 +65,31 @@ against 4.05; 15 x 8: 5.97 against 4.32; 13 x 3: 38.5 against 9.09). Measured at
 So paired-v3 is the more conservative at most committed designs, the real-LM verdicts' included (8 x 8, 8 x 6), and
 pairs-v2 stays the current procedure: of the procedures that hold 5%, it is the least conservative measured here.
 A wide variant widens other pairs' intervals under pairs-v2 (conservative for them, never anti-conservative).
+
+crossed-v4: claims about the skill. Every cell of a real-LM matrix scores the same Q questions, so the seeds-only
+procedures speak for those questions; crossed-v4 adds what a new draw of questions would move (crossed.py). Its
+posterior bootstrap simulates each matrix's sufficient statistics directly (``CrossedTables``: the means and the
+Gram matrices of the centred seed means, question means and residuals, independent Wishart draws under Gaussian
+parts; tests/benchmarks/report/test_inference_crossed.py checks them against full tables): the seed part per variant
+from its posterior on S - 1 degrees of freedom (``split_variance`` of the pairs' MS_seed / Q), the question and
+residual parts as the matrix's own centred covariances across variants (hundreds of degrees of freedom and more; a
+per-variant split misfits the real stores' question parts by 0.32 of the mean pair's, number_sequence); c is the
+larger of that and the equal-spread value. Measured (results/calibration/report.md, section crossed-v4; 1000
+simulated matrices a scenario, +-0.007), its family-wise rate of false claims about the skill: 0.031-0.042 at 8 x 8
+x 300 with chain_sum's parts, 0.048 and 0.053 at 8 x 6 x 300 with number_sequence's and 0.059 with its question
+parts x5 (c there from 1000 bootstrap matrices a simulated matrix, which errs upward: 0.056 with 1000 against 0.0515
+with 4000, 2000 matrices; a fit's from MCB_REPS); 0.007-0.012 on the real A/A store's 24 cells with their
+per-question records (8 x 3, 6 x 4, 4 x 6). The question part is small at those designs: a median 0.10 and 0.07 of
+the seeds-only variance (a bootstrap over the questions at fixed seeds reads more, its standard error a median 0.50
+and 0.49 of the seeds-only one, as its variance, about MS_question / (S Q), also counts the residual the seeds-only
+variance holds). So pairs-v2's marks, judged against the skill, err a little more there (0.043-0.062) and far more
+with the question parts x5 (0.16, 0.13). The price (results/calibration/procedures.md): c 4.17 at 8 x 8 x 300 and
+5.21 at 8 x 6 x 300 (pairs-v2: 3.71, 4.05), a median pair MDD 1.08x and 1.19x pairs-v2's; on those stores it marks
+no variant worse or equivalent, where pairs-v2 marks chain_sum's rloo worse, and number_sequence's dpo worse and one
+equivalent. More seeds shrink only the seed and residual parts (``crossed_mdd``, ``crossed_seeds_for``): an MDD of
+0.05 needs 29 seeds at chain_sum and 9 at number_sequence, and 300 questions leave a floor of 0.025 and 0.012. It
+stays offered: the current procedure is what matrices registered before their cells ran, and judging the skill
+rather than the Q questions is a matrix's to state.
 
 Measured and rejected: Hsu's constrained MCB with the one-sided critical value (the k - 1 one-sided comparisons with
 the best: 3.09 at 8 x 8 with paired pairs). Its guarantee is that *a* best stays in the set; a variant tied with
@@ -125,8 +156,10 @@ class Fit:
     seeds: list = None         # the complete seeds (blocked model)
     c_low: float = math.nan    # c moved BAND_SE Monte Carlo standard errors down and up (``quantile_band``)
     c_high: float = math.nan
-    pair_se: Optional[np.ndarray] = None  # paired-v3: (k, k) each pair's own standard error
+    pair_se: Optional[np.ndarray] = None  # paired-v3, crossed-v4: (k, k) each pair's own standard error
     procedure: str = "pairs-v2"
+    pair_dfs: Optional[np.ndarray] = None  # crossed-v4: (k, k) each pair's Satterthwaite degrees of freedom
+    crossed: Optional["CrossedTables"] = None  # crossed-v4: the per-question tables' sufficient statistics
 
     @property
     def df(self) -> int:
@@ -156,6 +189,8 @@ class Fit:
         """The degrees of freedom of a pair's sd, averaged over the pairs (``_pair_df``)."""
         if self.procedure == "pairs-v2":
             return float(2 * self.dfs.mean())
+        if self.pair_dfs is not None:
+            return float(np.nanmedian(self.pair_dfs[np.triu_indices(len(self.variants), 1)]))
         return _pair_df(len(self.variants), float(np.median(self.n)), self.model == BLOCKED, self.procedure)
 
 
@@ -500,6 +535,379 @@ def mcb_procedure(y: np.ndarray, *, blocked: bool = True, alpha: float = ALPHA, 
 
 
 # ------------------------------------------------------------------------------------------------
+# crossed-v4: every pair on its per-(seed, question) differences, the questions sampled too
+# ------------------------------------------------------------------------------------------------
+
+
+def crossed_mean_squares(d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """MS_seed, MS_question and MS_residual of the two-way tables ``d`` (..., S, Q), one observation a cell
+    (benchmarks/report/crossed.py's module docstring), each of shape (...)."""
+    s, q = d.shape[-2:]
+    grand = d.mean((-2, -1))
+    by_seed, by_question = d.mean(-1), d.mean(-2)
+    ms_s = q * ((by_seed - grand[..., None]) ** 2).sum(-1) / (s - 1.0)
+    ms_q = s * ((by_question - grand[..., None]) ** 2).sum(-1) / (q - 1.0)
+    resid = d - by_seed[..., :, None] - by_question[..., None, :] + grand[..., None, None]
+    ms_e = (resid ** 2).sum((-2, -1)) / ((s - 1.0) * (q - 1.0))
+    return ms_s, ms_q, ms_e
+
+
+def _crossed_terms(ms_s, ms_q, ms_e, s: int, q: int) -> np.ndarray:
+    """(3, ...): the crossed variance's terms c_k MS_k, Var = MS_seed / (S Q) + (MS_question - MS_residual) / (S Q)
+    where MS_question > MS_residual (the question component, truncated at 0)."""
+    kept = (ms_q > ms_e).astype(float)
+    return np.stack([ms_s, kept * ms_q, -kept * ms_e]) / (s * q)
+
+
+def crossed_from_mean_squares(ms_s, ms_q, ms_e, s: int, q: int) -> tuple[np.ndarray, np.ndarray]:
+    """(variance, df) of a pair's mean difference under a new draw of seeds and questions: MS_seed / (S Q) plus the
+    question part (MS_question - MS_residual) / (S Q) where positive, on Satterthwaite's degrees of freedom
+    (benchmarks/report/crossed.py's module docstring says why the seed part is not truncated)."""
+    ms_s, ms_q, ms_e = (np.asarray(x, float) for x in (ms_s, ms_q, ms_e))
+    terms = _crossed_terms(ms_s, ms_q, ms_e, s, q)
+    variance = terms.sum(0)
+    dfs = np.array([s - 1.0, q - 1.0, (s - 1.0) * (q - 1.0)]).reshape((3,) + (1,) * variance.ndim)
+    denominator = (terms ** 2 / dfs).sum(0)
+    df = np.where(denominator > 0, variance ** 2 / np.where(denominator > 0, denominator, 1.0), math.nan)
+    return variance, df
+
+
+@dataclass
+class CrossedTables:
+    """Matrices of per-question scores y (..., k, S, Q) reduced to what crossed-v4 reads: each variant's mean
+    (..., k) and three Gram matrices (..., k, k) across variants, of the centred seed means (S - 1 degrees of
+    freedom), the centred question means (Q - 1) and the two-way residuals ((S - 1)(Q - 1)). Every pair's mean
+    squares are quadratic forms in them (``pair_mean_squares``), and under Gaussian seed, question and residual
+    parts they are independent Wishart draws, which is how the calibration simulates them (``draw_tables``)."""
+    means: np.ndarray
+    rows: np.ndarray
+    columns: np.ndarray
+    residual: np.ndarray
+    seeds: int
+    questions: int
+
+    def __getitem__(self, index) -> "CrossedTables":
+        """The matrices ``index`` of the leading axis."""
+        return CrossedTables(self.means[index], self.rows[index], self.columns[index], self.residual[index],
+                             self.seeds, self.questions)
+
+
+def crossed_tables(y: np.ndarray) -> CrossedTables:
+    """``CrossedTables`` of ``y`` (..., k, S, Q): every variant on the same S seeds and Q questions."""
+    y = np.asarray(y, float)
+    k, s, q = y.shape[-3:]
+    grand = y.mean((-2, -1))
+    by_seed, by_question = y.mean(-1), y.mean(-2)
+    rows, columns = by_seed - grand[..., None], by_question - grand[..., None]
+    resid = (y - by_seed[..., None] - by_question[..., None, :] + grand[..., None, None]).reshape(y.shape[:-2] + (-1,))
+    gram = lambda x: x @ np.swapaxes(x, -1, -2)
+    return CrossedTables(grand, gram(rows), gram(columns), gram(resid), s, q)
+
+
+def _quadratic(w: np.ndarray) -> np.ndarray:
+    """(..., k, k): w_ii + w_jj - 2 w_ij, the sum of squares of variant i's part minus variant j's."""
+    diagonal = np.diagonal(w, axis1=-2, axis2=-1)
+    return diagonal[..., :, None] + diagonal[..., None, :] - 2 * w
+
+
+def pair_mean_squares(t: CrossedTables) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every pair's MS_seed, MS_question, MS_residual (each (..., k, k)) of its differences d = y_i - y_j."""
+    s, q = t.seeds, t.questions
+    return (q * _quadratic(t.rows) / (s - 1.0), s * _quadratic(t.columns) / (q - 1.0),
+            _quadratic(t.residual) / ((s - 1.0) * (q - 1.0)))
+
+
+def crossed_pairs(t: CrossedTables) -> tuple[np.ndarray, np.ndarray]:
+    """(variance, df), each (..., k, k): every pair's crossed variance and its degrees of freedom
+    (``crossed_from_mean_squares``); 0 and nan on the diagonal."""
+    return crossed_from_mean_squares(*pair_mean_squares(t), t.seeds, t.questions)
+
+
+def crossed_parts(t: CrossedTables) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every pair's variance components (sigma2_seed, sigma2_question, sigma2_residual), each (..., k, k) and
+    truncated at 0, the ANOVA moments of benchmarks/report/crossed.py's module docstring."""
+    ms_s, ms_q, ms_e = pair_mean_squares(t)
+    return (np.maximum(ms_s - ms_e, 0.0) / t.questions, np.maximum(ms_q - ms_e, 0.0) / t.seeds, ms_e)
+
+
+def crossed_spreads(t: CrossedTables) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What crossed-v4's calibration simulates, from a matrix's tables: per variant (..., k) the variance of a seed
+    mean, the pairs' MS_seed / Q split per variant (``split_variance``: on S - 1 degrees of freedom no covariance
+    across the k variants can be estimated, so each variant's own, drawn from its posterior); and the covariances
+    across variants (..., k, k) of a question mean and of a residual, J W J / df with J the centring matrix (on
+    Q - 1 and (S - 1)(Q - 1) degrees of freedom: every pair's own MS_question / S and MS_residual exactly, however
+    the variants' question effects correlate, the part all variants share removed)."""
+    s, q = t.seeds, t.questions
+    k = t.means.shape[-1]
+    flat = (pair_mean_squares(t)[0] / q).reshape((-1, k, k))
+    rows = np.array([split_variance(v) for v in flat]).reshape(t.means.shape)
+    centre = np.eye(k) - 1.0 / k
+    return rows, centre @ t.columns @ centre / (q - 1.0), centre @ t.residual @ centre / ((s - 1.0) * (q - 1.0))
+
+
+def _root(covariance: np.ndarray) -> np.ndarray:
+    """(..., k, k): R with R R^T the covariance's positive part (negative eigenvalues, from estimates, set to 0)."""
+    value, vector = np.linalg.eigh(covariance)
+    return vector * np.sqrt(np.maximum(value, 0.0))[..., None, :]
+
+
+def _wishart(rng: np.random.Generator, df: int, shape: tuple) -> np.ndarray:
+    """(*shape[:-1], k, k) draws of Wishart(df, I_k), k = shape[-1]: Bartlett's decomposition where df >= k, else
+    the Gram matrix of df Gaussian rows."""
+    k = shape[-1]
+    if df >= k:
+        a = np.tril(rng.standard_normal(shape + (k,)), -1)
+        a[..., np.arange(k), np.arange(k)] = np.sqrt(rng.chisquare(df - np.arange(k), shape))
+        return a @ np.swapaxes(a, -1, -2)
+    x = rng.standard_normal(shape[:-1] + (df, k))
+    return np.swapaxes(x, -1, -2) @ x
+
+
+def draw_tables(rng: np.random.Generator, means, rows: np.ndarray, columns: np.ndarray, residual: np.ndarray,
+                seeds: int, questions: int) -> CrossedTables:
+    """``CrossedTables`` of matrices with Gaussian seed, question and residual parts (``crossed_spreads``'s):
+    ``rows`` (..., k) each variant's variance of a seed mean (the variants' seed parts independent), ``columns`` and
+    ``residual`` (..., k, k) the covariances across variants of a question mean and of a residual, broadcast
+    against ``rows``'s leading axes (one per calibrated matrix, shared by its simulated ones); ``means`` the true
+    means. Each part's Gram matrix is a Wishart draw with its degrees of freedom and covariance; the mean's
+    covariance is diag(rows) / S + (columns - residual / S) / Q, the second term the question effects' own
+    (its negative eigenvalues set to 0). A seed mean's variance is at least the residual's share of it."""
+    s, q = seeds, questions
+    rows = np.maximum(rows, np.diagonal(residual, axis1=-2, axis2=-1) / q)
+    shape = rows.shape
+    normal = lambda: rng.standard_normal(shape)[..., None]
+    questions_root = _root(columns - residual / s)
+    drawn = (means + np.sqrt(rows / s) * rng.standard_normal(shape)
+             + (questions_root @ normal())[..., 0] / math.sqrt(q))
+    root_c, root_e = _root(columns), _root(residual)
+    wishart = lambda root, df: root @ _wishart(rng, df, shape) @ np.swapaxes(root, -1, -2)
+    rows_root = np.sqrt(rows)
+    return CrossedTables(drawn, rows_root[..., :, None] * _wishart(rng, s - 1, shape) * rows_root[..., None, :],
+                         wishart(root_c, q - 1), wishart(root_e, (s - 1) * (q - 1)), s, q)
+
+
+def crossed_statistic(t: CrossedTables) -> np.ndarray:
+    """(...,): max over every pair i < j of |m_i - m_j| / SE_ij, SE_ij the pair's crossed standard error, over
+    matrices simulated with every mean 0: the pivot of crossed-v4's family."""
+    s, q = t.seeds, t.questions
+    i, j = np.triu_indices(t.means.shape[-1], 1)
+    quadratic = lambda w: w[..., i, i] + w[..., j, j] - 2 * w[..., i, j]  # the pairs i < j only: half the work
+    ms = (q * quadratic(t.rows) / (s - 1.0), s * quadratic(t.columns) / (q - 1.0),
+          quadratic(t.residual) / ((s - 1.0) * (q - 1.0)))
+    se = np.sqrt(np.maximum(_crossed_terms(*ms, s, q).sum(0), 0.0))
+    return (np.abs(t.means[..., i] - t.means[..., j]) / np.where(se > 0, se, np.inf)).max(-1)
+
+
+def crossed_calibrate(rows: np.ndarray, columns: np.ndarray, residual: np.ndarray, seeds: int, questions: int, *,
+                      alpha: float = ALPHA, reps: int = MCB_REPS, seed: int = SEED,
+                      posterior: bool = True) -> np.ndarray:
+    """(3,) or (n_rows, 3): c and its band (``quantile_band``): the 1 - alpha quantile of ``crossed_statistic``
+    in ``reps`` simulated matrices (``draw_tables``) of spreads ``rows`` ((k,) or (n_rows, k)), ``columns`` and
+    ``residual`` ((k, k) or (n_rows, k, k)), each variant's seed-mean variance drawn from its posterior
+    v (S - 1) / chi2(S - 1) (``posterior``; else fixed). The question and residual covariances rest on hundreds of
+    degrees of freedom or more and are taken as estimated."""
+    rng = np.random.default_rng(seed)
+    rows = np.atleast_2d(np.asarray(rows, float))
+    n_rows, k = rows.shape
+    columns, residual = (np.asarray(x, float).reshape(-1, 1, k, k) for x in (columns, residual))
+    s, q = seeds, questions
+    if posterior:
+        rows = rows[:, None, :] * (s - 1.0) / rng.chisquare(s - 1.0, size=(n_rows, reps, k))
+    else:
+        rows = np.broadcast_to(rows[:, None, :], (n_rows, reps, k))
+    t = crossed_statistic(draw_tables(rng, 0.0, rows, columns, residual, s, q))
+    out = np.stack(quantile_band(t, alpha), -1)
+    return out if n_rows > 1 else out[0]
+
+
+def crossed_value(rows: np.ndarray, columns: np.ndarray, residual: np.ndarray, seeds: int, questions: int, *,
+                  alpha: float = ALPHA, reps: int = MCB_REPS, floor_reps: int = EQUAL_REPS,
+                  seed: int = SEED) -> np.ndarray:
+    """crossed-v4's c with its band, (3,) or (n_rows, 3): the larger of the posterior bootstrap's value and the
+    equal-spread value (every variant at the mean of each spread, fixed; ``floor_reps`` matrices): a centred
+    covariance's pairs average 2 trace / (k - 1), so each variant gets trace / (k - 1)."""
+    boot = crossed_calibrate(rows, columns, residual, seeds, questions, alpha=alpha, reps=reps, seed=seed)
+    rows = np.atleast_2d(np.asarray(rows, float))
+    k = rows.shape[-1]
+    equal = lambda cov: (np.trace(np.asarray(cov, float).reshape(-1, k, k), axis1=-2, axis2=-1) / (k - 1.0))[
+        :, None, None] * np.eye(k)
+    floor = crossed_calibrate(np.broadcast_to(rows.mean(-1, keepdims=True), rows.shape), equal(columns),
+                              equal(residual), seeds, questions, alpha=alpha, reps=floor_reps, seed=SEED + 1,
+                              posterior=False)
+    return np.maximum(boot, floor.reshape(np.shape(boot)))
+
+
+def crossed_fit(scores: Mapping[str, Mapping[int, float]], *, questions: Optional[Mapping] = None,
+                blocked: bool = True, alpha: float = ALPHA, seed: int = SEED) -> Optional[Fit]:
+    """crossed-v4's model of ``scores`` ({variant: {seed: primary metric}}) from ``questions`` ({variant: {seed:
+    per-question scores}}, whose mean is the cell's score): over the complete seeds, every pair's crossed
+    standard error and Satterthwaite degrees of freedom, c with its Monte Carlo band; the per-variant ss / dfs are
+    the pairs' crossed variances split per variant (``split_variance``, times the seeds), on the pairs' median
+    degrees of freedom. It pairs cells by seed and by question, so it needs MIN_BLOCKS complete seeds and every
+    cell's record: a ValueError names what is missing."""
+    if questions is None:
+        raise ValueError("crossed-v4 judges per-question scores: none were given")
+    f = fit(scores, blocked=blocked, alpha=alpha, seed=seed, calibrated=False)
+    if f is None:
+        return None
+    if f.model != BLOCKED:
+        raise ValueError(f"crossed-v4 pairs the cells by seed: it needs {MIN_BLOCKS} or more seeds complete across "
+                         "the variants")
+    k, n = len(f.variants), len(f.seeds)
+    tables = [[questions.get(v, {}).get(s) for s in f.seeds] for v in f.variants]
+    missing = [(v, s) for v, row in zip(f.variants, tables) for s, x in zip(f.seeds, row) if x is None]
+    if missing:
+        raise ValueError(f"crossed-v4: no per-question scores for variant {missing[0][0]!r} seed {missing[0][1]}")
+    if len({len(x) for row in tables for x in row}) != 1:
+        raise ValueError("crossed-v4: the cells recorded different numbers of questions")
+    y = np.array(tables, float)  # (k, S, Q)
+    cells = np.array([[scores[v][s] for s in f.seeds] for v in f.variants])
+    if not np.allclose(y.mean(-1), cells, rtol=0.0, atol=1e-9):
+        raise ValueError("crossed-v4: the per-question scores do not average to the cells' scores")
+    t = crossed_tables(y)
+    variance, df = crossed_pairs(t)
+    off = ~np.eye(k, dtype=bool)
+    f.pair_se, f.pair_dfs, f.crossed = np.sqrt(np.maximum(variance, 0.0)), np.where(off, df, math.nan), t
+    pair_df = float(np.nanmedian(df[off])) if np.isfinite(df[off]).any() else n - 1.0
+    s2 = split_variance(np.where(off, variance, 0.0) * n)
+    f.ss, f.dfs = s2 * pair_df, np.full(k, pair_df)
+    f.procedure = "crossed-v4"
+    if (f.pair_se[off] > 0).any():
+        f.c, f.c_low, f.c_high = crossed_value(*crossed_spreads(t), n, t.questions, alpha=alpha, seed=seed)
+    return f
+
+
+def _as_tables(y) -> CrossedTables:
+    return y if isinstance(y, CrossedTables) else crossed_tables(y)
+
+
+def crossed_matrix_bounds(y, c, blocked: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """crossed-v4's bounds at a given c on matrices ``y`` ((sims, k, S, Q) per-question scores or their
+    ``CrossedTables``); ``blocked`` is not read: the pairs are always by seed and question."""
+    t = _as_tables(y)
+    variance, _ = crossed_pairs(t)
+    return _with_set(*intervals(t.means, np.asarray(c, float)[..., None, None] * np.sqrt(np.maximum(variance, 0.0))))
+
+
+def crossed_procedure(y, *, blocked: bool = True, alpha: float = ALPHA, reps: int = 1000,
+                      seed: int = SEED) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """crossed-v4 on simulated matrices ``y`` ((sims, k, S, Q) per-question scores or their ``CrossedTables``): per
+    matrix its pairs' crossed standard errors, its spreads (``crossed_spreads``), its c (``crossed_value``, ``reps``
+    matrices for the bootstrap and for the floor) and its bounds. Returns (L, U, in_set)."""
+    t = _as_tables(y)
+    spreads = crossed_spreads(t)
+    c = np.concatenate([np.atleast_2d(crossed_value(*(x[i:i + 50] for x in spreads), t.seeds, t.questions,
+                                                    alpha=alpha, reps=reps, floor_reps=reps, seed=seed + i))[:, 0]
+                        for i in range(0, len(t.means), 50)])
+    return crossed_matrix_bounds(t, c)
+
+
+def _crossed_rerun(f: Fit, reruns: int, rng: np.random.Generator) -> CrossedTables:
+    """Parametric reruns of a crossed-v4 fit: its means as the truth, its spreads (``crossed_spreads``) as the noise."""
+    rows, columns, residual = crossed_spreads(f.crossed)
+    return draw_tables(rng, f.means, np.broadcast_to(rows, (reruns, len(rows))), columns, residual,
+                       f.crossed.seeds, f.crossed.questions)
+
+
+def crossed_design_variance(parts: Sequence[float], seeds: int, questions: int) -> tuple[float, float]:
+    """(variance, df): the variance of a pair's mean difference whose per-(seed, question) differences have the
+    components ``parts`` (sigma2_seed, sigma2_question, sigma2_residual), at S seeds and Q questions, and the
+    Satterthwaite degrees of freedom of its estimate (``crossed_from_mean_squares`` at the expected mean squares
+    Q sigma2_seed + sigma2_residual, S sigma2_question + sigma2_residual, sigma2_residual)."""
+    a, b, e = (float(x) for x in parts)
+    variance, df = crossed_from_mean_squares(questions * a + e, seeds * b + e, e, seeds, questions)
+    return float(variance), float(df)
+
+
+SEARCH_REPS = 4000   # simulated matrices behind each c of ``crossed_seeds_for``'s search over seed counts
+
+
+@functools.lru_cache(maxsize=1024)
+def crossed_equal_value(k: int, seeds: int, questions: int, parts: tuple, alpha: float = ALPHA,
+                        reps: int = EQUAL_REPS) -> float:
+    """crossed-v4's equal-spread c at a design: every variant with half of a pair's components ``parts``
+    (sigma2_seed, sigma2_question, sigma2_residual), fixed (``crossed_calibrate``, ``reps`` matrices)."""
+    a, b, e = parts
+    rows, columns, residual = ((x / 2.0) * np.eye(k) for x in (a + e / questions, b + e / seeds, e))
+    return float(crossed_calibrate(np.diagonal(rows), columns, residual, seeds, questions, alpha=alpha, reps=reps,
+                                   seed=SEED + 1, posterior=False)[0])
+
+
+def crossed_mdd(parts: Sequence[float], k: int, seeds: int, questions: int, *, c: Optional[float] = None,
+                alpha: float = ALPHA, power: float = POWER) -> float:
+    """The true gap below the best that crossed-v4 calls "worse" with probability ``power`` among ``k`` variants
+    at S seeds and Q questions, for a pair whose per-(seed, question) differences have the components ``parts``
+    (sigma2_seed, sigma2_question, sigma2_residual): (c + t_power(df)) sqrt(sigma2_seed / S + sigma2_question / Q
+    + sigma2_residual / (S Q)), df as ``crossed_design_variance``, c given or the equal-spread value at that
+    design. More seeds shrink the seed and residual parts only: with the questions fixed the MDD falls towards
+    (c + t_power) sqrt(sigma2_question / Q), a floor no seed count passes."""
+    parts = tuple(float(x) for x in parts)
+    if not (seeds >= 2 and questions >= 2 and k >= 2 and all(np.isfinite(parts))):
+        return math.nan
+    variance, df = crossed_design_variance(parts, seeds, questions)
+    if not variance > 0:
+        return 0.0
+    if c is None:
+        c = crossed_equal_value(k, int(seeds), int(questions), parts, alpha)
+    return float((c + st.t.ppf(power, df)) * math.sqrt(variance))
+
+
+def crossed_seeds_for(target: float, parts: Sequence[float], k: int, questions: int, *, scale: float = 1.0,
+                      alpha: float = ALPHA, power: float = POWER, limit: int = 1024) -> Optional[int]:
+    """The fewest seeds (MIN_BLOCKS or more) whose ``crossed_mdd`` is at most ``target``, c at each seed count the
+    equal-spread value times ``scale`` (a matrix's own c over its equal-spread value: its unequal spreads carried
+    along; SEARCH_REPS matrices each); None when ``limit`` seeds do not reach it (a target under the question
+    floor). The MDD falls with the seeds (the variance, c and the t quantile all do), so by bisection."""
+    parts = tuple(float(x) for x in parts)
+
+    def reached(seeds: int) -> bool:
+        c = scale * crossed_equal_value(k, seeds, questions, parts, alpha, SEARCH_REPS)
+        return crossed_mdd(parts, k, seeds, questions, c=c, alpha=alpha, power=power) <= target
+
+    if not reached(limit):
+        return None
+    if reached(MIN_BLOCKS):
+        return MIN_BLOCKS
+    low, high = MIN_BLOCKS, limit
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if reached(middle) else (middle, high)
+    return high
+
+
+def _crossed_summary(f: Fit, *, target: Optional[float], margin: Optional[float], alpha: float,
+                     inside: Sequence[int]) -> dict:
+    """``summary``'s MDDs for a crossed-v4 fit, at the pooled components of its pairs (their means over the
+    pairs): the MDD at its seeds and c, at 2x and 4x the seeds and with 10,000 (the question floor), c scaled
+    from the equal-spread value as at its own design, and the seeds a target and the margin need; among the
+    ``inside`` variants the same from their pairs only."""
+    k, n, q = len(f.variants), len(f.seeds), f.crossed.questions
+    components = crossed_parts(f.crossed)
+
+    def pooled(index: Sequence[int]) -> tuple:
+        i, j = np.triu_indices(len(index), 1)
+        rows, cols = np.asarray(index)[i], np.asarray(index)[j]
+        return tuple(float(x[rows, cols].mean()) for x in components)
+
+    parts = pooled(range(k))
+    own = crossed_equal_value(k, n, q, parts, alpha)
+    scale = f.c / own if np.isfinite(f.c) and own > 0 else 1.0
+    at = lambda seeds, p=parts: crossed_mdd(p, k, seeds, q, c=scale * crossed_equal_value(k, seeds, q, p, alpha),
+                                           alpha=alpha)
+    out = {"mdd": crossed_mdd(parts, k, n, q, c=f.c, alpha=alpha), "mdd_x2": at(2 * n), "mdd_x4": at(4 * n),
+           "mdd_question_floor": at(10_000), "questions": q, "crossed_parts": parts}
+    for name, value in (("target", target), ("margin", margin)):
+        out[f"seeds_for_{name}"] = crossed_seeds_for(value, parts, k, q, scale=scale, alpha=alpha) if value else None
+    if 2 <= len(inside) < k:
+        inner = pooled(inside)
+        out.update({"set_variants": len(inside), "mdd_set": crossed_mdd(inner, k, n, q, c=f.c, alpha=alpha),
+                    "crossed_parts_set": inner,
+                    "seeds_for_target_set": crossed_seeds_for(target, inner, k, q, scale=scale, alpha=alpha)
+                    if target else None})
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
 # The procedures, by name: the one a matrix registered marks it (verdicts.py)
 # ------------------------------------------------------------------------------------------------
 
@@ -527,12 +935,18 @@ class Procedure:
     """One verdict procedure. ``fit``: scores -> Fit (its c and c's Monte Carlo band); ``bounds``: (Fit, c) ->
     (L, U, in_set); ``matrix_bounds``: (matrices (sims, k, n), c, blocked) -> the same at a given c (the set's
     reruns); ``simulate``: (matrices, blocked=, alpha=, reps=, seed=) -> the same, c calibrated per matrix (the
-    error-rate study); ``summary``: the procedure in a sentence (what the verdict section says it is)."""
+    error-rate study); ``summary``: the procedure in a sentence (what the verdict section says it is);
+    ``per_question``: ``fit`` also takes ``questions`` ({variant: {seed: per-question scores}}) and the matrices
+    of ``matrix_bounds`` and ``simulate`` are per-question scores (sims, k, n, Q) (else (sims, k, n) cell
+    scores); ``draw``: (Fit, reruns, rng) -> the matrices of the set's parametric reruns (None: Gaussian cells at
+    the fit's means and per-variant sds)."""
     fit: Callable[..., Optional[Fit]]
     bounds: Callable[[Fit, float], tuple[np.ndarray, np.ndarray, np.ndarray]]
     matrix_bounds: Callable[[np.ndarray, float, bool], tuple[np.ndarray, np.ndarray, np.ndarray]]
     simulate: Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray]]
     summary: str
+    per_question: bool = False
+    draw: Optional[Callable[[Fit, int, np.random.Generator], object]] = None
 
 
 def _pooled_matrix(y: np.ndarray, c, blocked: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -569,6 +983,16 @@ PROCEDURES: dict[str, Procedure] = {
         simulate=mcb_procedure,
         summary="all k(k-1)/2 pairs two-sided, each pair's standard error from its own per-seed differences "
                 "(paired by seed), c the larger of the posterior bootstrap's and the equal-spread value"),
+    "crossed-v4": Procedure(
+        fit=crossed_fit,
+        bounds=lambda f, c: _with_set(*intervals(f.means, c * f.pair_se)),
+        matrix_bounds=crossed_matrix_bounds,
+        simulate=crossed_procedure,
+        summary="all k(k-1)/2 pairs two-sided, each pair's standard error from the crossed seeds x questions "
+                "variance of its per-(seed, question) differences (the questions a sample of the task's; "
+                "Satterthwaite's degrees of freedom), c the larger of the posterior bootstrap's and the "
+                "equal-spread value",
+        per_question=True, draw=_crossed_rerun),
 }
 PROCEDURE = "pairs-v2"        # the current procedure: what a new matrix registers (why: the module docstring)
 V2_FROM = "2026-11-28"        # matrices stated before this date registered pooled-v1, from it pairs-v2
@@ -620,8 +1044,11 @@ def rerun_agreement(f: Fit, *, reruns: int = RERUNS, seed: int = SEED) -> float:
     rule = PROCEDURES[f.procedure]
     in_set = rule.bounds(f, f.c)[2]
     rng = np.random.default_rng(seed)
-    k, n = len(f.means), int(np.median(f.n))
-    y = f.means[None, :, None] + f.sds[None, :, None] * rng.standard_normal((reruns, k, n))
+    if rule.draw is not None:
+        y = rule.draw(f, reruns, rng)
+    else:
+        k, n = len(f.means), int(np.median(f.n))
+        y = f.means[None, :, None] + f.sds[None, :, None] * rng.standard_normal((reruns, k, n))
     sets = rule.matrix_bounds(y, np.full(reruns, f.c), f.model == BLOCKED)[2]
     return float((sets == in_set).all(1).mean())
 
@@ -630,16 +1057,18 @@ COLUMNS = ["variant", "seeds", "mean", "sd", "low", "high", "mark", "worse_by", 
 
 
 def compare(scores: Mapping[str, Mapping[int, float]], *, margin: Optional[float] = None, blocked: bool = True,
-            alpha: float = ALPHA, min_seeds: int = 3, seed: int = SEED,
-            procedure: str = PROCEDURE) -> tuple[pd.DataFrame, Optional[Fit]]:
+            alpha: float = ALPHA, min_seeds: int = 3, seed: int = SEED, procedure: str = PROCEDURE,
+            questions: Optional[Mapping] = None) -> tuple[pd.DataFrame, Optional[Fit]]:
     """One task's marks by ``procedure`` (a PROCEDURES name). ``scores``: {variant: {seed: primary metric}}. Rows
     (highest mean first): variant, seeds, mean, sd (its own), low, high (the simultaneous bounds of theta), mark,
     worse_by (at least, for "worse"), in_best_set, p_best, fragile (the mark or set membership changes with c moved
     within its Monte Carlo band). Variants with fewer than ``min_seeds`` seeds are marked "too few seeds" and stay
-    out of the model."""
+    out of the model. ``questions`` ({variant: {seed: per-question scores}}): read by a procedure that judges them
+    (``Procedure.per_question``), ignored by the others."""
     rule = PROCEDURES[procedure]
     enough = {v: s for v, s in scores.items() if len(s) >= min_seeds}
-    f = rule.fit(enough, blocked=blocked, alpha=alpha, seed=seed) if len(enough) >= 2 else None
+    extra = {"questions": questions} if rule.per_question else {}
+    f = rule.fit(enough, blocked=blocked, alpha=alpha, seed=seed, **extra) if len(enough) >= 2 else None
     rows = []
     if f is not None:
         low, high, in_set = _bounds_at(rule, f, f.c)
@@ -700,12 +1129,14 @@ def summary(f: Optional[Fit], *, margin: Optional[float] = None, target: Optiona
            "tukey_value": tukey_value(k, f.df, alpha), "mdd": mdd(f.sd, n, k, f.pair_df, c=f.c, alpha=alpha),
            "half_width": f.c * f.sd * math.sqrt(2.0 / n) if f.sd > 0 else 0.0,
            "set_reproduced": rerun_agreement(f, seed=seed) if f.sd > 0 else 1.0}
+    inside = [f.variants.index(v) for v in (contenders or ()) if v in f.variants]
+    if f.crossed is not None:  # crossed-v4: more seeds shrink the seed part only (``crossed_mdd``)
+        return {**out, **_crossed_summary(f, target=target, margin=margin, alpha=alpha, inside=inside)}
     # More seeds: the MDD at the calibrated c scaled to the larger n (c falls a little with n; kept: conservative).
     for m in (2, 4):
         out[f"mdd_x{m}"] = mdd(f.sd, n * m, k, _pair_df(k, n * m, blocked, f.procedure), c=f.c, alpha=alpha)
     for name, value in (("target", target), ("margin", margin)):
         out[f"seeds_for_{name}"] = _seeds_for(value, f, blocked, alpha) if value else None
-    inside = [f.variants.index(v) for v in (contenders or ()) if v in f.variants]
     if 2 <= len(inside) < k:
         sd_set = float(np.sqrt(f.ss[inside].sum() / f.dfs[inside].sum()))
         out.update({"set_variants": len(inside), "sd_set": sd_set,
@@ -891,7 +1322,12 @@ def contrast_error(k: int, n: int, pairs: Sequence[tuple[int, int]], *, sds: Opt
 
 @dataclass
 class Design:
-    """A matrix's shape for the simulation: variants, seeds each, the true means' pattern and the noise."""
+    """A matrix's shape for the simulation: variants, seeds each, the true means' pattern and the noise. With
+    ``questions`` every cell is Q per-question scores: the seed part above (sd, sds, ...) moves a cell's every
+    question, and each variant adds its own question effect (``question_sd``, drawn anew per simulated matrix:
+    the questions are a sample) and a residual per seed and question (``residual_sd``); a question effect all
+    variants share (``shared_question_sd``, a question's difficulty) cancels in every pair. The true means are the
+    skill's, over the populations of seeds and questions."""
     k: int
     n: int
     sd: float = 1.0
@@ -902,6 +1338,14 @@ class Design:
     means: Optional[np.ndarray] = None  # true means (default: all equal, the global null)
     blocked: bool = True
     margin: Optional[float] = None
+    questions: int = 0             # Q per-question scores a cell (0: one score a cell, no question axis)
+    question_sd: float | np.ndarray = 0.0  # each variant's own question effect's sd (a scalar or (k,))
+    question_cov: Optional[np.ndarray] = None  # or the question effects' (k, k) covariance (overrides question_sd)
+    residual_sd: float | np.ndarray = 0.0  # the per-(seed, question) residual's sd (a scalar or (k,))
+    shared_question_sd: float = 0.0  # a question effect every variant shares (cancels in the pairs)
+
+
+QUESTION_CHUNK = 100  # simulated matrices of per-question scores made at a time (bounded memory)
 
 
 def partial_null(k: int, equal: int, gap: float) -> np.ndarray:
@@ -933,9 +1377,37 @@ def family_error(design: Design, *, sims: int = 2000, reps: int = 1000, seed: in
     else:
         noise = rng.standard_t(design.tail_df, (sims, k, n)) * math.sqrt((design.tail_df - 2) / design.tail_df)
     y = mu[None, :, None] + scale * noise + design.block_sd * rng.standard_normal((sims, 1, n))
-    low, high, in_set = PROCEDURES[procedure].simulate(y, blocked=design.blocked, alpha=alpha, reps=reps,
-                                                       seed=seed + 7919)
+    rule = PROCEDURES[procedure]
+    if design.questions:
+        y = _with_questions(y, design, rng, rule.per_question)
+    low, high, in_set = rule.simulate(y, blocked=design.blocked, alpha=alpha, reps=reps, seed=seed + 7919)
     return error_rates(low, high, mu, design.margin, in_set)
+
+
+def _with_questions(y: np.ndarray, design: Design, rng: np.random.Generator, per_question: bool):
+    """The cells ``y`` (sims, k, n) made Q per-question scores each (``Design``'s question and residual parts),
+    QUESTION_CHUNK matrices at a time, returned as a per-question procedure reads them (``CrossedTables``) or as
+    cell scores (sims, k, n), the mean over the questions, for the others."""
+    k, n, q = design.k, design.n, design.questions
+    question_sd = np.broadcast_to(np.asarray(design.question_sd, float), (k,))[None, :, None, None]
+    if design.question_cov is not None:  # a square root of the covariance (positive semi-definite)
+        value, vector = np.linalg.eigh(np.asarray(design.question_cov, float))
+        root = vector * np.sqrt(np.maximum(value, 0.0))
+    residual_sd = np.broadcast_to(np.asarray(design.residual_sd, float), (k,))[None, :, None, None]
+    parts = []
+    for start in range(0, len(y), QUESTION_CHUNK):
+        cells = y[start:start + QUESTION_CHUNK]
+        size = len(cells)
+        effect = (question_sd * rng.standard_normal((size, k, 1, q)) if design.question_cov is None
+                  else np.einsum("ij,sjq->siq", root, rng.standard_normal((size, k, q)))[:, :, None, :])
+        table = (cells[..., None] + effect
+                 + design.shared_question_sd * rng.standard_normal((size, 1, 1, q))
+                 + residual_sd * rng.standard_normal((size, k, n, q)))
+        parts.append(crossed_tables(table) if per_question else table.mean(-1))
+    if not per_question:
+        return np.concatenate(parts)
+    return CrossedTables(*(np.concatenate([getattr(t, f) for t in parts]) for f in ("means", "rows", "columns",
+                                                                                      "residual")), n, q)
 
 
 def theta_of(mu: np.ndarray) -> np.ndarray:

@@ -235,3 +235,78 @@ def test_calibration_shows_its_progress_case_by_case_to_the_last(monkeypatch, ca
     assert len(calls) == 2 + 8 + 9 and claim_sims == [500] * 9  # --claims-sims for the claims, --sims elsewhere
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("calibration (100 simulated matrices a case, 500 a claims case): 24/24 cases")
+
+
+
+# ------------------------------------------------------------------------------------------------
+# crossed-v4: the questions sampled too
+# ------------------------------------------------------------------------------------------------
+
+
+def test_crossed_v4_design_is_the_stores_own_parts():
+    """The real-LM number_sequence store's design for crossed-v4's simulation: 8 x 6 x 300, each pair's seed,
+    question and residual components split per variant (a pair's sum of two variants' comes close to its own), and
+    the question share crossed.py reports. The split keeps the pairs' mean component (least squares, but for the
+    clip at 1% of it: 1.03 of the question components' measured); the question components fit an additive split less
+    well than the residuals (measured: median misfit 0.32 of the mean pair's question component, 0.07 of its
+    residual one)."""
+    from benchmarks.report import calibration_report, crossed, inference
+
+    store = ROOT / "results" / "reasoning-gym" / "verdict-number-sequence"
+    (design,) = calibration_report.crossed_designs([store, ROOT / "results" / "verdicts-tuned"])  # no records there
+    assert (design["k"], design["n"], design["questions"], design["margin"]) == (8, 6, 300, 0.03)
+    pairs = crossed.pair_variances(store)
+    assert design["question_share"] == pytest.approx(pairs["question_share"].median(), rel=1e-9)
+    index = {v: i for i, v in enumerate(design["variants"])}
+    i, j = pairs["variant_i"].map(index).to_numpy(), pairs["variant_j"].map(index).to_numpy()
+    for name, column in (("residual_sds", "sigma2_residual"), ("question_sds", "sigma2_question")):
+        split = np.asarray(design[name]) ** 2
+        assert (split[i] + split[j]).mean() == pytest.approx(pairs[column].mean(), rel=0.05), name
+    split = np.asarray(design["residual_sds"]) ** 2
+    assert np.median(np.abs(split[i] + split[j] - pairs["sigma2_residual"])) < 0.1 * pairs["sigma2_residual"].mean()
+    scenarios = calibration_report._crossed_scenarios(design)
+    assert [label for label, _ in scenarios][-1] == "global null, question parts x5"
+    assert np.allclose(scenarios[-1][1].question_sd ** 2, 5 * np.asarray(design["question_sds"]) ** 2)
+    assert all(d.questions == 300 and d.margin == 0.03 for _, d in scenarios)
+    assert inference.PROCEDURES["crossed-v4"].per_question
+
+
+def test_crossed_v4_on_the_real_aa_cells_and_its_section(tmp_path):
+    """The A/A store's 24 cells with their per-question records cut into null matrices, judged by crossed-v4; the
+    section lands between its markers, and ``main`` rewrites it alone, leaving the rest of the page as it was."""
+    from benchmarks.markdown import update_section
+    from benchmarks.report import calibration_report
+
+    summary, rates = calibration_report.crossed_real_aa(ROOT / "results" / "calibration" / "aa-number-sequence",
+                                                        shapes=((8, 3), (5, 5)), draws=100, outer=3, inner=20,
+                                                        reps=200)
+    assert summary["cells"] == 24 and summary["questions"] == 300 and summary["variant"] == "grpo"
+    assert list(rates["variants"]) == [8] and rates["false_claim"].iloc[0] <= 0.15  # 5 x 5 needs 25 cells
+    rates_of = {f"{p} {k}": 0.04 for p in ("crossed-v4", "pairs-v2")
+                for k in ("false_claim", "noncoverage", "false_equivalent", "any_worse")}
+    sim = pd.DataFrame([{"matrix": "m", "task": "t", "variants": 8, "seeds": 6, "questions": 300,
+                         "scenario": "global null", "sims": 1000, **rates_of}])
+    result = {"designs": [{"matrix": "m", "task": "t", "question_share": 0.07}], "simulated": sim,
+              "real_aa": [(summary, rates)], "sims": 1000, "reps": 500}
+    page = calibration_report.render_calibration({"simulated": pd.DataFrame(), "real_aa": [],
+                                                  "declared_pairs": pd.DataFrame(), "claims": [], "crossed": result},
+                                                 "grpo-bench calibration m")
+    assert "| m | t | 8 x 6 x 300 | 0.07 | global null | 0.040 +-0.006 |" in page
+    assert page.count("<!-- grpo-bench:crossed-v4 -->") == 1
+    path = tmp_path / "report.md"
+    path.write_text(page + "\n## After\n")
+    update_section(path, calibration_report.CROSSED_SECTION, "rewritten")
+    text = path.read_text()
+    assert "rewritten" in text and "8 x 6 x 300" not in text and text.endswith("## After\n")
+    assert text.startswith(page[:page.index("<!-- grpo-bench:crossed-v4 -->")])
+
+
+def test_crossed_v4_calibration_command_refuses_bad_input(capsys, tmp_path):
+    from benchmarks.report import calibration_report
+
+    for argv, message in ((["--bogus"], "unknown option --bogus"), ([], "no DIR"),
+                          ([str(tmp_path)], "not a result store"), (["x", "--sims", "many"], "--sims takes a number"),
+                          (["x", "--sims"], "an option without its value"), (["x", "--sims", "10"], "at least 100")):
+        assert calibration_report.main(argv) == 2, argv
+        assert message in capsys.readouterr().err, argv
+    assert calibration_report.main(["--help"]) == 0 and "crossed-v4" in capsys.readouterr().out

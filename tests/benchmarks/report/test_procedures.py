@@ -23,7 +23,7 @@ def _limit(sims: int, rate: float = 0.05) -> float:
 
 def test_the_registered_procedure_follows_the_analysis():
     assert inference.PROCEDURE == "pairs-v2"  # paired-v3 is offered, not current: more conservative at most designs
-    assert set(inference.PROCEDURES) == {"pooled-v1", "pairs-v2", "paired-v3"}
+    assert set(inference.PROCEDURES) == {"pooled-v1", "pairs-v2", "paired-v3", "crossed-v4"}  # crossed-v4: offered
     assert inference.registered({"procedure": "pairs-v2", "stated_at": "2026-12-07T00:00:00+00:00"}) == "pairs-v2"
     assert inference.registered({"stated_at": "2026-11-27T23:59:59+00:00"}) == "pooled-v1"
     assert inference.registered({"stated_at": "2026-11-28T04:31:23+00:00"}) == "pairs-v2"
@@ -217,3 +217,26 @@ def test_each_procedures_half_widths_are_its_own():
     assert np.allclose(pooled.half_widths, inference.pooled_half_widths(pooled.n, pooled.sd, pooled.c))
     _, v2 = inference.compare(data, procedure="pairs-v2")
     assert inference.scaled_marks(v2, np.full((3, 3), 100.0)) == [inference.NOT_RESOLVED] * 3  # far wider: nothing
+
+
+def test_the_procedures_page_gives_crossed_v4_where_the_cells_keep_per_question_records():
+    """With per-question scores a design's row gains crossed-v4's columns and the page its table: the MDD with the
+    questions sampled, with more seeds falling towards the floor the questions leave; without them, neither."""
+    from benchmarks.report import procedures
+
+    rng = np.random.default_rng(4)
+    effect = 0.1 * rng.standard_normal((3, 1, 60))  # each variant's own question effect: a question part
+    y = np.array([0.6, 0.55, 0.3])[:, None, None] + 0.01 * rng.standard_normal((3, 8, 1)) + effect \
+        + 0.2 * rng.standard_normal((3, 8, 60))
+    scores = {v: {s: float(y[i, s].mean()) for s in range(8)} for i, v in enumerate("abc")}
+    questions = {v: {s: y[i, s] for s in range(8)} for i, v in enumerate("abc")}
+    row = procedures.row_of("m", "t", scores, "pairs-v2", None, questions)
+    assert row["crossed-v4 MDD"] > row["crossed-v4 MDD x2 seeds"] > row["crossed-v4 MDD x4 seeds"] \
+        > row["crossed-v4 MDD floor"] > 0 and row["crossed-v4 questions"] == 60
+    assert row["crossed-v4 pair MDD"] > row["pairs-v2 pair MDD"]  # the question part the seeds leave out
+    frame = pd.DataFrame([{"store": "results/m", **row},
+                          {"store": "results/n", **procedures.row_of("n", "t", scores, None, None)}])
+    text = procedures.render(frame.rename(columns=lambda c: c.replace("-", "_").replace(" ", "_")))
+    table = text[text.index("## `crossed-v4`"):]
+    assert "| results/m | t | 3 x 8 x 60 |" in table and "results/n" not in table
+    assert "results/n" in text[:text.index("## `crossed-v4`")]
