@@ -138,13 +138,11 @@ def collect(out: Path) -> dict:
                 samples_at[r["step"]] = samples
                 step_rows.append({**keys, **r, "samples": samples})
             recorded = summary.get("eval_questions") or {}
-            evals = [(0, 0.0, "before", {k[: -len("_before")]: v for k, v in summary.items() if k.endswith("_before")}
-                      | _questions(recorded.get("before")))]
+            evals = [(0, 0.0, "before", _evaluation(summary, "before") | _questions(recorded.get("before")))]
             evals += [(r["step"], r["time/wall"], "during", {k[len("eval/"):]: v for k, v in r.items() if k.startswith("eval/")}
                        | _questions(r)) for r in metrics if any(k.startswith("eval/") for k in r)]
             evals.append((summary["steps"], summary["wall_clock_s"], "after",
-                          {k[: -len("_after")]: v for k, v in summary.items() if k.endswith("_after")}
-                          | _questions(recorded.get("after"))))
+                          _evaluation(summary, "after") | _questions(recorded.get("after"))))
             for step, wall, phase, values in evals:
                 eval_rows.append({**keys, "step": step, "samples": samples_at.get(step, step * cps), "time/wall": wall, "phase": phase, **values})
         except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a store or plan another writer made
@@ -174,6 +172,12 @@ def fresh_process_peaks(cells: pd.DataFrame) -> pd.DataFrame:
     cells["peak_memory_warm_bytes"] = cells["peak_memory_bytes"].where(warm)
     cells["peak_memory_bytes"] = cells["peak_memory_bytes"].where(~warm)
     return cells
+
+
+def _evaluation(summary: dict, when: str) -> dict:
+    """A summary's numbers of its evaluation ``when`` ("before" or "after"), named without the suffix; its pass@k (a
+    value a k) is the cells table's columns instead (passk_table.cell_columns), not a dict in a CSV cell."""
+    return {k[: -len(when) - 1]: v for k, v in summary.items() if k.endswith(f"_{when}") and not isinstance(v, dict)}
 
 
 def _questions(record: Optional[dict]) -> dict:

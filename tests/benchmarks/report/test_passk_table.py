@@ -109,6 +109,7 @@ def test_the_report_shows_a_table_per_task_names_the_variants_left_out_and_leave
     assert a["pass_at_1_after"].to_dict() == pytest.approx({s: BEFORE_1[s] + GAIN_1[s] for s in SEEDS})
     assert a["pass_at_4_before"].to_dict() == pytest.approx(BEFORE_4)
     assert cells.loc[cells["variant"] == "c", "pass_at_1_after"].isna().all()
+    assert not any("pass" in c for c in pd.read_csv(out / "tables" / "evals.csv").columns)  # no dict in a CSV cell
     table = pd.read_csv(out / "tables" / "pass_at_k.csv")
     assert len(table) == 3 and "tables/pass_at_k.csv" in readme
     page = (out / "index.html").read_text()
