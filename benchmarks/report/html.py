@@ -1,8 +1,9 @@
 """A matrix's report as one HTML page, DIR/index.html, the front door a practitioner reads in two minutes: the
 matrix's headline and verdict sentences, the verdict table per task, the verdict figure (each variant's gap to the
-best of the others), the learning curves, the cost per variant, the flags, and the whole markdown report folded in
-``<details>``. And ``write_index``: results/index.html, a page listing every matrix folder under a root with its
-one-line headline and a link to its page.
+best of the others), the learning curves, pass@k before and after training (where the cells recorded it), the cost
+per variant, the flags, and the whole markdown report folded in ``<details>``. And ``write_index``:
+results/index.html, a page listing every matrix folder under a root with its one-line headline and a link to its
+page.
 
 Self-contained: no network, no CDN, no JavaScript; the figures are inline SVG from matplotlib's SVG backend. Why
 that and not plotly or bokeh: matplotlib is already a dependency (the PNGs are drawn with it, so the page and the
@@ -180,11 +181,12 @@ def _figure(svg: Optional[str], missing: str) -> str:
 
 
 def page(*, title: str, header_md: str, sentences: Sequence[str], tasks: pd.DataFrame, summary: pd.DataFrame,
-         svgs: dict, flags_md: str, report_md: str, files: Sequence[str] = ()) -> str:
+         svgs: dict, flags_md: str, report_md: str, files: Sequence[str] = (), pass_at_k_md: str = "") -> str:
     """The whole page as HTML text. ``header_md``: the matrix's header lines (device, budget, wall-clock, cells);
     ``sentences``: the verdicts' guidance; ``tasks``: the verdict table (verdicts.analyse's "tasks"); ``svgs``:
     {PNG name: SVG text} (plots.plots's ``svg``); ``flags_md``: the Flags section; ``report_md``: the whole
-    markdown report, folded; ``files``: the plots and tables beside the page, linked under it."""
+    markdown report, folded; ``files``: the plots and tables beside the page, linked under it; ``pass_at_k_md``: the
+    pass@k table per task (passk_table.markdown), a section of its own where the cells recorded pass@k."""
     verdict_svg = svgs.get("verdicts.png")
     curves_svg = svgs.get("accuracy_vs_completions.png")
     links = "".join(f'<li><a href="{html.escape(f, quote=True)}">{html.escape(f)}</a></li>' for f in files)
@@ -200,6 +202,8 @@ def page(*, title: str, header_md: str, sentences: Sequence[str], tasks: pd.Data
         + _figure(verdict_svg, "No verdict figure (no plots written, or nothing to rank).") + "</section>",
         '<section id="curves"><h2>Learning curves</h2>'
         + _figure(curves_svg, "No learning curves (no plots written, or no evaluations).") + "</section>",
+        *([f'<section id="pass-at-k"><h2>pass@k before and after training</h2>{markdown_html(pass_at_k_md)}</section>']
+          if pass_at_k_md else []),
         f'<section id="cost"><h2>Cost per variant</h2>{cost_table(summary)}</section>',
         f'<section id="flags">{markdown_html(flags_md)}</section>',
         '<details id="details"><summary>The full report: methods, every measured number, the tables and plots'

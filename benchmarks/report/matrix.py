@@ -12,6 +12,7 @@ Writes under DIR:
     tables/curves.csv  accuracy on each task's grid of completion counts, per cell
     tables/curve_metrics.csv   per cell: final accuracy, AUC, completions to the threshold
     tables/verdicts.csv / overall.csv / probability_of_improvement.csv / performance_profiles.csv
+    tables/pass_at_k.csv   where cells recorded pass@k: per task, variant and k, before and after (``passk_table``)
     plots/*.png        the verdict figure, learning curves, training reward, bars, per-task diagnostics, rliable plots
     index.html         one self-contained page: headline, verdicts, the verdict figure and the learning curves
                        (inline SVG), cost per variant, flags, and the whole report folded (``html``)
@@ -39,7 +40,7 @@ from benchmarks.errors import UsageError
 from benchmarks.io import PHASES, QUESTIONS_CORRECT, QUESTIONS_SAMPLES, atomic_write_text, read_json
 from benchmarks.markdown import markdown_table, plus_minus, update_section
 from benchmarks.report import curves as learning_curves
-from benchmarks.report import flags, html, stats, tuning_stage, verdicts
+from benchmarks.report import flags, html, passk_table, stats, tuning_stage, verdicts
 from benchmarks.report.curves import CELL_KEYS
 from benchmarks.report.plots import plots
 from benchmarks.report.stats import t_interval
@@ -137,13 +138,11 @@ def collect(out: Path) -> dict:
                 samples_at[r["step"]] = samples
                 step_rows.append({**keys, **r, "samples": samples})
             recorded = summary.get("eval_questions") or {}
-            evals = [(0, 0.0, "before", {k[: -len("_before")]: v for k, v in summary.items() if k.endswith("_before")}
-                      | _questions(recorded.get("before")))]
+            evals = [(0, 0.0, "before", _evaluation(summary, "before") | _questions(recorded.get("before")))]
             evals += [(r["step"], r["time/wall"], "during", {k[len("eval/"):]: v for k, v in r.items() if k.startswith("eval/")}
                        | _questions(r)) for r in metrics if any(k.startswith("eval/") for k in r)]
             evals.append((summary["steps"], summary["wall_clock_s"], "after",
-                          {k[: -len("_after")]: v for k, v in summary.items() if k.endswith("_after")}
-                          | _questions(recorded.get("after"))))
+                          _evaluation(summary, "after") | _questions(recorded.get("after"))))
             for step, wall, phase, values in evals:
                 eval_rows.append({**keys, "step": step, "samples": samples_at.get(step, step * cps), "time/wall": wall, "phase": phase, **values})
         except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a store or plan another writer made
@@ -175,6 +174,12 @@ def fresh_process_peaks(cells: pd.DataFrame) -> pd.DataFrame:
     return cells
 
 
+def _evaluation(summary: dict, when: str) -> dict:
+    """A summary's numbers of its evaluation ``when`` ("before" or "after"), named without the suffix; its pass@k (a
+    value a k) is the cells table's columns instead (passk_table.cell_columns), not a dict in a CSV cell."""
+    return {k[: -len(when) - 1]: v for k, v in summary.items() if k.endswith(f"_{when}") and not isinstance(v, dict)}
+
+
 def _questions(record: Optional[dict]) -> dict:
     """An evaluation's per-question record (io.encode_correct) as the evals frame's ``questions`` (the counts) and
     ``question_samples``; nothing for an evaluation that kept none (before the harness recorded them)."""
@@ -191,6 +196,7 @@ def _flatten_summary(s: dict) -> dict:
         row["tokens_per_second"] = None
     if "param_bytes" in s:
         row["training_state_bytes"] = s["param_bytes"] + s.get("grad_bytes", 0) + s.get("optimizer_bytes", 0)
+    row.update(passk_table.cell_columns(s))
     return row
 
 
@@ -366,6 +372,9 @@ def render(data: dict, summary: pd.DataFrame, images: list[tuple[str, str]], pre
         lines += ["", verdicts.render(data["analysis"], glossary=glossary).rstrip()]
     key = f"How to read it: [glossary]({glossary}#every-measured-number)." if glossary else MEASURED_KEY
     lines += ["", "#### Every measured number", "", key, "", summary_markdown(summary)]
+    pass_at_k = passk_table.markdown(cells)
+    if pass_at_k:
+        lines += ["", "#### pass@k before and after training", "", pass_at_k]
     reference = data.get("cost_reference")
     phases = phase_markdown(cells, reference) if "status" in cells else ""
     if phases:
@@ -387,7 +396,8 @@ def render(data: dict, summary: pd.DataFrame, images: list[tuple[str, str]], pre
                                                                     for r in missing.itertuples())]
     for name, caption in images:
         lines += ["", f"![{caption}]({prefix}plots/{name})"]
-    links = [f"[{prefix}tables/{name}.csv]({prefix}tables/{name}.csv)" + note for name, note in TABLES]
+    tables = TABLES + ([PASS_AT_K_TABLE] if pass_at_k else [])
+    links = [f"[{prefix}tables/{name}.csv]({prefix}tables/{name}.csv)" + note for name, note in tables]
     lines += ["", "Tables: " + ", ".join(links) + "."]
     lines += ["", provenance(data, done, source).rstrip()]
     return "\n".join(lines) + "\n"
@@ -530,6 +540,8 @@ TABLES = [("summary", ""), ("cells", " (every cell)"), ("evals", ""), ("curves",
           ("probability_of_improvement", ""), ("performance_profiles", ""),
           ("scaling_fits", " (ScaleRL fits per task and variant)"), ("power", " (minimum detectable difference per task)"),
           ("aa_pairs", " (declared-equivalent pairs)"), ("tuning", " (each variant's grid on the tuning seeds)")]
+# written and linked only where some cell recorded pass@k
+PASS_AT_K_TABLE = ("pass_at_k", " (per task, variant and k: pass@k before and after training)")
 
 
 def analyse(data: dict, *, reps: int = stats.REPS) -> dict:
@@ -663,6 +675,9 @@ def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[s
               ("overall", analysis["overall"]), ("probability_of_improvement", analysis["poi"]),
               ("scaling_fits", analysis["scaling_fits"]), ("power", analysis["power"]), ("aa_pairs", analysis["aa"]),
               ("performance_profiles", analysis["profiles"]), ("tuning", analysis["tuning"])]
+    pass_at_k = passk_table.summarize(data["cells"])
+    if not pass_at_k.empty:
+        frames.append((PASS_AT_K_TABLE[0], pass_at_k))
     for name, frame in frames:
         atomic_write_text(out / "tables" / f"{name}.csv", frame.to_csv(index=False))
     atomic_write_text(out / "tables" / "summary.md", summary_markdown(summary) + "\n")
@@ -685,6 +700,7 @@ def report(out: Path | str, *, readme: Optional[str] = None, section: Optional[s
     html.write_page(out / html.PAGE, title=brief[0].lstrip("# "), header_md="\n\n".join(brief[1:-1]),
                     sentences=analysis["sentences"], tasks=tasks, summary=summary, svgs=svgs,
                     flags_md=flags.render(data["flags"], history=False),
+                    pass_at_k_md=passk_table.markdown(data["cells"]),
                     report_md=render(data, summary, [], "", source, glossary=own),
                     files=[f"plots/{name}" for name, _ in images] + [f"tables/{name}.csv" for name, _ in frames])
     section_name = section or f"matrix-{out.name}"
