@@ -218,7 +218,8 @@ class GRPO(Algorithm):
             for part, value in parts.items():
                 metrics[f"loss/{part}"] = metrics.get(f"loss/{part}", 0.0) + value / c.mu
             metrics[f"grad_norm/iter{iteration}"] = grad_norm
-            clipped = loss_fn.clip_fraction(logps, first_logps if old_logps is None else old_logps, advantages, mask)
+            clipped = loss_fn.clip_fraction(logps, first_logps if old_logps is None else old_logps, advantages, mask,
+                                            sampling_logps=rollout.sampling_logps)
             if clipped is not None:
                 metrics[f"clipfrac/iter{iteration}"] = clipped.item()
 

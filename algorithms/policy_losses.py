@@ -886,13 +886,22 @@ class GRPOLoss:
         return self.correction.weights(old_logps, sampling_logps, mask, self.importance_sampling_clip_min,
                                        self.importance_sampling_clip_max)
 
+    def pi_old(self, old_logps: torch.Tensor, sampling_logps: Optional[torch.Tensor]) -> torch.Tensor:
+        """The old policy's log-probs the ratio is taken against: the trainer's, or under a bypass correction (verl's
+        bypass mode) the sampler's where it recorded them."""
+        if sampling_logps is not None and self.importance_sampling_correction and self.correction.bypass:
+            return self.correction.old_logps(old_logps, sampling_logps)
+        return old_logps
+
     def clip_fraction(self, logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor,
-                      mask: torch.Tensor) -> Optional[torch.Tensor]:
-        """The share of active tokens the policy loss's clip bound (its ``clip_fraction``); None where it has none."""
+                      mask: torch.Tensor, sampling_logps: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
+        """The share of active tokens the policy loss's clip bound (its ``clip_fraction``), the ratio taken against
+        the pi_old a call with the same ``sampling_logps`` uses (``pi_old``: under bypass the sampler's, as verl's
+        pg_clipfrac in bypass mode); None where the loss has no clip."""
         if self.policy.clip_fraction is None:
             return None
-        return self.policy.clip_fraction(logps, old_logps, advantages, mask, level=self.level, epsilon=self.epsilon,
-                                         epsilon_high=self.epsilon_high)
+        return self.policy.clip_fraction(logps, self.pi_old(old_logps, sampling_logps), advantages, mask,
+                                         level=self.level, epsilon=self.epsilon, epsilon_high=self.epsilon_high)
 
     def __call__(
         self,
@@ -943,8 +952,7 @@ class GRPOLoss:
             if policy.folds_sampling_weight and self.correction.sequence_level:
                 raise ValueError(f"loss_type {policy.name!r} needs a token-level importance_sampling_mode (TRL "
                                  f"refuses sequence modes), got {self.correction.name!r}")
-            if self.correction.bypass:
-                old_logps = self.correction.old_logps(old_logps, sampling_logps)
+            old_logps = self.pi_old(old_logps, sampling_logps)
             is_ratio = self.sampler_weight(old_logps, sampling_logps, mask)
         ratio = importance_ratio(logps, old_logps, mask, self.level)  # (B, T) or (B, 1)
         epsilon_high = self.epsilon if self.epsilon_high is None else self.epsilon_high

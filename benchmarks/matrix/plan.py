@@ -73,6 +73,9 @@ RUN_KEYS = {
                 "minimum detectable difference the seeds were chosen for), section (optional: the heading its "
                 "claims sit under in the claims report, e.g. \"2026\"), and [[analysis.claims]] (published claims "
                 "this matrix tests, each a treatment variant against a control: grpo-bench claims)",
+    "report": "[report], what the report shows beside its verdicts: metrics = [training metrics by name, e.g. "
+              "\"mismatch/kl_v2\"], each a table column: per variant, the mean over seeds of each cell's mean over "
+              "its steps",
     "tasks": "[tasks.NAME] tables",
     "algorithms": "[algorithms.NAME] tables",
 }
@@ -401,8 +404,22 @@ def _run_settings(check: _Checker, data: dict) -> _RunSettings:
     order = data.get("order", "variant")
     if order not in ORDERS:
         check.fail((), "order", f"order must be {' or '.join(ORDERS)}, got {order!r}")
+    _check_report(check, data.get("report", {}))
     return _RunSettings(seeds, budget, eval_every, checkpoint_every, timeout_s, device, precision,
                         _resources(check, data, ()), order)
+
+
+def _check_report(check: _Checker, table: Any) -> None:
+    """[report]: ``metrics``, a list of distinct training-metric names (the report reads it from the file's text)."""
+    if not isinstance(table, dict):
+        check.fail((), "report", "report must be a table: [report]")
+    for key in table:
+        if key != "metrics":
+            check.fail(("report",), key, f"unknown key {key!r} of [report]; it has: metrics")
+    metrics = table.get("metrics", [])
+    if (not isinstance(metrics, list) or not all(isinstance(m, str) and m.strip() for m in metrics)
+            or len(set(metrics)) != len(metrics)):
+        check.fail(("report",), "metrics", f"metrics must be a list of distinct metric names, got {metrics!r}")
 
 
 def _variant_cells(check: _Checker, task: tuple, algo: tuple, per_task: dict, run: _RunSettings,

@@ -31,6 +31,7 @@ import math
 import os
 import textwrap
 import time
+import tomllib
 from pathlib import Path
 from typing import Optional
 
@@ -323,6 +324,38 @@ def summary_markdown(summary: pd.DataFrame) -> str:
     return markdown_table(headers, rows)
 
 
+def named_metrics(meta: dict) -> list[str]:
+    """The training metrics the matrix file's ``[report]`` names (``metrics = [...]``), read from the file's text
+    that matrix.json keeps; none where it names none."""
+    try:
+        table = tomllib.loads((meta or {}).get("toml") or "").get("report") or {}
+    except tomllib.TOMLDecodeError:
+        return []
+    return [name for name in table.get("metrics", []) if isinstance(name, str)]
+
+
+def named_metric_means(steps: pd.DataFrame, names: list[str]) -> pd.DataFrame:
+    """One row per complete cell (task, variant, seed): each named training metric's mean over the cell's steps
+    (NaN where the cell logged it at no step)."""
+    keys = ["task", "variant", "seed"]
+    if steps.empty:
+        return pd.DataFrame(columns=keys + names)
+    means = steps.groupby(keys, sort=False)[[n for n in names if n in steps]].mean().reset_index()
+    return means.reindex(columns=keys + names)
+
+
+def named_metrics_markdown(per_cell: pd.DataFrame, names: list[str]) -> str:
+    """Per (task, variant): the mean ± 95% t-interval over its cells of each cell's mean (``named_metric_means``)."""
+    rows = []
+    for (task, variant), group in per_cell.groupby(["task", "variant"], sort=False):
+        row = [task, variant, len(group)]
+        for name in names:
+            mean, half = t_interval(group[name])
+            row.append(plus_minus(mean, half, "{:.3g}", seeds=int(group[name].notna().sum())))
+        rows.append(row)
+    return markdown_table(["task", "variant", "seeds", *(f"`{name}`" for name in names)], rows)
+
+
 def _peak_text(r, fmt: str, scale: float) -> str:
     """Peak memory's mean ± interval over the fresh cells (``fresh_process_peaks``)."""
     text = plus_minus(r["peak_memory_bytes_mean"], r["peak_memory_bytes_ci95"], fmt, scale, seeds=r["peak_memory_n"])
@@ -372,6 +405,11 @@ def render(data: dict, summary: pd.DataFrame, images: list[tuple[str, str]], pre
         lines += ["", verdicts.render(data["analysis"], glossary=glossary).rstrip()]
     key = f"How to read it: [glossary]({glossary}#every-measured-number)." if glossary else MEASURED_KEY
     lines += ["", "#### Every measured number", "", key, "", summary_markdown(summary)]
+    named = named_metrics(meta)
+    if named:  # the training metrics the matrix file's [report] names
+        lines += ["", "The training metrics this matrix names ([report] metrics): each cell's mean over its steps, "
+                  "then mean ± 95% t-interval over seeds:", "",
+                  named_metrics_markdown(named_metric_means(data.get("steps", pd.DataFrame()), named), named)]
     pass_at_k = passk_table.markdown(cells)
     if pass_at_k:
         lines += ["", "#### pass@k before and after training", "", pass_at_k]
