@@ -1,8 +1,7 @@
-"""The studies that are top-level commands (``grpo-bench NAME``: agreement, transfer, brief, claims, variance,
-calibration, readme) and ``grpo-bench paired eval|compare``, each registered as a study
-(benchmarks/study.py): its settings, whose fields are its flags, and its run. Those that write a report (agreement,
-transfer, brief, claims, variance, calibration) declare it and render it, and the lifecycle writes it with its README
-section; the report's modules compute what it shows and render it, and write nothing.
+"""The studies that are top-level commands (``grpo-bench NAME``: agreement, brief, claims, variance, calibration,
+readme), each registered as a study (benchmarks/study.py): its settings, whose fields are its flags, and its run.
+Those that write a report (agreement, brief, claims, variance, calibration) declare it and render it, and the lifecycle
+writes it with its README section; the report's modules compute what it shows and render it, and write nothing.
 
 Light at import, so that each command's ``--help`` starts in about 0.1 s: a run imports its engine where it runs, each
 such import marked "heavy" (the report's modules: pandas and scipy; the harness: torch), and the
@@ -12,7 +11,6 @@ add about 10 ms to that 0.1 s). The paths a study reads and writes are checked b
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -96,18 +94,6 @@ class Agreement(Study):
         return text + f"\nRegenerate: `{command}`\n"
 
 
-@dataclass
-class TransferSettings(StudySettings):
-    toy: str = field(metadata={"help": "the toy task's matrix directory", "matrix": "TOY"})
-    real: str = field(metadata={"help": "the real task's matrix directory", "matrix": "REAL"})
-    pair: list[tuple[str, str]] = field(kw_only=True, metadata={
-        "help": "an algorithm both ran, by its variant name in each matrix (repeat, one per algorithm)",
-        "required": True, "repeat": True, "nargs": 2, "metavar": ("TOY_VARIANT", "REAL_VARIANT")})
-    out: str = option("out", required=True, file="the markdown report to write")
-    readme: str = option("readme", "", shown="none")
-    section: str = option("section", "transfer")
-
-
 def variant_pairs(given) -> list[tuple[str, str]]:
     """``--pair TOY REAL`` as given, each name stripped; a variant named twice on one side is one UsageError line."""
     pairs = [(toy.strip(), real.strip()) for toy, real in given]
@@ -117,37 +103,12 @@ def variant_pairs(given) -> list[tuple[str, str]]:
 
 
 def algorithm_settings() -> dict[str, list[str]]:
-    """Each registered algorithm's setting names (its config's fields, option groups flattened): what ``transfer``
+    """Each registered algorithm's setting names (its config's fields, option groups flattened): what ``brief``
     compares two matrices' cells on; the report reads run data only and cannot import the registry itself."""
     from algorithms import ALGORITHMS  # heavy: torch
     from algorithms.base import config_fields
 
     return {name: list(config_fields(cls.Config)) for name, cls in ALGORITHMS.items()}
-
-
-@register_study
-class Transfer(Study):
-    name, group = "transfer", TOP
-    help = "does a toy matrix's ranking of the algorithms carry over to a real task's matrix?"
-    Settings = TransferSettings
-    title = "Does the toy ranking carry over?"
-
-    def run(self, s: TransferSettings, command: str) -> int:
-        # after the folders (the lifecycle checks them first): a typo in one is not "too few algorithms"
-        pairs = variant_pairs(s.pair)
-        if len(pairs) < 3:
-            raise UsageError(f"--pair: a ranking needs at least 3 algorithms, got {len(pairs)}")
-        from benchmarks.report.transfer import transfer  # heavy: pandas, scipy
-
-        text = self.write(transfer(s.toy, s.real, pairs, algorithm_settings()), s, command)
-        print(text.splitlines()[0])
-        print(_wrote(s))
-        return 0
-
-    def render(self, result: dict, s: TransferSettings, command: str) -> str:
-        from benchmarks.report.transfer import render  # heavy: pandas, scipy
-
-        return render(result, command)
 
 
 @dataclass
@@ -382,6 +343,9 @@ class ReadmeSettings(StudySettings):
         "help": "the page whose section 'matrices' lists every matrix file under --matrix-dir, what it is for, its "
                 "cells and its result stores under results/ with how far each has run ('': none)", "writes": "file"})
     matrix_dir: str = field(default="benchmarks/matrices", metadata={"help": "where the matrix files are"})
+    html: str = field(default="results/index.html", metadata={
+        "help": "the HTML page listing every matrix folder under results/ with its headline and a link to its page "
+                "('': none)", "writes": "file"})
 
 
 def matrix_outline(path: Path) -> dict:
@@ -408,8 +372,8 @@ def matrix_outline(path: Path) -> dict:
 @register_study
 class Readme(Study):
     name, group = "readme", TOP
-    help = ("the README's table of checks and benchmarks (each results/ report's headline and a link) and the page of "
-            "matrix files (each with its result stores and how far they have run)")
+    help = ("the README's table of checks and benchmarks (each results/ report's headline and a link), the page of "
+            "matrix files (each with its result stores and how far they have run) and results/index.html")
     Settings = ReadmeSettings
 
     def run(self, s: ReadmeSettings, command: str) -> int:
@@ -426,108 +390,9 @@ class Readme(Study):
 
             for line in index_matrices(outlines, s.matrices):
                 print(line)
-        return 0
+        if s.html:
+            from benchmarks.report.html import write_index  # heavy: pandas
 
-
-# ------------------------------------------------------------------------------------------------
-# Evaluations of a starting policy: paired before/after evaluations
-# ------------------------------------------------------------------------------------------------
-
-
-def json_value(text: str):
-    """A command-line value read as JSON where it parses (500, 0.0, true, "sft"), else the text itself."""
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-def set_options(items) -> dict:
-    """``--set KEY=VALUE ...`` as a dict of JSON values; an item without '=' is one UsageError line."""
-    options = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise UsageError(f"--set wants KEY=VALUE, got {item!r}")
-        options[key] = json_value(value)
-    return options
-
-
-@dataclass
-class PairedEvalStudySettings(StudySettings):
-    task: str = field(kw_only=True, metadata={"help": "the task whose questions are evaluated", "required": True})
-    set: Optional[list[str]] = field(default=None, metadata={
-        "help": 'task options (JSON values: 500, 0.0, true, "sft"; default: none)', "nargs": "*",
-        "metavar": "KEY=VALUE"})
-    seed: int = option("seed")
-    device: str = option("device")
-    label: Optional[str] = field(default=None, metadata={
-        "help": "the policy's name in a comparison (default: the task options as JSON)"})
-    questions: Optional[str] = field(default=None, metadata={
-        "help": "evaluate only questions A..B-1 of the task's set (default: all)", "metavar": "A:B"})
-    out: str = option("out", required=True, file="the json file of the per-question results")
-
-
-def question_range(text: str) -> tuple[int, Optional[int]]:
-    """'A:B' -> (A, B); A defaults to 0 and B to the end (None)."""
-    first, sep, last = text.partition(":")
-    try:
-        if sep:
-            return int(first or 0), int(last) if last else None
-    except ValueError:
-        pass
-    raise UsageError(f"--questions wants A:B (question numbers; either may be left out), got {text!r}")
-
-
-@register_study
-class PairedEval(Study):
-    name, group = "eval", "paired"
-    help = "evaluate one policy and keep per-question results"
-    Settings = PairedEvalStudySettings
-
-    def run(self, s: PairedEvalStudySettings, command: str) -> int:
-        from benchmarks.harness.paired import PairedEvalSettings, evaluate_paired  # heavy: torch
-        from benchmarks.io import atomic_write_json  # start-up: hashlib, random (module docstring)
-
-        settings = PairedEvalSettings(task=s.task, task_options=set_options(s.set), seed=s.seed, device=s.device,
-                                      label=s.label, questions=question_range(s.questions) if s.questions else None,
-                                      command=command)
-        result = evaluate_paired(settings)
-        atomic_write_json(Path(s.out), result)
-        shown = ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items() if not k.endswith("_se"))
-        print(f"{result['label']}: {shown}; evaluate {result['seconds']['evaluate']:.0f} s -> {s.out}")
-        return 0
-
-
-@dataclass
-class PairedCompareSettings(StudySettings):
-    before: list[str] = field(kw_only=True, metadata={
-        "help": "eval file(s); parts are joined in question order", "required": True})
-    after: list[str] = field(kw_only=True, metadata={"help": "eval file(s) of the other side", "required": True})
-    out: Optional[str] = option("out", None, file="the json file of the tests", shown="none")
-    readme: Optional[str] = option("readme", shown="none")  # the table, as a section
-    section: str = option("section", "gsm8k-paired")
-
-
-@register_study
-class PairedCompare(Study):
-    name, group = "compare", "paired"
-    help = "McNemar's exact test between two `paired eval` files"
-    Settings = PairedCompareSettings
-    # Not on the shared report lifecycle (``write``): it writes a README section and no report (--out is the tests'
-    # json, and optional), so there is no report file to declare.
-
-    def run(self, s: PairedCompareSettings, command: str) -> int:
-        from benchmarks.io import atomic_write_json  # start-up: hashlib, random (module docstring)
-        from benchmarks.markdown import write_section  # start-up: hashlib, random (module docstring)
-        from benchmarks.harness.paired import answers_alike
-        from benchmarks.report.paired import compare_files, render_section  # start-up: decimal
-
-        result = compare_files(s.before, s.after, answers=answers_alike)
-        if s.out:
-            atomic_write_json(Path(s.out), result)
-        write_section(s.readme, s.section, render_section(result, command))
-        for key, t in result["tests"].items():
-            print(f"{key}: {t['accuracy_before']:.4f} -> {t['accuracy_after']:.4f} (n {t['n']}, right->wrong b "
-                  f"{t['b']}, wrong->right c {t['c']}), McNemar exact p = {t['p_value']:.3g}")
+            for line in write_index("results", s.html):
+                print(line)
         return 0

@@ -1,6 +1,6 @@
 """The project's git history, read in one place: a revision resolved to its commit, and git's own output or one
-UsageError line. ``bench revisions`` (benchmarks/perf/), ``replay`` (benchmarks/matrix/) and the report's flags
-read revisions; they stand side by side and none imports another, so the helper sits here, at the bottom."""
+UsageError line. ``replay`` (benchmarks/matrix/), the matrix's record of the code it ran and the report's flags read
+revisions; they stand side by side and none imports another, so the helper sits here, at the bottom."""
 
 from __future__ import annotations
 

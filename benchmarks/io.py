@@ -67,14 +67,6 @@ def save_figure(figure, path: Path | str, *, dpi: int = 90, **savefig: Any) -> N
     atomic_write(path, write)
 
 
-def compact_png(path: Path | str) -> int:
-    """Rewrite a PNG at ``path`` as ``save_figure`` writes one (atomically); its size before, in bytes."""
-    path = Path(path)
-    before = path.stat().st_size
-    atomic_write(path, lambda tmp: _palette_png(path, tmp))
-    return before
-
-
 def _palette_png(source, target: Path) -> None:
     from PIL import Image
 

@@ -49,11 +49,6 @@ def _too_few(seeds: int | None) -> bool:
     return seeds is not None and not _missing(seeds) and int(seeds) < 2
 
 
-def number_or_na(value: float, fmt: str = "{:.3f}", seeds: int | None = None) -> str:
-    """``value`` formatted, or ``na_text(seeds)`` when it is nan or rests on fewer than 2 seeds (an MDD, a sd)."""
-    return na_text(seeds) if _missing(value) or _too_few(seeds) else fmt.format(value)
-
-
 def lower_bound(value: float) -> str:
     """A positive lower bound to three decimals, or to two significant digits when it is below 0.001, so a
     bound that is above 0 never reads "0.000"; rounded toward zero (0.0055 reads 0.005, 0.00096 reads 0.00096), so

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
@@ -289,11 +288,3 @@ def environment_changes(before: dict, after: dict, groups: Iterable[str] = ("ver
                     if a.get(key) != b.get(key)]
     return changes
 
-
-def same_rows(a: list[dict], b: list[dict]) -> bool:
-    """Rows equal value for value, NaN equal to NaN (what a store round trip must preserve)."""
-
-    def same(x, y):
-        return x == y or (isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y))
-
-    return len(a) == len(b) and all(r.keys() == s.keys() and all(same(r[k], s[k]) for k in r) for r, s in zip(a, b))

@@ -1,6 +1,5 @@
-"""Studies: the checks (``grpo-bench check NAME``), benchmarks (``grpo-bench bench NAME``), paired evaluations
-(``grpo-bench paired NAME``) and the top-level studies (``grpo-bench NAME``: claims, transfer, brief, ...) whose
-numbers go into results/ and the README, each registered by name with ``@register_study`` as algorithms, tasks and
+"""Studies: the checks (``grpo-bench check NAME``), benchmarks (``grpo-bench bench NAME``) and the top-level
+studies (``grpo-bench NAME``: claims, brief, ...) whose numbers go into results/ and the README, each registered by name with ``@register_study`` as algorithms, tasks and
 executors are.
 
 A study is a subclass of ``Study``: a ``name``, a ``group`` (one of GROUPS; one name per group, so a ``check NAME``
@@ -48,7 +47,7 @@ from typing import Optional
 from benchmarks.errors import UsageError
 
 TOP = "top"  # the group of the studies that are top-level commands: ``grpo-bench NAME``
-GROUPS = ("check", "bench", "paired", TOP)
+GROUPS = ("check", "bench", TOP)
 PLUGIN_GROUPS = ("check", "bench")  # the groups an installed package may add a study to
 
 # name: (help, usual default). Help says what the option does in every study that has it; a study's own default
@@ -324,14 +323,6 @@ def earlier_report(settings, path: Path, parts: str) -> Optional[dict]:
         return json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise UsageError(f"--resume: {path} cannot be read: {e!r}") from None
-
-
-def at_least(**bounds: tuple[int, int]) -> None:
-    """One UsageError line for the first count option below its least value: ``at_least(rounds=(settings.rounds,
-    2))``."""
-    for name, (value, least) in bounds.items():
-        if value < least:
-            raise UsageError(f"--{name.replace('_', '-')} must be >= {least}, got {value}")
 
 
 def rerender_source(path: Path, what: str = "report") -> dict:

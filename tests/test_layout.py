@@ -263,19 +263,18 @@ def test_a_planted_report_import_is_caught(graph, monkeypatch):
 
 def test_the_checks_and_the_benches_sit_side_by_side():
     """A correctness check never stands on a performance bench, nor a bench on a check: what both need (the
-    workloads, both sides, the same-batch engine) lives in benchmarks/references/sides.py, which both import."""
+    workloads, both sides, the same-batch engine) lives in benchmarks/references/, which both may import."""
     graph = import_graph()
     broken = broken_rules(graph)["checks/ and perf/ side by side"]
     assert not broken, broken
-    assert "benchmarks.references.sides" in graph["benchmarks.checks.same_batch"]
     assert "benchmarks.references.sides" in graph["benchmarks.perf.vs_trl"]
 
 
 def test_a_planted_check_on_a_bench_is_caught(monkeypatch):
     graph = import_graph()
     monkeypatch.setattr(sys.modules[__name__], "import_graph",
-                        lambda: {**graph, "benchmarks.checks.same_batch": {"benchmarks.perf.vs_trl"}})
-    with pytest.raises(AssertionError, match="benchmarks.checks.same_batch"):
+                        lambda: {**graph, "benchmarks.checks.trl": {"benchmarks.perf.vs_trl"}})
+    with pytest.raises(AssertionError, match="benchmarks.checks.trl"):
         test_the_checks_and_the_benches_sit_side_by_side()
 
 
@@ -310,7 +309,7 @@ PLANTED = {
     "benchmarks/io.py": "from benchmarks.store import Store\n",
     "benchmarks/store.py": "import benchmarks.io\n",
     "benchmarks/checks/__init__.py": "",
-    "benchmarks/checks/same_batch.py": "from benchmarks.perf.bench import time_it\nfrom benchmarks import io\n",
+    "benchmarks/checks/trl.py": "from benchmarks.perf.bench import time_it\nfrom benchmarks import io\n",
     "benchmarks/perf/__init__.py": "",
     "benchmarks/perf/bench.py": "def time_it():\n    return 1\n",
     "benchmarks/report/__init__.py": "",
@@ -330,7 +329,7 @@ def test_the_planted_tree_breaks_each_rule_once_and_has_two_knots():
         "nothing imports the command line": [("benchmarks.api", "benchmarks.cli.main")],
         "the report reads run data only": [("benchmarks.report.matrix", "benchmarks.harness.loop")],
         "nothing below the report imports it": [("benchmarks.harness.loop", "benchmarks.report.matrix")],
-        "checks/ and perf/ side by side": [("benchmarks.checks.same_batch", "benchmarks.perf.bench")],
+        "checks/ and perf/ side by side": [("benchmarks.checks.trl", "benchmarks.perf.bench")],
     }
     assert find_cycles(graph) == [["benchmarks.harness.loop", "benchmarks.report.matrix", "benchmarks.harness.loop"],
                                   ["benchmarks.io", "benchmarks.store", "benchmarks.io"]]
@@ -344,7 +343,7 @@ def test_the_graph_reads_imports_as_the_layering_means_them():
     graph = graph_of(sources)
     # `from algorithms import losses` is the module losses; a function-local import is an arrow too; torch is none
     assert graph["algorithms.grpo"] == {"algorithms.losses", "tasks.base"} and graph["tasks.base"] == set()
-    assert graph["benchmarks.checks.same_batch"] == {"benchmarks.perf.bench", "benchmarks.io"}
+    assert graph["benchmarks.checks.trl"] == {"benchmarks.perf.bench", "benchmarks.io"}
     assert imported_names(PLANTED["algorithms/grpo.py"]) == {"torch", "algorithms", "tasks.base"}
 
 

@@ -1,5 +1,5 @@
 """The ``grpo-bench`` command line: one parser, with the subcommands of this package's modules and a subcommand
-per study (benchmarks/study.py: the checks, the benches, the paired evaluations and the top-level studies). A
+per study (benchmarks/study.py: the checks, the benches and the top-level studies). A
 study's flags come from its Settings dataclass; the one handler builds the settings from the flags given and starts
 the study's lifecycle (``Study.start``).
 
@@ -27,20 +27,19 @@ from benchmarks.study import GROUPS, PLUGIN_GROUPS, TOP, load_study_plugins, stu
 # Each subcommand: the module and function that add its parser (given the subparsers and the subcommand's name), and
 # its line in ``grpo-bench --help`` (the help that function passes, which tests/benchmarks/cli/test_main_adversary.py
 # holds equal to this one). The studies' (benchmarks/study.py) are built from the study registry by
-# ``add_study_command``; a group's (check, bench, paired) line is its own ``--help`` line too.
+# ``add_study_command``; a group's (check, bench) line is its own ``--help`` line too.
 STUDY = ("benchmarks.cli.main", "add_study_command")
 COMMANDS = {
     "run": ("benchmarks.cli.run", "add_run_parser", "train one algorithm on one task, evaluate before and after"),
     "eval": ("benchmarks.cli.run", "add_eval_parser",
              "evaluate a task's starting policy (or --model), or tabulate a run's before/after"),
-    "check": (*STUDY, "cross-check the losses against TRL, verl and OpenRLHF, or verify the mu = 1 behaviour"),
+    "check": (*STUDY, "cross-check the losses against TRL, verl and OpenRLHF"),
     "matrix": ("benchmarks.cli.matrix", "add_matrix_parser",
                "run every task x algorithm variant x seed of a matrix file, cells in parallel"),
     "report": ("benchmarks.cli.matrix", "add_report_parser", "tables (CSV, markdown) and plots of a matrix directory"),
     "replay": ("benchmarks.cli.replay", "add_replay_parser", "re-run stored cells of a result store at their recorded "
                "commit and at HEAD: do they reproduce bit for bit?"),
     "agreement": (*STUDY, "does a rerun of a matrix (another machine or thread count) reach the same verdicts?"),
-    "transfer": (*STUDY, "does a toy matrix's ranking of the algorithms carry over to a real task's matrix?"),
     "brief": (*STUDY, "which algorithm on a real LM, across verdict matrices of one skill each: the front page's section "
                       "(could-be-best set, P(best), MDD, tuned settings, costs; rankings across skills and against a toy)"),
     "claims": (*STUDY, "published claims about RL for LLMs, each tested by a matrix that stated it before its cells "
@@ -49,17 +48,16 @@ COMMANDS = {
                          "design that reaches a target MDD in the fewest core-seconds"),
     "calibration": (*STUDY, "the verdict procedure's family-wise error: simulated at matrices' own designs, measured "
                             "on real A/A replicates and declared-equivalent pairs"),
-    "readme": (*STUDY, "the README's table of checks and benchmarks (each results/ report's headline and a link) and the "
-                       "page of matrix files (each with its result stores and how far they have run)"),
+    "readme": (*STUDY, "the README's table of checks and benchmarks (each results/ report's headline and a link), the "
+                       "page of matrix files (each with its result stores and how far they have run) and "
+                       "results/index.html"),
     "bench": (*STUDY, "performance benchmarks"),
-    "paired": (*STUDY, "per-question before/after evaluations and McNemar's exact test between them"),
 }
 # The subcommands with a flag per algorithm and task option: the plug-ins are registered before their parser is built.
 FROM_REGISTRIES = ("run", "eval")
-# The module that registers each group's built-in studies. Those of the top-level group and of paired import no
-# engine until they run: their --help loads neither torch nor pandas.
-BUILT_IN = {"check": "benchmarks.checks.commands", "bench": "benchmarks.perf.commands", "paired": "benchmarks.commands",
-            TOP: "benchmarks.commands"}
+# The module that registers each group's built-in studies. Those of the top-level group import no engine until
+# they run: their --help loads neither torch nor pandas.
+BUILT_IN = {"check": "benchmarks.checks.commands", "bench": "benchmarks.perf.commands", TOP: "benchmarks.commands"}
 
 
 def _builder(name: str):
@@ -95,7 +93,7 @@ def load_studies(groups=GROUPS) -> None:
 
 
 def add_study_command(subparsers, name: str) -> None:
-    """The subcommand ``name``: a group of studies (check, bench, paired), with a subcommand per study of the group
+    """The subcommand ``name``: a group of studies (check, bench), with a subcommand per study of the group
     in the order they were registered, or a top-level study."""
     if name not in GROUPS:  # a top-level study: grpo-bench NAME
         load_studies([TOP])

@@ -1,5 +1,5 @@
 """``grpo-bench matrix`` (run a matrix file) and ``report`` (its tables and plots). The studies over matrix
-directories (agreement, transfer, claims, variance, calibration) are registered studies: benchmarks/commands.py.
+directories (agreement, claims, variance, calibration) are registered studies: benchmarks/commands.py.
 
 ``report --help`` starts in about 0.1 s: the matrix engine and its executors (torch, through the harness) and the
 report's modules (pandas and scipy) are imported by the parser builder or handler that needs them, each such import

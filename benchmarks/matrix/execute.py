@@ -15,8 +15,8 @@ after another, each in a fresh process) is here; ``benchmarks.matrix.executors``
 Every cell's summary.json gets the executor's record beside the run's own numbers: ``executor``,
 ``process_wall_clock_s`` (dispatch to result), ``startup_s`` (process start and imports this cell paid
 for), ``build_s``, ``eval_s``, ``reset_s`` (from the cell's timing.json), ``queue_wait_s`` (session start
-to dispatch); ``wall_clock_s`` is the training alone. ``benchmarks.matrix.timing.wallclock_breakdown``
-sums them; matrix.json's session entry carries the session's totals under ``timing``.
+to dispatch); ``wall_clock_s`` is the training alone. matrix.json's session entry carries the session's totals under
+``timing`` (benchmarks/matrix/timing.py).
 """
 
 from __future__ import annotations

@@ -11,7 +11,6 @@ from typing import Optional
 
 from benchmarks.perf.vs_trl import GrpoVsTrlSettings, PerfSettings, RlooVsTrlSettings, out_folder, run_bench
 from benchmarks.perf.vs_trl_report import render_markdown
-from benchmarks.perf.revisions import RevisionSettings, run_revisions
 from benchmarks.perf.roof import RoofSettings, run_roof
 from benchmarks.study import Study, register_study
 
@@ -68,13 +67,3 @@ class RoofBench(Study):
         run_roof(settings, command=command)
         return 0
 
-
-@register_study
-class RevisionsBench(Study):
-    name, group = "revisions", "bench"
-    help = "one GRPO step at several git revisions, side by side: what each change bought"
-    Settings = RevisionSettings
-
-    def run(self, settings: RevisionSettings, command: str) -> int:
-        run_revisions(settings, command=command)
-        return 0

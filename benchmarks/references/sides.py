@@ -1,10 +1,10 @@
 """The two sides of every comparison with TRL, in one room for the benches (perf/) and the checks (checks/): the
-workloads (a task, an algorithm and their settings, as ``grpo-bench bench grpo-vs-trl`` and ``check same-batch``
-name them), this suite's step (``Ours``) and TRL's trainer on the same task, model and reward (``Trl``, with the one
+workloads (a task, an algorithm and their settings, as ``grpo-bench bench grpo-vs-trl`` and ``rloo-vs-trl`` name
+them), this suite's step (``Ours``) and TRL's trainer on the same task, model and reward (``Trl``, with the one
 reward wrapper ``references.trl.task_reward``), and the same-batch engine: both sides' loss on one batch.
 
 What differs by algorithm is one entry each in ``PAIRINGS`` (one shape: ``Pairing``): the config fields a workload
-sets, the same-batch check against TRL's trainer of it (none: no TRL side), and how many of its workloads a bench
+sets, the same-batch check against TRL's trainer of it, and how many of its workloads a bench
 runs unless told. Nothing else here or in the bench branches on the algorithm.
 
 Neither perf/ nor checks/ imports the other; both import this.
@@ -51,7 +51,7 @@ class Workload:
     learning_rate: Optional[float] = None  # None: the task's recommended rate
     beta: float = 0.04  # the paper's KL weight, so the reference pass is part of the step
     loss_type: str = "grpo"
-    algo: str = "grpo"  # its PAIRINGS entry: "grpo", "rloo"; "ppo", "dpo" (no TRL side: bench revisions only)
+    algo: str = "grpo"  # its PAIRINGS entry: "grpo", "rloo"
     prompts_per_step: int = 1  # prompts a step samples group_size completions of each
     task_options: tuple = ()  # (name, value) pairs for make_task, both sides
     lora_r: int = 0  # > 0: LoRA through PEFT on both sides, the harness's adapter (TRL: the same peft_config)
@@ -61,7 +61,6 @@ class Workload:
     # Both sides' training precision: "fp32", or "bf16" (ours: --precision bf16, autocast for sampling, log-probs and
     # the update; TRL: bf16=True, accelerate's autocast around the model's forward, generation included).
     precision: str = "fp32"
-    trl_side: bool = True  # False: a step for bench revisions only, which bench grpo-vs-trl does not run by default
 
     def settings(self) -> dict:
         """Our config fields of the workload's algorithm, which both sides train with: ours as its config, TRL's
@@ -94,21 +93,9 @@ WORKLOADS = {
                  lora_r=16),
         Workload("chain_sum-lora-mu2", "reasoning_gym", group_size=8, max_new_tokens=24, mu=2, task_options=CHAIN_SUM,
                  lora_r=16),
-        # GRPO at the real-LM verdict's step (benchmarks/matrices/rg_verdict_chain_sum.toml): 4 prompts x 8, bf16, its
-        # chosen learning rate, beside chain_sum-ppo. For bench revisions (grpo-vs-trl runs it only when named).
-        Workload("chain_sum-grpo", "reasoning_gym", group_size=8, max_new_tokens=24, mu=1, prompts_per_step=4,
-                 precision="bf16", learning_rate=1e-5, task_options=CHAIN_SUM, trl_side=False),
         # RLOO as TRL's RLOOTrainer defines it: k1 KL folded into the reward, beta 0.05 (TRL's and ours)
         Workload("pizza-rloo", "pizza", group_size=8, max_new_tokens=12, mu=1, beta=0.05, algo="rloo"),
         Workload("pizza-rloo-mu2", "pizza", group_size=8, max_new_tokens=12, mu=2, beta=0.05, algo="rloo"),
-        # PPO with its critic at the real-LM verdict's step (benchmarks/matrices/rg_verdict_chain_sum.toml): 4 prompts
-        # x 8, bf16, kl_coef 0.05. No TRL side (its PPOTrainer needs a reward model): for bench revisions only.
-        Workload("chain_sum-ppo", "reasoning_gym", group_size=8, max_new_tokens=24, mu=1, beta=0.05, algo="ppo",
-                 prompts_per_step=4, precision="bf16", learning_rate=1e-5, task_options=CHAIN_SUM),
-        # DPO at the real-LM verdict's step: 16 pairs (32 rows) a step, beta 0.1, bf16, the chosen learning rate; its
-        # 32 pairs are sampled at the warm-up step. No TRL side here: for bench revisions only.
-        Workload("chain_sum-dpo", "reasoning_gym", group_size=16, max_new_tokens=24, mu=1, beta=0.1, algo="dpo",
-                 precision="bf16", learning_rate=3e-6, task_options=CHAIN_SUM),
     )
 }
 
@@ -123,9 +110,8 @@ def workloads_of(algo: str) -> dict[str, Workload]:
 
 
 def default_workloads(algo: str) -> list[str]:
-    """The workloads of ``algo`` a bench runs unless told: those with a TRL side, the first ``defaults`` of them."""
-    names = [name for name, w in workloads_of(algo).items() if w.trl_side]
-    return names[:PAIRINGS[algo].defaults]
+    """The workloads of ``algo`` a bench runs unless told: the first ``defaults`` of them."""
+    return list(workloads_of(algo))[:PAIRINGS[algo].defaults]
 
 
 def rss_bytes() -> int:
@@ -484,11 +470,11 @@ def same_batch_check_rloo(trl: Trl, prompts: list[str]) -> dict[str, float]:
 class Pairing:
     """One algorithm of ours as the workloads run it. ``settings(w)``: the config fields a workload sets, in our
     names (defaults spelled out where TRL's differ or must match). ``same_batch(trl, prompts)``: the same loss on the
-    same batch against TRL's trainer of it (``references.trl.TRAINERS``); None where its workloads have no TRL side.
+    same batch against TRL's trainer of it (``references.trl.TRAINERS``).
     ``defaults``: how many of its workloads with a TRL side a bench runs unless told (None: all)."""
 
     settings: Callable[[Workload], dict]
-    same_batch: Optional[Callable[[Trl, list[str]], dict]] = None
+    same_batch: Callable[[Trl, list[str]], dict]
     defaults: Optional[int] = None
 
 
@@ -503,23 +489,9 @@ def _grpo_settings(w: Workload) -> dict:
     return {**_group_settings(w), "loss_type": w.loss_type, "scale_rewards": "group", "kl_bias_correction": False}
 
 
-def _ppo_settings(w: Workload) -> dict:
-    """Its critic's algorithm, with TRL's PPO defaults: ``group_size`` is its samples a prompt."""
-    return {"samples_per_prompt": w.group_size, "prompts_per_step": w.prompts_per_step, "kl_coef": w.beta,
-            "learning_rate": w.learning_rate, "epsilon": 0.2, "max_grad_norm": 1.0}
-
-
-def _dpo_settings(w: Workload) -> dict:
-    """``group_size`` is its pairs a step (2 rows each); two steps' worth of pairs, built at the first."""
-    return {"pairs_per_step": w.group_size, "pairs": 2 * w.group_size, "beta": w.beta,
-            "learning_rate": w.learning_rate, "max_grad_norm": 1.0}
-
-
-# Our algorithm's name -> its part. PPO has no TRL side (TRL's PPOTrainer needs a reward model), nor DPO here: their
-# workloads are steps for bench revisions.
+# Our algorithm's name -> its part.
 PAIRINGS = {"grpo": Pairing(_grpo_settings, same_batch_check),
-            "rloo": Pairing(_group_settings, same_batch_check_rloo, defaults=1),
-            "ppo": Pairing(_ppo_settings), "dpo": Pairing(_dpo_settings)}
+            "rloo": Pairing(_group_settings, same_batch_check_rloo, defaults=1)}
 
 
 # --------------------------------------------------------------------------------------------

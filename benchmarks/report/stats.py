@@ -11,11 +11,10 @@ stratified-bootstrap 95% percentile intervals, the probability of improvement P(
 and performance profiles (the share of runs whose score exceeds tau). Scores pooled over tasks are
 normalised per task between the starting policy's accuracy (0) and 1.0 (1).
 
-The verdict's "tied with best" uses a Welch t interval on the difference of two variants' means, not
-the bootstrap: with 3 or 5 seeds a percentile-bootstrap interval is too narrow (it covered the true
-difference 81% / 88% of the time at nominal 95% in a simulation, results/calibration/interval-coverage.md; Welch
-96% / 95%). ``minimum_detectable_difference`` is the matching power statement and ``wilson_interval``
-the interval of a proportion (the collapse rate).
+A difference of two variants' means gets a Welch t interval (``welch_interval``), not the bootstrap: with 3 or 5
+seeds a percentile-bootstrap interval is too narrow (it covered the true difference 81% / 88% of the time at nominal
+95% in a simulation, results/calibration/interval-coverage.md; Welch 96% / 95%); the verdicts' marks are
+benchmarks/report/inference.py's. ``wilson_interval`` is the interval of a proportion (the collapse rate).
 
 Every bootstrap is seeded: rliable draws its resamples from numpy's *global* generator, so each
 estimate seeds it (``seeded``) and restores the caller's state afterwards; a variant's interval depends
@@ -36,7 +35,6 @@ from benchmarks.curve import normalised_auc  # noqa: F401 -- one home, below the
 REPS = 2000  # bootstrap resamples per estimate
 SEED = 0  # the bootstrap's seed: the same numbers give the same report
 CONFIDENCE = 0.95
-MIN_SEEDS_FOR_VERDICT = 3  # fewer runs leave a t interval 1 or 0 degrees of freedom: no mark
 
 
 # ------------------------------------------------------------------------------------------------
@@ -107,13 +105,6 @@ def t_interval(values) -> tuple[float, float]:
     return float(x.mean()), float(stats.t.ppf(0.975, n - 1) * x.std(ddof=1) / math.sqrt(n))
 
 
-def t_band(values) -> tuple[float, float]:
-    """(low, high) of the 95% t-interval; a single value is its own band."""
-    mean, half = t_interval(values)
-    half = 0.0 if math.isnan(half) else half
-    return mean - half, mean + half
-
-
 def welch_interval(x, y, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
     """mean(x) - mean(y) and its Welch t interval (unequal variances, Welch-Satterthwaite degrees of
     freedom). Two runs of zero spread give the point itself as the interval; fewer than 2 runs in
@@ -133,20 +124,6 @@ def welch_interval(x, y, confidence: float = CONFIDENCE) -> tuple[float, float, 
     return diff, diff - half, diff + half
 
 
-def paired_t_interval(x, y, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
-    """mean(x - y) over runs paired by position (the same seed) and its Student-t interval, n - 1 degrees
-    of freedom; differences of zero spread give the point itself."""
-    from scipy import stats as st
-
-    d = np.asarray(x, dtype=float) - np.asarray(y, dtype=float)
-    diff = float(np.mean(d)) if len(d) else math.nan
-    if len(d) < 2:
-        return diff, math.nan, math.nan
-    sd = float(np.std(d, ddof=1))
-    half = float(st.t.ppf(0.5 + confidence / 2, len(d) - 1) * sd / math.sqrt(len(d)))
-    return diff, diff - half, diff + half
-
-
 def ratio_interval(treatment: Mapping[int, float], control: Mapping[int, float], confidence: float = CONFIDENCE
                    ) -> tuple[float, float, float]:
     """Geometric mean of the per-seed ratios treatment / control (the seeds both have, each value > 0) with its
@@ -159,19 +136,6 @@ def ratio_interval(treatment: Mapping[int, float], control: Mapping[int, float],
     logs = np.log([treatment[s] / control[s] for s in seeds])
     half = float(st.t.ppf(0.5 + confidence / 2, len(logs) - 1) * logs.std(ddof=1) / math.sqrt(len(logs)))
     return float(np.exp(logs.mean())), float(np.exp(logs.mean() - half)), float(np.exp(logs.mean() + half))
-
-
-def minimum_detectable_difference(sd: float, n: int, *, alpha: float = 0.05, power: float = 0.8) -> float:
-    """The smallest true difference of two variants' means that a two-sided level-``alpha`` t test on
-    ``n`` seeds each (seed-to-seed standard deviation ``sd`` in both, 2n - 2 degrees of freedom, the
-    Welch test's at equal spreads) detects with probability ``power``:
-    (t_{1-alpha/2} + t_{power}) * sd * sqrt(2 / n). nan for n < 2."""
-    from scipy import stats as st
-
-    if n < 2 or not np.isfinite(sd):
-        return math.nan
-    df = 2 * n - 2
-    return float((st.t.ppf(1 - alpha / 2, df) + st.t.ppf(power, df)) * sd * math.sqrt(2.0 / n))
 
 
 def wilson_interval(successes: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
@@ -236,73 +200,6 @@ def mean_and_iqm(score_dict: Mapping[str, np.ndarray], *, reps: int = REPS, seed
         rows.append({"name": name, "mean": mean, "mean_low": ci[0, 0], "mean_high": ci[1, 0],
                      "iqm": iqm, "iqm_low": ci[0, 1], "iqm_high": ci[1, 1]})
     return pd.DataFrame(rows, columns=["name", "mean", "mean_low", "mean_high", "iqm", "iqm_low", "iqm_high"])
-
-
-def difference_of_means(x, y, *, reps: int = REPS, seed: int = SEED) -> tuple[float, float, float]:
-    """mean(x) - mean(y) and its 95% interval, x and y resampled independently within each task
-    (rliable's StratifiedIndependentBootstrap); x, y are (runs x tasks) or 1-d runs of one task."""
-    from rliable import library
-
-    def func(a, b):
-        return np.array([np.mean(a) - np.mean(b)])
-
-    with seeded(seed):
-        points, intervals = library.get_interval_estimates({"d": [_as_runs_by_tasks(x), _as_runs_by_tasks(y)]}, func,
-                                                           reps=reps, confidence_interval_size=CONFIDENCE)
-    return float(points["d"][0]), float(intervals["d"][0, 0]), float(intervals["d"][1, 0])
-
-
-BEST, TIED, WORSE = "best", "tied with best", "worse"
-METHODS = ("welch", "paired", "percentile")
-METHOD = "welch"  # the verdicts' interval method (results/calibration/interval-coverage.md says why)
-
-
-def difference_interval(x, y, method: str = METHOD, *, reps: int = REPS, seed: int = SEED) -> tuple[float, float, float]:
-    """mean(x) - mean(y) and its 95% interval by ``method``: "welch" (Welch t), "paired" (Student t on
-    the per-seed differences; x and y in the same seed order) or "percentile" (the stratified
-    percentile bootstrap, difference_of_means)."""
-    if method == "welch":
-        return welch_interval(x, y)
-    if method == "paired":
-        return paired_t_interval(x, y)
-    if method == "percentile":
-        return difference_of_means(x, y, reps=reps, seed=seed)
-    raise ValueError(f"unknown interval method {method!r}; one of {', '.join(METHODS)}")
-
-
-def mark_against_best(scores: Mapping[str, Sequence[float]], *, method: str = METHOD, reps: int = REPS,
-                      seed: int = SEED) -> pd.DataFrame:
-    """Each variant's runs on one task against the variant with the highest mean.
-
-    The best is "best"; another is "tied with best" when the 95% interval (``method``, Welch t by
-    default) of the difference of its mean to the best's contains 0, else "worse". With fewer than
-    MIN_SEEDS_FOR_VERDICT runs in either, the mark is "too few seeds"; the best is the highest mean among the
-    variants that have enough runs (a variant still short of seeds, in a matrix not finished, must not keep the
-    others from their marks). Every variant whose mean equals the highest (to rounding) is "best": list order
-    must not pick between equal means. Rows: variant, mean, diff, diff_low, diff_high, mark, sorted by mean
-    (highest first; ties keep the given order)."""
-    means = {v: float(np.mean(s)) for v, s in scores.items() if len(s)}
-    if not means:
-        return pd.DataFrame(columns=["variant", "mean", "diff", "diff_low", "diff_high", "mark"])
-    enough = {v: m for v, m in means.items() if len(scores[v]) >= MIN_SEEDS_FOR_VERDICT} or means
-    best = max(enough, key=enough.get)  # the first of equal means
-    rows = []
-    for variant, mean in means.items():
-        x, y = np.asarray(scores[variant], dtype=float), np.asarray(scores[best], dtype=float)
-        if variant == best:
-            diff, low, high = 0.0, 0.0, 0.0
-        elif method == "paired" and len(x) != len(y):
-            diff, low, high = difference_interval(x, y, "welch")  # unmatched seeds cannot be paired
-        else:
-            diff, low, high = difference_interval(x, y, method, reps=reps, seed=seed)
-        if min(len(x), len(y)) < MIN_SEEDS_FOR_VERDICT:
-            mark = f"too few seeds (< {MIN_SEEDS_FOR_VERDICT})"
-        else:
-            # equal up to the rounding of summing the same numbers in another order
-            mark = BEST if math.isclose(mean, means[best], rel_tol=1e-12, abs_tol=1e-15) else TIED if low <= 0.0 <= high else WORSE
-        rows.append({"variant": variant, "mean": mean, "diff": diff, "diff_low": low, "diff_high": high, "mark": mark})
-    frame = pd.DataFrame(rows)
-    return frame.sort_values("mean", ascending=False, kind="stable").reset_index(drop=True)
 
 
 def probability_of_improvement(score_dict: Mapping[str, np.ndarray]) -> pd.DataFrame:

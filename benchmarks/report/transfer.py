@@ -1,12 +1,13 @@
-"""``grpo-bench transfer TOY REAL``: does a toy matrix's ranking of the algorithms carry over to a real one?
+"""Does one matrix's ranking of the algorithms carry over to another's? ``compare``, what ``grpo-bench brief`` reads
+for each pair of skills and for a toy matrix against each skill.
 
 Two matrices rank algorithms on different tasks (the toy addition task, a real LM on Reasoning Gym). For the
-algorithms both ran (``pairs``: the toy's variant name and the real one's, which may differ, e.g. a tuned
-variant on the toy), the report puts side by side each matrix's mean of its own primary metric (what its verdicts
-rank by: benchmarks/report/curves.py's per-cell ``primary``) with a 95% interval, its mark against that matrix's
-best, and the two rankings of the common algorithms, and measures their agreement with Kendall's tau-b (scipy),
-whose p-value tests "no association". With a handful of algorithms that test has little power (with 6 only a
-near-perfect agreement reaches p < 0.05): the report says so and gives the smallest tau that would.
+algorithms both ran (``pairs``: the first's variant name and the second's, which may differ, e.g. a tuned variant on
+the toy), ``compare`` puts side by side each matrix's mean of its own primary metric (what its verdicts rank by:
+benchmarks/report/curves.py's per-cell ``primary``) with a 95% interval, its mark against that matrix's best, and the
+two rankings of the common algorithms, and measures their agreement with Kendall's tau-b (scipy), whose p-value tests
+"no association". With a handful of algorithms that test has little power (with 6 only a near-perfect agreement
+reaches p < 0.05): ``tau_needed`` is the smallest tau that would.
 
 Tau's interval is a bootstrap over both matrices' seed noise (``resampled_means``): each resample draws each
 matrix's seeds with replacement, recomputes every variant's mean and tau-b; the table's intervals are the same
@@ -30,11 +31,8 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.errors import UsageError
-from benchmarks.markdown import markdown_table, with_interval
-from benchmarks.report.inference import TOO_FEW
 from benchmarks.report.matrix import analyse, collect
 from benchmarks.report.stats import REPS, SEED
-from benchmarks.report.verdicts import primary_name
 
 ALWAYS_EXCLUDED = "learning_rate"  # each matrix sets or tunes its own, for its task and model
 NOT_RECORDED = "not recorded"
@@ -49,7 +47,7 @@ def read_matrix(directory: Path) -> dict:
 def _ranking_task(verdicts: pd.DataFrame, directory: Path) -> pd.DataFrame:
     tasks = sorted(set(verdicts["task"])) if "task" in verdicts else []
     if len(tasks) != 1:
-        raise UsageError(f"{directory}: transfer compares one task per matrix, found {', '.join(tasks) or 'none'}")
+        raise UsageError(f"{directory}: a ranking compares one task per matrix, found {', '.join(tasks) or 'none'}")
     return verdicts.set_index("variant")
 
 
@@ -163,18 +161,12 @@ def setting_differences(toy: dict, real: dict, fields: Mapping[str, Sequence[str
     return out
 
 
-def transfer(toy: Path | str, real: Path | str, pairs: Sequence[tuple[str, str]],
-             algorithm_settings: Mapping[str, Sequence[str]], *, reps: int = REPS, seed: int = SEED) -> dict:
-    """Per common algorithm: both matrices' mean primary metric with its interval, mark and rank, and the algorithm
-    settings that differ; Kendall's tau-b of the two rankings with its p-value and a bootstrap interval over both
-    matrices' seeds. ``algorithm_settings``: each algorithm's setting names (the registry's configs)."""
-    toy, real = Path(toy), Path(real)
-    return compare(read_matrix(toy), read_matrix(real), toy, real, pairs, algorithm_settings, reps=reps, seed=seed)
-
-
 def compare(toy_data: dict, real_data: dict, toy: Path, real: Path, pairs: Sequence[tuple[str, str]],
             algorithm_settings: Mapping[str, Sequence[str]], *, reps: int = REPS, seed: int = SEED) -> dict:
-    """``transfer`` on two matrices already read (``read_matrix``), ``toy`` and ``real`` their folders."""
+    """Per common algorithm: both matrices' mean primary metric with its interval, mark and rank, and the algorithm
+    settings that differ; Kendall's tau-b of the two rankings with its p-value and a bootstrap interval over both
+    matrices' seeds. ``toy_data`` and ``real_data``: the matrices as ``read_matrix`` gives them, ``toy`` and ``real``
+    their folders; ``algorithm_settings``: each algorithm's setting names (the registry's configs)."""
     from scipy.stats import kendalltau
 
     toy_verdicts, real_verdicts = (_ranking_task(d["analysis"]["tasks"], p) for d, p in ((toy_data, toy), (real_data, real)))
@@ -215,83 +207,3 @@ def compare(toy_data: dict, real_data: dict, toy: Path, real: Path, pairs: Seque
             "bootstrap": {k: boot[k] for k in ("reps", "seed", "undefined", "toy_blocked", "real_blocked")},
             "like_for_like": int((table["differs"].str.len() == 0).sum()), "tuned_keys": tuned_keys}
 
-
-def _signed(value: float) -> str:
-    return "n/a" if value != value else f"{value:+.2f}"
-
-
-def headline(result: dict) -> str:
-    table = result["table"]
-    toy_first = table.sort_values("toy_rank").iloc[0]
-    real_first = table.sort_values("real_rank").iloc[0]
-    real_best = set(table.loc[table["real_in_set"], "algorithm"])
-    needed = result["tau_needed"]
-    power = (f"with {result['n']} algorithms only tau >= {needed:.2f} reaches p < 0.05" if needed is not None
-             else f"with {result['n']} algorithms no ranking reaches p < 0.05")
-    carried = "carries over" if result["p_value"] < 0.05 and result["tau"] > 0 else "is not shown to carry over"
-    if not (table["real_mark"] == TOO_FEW).any():
-        first = (f"the toy's first of these, {toy_first['toy_variant']}, is "
-                 f"{'also' if toy_first['algorithm'] in real_best else 'not'} in {result['real_task']}'s could-be-best set")
-    else:
-        first = f"{result['real_task']} has too few seeds for marks yet"
-    return (f"**The toy ranking {carried}: Kendall's tau-b {result['tau']:+.2f} [{_signed(result['tau_low'])}, "
-            f"{_signed(result['tau_high'])} over the seeds] (p {result['p_value']:.2f}; {power}); "
-            f"{result['like_for_like']} of {result['n']} pairings like for like in their algorithm settings; "
-            f"{first}; first on {result['real_task']}: {real_first['algorithm']}.**")
-
-
-def _bootstrap_text(result: dict) -> str:
-    boot = result["bootstrap"]
-    text = (f"Tau's interval resamples both matrices' seeds: each of {boot['reps']} resamples (seeded, {boot['seed']}) "
-            "draws each matrix's seeds with replacement and recomputes every variant's mean primary metric and tau-b; "
-            "the interval is the 2.5th to 97.5th percentile (values tau can take), the table's intervals the same "
-            "resamples' percentiles of each mean. It holds the algorithms, the tasks and the tuning fixed: how far tau "
-            "moves with the seeds alone.")
-    blocked = [result[f"{side}_task"] for side in ("toy", "real") if boot[f"{side}_blocked"]]
-    apart = [result[f"{side}_task"] for side in ("toy", "real") if not boot[f"{side}_blocked"]]
-    if blocked:
-        text += (f" On {' and '.join(blocked)} every variant ran the same seeds, so each resample draws one set of "
-                 "seed indices for all its variants (the seeds are blocks: their cells share random numbers, and the "
-                 "verdicts pair them).")
-    if apart:
-        text += (f" On {' and '.join(apart)} the variants ran different seeds, so each variant's seeds were resampled "
-                 "on their own.")
-    few = [f"{int(result['table'][f'{side}_seeds'].min())} seeds on {result[f'{side}_task']}" for side in ("toy", "real")
-           if result["table"][f"{side}_seeds"].min() <= 5]
-    if few:
-        text += (f" With {' and '.join(few)} the interval is coarse and likely too narrow (a percentile "
-                 "bootstrap of a difference of means covered it 81% of the time at 3 seeds, 88% at 5: "
-                 "benchmarks/report/stats.py).")
-    if boot["undefined"]:
-        text += f" {boot['undefined']} resamples tied every mean on one side (no tau) and are left out."
-    return text
-
-
-def _settings_text(result: dict) -> str:
-    tuned = "; ".join(f"{key} ({', '.join(where)})" for key, where in sorted(result["tuned_keys"].items()))
-    return ("Like for like: per pairing, the algorithm settings (each algorithm's config fields, from the algorithm "
-            "registry) that the two matrices' cells ran with (matrix.json's resolved settings) and differ, and the "
-            "precision the cells recorded; \"not recorded\" where one side's cells predate the setting. Left out, as "
-            f"tuned to differ: {ALWAYS_EXCLUDED} (each matrix sets or tunes its own for its task and model)"
-            + (f" and what a matrix's [tuning] grid varied for a variant: {tuned}" if tuned else "") + ".")
-
-
-def render(result: dict, command: str) -> str:
-    rows = [[r.algorithm, r.toy_variant,
-             with_interval(r.toy_mean, r.toy_low, r.toy_high, seeds=r.toy_seeds), r.toy_mark, r.toy_rank,
-             with_interval(r.real_mean, r.real_low, r.real_high, seeds=r.real_seeds), r.real_mark, r.real_rank,
-             "; ".join(r.differs) or "none"]
-            for r in result["table"].itertuples()]
-    lines = [headline(result), "",
-             f"The algorithms both matrices ran: on the toy task ({result['toy_task']}, `{result['toy']}`) and on "
-             f"the real one ({result['real_task']}, `{result['real']}`), each matrix's mean of its own primary metric "
-             f"({result['toy_task']}: {primary_name(result['toy_primary'])}; {result['real_task']}: "
-             f"{primary_name(result['real_primary'])}) over its seeds with a 95% bootstrap interval, its mark from that "
-             "matrix's simultaneous comparison with the best on that metric (benchmarks/report/inference.py), the rank "
-             "among these algorithms, and the algorithm settings in which the pairing differs (toy vs real).", "",
-             _bootstrap_text(result), "", _settings_text(result), "",
-             markdown_table(["algorithm", "toy variant", f"{result['toy_task']}: mean [95% CI]", "toy mark", "toy rank",
-                             f"{result['real_task']}: mean [95% CI]", "real mark", "real rank",
-                             "settings that differ (toy vs real)"], rows),
-             "", f"Regenerate: `{command}`"]
-    return "\n".join(lines) + "\n"

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from benchmarks.cli.main import main
-from benchmarks.store import STORE_FILE, ResultStore, same_rows
+from benchmarks.store import STORE_FILE, ResultStore
 
 SPEC = {"task": "pizza", "task_label": "pizza", "algo": "grpo", "variant": "grpo", "seed": 0, "steps": 3}
 ROWS = [
@@ -21,6 +21,15 @@ ROWS = [
     {"step": 3, "reward/mean": 1 / 3, "skipped_update": 1.0},
 ]
 SUMMARY = {"status": "complete", "steps": 3, "accuracy_after": 0.75, "phase_seconds": {"generate": 1.5}, "error": None}
+
+
+def same_rows(a: list[dict], b: list[dict]) -> bool:
+    """Rows equal value for value, NaN equal to NaN (what a store round trip must preserve)."""
+
+    def same(x, y):
+        return x == y or (isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y))
+
+    return len(a) == len(b) and all(r.keys() == s.keys() and all(same(r[k], s[k]) for k in r) for r, s in zip(a, b))
 
 
 def test_round_trip_is_exact(tmp_path):

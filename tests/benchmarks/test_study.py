@@ -1,5 +1,4 @@
-"""The study registry (benchmarks/study.py): every check, bench, paired evaluation and top-level study (survey,
-claims, transfer, ...) is a ``Study`` whose ``Settings`` fields are its flags. A plug-in study, registered in the test
+"""The study registry (benchmarks/study.py): every check, bench and top-level study (claims, brief, ...) is a ``Study`` whose ``Settings`` fields are its flags. A plug-in study, registered in the test
 process or through the entry-point group ``grpo_bench.studies``, shows its option in ``--help`` and gets the option's
 value when it runs; a second, different class under a taken name is refused; each built-in study given only what it
 requires gets its Settings' own defaults; a study's flags are its fields, and the top-level commands keep the flags
@@ -81,8 +80,8 @@ def test_a_second_class_under_a_taken_name_is_refused(registry):
 
     with pytest.raises(ValueError, match=r"study name 'check:echo' is taken by .*Echo; .*Other needs another name"):
         register_study(Other)
-    with pytest.raises(ValueError, match=r"study name 'check:mu1' is taken by benchmarks.checks.commands.Mu1Check"):
-        register_study(Other, name="mu1")
+    with pytest.raises(ValueError, match=r"study name 'check:trl' is taken by benchmarks.checks.commands.TrlCheck"):
+        register_study(Other, name="trl")
     assert register_study(EchoBench) is EchoBench  # one name per group: bench echo is another study
     assert study.study_class("bench", "echo") is EchoBench and study.study_class("check", "echo") is Echo
 
@@ -94,7 +93,7 @@ def test_what_is_no_study_is_refused(registry):
         register_study(type("Plain", (Echo,), {"Settings": dict}))
     with pytest.raises(ValueError, match="group 'checks' is none of check, bench"):
         register_study(type("Misgrouped", (Echo,), {"group": "checks"}))
-    with pytest.raises(ValueError, match=r"unknown study 'check:nope'; choose from .*check:mu1"):
+    with pytest.raises(ValueError, match=r"unknown study 'check:nope'; choose from .*check:trl"):
         study.study_class("check", "nope")
 
 
@@ -120,10 +119,10 @@ def test_an_installed_study_runs_under_its_entry_point_name(installed):
 
 
 def test_an_installed_study_cannot_take_a_built_in_name(installed, capsys):
-    installed(mu1=f"{__name__}:Echo")
-    assert main(["check", "mu1"]) == 2
+    installed(trl=f"{__name__}:Echo")
+    assert main(["check", "trl"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("grpo-bench: error: plug-in mu1 = ") and "'check:mu1' is taken" in err
+    assert err.startswith("grpo-bench: error: plug-in trl = ") and "'check:trl' is taken" in err
     assert len(err.splitlines()) == 1
 
 
@@ -166,7 +165,7 @@ def _all_studies():
 def test_every_built_in_study_given_only_what_it_requires_gets_its_settings_defaults(registry, group, matrix, monkeypatch):
     seen = []
     names = study.studies(group)
-    assert len(names) >= {"check": 4, "bench": 4, "paired": 2, TOP: 7}[group]
+    assert len(names) >= {"check": 2, "bench": 3, TOP: 6}[group]
     for name, cls in names.items():
         monkeypatch.setattr(cls, "run", lambda self, settings, command: seen.append(settings) or 0)
         words, values = _required(cls.Settings, matrix)
@@ -205,8 +204,6 @@ def test_every_top_level_study_is_a_listed_command_and_every_listed_study_is_reg
 # them: (flag or positional, required, values per flag, default). A change to a name or a default fails here.
 INTERFACE = {
     "agreement": [("first", True, None, None), ("second", True, None, None), ("--out", True, None, None)],
-    "transfer": [("toy", True, None, None), ("real", True, None, None), ("--pair", True, 2, None),
-                 ("--out", True, None, None), ("--readme", False, None, ""), ("--section", False, None, "transfer")],
     "claims": [("dirs", True, "+", None), ("--out", False, None, "results/claims.md"), ("--readme", False, None, ""),
                ("--section", False, None, "claims")],
     "variance": [("dirs", True, "+", None), ("--out", True, None, None), ("--readme", False, None, ""),
@@ -216,12 +213,7 @@ INTERFACE = {
     "calibration": [("dirs", True, "+", None), ("--aa", False, "+", []), ("--out", False, None, "results/calibration"),
                     ("--sims", False, None, 2000), ("--claims-sims", False, None, None), ("--claims", False, "+", []), ("--plans", False, "+", [])],
     "readme": [("--readme", False, None, "results/checks.md"), ("--matrices", False, None, "results/matrices.md"),
-               ("--matrix-dir", False, None, "benchmarks/matrices")],
-    "paired eval": [("--task", True, None, None), ("--set", False, "*", None), ("--seed", False, None, 0),
-                    ("--device", False, None, "auto"), ("--label", False, None, None), ("--questions", False, None, None),
-                    ("--out", True, None, None)],
-    "paired compare": [("--before", True, "+", None), ("--after", True, "+", None), ("--out", False, None, None),
-                       ("--readme", False, None, None), ("--section", False, None, "gsm8k-paired")],
+               ("--matrix-dir", False, None, "benchmarks/matrices"), ("--html", False, None, "results/index.html")],
 }
 
 
@@ -469,18 +461,14 @@ def test_the_studies_with_overwrite_refuse_through_the_shared_lifecycle():
     (["agreement", "M", "M"], "the following arguments are required: --out"),
     (["claims"], "the following arguments are required: dirs"),
     (["claims", "M", "--nope"], "unrecognized arguments: --nope"),
-    (["transfer", "M", "M", "--pair", "a", "--out", "t.md"], "argument --pair: expected 2 arguments"),
-    (["transfer", "M", "M", "--pair", "a", "a", "--pair", "b", "a", "--pair", "c", "c", "--out", "t.md"],
+    (["brief", "M", "--toy", "M", "--pair", "a", "--out", "t.md"], "argument --pair: expected 2 arguments"),
+    (["brief", "M", "--toy", "M", "--pair", "a", "a", "--pair", "b", "a", "--out", "t.md"],
      "--pair: each variant at most once on each side"),
-    (["transfer", "M", "M", "--pair", "a", "a", "--pair", "b", "b", "--out", "t.md"],
-     "--pair: a ranking needs at least 3 algorithms, got 2"),
     (["variance", "M", "--out", "v.md", "--target-mdd", "2"], "--target-mdd must be in (0, 1), got 2"),
     (["variance", "M", "--out", "v.md", "--variants", "many"], "argument --variants: invalid int value: 'many'"),
     (["calibration", "M", "--sims", "5"], "--sims must be at least 100, got 5"),
     (["calibration", "M", "--aa", "nowhere"], "nowhere: no such folder"),
-    (["paired", "eval", "--task", "pizza", "--out", "e.json", "--questions", "x"], "--questions wants A:B"),
-    (["paired", "compare", "--before", "a.json"], "the following arguments are required: --after"),
-    (["paired", "nope"], "argument paired: invalid choice: 'nope'"),
+    (["check", "nope"], "argument check: invalid choice: 'nope'"),
 ])
 def test_bad_input_to_a_top_level_study_is_one_line_and_exit_2(argv, line, matrix, capsys):
     assert main([str(matrix) if word == "M" else word for word in argv]) == 2
@@ -500,18 +488,9 @@ def test_every_device_flag_has_one_default_and_one_help():
                 seen.append(name)
                 assert fields["device"].default == "auto", name
                 assert fields["device"].metadata["help"] == "auto, cpu or cuda", name
-    assert {"eval", "grpo-vs-trl", "rloo-vs-trl", "roof", "revisions"} <= set(seen)
+    assert {"grpo-vs-trl", "rloo-vs-trl", "roof"} <= set(seen)
     for command in ("run", "eval"):
         (device,) = [a for a in cli_main.build_parser()._subparsers._group_actions[0].parser_of(command)._actions
                      if "--device" in a.option_strings]
         # run's flags default to None and take their defaults from the settings resolver, which says auto
         assert device.default in ("auto", None) and device.help == "auto, cpu or cuda (default: auto)", command
-
-
-@pytest.mark.parametrize("bounds, line", [({"rounds": (1, 2)}, "--rounds must be >= 2, got 1"),
-                                          ({"rounds": (2, 2), "max_threads": (0, 1)}, "--max-threads must be >= 1, got 0")])
-def test_at_least_names_the_first_count_below_its_least_value(bounds, line):
-    with pytest.raises(study.UsageError) as e:
-        study.at_least(**bounds)
-    assert str(e.value) == line
-    study.at_least(rounds=(2, 2), threads=(1, 1))  # at the bound: accepted

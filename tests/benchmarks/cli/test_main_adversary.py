@@ -4,9 +4,8 @@ and a --help that waited seconds for torch. Each test fails on the code before i
     7  a file that is not UTF-8 (matrix file, --config, --prompts): one line naming the file, exit 2
     10 an --out / --readme that is a folder, a file where a folder is wanted, or unwritable: one line, exit 2
     11 a seed outside 0 .. 2**32 - 1: one line with the range, exit 2
-    14 check mu1 --out DIR writes no README outside DIR and its text names DIR
     15 --ray-address without --executor ray, device "cudaXYZ", --nproc 0, agreement of two different matrices,
-       report on another matrix's store, transfer with a missing folder, temperature 0 for a group-based algorithm
+       report on another matrix's store, brief with a missing folder, temperature 0 for a group-based algorithm
     18 --help imports neither torch nor transformers (the subcommands with a flag per algorithm and task option, or
        whose modules build on torch, import torch but not transformers); each default printed once
 """
@@ -101,8 +100,8 @@ def two_matrices(tmp_path):
 @pytest.mark.parametrize("command, fragment", [
     ("agreement --out FOLDER", "--out {FOLDER}: a folder, not a file"),
     ("agreement --out FILE/x.md", "--out {FILE}/x.md: {FILE} is a file, not a folder"),
-    ("transfer --out FOLDER", "--out {FOLDER}: a folder, not a file"),
-    ("transfer --out new.md --readme FOLDER", "--readme {FOLDER}: a folder, not a file"),
+    ("claims --out FOLDER", "--out {FOLDER}: a folder, not a file"),
+    ("claims --out new.md --readme FOLDER", "--readme {FOLDER}: a folder, not a file"),
     ("calibration --out FILE", "--out {FILE}: a file, not a folder"),
     ("calibration --out FILE/sub", "--out {FILE}/sub: {FILE} is a file, not a folder"),
     ("report --readme FOLDER", "--readme {FOLDER}: a folder, not a file"),
@@ -115,8 +114,7 @@ def test_an_output_path_that_cannot_be_written_is_one_line(run_cli, tmp_path, tw
     name, *flags = command.split()
     flags = [f.replace("FOLDER", str(folder)).replace("FILE", str(file)).replace("new.md", str(tmp_path / "new.md"))
              for f in flags]
-    positional = {"agreement": [first, second], "calibration": [first], "report": [first],
-                  "transfer": [first, second, "--pair", "a", "a", "--pair", "b", "b", "--pair", "c", "c"]}[name]
+    positional = {"agreement": [first, second], "calibration": [first], "report": [first], "claims": [first]}[name]
     result = run_cli(name, *positional, *flags, *(["--sims", "100"] if name == "calibration" else []))
     assert_one_line_error(result, fragment.format(FOLDER=folder, FILE=file))
     assert file.read_text() == "not a folder\n" and not any(folder.iterdir())
@@ -155,10 +153,8 @@ def test_a_path_error_any_command_meets_is_one_line(run_cli, monkeypatch, error,
 
 @pytest.mark.parametrize("argv", [
     ("run", "--seed", BIG), ("run", "--seed", "-1"),
-    ("check", "mu1", "--seed", BIG), ("check", "same-batch", "--seed", "-5"),
     ("bench", "grpo-vs-trl", "--seed", BIG), ("bench", "rloo-vs-trl", "--seed", "-1"),
-    ("bench", "revisions", "HEAD", "--seed", BIG),
-    ("paired", "eval", "--task", "pizza", "--out", "x.json", "--seed", BIG),
+    ("replay", "results/ppo-ties", "--seed", BIG),
 ], ids=lambda argv: " ".join(argv[:2]))
 def test_a_seed_out_of_range_is_refused_with_the_range(argv):
     with pytest.raises(UsageError, match=r"^argument --seeds?: must be an integer from 0 to 4294967295 \(2\*\*32 - 1\)"):
@@ -176,45 +172,6 @@ def test_a_matrix_seed_out_of_range_is_refused_when_the_matrix_is_read(run_cli, 
     toml.write_text(SMOKE.read_text().replace("seeds = [0, 1]", f"seeds = [0, {BIG}]"))
     assert_one_line_error(run_cli("matrix", toml, "--out", tmp_path / "out", "--dry-run"),
                           f"{toml}: cell pizza/grpo_level=token/seed{BIG}: seed must be an integer from 0 to 4294967295")
-
-
-# --- 14. check mu1 --out DIR ------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def mu1_without_training(monkeypatch, tmp_path):
-    """check mu1 with the committed run's numbers in place of a run (and no plot): only the writing is tested."""
-    from benchmarks.checks import mu1
-
-    measured = json.loads((RESULTS / "mu1" / "results.json").read_text())
-    monkeypatch.setattr(mu1, "run_all", lambda *args, **kwargs: json.loads(json.dumps(measured)))
-    monkeypatch.setattr(mu1, "plot", lambda result, path: path.write_bytes(b""))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
-def test_mu1_with_out_writes_no_readme_outside_it_and_names_it(run_cli, mu1_without_training):
-    here = mu1_without_training
-    out = here / "elsewhere" / "mu1"
-    code, printed, err = run_cli("check", "mu1", "--out", out)
-    assert code == 0, err
-    assert sorted(p.relative_to(here).as_posix() for p in here.rglob("*") if p.is_file()) == [
-        "elsewhere/mu1/mu1.png", "elsewhere/mu1/report.md", "elsewhere/mu1/results.json"]
-    report = (out / "report.md").read_text()
-    assert f"details in `{out.as_posix()}/`" in report and "results/mu1" not in report
-    assert "README" not in printed
-
-
-def test_mu1_with_out_and_readme_writes_that_readme_naming_out(run_cli, mu1_without_training):
-    out, readme = mu1_without_training / "o", mu1_without_training / "docs.md"
-    assert run_cli("check", "mu1", "--out", out, "--readme", readme)[0] == 0
-    assert f"details in `{out.as_posix()}/`" in readme.read_text()
-    assert not (mu1_without_training / "README.md").exists()
-
-
-def test_mu1_at_its_default_folder_still_updates_the_readme(run_cli, mu1_without_training):
-    assert run_cli("check", "mu1")[0] == 0
-    assert "details in `results/mu1/`" in (mu1_without_training / "results" / "checks.md").read_text()
 
 
 # --- 15. settings accepted silently -------------------------------------------------------------------------------
@@ -281,12 +238,12 @@ def test_a_matrixs_own_store_passes_the_check(tmp_path):
     check_store_matches_plan(directory)
 
 
-def test_transfer_with_a_missing_folder_says_it_is_missing(run_cli, tmp_path):
+def test_brief_with_a_missing_folder_says_it_is_missing(run_cli, tmp_path):
     toy = matrix_dir(tmp_path / "toy", "a")
-    result = run_cli("transfer", toy, tmp_path / "real", "--pair", "a", "a", "--out", tmp_path / "t.md")
-    assert_one_line_error(result, f"REAL {tmp_path / 'real'}: no such folder")
-    result = run_cli("transfer", tmp_path / "nope", toy, "--pair", "a", "a", "--out", tmp_path / "t.md")
-    assert_one_line_error(result, f"TOY {tmp_path / 'nope'}: no such folder")
+    result = run_cli("brief", tmp_path / "real", "--toy", toy, "--pair", "a", "a", "--out", tmp_path / "t.md")
+    assert_one_line_error(result, f"{tmp_path / 'real'}: no such folder")
+    result = run_cli("brief", toy, "--toy", tmp_path / "nope", "--pair", "a", "a", "--out", tmp_path / "t.md")
+    assert_one_line_error(result, f"--toy {tmp_path / 'nope'}: no such folder")
 
 
 @pytest.mark.parametrize("settings, refused", [
@@ -310,7 +267,7 @@ def test_temperature_zero_is_refused_for_a_group_based_algorithm(settings, refus
 # --- 18. --help ---------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", ["", "report", "agreement", "transfer", "calibration", "readme", "paired"])
+@pytest.mark.parametrize("command", ["", "report", "agreement", "brief", "calibration", "readme"])
 def test_help_imports_neither_torch_nor_transformers(command):
     code = ("import sys\nfrom benchmarks.cli.main import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
             "print(sorted(m for m in ('torch', 'transformers', 'algorithms', 'tasks', 'pandas') if m in sys.modules))")

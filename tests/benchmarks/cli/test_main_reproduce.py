@@ -49,17 +49,3 @@ def test_a_resume_typed_differently_is_accepted_and_recorded(tmp_path, run_cli):
     config = json.loads((out / "config.json").read_text())
     assert config["run"]["command"].endswith("--resume --steps 4")
     assert config["resumed"][-1]["changed"] == {"resume": [False, True], "steps": [3, 4]}
-
-
-def test_a_paired_evaluation_records_the_command_that_reproduces_it(tmp_path, monkeypatch, run_cli):
-    monkeypatch.chdir(tmp_path)
-    argv = ["paired", "eval", "--task", "pizza", "--set", "eval_samples=16", "--seed", "2", "--label", "the start",
-            "--out", "start.json"]
-    code, _, err = run_cli(*argv)
-    assert code == 0, err
-    first = json.loads(Path("start.json").read_text())
-    assert first["command"] == "grpo-bench paired eval --task pizza --set eval_samples=16 --seed 2 --label 'the start' --out start.json"
-    Path("start.json").rename("original.json")
-    replay(first["command"], tmp_path)
-    again = json.loads(Path("start.json").read_text())
-    assert again["per_question"] == first["per_question"] and again["label"] == "the start"

@@ -85,15 +85,6 @@ def test_real_model_workloads_cover_both_tasks_both_mus_and_lora():
     assert real == {(task, mu, lora) for task in ("gsm8k", "reasoning_gym") for mu in (1, 2) for lora in (False, True)}
 
 
-def test_grpo_vs_trl_runs_by_default_only_workloads_with_a_trl_side():
-    from benchmarks.references.sides import default_workloads
-
-    grpo = default_workloads("grpo")
-    assert "chain_sum-grpo" not in grpo and WORKLOADS["chain_sum-grpo"].algo == "grpo"  # bench revisions' own step
-    assert grpo == [n for n, w in WORKLOADS.items() if w.algo == "grpo" and n != "chain_sum-grpo"]
-    assert default_workloads("rloo") == ["pizza-rloo"]
-
-
 @pytest.mark.parametrize("name", ["pizza-rloo", "pizza-rloo-mu2"])
 def test_same_batch_rloo_loss_matches_trl(pizza, name):
     torch.manual_seed(0)
@@ -215,20 +206,6 @@ def test_bench_refuses_to_replace_a_report_and_resumes_the_workloads_it_lacks(tm
     run_bench(dataclasses.replace(settings, overwrite=True), command="over")
     assert json.loads((tmp_path / "perf.json").read_text())["command"] == "over"
     assert measured[-2:] == ["pizza-mu1", "pizza-mu2"]
-
-
-def test_check_same_batch_writes_each_batch_part_by_part(run_cli, tmp_path):
-    code, out, err = run_cli("check", "same-batch", "--workloads", "pizza-mu2", "--batches", "2", "--out", tmp_path)
-    assert code == 0, err
-    import json
-
-    report = json.loads((tmp_path / "results.json").read_text())
-    assert [(r["workload"], r["batch"]) for r in report["rows"]] == [("pizza-mu2", 0), ("pizza-mu2", 1)]
-    assert all(r["abs_diff_formula"] <= 1e-6 and r["max_abs_diff_logps"] <= 1e-5 and not r["misses"] for r in report["rows"])
-    text = (tmp_path / "report.md").read_text()
-    assert "**2 of 2 batches hold the bar**" in text and "| pizza-mu2 | 2 | task rewards |" in text
-    code, _, err = run_cli("check", "same-batch", "--workloads", "nope", "--out", tmp_path)
-    assert code == 2 and "unknown workload 'nope'" in err and len(err.strip().splitlines()) == 1
 
 
 def test_rloo_bench_refuses_a_grpo_workload(run_cli):

@@ -1,13 +1,12 @@
 """``grpo-bench calibration`` (benchmarks/report/calibration_report.py): the verdict procedure's family-wise error
 simulated at a matrix's design, on real A/A cells and on declared pairs; and the report-side statistics beside the
-marks (power, collapse with its Wilson interval, ScaleRL's scaling fit). Seeded and fast."""
+marks (collapse with its Wilson interval, ScaleRL's scaling fit). Seeded and fast."""
 
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import stats as st
 
 from benchmarks.report import fits, stats, verdicts
 from tests.conftest import ROOT
@@ -16,14 +15,6 @@ from tests.conftest import ROOT
 # ------------------------------------------------------------------------------------------------
 # Power, collapse, threshold, scaling fits
 # ------------------------------------------------------------------------------------------------
-
-
-def test_minimum_detectable_difference():
-    df = 8
-    expected = (st.t.ppf(0.975, df) + st.t.ppf(0.8, df)) * 0.05 * math.sqrt(2 / 5)
-    assert stats.minimum_detectable_difference(0.05, 5) == pytest.approx(expected)
-    assert stats.minimum_detectable_difference(0.05, 3) > stats.minimum_detectable_difference(0.05, 5)
-    assert math.isnan(stats.minimum_detectable_difference(0.05, 1))
 
 
 def test_wilson_interval():

@@ -20,7 +20,8 @@ def page(tmp_path_factory):
     here = os.getcwd()
     os.chdir(ROOT)  # the stores are found under results/, as the command finds them
     try:
-        assert main(["readme", "--readme", str(out / "checks.md"), "--matrices", str(out / "matrices.md")]) == 0
+        assert main(["readme", "--readme", str(out / "checks.md"), "--matrices", str(out / "matrices.md"),
+                     "--html", str(out / "index.html")]) == 0
     finally:
         os.chdir(here)
     return out / "matrices.md"
@@ -64,13 +65,14 @@ def test_the_page_keeps_its_text_and_a_store_without_cells_says_so(page, tmp_pat
 
 
 def test_a_bad_matrix_file_is_one_line_and_nothing_is_written(run_cli, tmp_path):
-    pages = ["--readme", tmp_path / "checks.md", "--matrices", tmp_path / "matrices.md"]
+    pages = ["--readme", tmp_path / "checks.md", "--matrices", tmp_path / "matrices.md", "--html", tmp_path / "x.html"]
     code, out, _ = run_cli("readme", *pages, "--matrix-dir", tmp_path / "none")  # outside a checkout: said, not fatal
     assert code == 0 and f"{tmp_path / 'none'}: no matrix files (*.toml), {tmp_path / 'matrices.md'} not written" in out
     assert not (tmp_path / "matrices.md").exists()
     (tmp_path / "checks.md").unlink()
+    (tmp_path / "x.html").unlink()  # the other pages are written
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "bad.toml").write_text("seeds = [\n")
     code, _, err = run_cli("readme", *pages, "--matrix-dir", tmp_path / "m")
     assert code == 2 and "bad.toml: invalid TOML" in err and len(err.strip().splitlines()) == 1
-    assert not (tmp_path / "checks.md").exists() and not (tmp_path / "matrices.md").exists()
+    assert not any((tmp_path / name).exists() for name in ("checks.md", "matrices.md", "x.html"))

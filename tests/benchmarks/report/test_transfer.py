@@ -1,15 +1,17 @@
-"""grpo-bench transfer: a toy matrix's ranking against a real one's, Kendall's tau-b with its exact p-value, its
-bootstrap interval over both matrices' seeds and the smallest tau its number of algorithms can call, and the
-algorithm settings in which each pairing differs. The committed tuned verdict matrix is read once (its analysis
-takes seconds); the other tests hand the report a made-up matrix, its cells' primary metric seed by seed."""
+"""One matrix's ranking against another's (``compare``, what grpo-bench brief reads): Kendall's tau-b with its exact
+p-value, its bootstrap interval over both matrices' seeds and the smallest tau its number of algorithms can call, and
+the algorithm settings in which each pairing differs. The committed tuned verdict matrix is read once (its analysis
+takes seconds); the other tests hand ``compare`` a made-up matrix, its cells' primary metric seed by seed."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from benchmarks.report import transfer as transfer_module
-from benchmarks.report.transfer import resampled_means, smallest_significant_tau, tau_interval, transfer
+from pathlib import Path
+
 from benchmarks.commands import algorithm_settings
+from benchmarks.errors import UsageError
+from benchmarks.report.transfer import compare, read_matrix, resampled_means, smallest_significant_tau
 
 TUNED = "results/verdicts-tuned"
 SIX = ["reinforce", "reinforce_pp_baseline", "rloo", "dapo", "remax", "dpo"]  # by their committed means, high to low
@@ -22,12 +24,7 @@ def settings():
 
 @pytest.fixture(scope="module")
 def tuned_data():
-    return transfer_module.read_matrix(TUNED)
-
-
-@pytest.fixture
-def committed(monkeypatch, tuned_data):
-    monkeypatch.setattr(transfer_module, "read_matrix", lambda directory: tuned_data)
+    return read_matrix(Path(TUNED))
 
 
 def test_smallest_significant_tau_matches_the_exact_tables():
@@ -38,32 +35,15 @@ def test_smallest_significant_tau_matches_the_exact_tables():
     assert smallest_significant_tau(10) == pytest.approx(23 / 45)
 
 
-def test_a_matrix_against_itself_carries_over_and_reversed_it_does_not(committed, settings):
-    same = transfer(TUNED, TUNED, [(v, v) for v in SIX], settings)
+def test_a_matrix_against_itself_carries_over_and_reversed_it_does_not(tuned_data, settings):
+    same = compare(tuned_data, tuned_data, Path(TUNED), Path(TUNED), [(v, v) for v in SIX], settings)
     assert same["tau"] == pytest.approx(1.0) and same["p_value"] < 0.01 and same["n"] == 6
     assert list(same["table"]["toy_rank"]) == list(same["table"]["real_rank"]) == [1, 2, 3, 4, 5, 6]
     assert same["tau_low"] <= same["tau"] <= same["tau_high"]
     assert same["like_for_like"] == 6 and not same["table"]["differs"].str.len().any()
-    reversed_ = transfer(TUNED, TUNED, list(zip(SIX, reversed(SIX))), settings)
+    reversed_ = compare(tuned_data, tuned_data, Path(TUNED), Path(TUNED), list(zip(SIX, reversed(SIX))), settings)
     assert reversed_["tau"] == pytest.approx(-1.0)
     assert reversed_["tau_low"] <= -1 + 1e-9 <= reversed_["tau_high"] < 1
-
-
-def test_the_report_states_the_verdict_the_interval_and_the_power(tmp_path, run_cli, committed):
-    out = tmp_path / "transfer.md"
-    pairs = [arg for v in SIX[:5] for arg in ("--pair", v, v)]
-    code, stdout, _ = run_cli("transfer", TUNED, TUNED, *pairs, "--out", out)
-    assert code == 0
-    text = out.read_text()
-    assert "**The toy ranking carries over: Kendall's tau-b +1.00 [" in text
-    assert " over the seeds] (p 0.02; with 5 algorithms only tau >= 1.00" in text
-    assert "5 of 5 pairings like for like in their algorithm settings" in text
-    assert "the toy's first of these, reinforce, is also in addition's could-be-best set" in text
-    assert "each of 2000 resamples (seeded, 0) draws each matrix's seeds with replacement" in text
-    # reinforce ran a sixth seed (the first run's racing), the others five: resampled within each variant
-    assert "On addition and addition the variants ran different seeds, so each variant's seeds were resampled" in text
-    assert "Left out, as tuned to differ: learning_rate" in text and "beta (dpo on addition)" not in text  # dpo not paired
-    assert text.count("\n| ") == 6  # the header and five algorithms (the rule starts "|---")
 
 
 def _matrix(task, runs, *, marks=None, algos=None, settings=None, precision=None, tuning=()):
@@ -84,8 +64,8 @@ def _matrix(task, runs, *, marks=None, algos=None, settings=None, precision=None
             "cells": cells, "curves": {"cells": per_cell}, "analysis": {"tasks": verdicts, "spec": {"primary": "final"}}}
 
 
-def _read(monkeypatch, toy, real):
-    monkeypatch.setattr(transfer_module, "read_matrix", lambda d: toy if d.name == "toy" else real)
+def _compare(toy, real, pairs, settings):
+    return compare(toy, real, Path("toy"), Path("real"), pairs, settings)
 
 
 def _noisy(means, sd, seeds=5, seed=1):
@@ -93,32 +73,29 @@ def _noisy(means, sd, seeds=5, seed=1):
     return {v: m + sd * rng.standard_normal(seeds) for v, m in means.items()}
 
 
-def test_a_toy_winner_outside_the_real_best_group_is_said(tmp_path, monkeypatch, settings):
+def test_a_toy_winner_outside_the_real_best_group_is_said(settings):
     toy = _matrix("addition", _noisy({"a": 0.9, "b": 0.8, "c": 0.7, "d": 0.6}, 0.001),
                   marks={"a": "best", "b": "worse", "c": "worse", "d": "worse"})
     real = _matrix("chain_sum", _noisy({"a": 0.3, "b": 0.5, "c": 0.45, "d": 0.2}, 0.001),
                    marks={"a": "worse", "d": "worse"})
-    _read(monkeypatch, toy, real)
-    result = transfer(tmp_path / "toy", tmp_path / "real", [(v, v) for v in "abcd"], settings)
+    result = _compare(toy, real, [(v, v) for v in "abcd"], settings)
     # Concordant pairs: (b, c), (b, d), (c, d), (a, d); discordant: (a, b), (a, c). tau = (4 - 2) / 6.
     assert result["tau"] == pytest.approx(1 / 3)
-    assert result["tau_needed"] is None
-    text = transfer_module.headline(result)
-    assert "is not shown to carry over: Kendall's tau-b +0.33 [+0.33, +0.33 over the seeds]" in text
-    assert "with 4 algorithms no ranking reaches p < 0.05" in text
-    assert "the toy's first of these, a, is not in chain_sum's could-be-best set; first on chain_sum: b." in text
+    assert result["tau_needed"] is None and result["p_value"] > 0.05
+    assert (result["tau_low"], result["tau_high"]) == pytest.approx((1 / 3, 1 / 3))
+    table = result["table"].set_index("algorithm")
+    assert table["toy_rank"].idxmin() == "a" and not table.loc["a", "real_in_set"] and table["real_rank"].idxmin() == "b"
 
 
 SEPARATED = {"a": 0.9, "b": 0.8, "c": 0.7, "d": 0.6, "e": 0.5}
 
 
-def test_tau_and_the_table_rank_by_the_primary_metric_and_its_interval_holds_it(tmp_path, monkeypatch, settings):
+def test_tau_and_the_table_rank_by_the_primary_metric_and_its_interval_holds_it(settings):
     """Identical rankings, means 0.1 apart, seed noise 1e-4: every resample keeps both orders, so tau is 1 with
     the interval [1, 1]. The verdicts' final-accuracy means (here reversed) are not what is ranked."""
     toy, real = (_matrix(task, _noisy(SEPARATED, 1e-4, seed=i)) for i, task in enumerate(("addition", "chain_sum")))
     toy["analysis"]["tasks"]["final_mean"] = [0.1, 0.2, 0.3, 0.4, 0.5]
-    _read(monkeypatch, toy, real)
-    result = transfer(tmp_path / "toy", tmp_path / "real", [(v, v) for v in SEPARATED], settings)
+    result = _compare(toy, real, [(v, v) for v in SEPARATED], settings)
     assert result["tau"] == pytest.approx(1.0) and result["tau_low"] == pytest.approx(1.0) == result["tau_high"]
     table = result["table"].set_index("algorithm")
     assert list(table["toy_rank"]) == [1, 2, 3, 4, 5]
@@ -126,13 +103,12 @@ def test_tau_and_the_table_rank_by_the_primary_metric_and_its_interval_holds_it(
         assert table.loc[v, "toy_mean"] == pytest.approx(np.mean(toy["curves"]["cells"].query("variant == @v")["primary"]))
         assert table.loc[v, "toy_low"] <= table.loc[v, "toy_mean"] <= table.loc[v, "toy_high"]
         assert table.loc[v, "toy_high"] - table.loc[v, "toy_low"] < 1e-3
-    assert "Kendall's tau-b +1.00 [+1.00, +1.00 over the seeds] (p 0.02;" in transfer_module.headline(result)
+    assert result["p_value"] == pytest.approx(1 / 60)  # the exact two-sided p of a perfect ranking of 5
 
 
-def test_large_seed_noise_widens_the_interval(tmp_path, monkeypatch, settings):
+def test_large_seed_noise_widens_the_interval(settings):
     toy, real = (_matrix(task, _noisy(SEPARATED, 0.5, seed=i)) for i, task in enumerate(("addition", "chain_sum")))
-    _read(monkeypatch, toy, real)
-    result = transfer(tmp_path / "toy", tmp_path / "real", [(v, v) for v in SEPARATED], settings)
+    result = _compare(toy, real, [(v, v) for v in SEPARATED], settings)
     assert result["tau_low"] <= result["tau"] <= result["tau_high"]
     assert result["tau_low"] < 0 and result["tau_high"] - result["tau_low"] > 0.8
 
@@ -148,10 +124,10 @@ def test_every_variant_of_a_matrix_shares_each_resample_of_its_seeds():
     assert not blocked and np.std(means[:, 1] - means[:, 0]) > 0.05
 
 
-def test_blocking_by_seed_narrows_the_interval(tmp_path, monkeypatch, settings):
+def test_blocking_by_seed_narrows_the_interval(settings):
     """A large seed effect every variant shares (the seeds' common random numbers) and gaps of 0.03 between the
     variants: resampled in blocks the ranking never moves ([1, 1]); the same cells with seeds of their own, resampled
-    within each variant, swap neighbours often, and the report says how it resampled."""
+    within each variant, swap neighbours often, and the result says how it resampled."""
     shift = np.array([0.0, 0.4, 0.8, 0.2, 0.6])
     offsets = {"a": 0.12, "b": 0.09, "c": 0.06, "d": 0.03, "e": 0.0}
     blocked = {v: shift + o for v, o in offsets.items()}
@@ -159,18 +135,15 @@ def test_blocking_by_seed_narrows_the_interval(tmp_path, monkeypatch, settings):
     pairs = [(v, v) for v in offsets]
     results = {}
     for name, runs in (("blocked", blocked), ("apart", apart)):
-        _read(monkeypatch, _matrix("addition", runs), _matrix("chain_sum", _noisy(SEPARATED, 1e-4)))
-        results[name] = transfer(tmp_path / "toy", tmp_path / "real", pairs, settings)
+        results[name] = _compare(_matrix("addition", runs), _matrix("chain_sum", _noisy(SEPARATED, 1e-4)), pairs, settings)
     assert results["blocked"]["tau"] == results["apart"]["tau"] == pytest.approx(1.0)
     assert (results["blocked"]["tau_low"], results["blocked"]["tau_high"]) == pytest.approx((1.0, 1.0))
     assert results["apart"]["tau_low"] < 0.5
     assert results["blocked"]["bootstrap"]["toy_blocked"] and not results["apart"]["bootstrap"]["toy_blocked"]
-    text = transfer_module.render(results["apart"], "grpo-bench transfer ...")
-    assert "On addition the variants ran different seeds, so each variant's seeds were resampled on their own." in text
-    assert "On chain_sum every variant ran the same seeds, so each resample draws one set of seed indices" in text
+    assert results["apart"]["bootstrap"]["real_blocked"]
 
 
-def test_the_settings_that_differ_are_named_and_the_tuned_ones_left_out(tmp_path, monkeypatch, settings):
+def test_the_settings_that_differ_are_named_and_the_tuned_ones_left_out(settings):
     """group_size 2 against 8 is named, learning_rate (which every pairing differs in) is not, nor DPO's beta,
     which the toy's [tuning] grid varied; a precision that differs is named, and a setting one side lacks reads
     "not recorded"."""
@@ -182,30 +155,13 @@ def test_the_settings_that_differ_are_named_and_the_tuned_ones_left_out(tmp_path
     real = _matrix("chain_sum", runs, algos={"dpo": "dpo"}, precision={"b": "bf16"}, settings={
         **{v: {"learning_rate": 1e-5, "group_size": 8} for v in "abc"},
         "dpo": {"learning_rate": 1e-5, "beta": 0.1, "pairs": 256}})
-    _read(monkeypatch, toy, real)
-    result = transfer(tmp_path / "toy", tmp_path / "real", [(v, v) for v in runs], settings)
+    result = _compare(toy, real, [(v, v) for v in runs], settings)
     differs = dict(zip(result["table"]["algorithm"], result["table"]["differs"]))
     assert differs == {"a": [], "b": ["group_size 2 vs 8", "precision fp32 vs bf16"], "c": ["mu 2 vs not recorded"],
                        "dpo": ["count_pair_samples False vs not recorded"]}
     assert result["like_for_like"] == 1 and result["tuned_keys"] == {"beta": ["dpo on addition"]}
-    text = transfer_module.render(result, "grpo-bench transfer ...")
-    assert "; 1 of 4 pairings like for like in their algorithm settings;" in text
-    assert "| group_size 2 vs 8; precision fp32 vs bf16 |" in text and "| none |" in text
-    assert "Left out, as tuned to differ: learning_rate" in text and "beta (dpo on addition)" in text
-    assert "learning_rate 0.0001 vs" not in text and "beta 0.3 vs 0.1" not in text
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--pair", "rloo", "rloo", "--pair", "dapo", "dapo"], "a ranking needs at least 3 algorithms, got 2"),
-    (["--pair", "rloo", "rloo", "--pair", "dapo", "dapo", "--pair", "nope", "dpo"], "no finished cells for results/verdicts-tuned: nope"),
-    (["--pair", "rloo", "rloo", "--pair", "dapo", "rloo", "--pair", "dpo", "dpo"], "each variant at most once on each side"),
-])
-def test_bad_input_is_one_line(tmp_path, run_cli, committed, args, message):
-    code, _, err = run_cli("transfer", TUNED, TUNED, *args, "--out", tmp_path / "t.md")
-    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
-
-
-def test_not_a_matrix_directory_is_one_line(tmp_path, run_cli):
-    pairs = [arg for v in SIX[:3] for arg in ("--pair", v, v)]
-    code, _, err = run_cli("transfer", TUNED, tmp_path, *pairs, "--out", tmp_path / "t.md")
-    assert code == 2 and f"{tmp_path}: not a matrix directory (no matrix.json)" in err
+def test_a_variant_without_finished_cells_is_one_line(tuned_data, settings):
+    with pytest.raises(UsageError, match="no finished cells for results/verdicts-tuned: nope"):
+        compare(tuned_data, tuned_data, Path(TUNED), Path(TUNED), [("rloo", "rloo"), ("nope", "dpo")], settings)
