@@ -12,7 +12,7 @@ side-by-side cost tables measure). Across the skills: Kendall's tau-b of each pa
 the variants both ran, with its exact p-value and its bootstrap interval over both matrices' seeds, and the variants
 that could be best on both. Against a toy matrix (``--toy`` with ``--pair TOY_VARIANT REAL_VARIANT``): the same for
 the toy's ranking against each skill's, and how many pairings ran like for like. Both comparisons are
-benchmarks/report/transfer.py's ``compare``: the same numbers ``grpo-bench transfer`` reports in full.
+benchmarks/report/transfer.py's ``compare`` (Kendall's tau-b with its exact p-value).
 
 ``front`` is the front page's answer from the same result: per skill one line and a table (one row per algorithm:
 its mark, the primary metric's mean with its 95% Student-t interval over seeds, P(best), training seconds per cell,

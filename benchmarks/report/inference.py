@@ -1193,7 +1193,6 @@ def seeds_for_mdd(target: float, sd: float, k: int, *, c: Optional[float] = None
 
 SUPPORTED, CONTRADICTED, CLAIM_EQUIVALENT, CLAIM_OPEN = "supported", "contradicted", "equivalent", "not resolved"
 IDENTICAL = "identical runs: not a comparison"  # the two variants' cells are bit-identical on every seed
-EXPECTS = ("better", "equal", "worse", "differs")
 CONTRAST_COLUMNS = ["id", "treatment", "control", "expects", "seeds", "treatment_mean", "control_mean", "difference",
                     "low", "high", "mdd", "mark", "seeds_for_margin"]
 
